@@ -1,0 +1,109 @@
+"""The JSON API: parse the request, ask the lab, return its numbers. No model code here."""
+
+from typing import Annotated
+
+import orjson
+from fastapi import APIRouter, Depends, Query, Request, Response
+
+from app.encoding import MEDIA_TYPE, AttentionDtype, encode_attention
+from app.lab import Lab, Run
+from app.schemas import (
+    AnalyzeRequest,
+    AnalyzeResponse,
+    EmbeddingsResponse,
+    ErrorResponse,
+    HeadResponse,
+    Health,
+    LayerResponse,
+    ModelInfo,
+)
+
+router = APIRouter(prefix="/api")
+NOT_FOUND = {404: {"model": ErrorResponse, "description": "Unknown or evicted run, or layer/head out of range"}}
+
+
+class NumbersResponse(Response):
+    """JSON straight from float32 tensors: orjson writes each float32 exactly, and fast."""
+
+    media_type = "application/json"
+
+    def render(self, content) -> bytes:
+        return orjson.dumps(content, option=orjson.OPT_SERIALIZE_NUMPY)
+
+
+def get_lab(request: Request) -> Lab:
+    return request.app.state.lab
+
+
+LabDep = Annotated[Lab, Depends(get_lab)]
+
+
+def get_run(run_id: str, lab: LabDep) -> Run:
+    return lab.run(run_id)
+
+
+RunDep = Annotated[Run, Depends(get_run)]
+
+
+def numbers(tensors: dict) -> dict:
+    return {name: tensor.numpy() for name, tensor in tensors.items()}
+
+
+@router.get("/health", response_model=Health)
+def health(lab: LabDep):
+    return {"status": "ok", "model": lab.info["name"], "runs": len(lab.runs)}
+
+
+@router.get("/model", response_model=ModelInfo)
+def model(lab: LabDep):
+    return lab.info
+
+
+@router.post(
+    "/analyze",
+    response_model=AnalyzeResponse,
+    responses={413: {"model": ErrorResponse, "description": "Text over the character cap"}},
+)
+def analyze(body: AnalyzeRequest, lab: LabDep):
+    run = lab.analyze(body.text, body.mask, body.pooling)
+    norm = run.pooled.norm()
+    return NumbersResponse(
+        {
+            "run_id": run.run_id,
+            "model": lab.info,
+            "tokens": [token.__dict__ for token in run.tokens],
+            "truncated": run.truncated,
+            "mask": run.mask,
+            "pooled": {
+                "strategy": run.pooling,
+                "vector": run.pooled.numpy(),
+                "norm": float(norm),
+                "normalized": (run.pooled / norm).numpy(),
+            },
+        }
+    )
+
+
+@router.get("/runs/{run_id}/layers/{layer}/heads/{head}", response_model=HeadResponse, responses=NOT_FOUND)
+def head(run: RunDep, layer: int, head: int):
+    return NumbersResponse({"layer": layer, "head": head, **numbers(run.head(layer, head))})
+
+
+@router.get("/runs/{run_id}/layers/{layer}", response_model=LayerResponse, responses=NOT_FOUND)
+def layer(run: RunDep, layer: int):
+    return NumbersResponse({"layer": layer, **numbers(run.layer(layer))})
+
+
+@router.get("/runs/{run_id}/embeddings", response_model=EmbeddingsResponse, responses=NOT_FOUND)
+def embeddings(run: RunDep):
+    return NumbersResponse(numbers(run.embeddings()))
+
+
+@router.get(
+    "/runs/{run_id}/attention",
+    response_class=Response,
+    responses={200: {"content": {MEDIA_TYPE: {}}, "description": "[layer, head, query, key] weights"}, **NOT_FOUND},
+)
+def attention(run: RunDep, dtype: Annotated[AttentionDtype, Query()] = "uint8"):
+    body, headers = encode_attention(run.attention(), dtype)
+    return Response(body, media_type=MEDIA_TYPE, headers=headers)

@@ -1,0 +1,169 @@
+"""The lab's engine: tokenize a text, capture one forward pass, keep the run, serve its numbers."""
+
+import threading
+import uuid
+from dataclasses import dataclass, field
+
+import torch
+from torch import Tensor
+
+from app.capture import additive_mask, attention_scores, capture, pool
+from app.model import LoadedModel
+from app.store import RunStore
+
+
+class TextTooLong(ValueError):
+    pass
+
+
+class NothingToRead(ValueError):
+    pass
+
+
+class RunNotFound(KeyError):
+    def __str__(self) -> str:
+        return f"run {self.args[0]} is not kept any more (or never was): analyze the text again"
+
+
+class OutOfRange(LookupError):
+    pass
+
+
+@dataclass(frozen=True)
+class Token:
+    index: int
+    text: str
+    id: int
+    special: bool
+    start: int  # offsets are Unicode code points into the analyzed text
+    end: int
+    token_type: int
+
+
+@dataclass
+class Run:
+    run_id: str
+    text: str
+    mask: str
+    pooling: str
+    tokens: list[Token]
+    truncated: bool
+    activations: dict[str, Tensor]  # float32, named as in app.capture
+    pooled: Tensor  # [d_model]
+    n_layers: int
+    n_heads: int
+    nbytes: int = field(init=False)
+
+    def __post_init__(self):
+        self.nbytes = sum(a.numel() * a.element_size() for a in self.activations.values())
+
+    def head(self, layer: int, head: int) -> dict[str, Tensor]:
+        self._check(layer, head)
+        attn = {name: self.activations[f"blocks.{layer}.attn.{name}"][head] for name in ("q", "k", "v")}
+        mask = additive_mask(self.mask, len(self.tokens))
+        return {
+            **attn,
+            "scores": attention_scores(attn["q"], attn["k"], mask),  # [query_pos, key_pos]
+            "weights": self.activations[f"blocks.{layer}.attn.weights"][head],
+            "context": self.activations[f"blocks.{layer}.attn.context"][head],
+        }
+
+    def layer(self, layer: int) -> dict[str, Tensor]:
+        self._check(layer)
+        names = ("attention_output", "attention_residual_norm", "ffn_intermediate", "ffn_output", "output")
+        return {name: self.activations[f"blocks.{layer}.{name}"] for name in names}
+
+    def embeddings(self) -> dict[str, Tensor]:
+        names = ("word", "position", "token_type", "sum", "normalized")
+        return {name: self.activations[f"embeddings.{name}"] for name in names}
+
+    def attention(self) -> Tensor:
+        """Every block's weights: [layer, head, query_pos, key_pos]."""
+        return torch.stack([self.activations[f"blocks.{layer}.attn.weights"] for layer in range(self.n_layers)])
+
+    def _check(self, layer: int, head: int = 0) -> None:
+        if not 0 <= layer < self.n_layers:
+            raise OutOfRange(f"layer {layer} does not exist: layers are 0 to {self.n_layers - 1}")
+        if not 0 <= head < self.n_heads:
+            raise OutOfRange(f"head {head} does not exist: heads are 0 to {self.n_heads - 1}")
+
+
+class Lab:
+    def __init__(self, loaded: LoadedModel, max_chars: int, max_runs: int, max_store_bytes: int):
+        self.loaded = loaded
+        self.max_chars = max_chars
+        self.runs: RunStore[Run] = RunStore(max_runs, max_store_bytes)
+        # Hooks are registered on the one shared model: two passes at once would record into each other.
+        self._forward_lock = threading.Lock()
+
+    @property
+    def info(self) -> dict:
+        config = self.loaded.model.config
+        return {
+            "name": self.loaded.name,
+            "layers": config.num_hidden_layers,
+            "heads": config.num_attention_heads,
+            "hidden_size": config.hidden_size,
+            "head_dim": config.hidden_size // config.num_attention_heads,
+            "intermediate_size": config.intermediate_size,
+            "vocab_size": config.vocab_size,
+            "max_tokens": self.loaded.max_tokens,
+        }
+
+    def analyze(self, text: str, mask: str = "bidirectional", pooling: str | None = None) -> Run:
+        if len(text) > self.max_chars:
+            raise TextTooLong(f"the text has {len(text):,} characters; the limit is {self.max_chars:,}")
+        tokens, truncated = self.tokenize(text)
+        if all(token.special for token in tokens):
+            raise NothingToRead("the text has no characters the tokenizer keeps (only control or invisible ones)")
+        input_ids = torch.tensor([token.id for token in tokens])
+        token_type_ids = torch.tensor([token.token_type for token in tokens])
+        with self._forward_lock:
+            activations = capture(self.loaded.model, input_ids, token_type_ids, mask)
+        pooling = pooling or self.loaded.default_pooling
+        config = self.loaded.model.config
+        run = Run(
+            run_id=uuid.uuid4().hex,
+            text=text,
+            mask=mask,
+            pooling=pooling,
+            tokens=tokens,
+            truncated=truncated,
+            activations=activations,
+            pooled=pool(activations[f"blocks.{config.num_hidden_layers - 1}.output"], pooling),
+            n_layers=config.num_hidden_layers,
+            n_heads=config.num_attention_heads,
+        )
+        self.runs.put(run.run_id, run)
+        return run
+
+    def tokenize(self, text: str) -> tuple[list[Token], bool]:
+        tokenizer = self.loaded.tokenizer
+        encoding = tokenizer(
+            text,
+            truncation=True,
+            max_length=self.loaded.max_tokens,
+            return_offsets_mapping=True,
+            return_overflowing_tokens=True,  # more than one window means the text was cut
+            return_token_type_ids=True,
+        )
+        ids = encoding["input_ids"][0]
+        special_ids = set(tokenizer.all_special_ids)
+        tokens = [
+            Token(index, piece, token_id, token_id in special_ids, start, end, token_type)
+            for index, (piece, token_id, (start, end), token_type) in enumerate(
+                zip(
+                    tokenizer.convert_ids_to_tokens(ids),
+                    ids,
+                    encoding["offset_mapping"][0],
+                    encoding["token_type_ids"][0],
+                )
+            )
+        ]
+        return tokens, len(encoding["input_ids"]) > 1
+
+    def run(self, run_id: str) -> Run:
+        run = self.runs.get(run_id)
+        if run is None:
+            raise RunNotFound(run_id)
+        return run

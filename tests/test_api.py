@@ -1,0 +1,184 @@
+"""The HTTP API through the real app (TestClient runs the lifespan with the packaged MiniLM)."""
+
+import numpy as np
+import pytest
+
+from app.encoding import decode_attention
+
+BANK = {"text": "the river bank"}
+
+
+@pytest.fixture(scope="module")
+def bank(client):
+    response = client.post("/api/analyze", json=BANK)
+    assert response.status_code == 200
+    return response.json()
+
+
+def test_analyze_contract(bank):
+    assert set(bank) == {"run_id", "model", "tokens", "truncated", "mask", "pooled"}
+    assert bank["model"] == {
+        "name": "sentence-transformers/all-MiniLM-L6-v2", "layers": 6, "heads": 12, "hidden_size": 384,
+        "head_dim": 32, "intermediate_size": 1536, "vocab_size": 30522, "max_tokens": 512,
+    }
+    assert [(t["text"], t["id"], t["special"]) for t in bank["tokens"]] == [
+        ("[CLS]", 101, True), ("the", 1996, False), ("river", 2314, False), ("bank", 2924, False), ("[SEP]", 102, True)
+    ]
+    assert [t["index"] for t in bank["tokens"]] == list(range(5))
+    assert (bank["tokens"][3]["start"], bank["tokens"][3]["end"]) == (10, 14)
+    assert bank["truncated"] is False and bank["mask"] == "bidirectional"
+    pooled = bank["pooled"]
+    assert pooled["strategy"] == "mean" and len(pooled["vector"]) == 384
+    assert pooled["norm"] == pytest.approx(np.linalg.norm(pooled["vector"]), rel=1e-6)
+    np.testing.assert_allclose(np.array(pooled["vector"]) / pooled["norm"], pooled["normalized"], atol=1e-7)
+
+
+def test_head_numbers_are_consistent(client, bank):
+    head = client.get(f"/api/runs/{bank['run_id']}/layers/2/heads/5").json()
+    assert (head["layer"], head["head"]) == (2, 5)
+    q, k, v, scores, weights, context = (np.array(head[name]) for name in ("q", "k", "v", "scores", "weights", "context"))
+    assert q.shape == k.shape == v.shape == context.shape == (5, 32)
+    np.testing.assert_allclose(q @ k.T / np.sqrt(32), scores, atol=1e-5)
+    softmax = np.exp(scores - scores.max(1, keepdims=True))
+    np.testing.assert_allclose(softmax / softmax.sum(1, keepdims=True), weights, atol=1e-6)
+    np.testing.assert_allclose(weights @ v, context, atol=1e-5)
+
+
+def test_json_floats_are_the_exact_float32_values(client, lab):
+    run_id = client.post("/api/analyze", json={"text": "exact numbers"}).json()["run_id"]
+    served = client.app.state.lab.run(run_id)
+    q = np.array(client.get(f"/api/runs/{run_id}/layers/0/heads/0").json()["q"], dtype=np.float32)
+    assert np.array_equal(q, served.head(0, 0)["q"].numpy())
+
+
+def test_layer_and_embeddings_shapes(client, bank):
+    layer = client.get(f"/api/runs/{bank['run_id']}/layers/5").json()
+    assert layer["layer"] == 5
+    assert np.array(layer["ffn_intermediate"]).shape == (5, 1536)
+    for name in ("attention_output", "attention_residual_norm", "ffn_output", "output"):
+        assert np.array(layer[name]).shape == (5, 384)
+    mean = np.array(layer["output"]).mean(0)
+    np.testing.assert_allclose(mean, bank["pooled"]["vector"], atol=1e-6)
+    embeddings = client.get(f"/api/runs/{bank['run_id']}/embeddings").json()
+    assert set(embeddings) == {"word", "position", "token_type", "sum", "normalized"}
+    parts = {name: np.array(value) for name, value in embeddings.items()}
+    np.testing.assert_allclose(parts["word"] + parts["position"] + parts["token_type"], parts["sum"], atol=1e-6)
+
+
+@pytest.mark.parametrize("dtype, bound", [("uint8", 0.5 / 255 + 1e-7), ("float16", 2**-11)])
+def test_binary_attention_round_trips_within_its_bound(client, bank, dtype, bound):
+    response = client.get(f"/api/runs/{bank['run_id']}/attention", params={"dtype": dtype})
+    assert response.status_code == 200
+    assert response.headers["content-type"] == "application/octet-stream"
+    assert response.headers["x-attention-shape"] == "6,12,5,5"
+    weights = decode_attention(response.content, response.headers)
+    assert len(response.content) == 6 * 12 * 25 * (1 if dtype == "uint8" else 2)
+    for layer in (0, 5):
+        exact = np.array(client.get(f"/api/runs/{bank['run_id']}/layers/{layer}/heads/3").json()["weights"])
+        assert np.abs(weights[layer, 3] - exact).max() <= bound
+
+
+def test_causal_and_pooling_through_http(client):
+    body = client.post("/api/analyze", json={"text": "one two three four", "mask": "causal", "pooling": "cls"}).json()
+    assert body["mask"] == "causal" and body["pooled"]["strategy"] == "cls"
+    head = client.get(f"/api/runs/{body['run_id']}/layers/1/heads/1").json()
+    weights = np.array(head["weights"])
+    assert np.all(np.triu(weights, 1) == 0)
+    np.testing.assert_allclose(weights.sum(1), 1, atol=1e-6)
+    scores = np.array(head["scores"])
+    assert np.all(scores[np.triu_indices(len(weights), 1)] < -1e30)  # the mask is in the scores, finite
+
+
+def test_health_and_model(client):
+    assert client.get("/api/health").json()["status"] == "ok"
+    assert client.get("/api/model").json()["layers"] == 6
+
+
+def test_unicode_offsets_slice_the_text(client):
+    text = "Ça va? 東京 🙂 مرحبا naïve"
+    tokens = client.post("/api/analyze", json={"text": text}).json()["tokens"]
+    pieces = [text[t["start"] : t["end"]] for t in tokens if t["end"] > t["start"]]
+    assert pieces[:5] == ["Ça", "va", "?", "東", "京"]
+    unknown = next(t for t in tokens if t["text"] == "[UNK]")  # the emoji is not in MiniLM's vocabulary
+    assert text[unknown["start"] : unknown["end"]] == "🙂"
+    assert pieces[-1] == "naïve"  # offsets point at the original accented text
+
+
+BAD_REQUESTS = [
+    ({"text": ""}, 422, "empty"),
+    ({"text": "   \n\t "}, 422, "empty"),
+    ({"text": 42}, 422, "valid string"),
+    ({"text": ["a"]}, 422, "valid string"),
+    ({"text": None}, 422, "valid string"),
+    ({}, 422, "required"),
+    ({"text": "ok", "mask": "sideways"}, 422, "bidirectional"),
+    ({"text": "ok", "pooling": "median"}, 422, "mean"),
+    ({"text": "ok", "extra": 1}, 422, "Extra"),
+    ({"text": "a" * 20_001}, 413, "20,000"),
+    ({"text": "\x00\x01\u200b"}, 422, "no characters"),
+]
+
+
+@pytest.mark.parametrize("body, status, message", BAD_REQUESTS)
+def test_bad_input_gets_a_clear_error_and_the_server_keeps_serving(client, body, status, message):
+    response = client.post("/api/analyze", json=body)
+    assert response.status_code == status
+    assert message in response.json()["detail"]
+    assert client.post("/api/analyze", json=BANK).status_code == 200
+
+
+@pytest.mark.parametrize(
+    "content, content_type, message",
+    [
+        (b'{"text": ', "application/json", "not valid JSON"),
+        (b'{"text": "\\ud800"}', "application/json", "surrogate"),
+        (b"text=hello", "application/x-www-form-urlencoded", ""),
+        (b"just words", "text/plain", ""),
+    ],
+)
+def test_malformed_bodies_are_422(client, content, content_type, message):
+    response = client.post("/api/analyze", content=content, headers={"content-type": content_type})
+    assert response.status_code == 422
+    assert message in response.json()["detail"]
+
+
+def test_long_text_is_truncated(client):
+    body = client.post("/api/analyze", json={"text": "bank " * 700}).json()
+    assert body["truncated"] is True and len(body["tokens"]) == 512
+
+
+@pytest.mark.parametrize(
+    "path, message",
+    [
+        ("layers/6", "layers are 0 to 5"),
+        ("layers/-1", "layers are 0 to 5"),
+        ("layers/99999999999999999999", "layers are 0 to 5"),
+        ("layers/0/heads/12", "heads are 0 to 11"),
+        ("layers/0/heads/-3", "heads are 0 to 11"),
+        ("layers/9/heads/0", "layers are 0 to 5"),
+    ],
+)
+def test_out_of_range_layer_or_head_is_404_naming_the_range(client, bank, path, message):
+    response = client.get(f"/api/runs/{bank['run_id']}/{path}")
+    assert response.status_code == 404
+    assert message in response.json()["detail"]
+
+
+@pytest.mark.parametrize("run_id", ["0" * 32, "nope", "%2E%2E", "<script>"])
+def test_unknown_run_is_404_saying_analyze_again(client, run_id):
+    response = client.get(f"/api/runs/{run_id}/embeddings")
+    assert response.status_code == 404
+    assert "analyze the text again" in response.json()["detail"]
+
+
+def test_path_tricks_in_run_id_are_404(client):
+    assert client.get("/api/runs/..%2F..%2Fetc/embeddings").status_code == 404
+
+
+def test_evicted_run_is_404(client):
+    lab = client.app.state.lab
+    first = client.post("/api/analyze", json={"text": "soon forgotten"}).json()["run_id"]
+    for i in range(lab.runs.max_runs):
+        client.post("/api/analyze", json={"text": f"filler {i}"})
+    response = client.get(f"/api/runs/{first}/layers/0/heads/0")
+    assert response.status_code == 404 and "analyze the text again" in response.json()["detail"]

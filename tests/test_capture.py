@@ -1,0 +1,91 @@
+"""The hooked capture on a tiny random BERT, checked against the model's own outputs."""
+
+import pytest
+import torch
+
+from app.capture import additive_mask, attention_scores, capture, hooked_modules, recording
+
+TEXT = "the river bank was steep"
+
+
+def encode(loaded, text=TEXT):
+    ids = torch.tensor(loaded.tokenizer(text)["input_ids"])
+    return ids, torch.zeros_like(ids)
+
+
+def test_activation_names_are_pinned(tiny):
+    ids, types = encode(tiny)
+    names = list(capture(tiny.model, ids, types, "bidirectional"))
+    block = [
+        "attn.q", "attn.k", "attn.v", "attn.weights", "attn.context", "attention_output",
+        "attention_residual_norm", "ffn_intermediate", "ffn_output", "output",
+    ]
+    expected = ["embeddings.word", "embeddings.token_type", "embeddings.position", "embeddings.sum",
+                "embeddings.normalized"] + [f"blocks.{layer}.{name}" for layer in range(2) for name in block]
+    assert sorted(names) == sorted(expected)
+    assert len(names) == len(expected)
+
+
+def test_hooked_modules_are_the_models_own(tiny):
+    modules = dict(tiny.model.named_modules())
+    assert all(path in modules for path in hooked_modules(tiny.model.config))
+    assert "encoder.layer.1.attention.self" in hooked_modules(tiny.model.config)
+
+
+def hook_count(model):
+    return sum(len(module._forward_hooks) for module in model.modules())
+
+
+def test_no_hook_remains_after_a_run_even_a_failed_one(tiny):
+    before = hook_count(tiny.model)
+    ids, types = encode(tiny)
+    capture(tiny.model, ids, types, "causal")
+    assert hook_count(tiny.model) == before
+    with pytest.raises(RuntimeError), recording(tiny.model):
+        assert hook_count(tiny.model) > before
+        raise RuntimeError("a forward pass that fails")
+    assert hook_count(tiny.model) == before
+
+
+def test_weights_equal_output_attentions(tiny):
+    ids, types = encode(tiny)
+    acts = capture(tiny.model, ids, types, "bidirectional")
+    reference = tiny.model(input_ids=ids[None], output_attentions=True)
+    for layer, weights in enumerate(reference.attentions):
+        torch.testing.assert_close(acts[f"blocks.{layer}.attn.weights"], weights[0], atol=1e-6, rtol=0)
+    torch.testing.assert_close(acts["blocks.1.output"], reference.last_hidden_state[0], atol=1e-6, rtol=0)
+
+
+def test_scores_softmax_to_weights_and_context_is_weighted_values(tiny):
+    ids, types = encode(tiny)
+    for mask in ("bidirectional", "causal"):
+        acts = capture(tiny.model, ids, types, mask)
+        for layer in range(2):
+            q, k, v = (acts[f"blocks.{layer}.attn.{name}"] for name in "qkv")
+            assert q.shape == (4, len(ids), 12)  # [head, pos, d_head]
+            scores = attention_scores(q, k, additive_mask(mask, len(ids)))
+            weights = acts[f"blocks.{layer}.attn.weights"]
+            torch.testing.assert_close(scores.softmax(-1), weights, atol=1e-6, rtol=0)
+            torch.testing.assert_close(weights @ v, acts[f"blocks.{layer}.attn.context"], atol=1e-6, rtol=0)
+
+
+def test_causal_mask_hides_the_future_exactly(tiny):
+    ids, types = encode(tiny)
+    acts = capture(tiny.model, ids, types, "causal")
+    weights = acts["blocks.1.attn.weights"]
+    assert torch.all(weights.triu(1) == 0)
+    torch.testing.assert_close(weights.sum(-1), torch.ones(4, len(ids)))
+    assert weights[:, 0, 0].eq(1).all()  # the first token can only look at itself
+
+
+def test_causal_matches_a_decoder_configured_model(tiny):
+    """The same weights run as a decoder (transformers' own causal mask) give the same causal weights."""
+    ids, types = encode(tiny)
+    acts = capture(tiny.model, ids, types, "causal")
+    tiny.model.config.is_decoder = True
+    try:
+        reference = tiny.model(input_ids=ids[None], output_attentions=True, use_cache=False)
+    finally:
+        tiny.model.config.is_decoder = False
+    for layer, weights in enumerate(reference.attentions):
+        torch.testing.assert_close(acts[f"blocks.{layer}.attn.weights"], weights[0], atol=1e-6, rtol=0)

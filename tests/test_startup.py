@@ -1,0 +1,52 @@
+"""Start-up: the model folder setting, and a clear one-line failure for a bad folder."""
+
+import os
+import subprocess
+import sys
+
+import pytest
+from fastapi.testclient import TestClient
+
+from app.main import create_app
+from app.model import ModelLoadError, load_model
+from app.settings import get_settings
+
+
+def start(model_path):
+    env = {**os.environ, "ATTENTION_LAB_MODEL_PATH": str(model_path)}
+    return subprocess.run([sys.executable, "-m", "app"], env=env, capture_output=True, text=True, timeout=120)
+
+
+def test_missing_folder_fails_with_one_line_naming_it(tmp_path):
+    missing = tmp_path / "no-such-model"
+    result = start(missing)
+    assert result.returncode != 0
+    assert result.stderr.strip().splitlines() == [f"attention-lab: model folder {missing} does not exist"]
+
+
+def test_broken_folder_fails_with_one_line_naming_it(tmp_path):
+    (tmp_path / "config.json").write_text("{ not json")
+    result = start(tmp_path)
+    assert result.returncode != 0
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and str(tmp_path) in lines[0] and "Traceback" not in result.stderr
+
+
+def test_a_non_bert_folder_is_refused(tmp_path):
+    (tmp_path / "config.json").write_text('{"model_type": "gpt2", "n_layer": 1, "n_head": 1, "n_embd": 8}')
+    with pytest.raises(ModelLoadError, match=str(tmp_path)):
+        load_model(tmp_path)
+
+
+def test_setting_points_the_app_at_another_local_folder(monkeypatch, tiny_model_dir):
+    monkeypatch.setenv("ATTENTION_LAB_MODEL_PATH", str(tiny_model_dir))
+    get_settings.cache_clear()
+    try:
+        with TestClient(create_app()) as client:
+            model = client.get("/api/model").json()
+            assert (model["name"], model["layers"], model["heads"], model["head_dim"]) == ("tiny-bert0", 2, 4, 12)
+            body = client.post("/api/analyze", json={"text": "a tiny model"}).json()
+            head = client.get(f"/api/runs/{body['run_id']}/layers/1/heads/3").json()
+            assert len(head["q"][0]) == 12
+    finally:
+        get_settings.cache_clear()
