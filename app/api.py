@@ -3,10 +3,11 @@
 from typing import Annotated
 
 import orjson
-from fastapi import APIRouter, Depends, Query, Request, Response
+from fastapi import APIRouter, Depends, Query, Response
 
 from app.encoding import MEDIA_TYPE, AttentionDtype, encode_attention
-from app.lab import Lab, Run
+from app.deps import LabDep
+from app.lab import Run
 from app.schemas import (
     AnalyzeRequest,
     AnalyzeResponse,
@@ -16,6 +17,7 @@ from app.schemas import (
     Health,
     LayerResponse,
     ModelInfo,
+    TokenTraceResponse,
 )
 
 router = APIRouter(prefix="/api")
@@ -29,13 +31,6 @@ class NumbersResponse(Response):
 
     def render(self, content) -> bytes:
         return orjson.dumps(content, option=orjson.OPT_SERIALIZE_NUMPY)
-
-
-def get_lab(request: Request) -> Lab:
-    return request.app.state.lab
-
-
-LabDep = Annotated[Lab, Depends(get_lab)]
 
 
 def get_run(run_id: str, lab: LabDep) -> Run:
@@ -99,11 +94,27 @@ def embeddings(run: RunDep):
     return NumbersResponse(numbers(run.embeddings()))
 
 
+@router.get("/runs/{run_id}/tokens/{token}", response_model=TokenTraceResponse, responses=NOT_FOUND)
+def token_trace(run: RunDep, token: int):
+    trace = run.token_trace(token)
+    return NumbersResponse(
+        {
+            "index": token,
+            "embeddings": numbers(trace["embeddings"]),
+            "layers": [{"layer": row.pop("layer"), **numbers(row)} for row in trace["layers"]],
+        }
+    )
+
+
 @router.get(
     "/runs/{run_id}/attention",
     response_class=Response,
     responses={200: {"content": {MEDIA_TYPE: {}}, "description": "[layer, head, query, key] weights"}, **NOT_FOUND},
 )
-def attention(run: RunDep, dtype: Annotated[AttentionDtype, Query()] = "uint8"):
-    body, headers = encode_attention(run.attention(), dtype)
+def attention(
+    run: RunDep,
+    dtype: Annotated[AttentionDtype, Query(description="uint8 (default, ±1/510), float16 or float32 (exact)")] = "uint8",
+    layer: Annotated[int | None, Query(description="Only this block: shape [1, head, query, key]")] = None,
+):
+    body, headers = encode_attention(run.attention(layer), dtype)
     return Response(body, media_type=MEDIA_TYPE, headers=headers)

@@ -4,6 +4,7 @@ The body is the C-order array [layer, head, query_pos, key_pos], little-endian, 
 own; the response headers carry the shape and the dtype:
 - uint8: byte = round(weight * 255); weight = byte / 255, off by at most 1/510.
 - float16: IEEE half precision; off by at most 2^-11 relative (under 0.0005 for a weight in [0, 1]).
+- float32: the exact weights.
 """
 
 from typing import Literal
@@ -11,7 +12,7 @@ from typing import Literal
 import numpy as np
 import torch
 
-AttentionDtype = Literal["uint8", "float16"]
+AttentionDtype = Literal["uint8", "float16", "float32"]
 UINT8_SCALE = 255
 MEDIA_TYPE = "application/octet-stream"
 
@@ -21,7 +22,7 @@ def encode_attention(weights: torch.Tensor, dtype: AttentionDtype) -> tuple[byte
     if dtype == "uint8":
         encoded = np.rint(array * UINT8_SCALE).astype(np.uint8)
     else:
-        encoded = array.astype("<f2")
+        encoded = array.astype("<f2" if dtype == "float16" else "<f4")
     headers = {"X-Attention-Shape": ",".join(map(str, array.shape)), "X-Attention-Dtype": dtype}
     if dtype == "uint8":
         headers["X-Attention-Scale"] = str(UINT8_SCALE)
@@ -33,4 +34,5 @@ def decode_attention(body: bytes, headers: dict[str, str]) -> np.ndarray:
     shape = tuple(int(n) for n in headers["X-Attention-Shape"].split(","))
     if headers["X-Attention-Dtype"] == "uint8":
         return (np.frombuffer(body, np.uint8).reshape(shape) / float(headers["X-Attention-Scale"])).astype(np.float32)
-    return np.frombuffer(body, "<f2").reshape(shape).astype(np.float32)
+    little_endian = "<f2" if headers["X-Attention-Dtype"] == "float16" else "<f4"
+    return np.frombuffer(body, little_endian).reshape(shape).astype(np.float32)

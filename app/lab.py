@@ -73,13 +73,29 @@ class Run:
         names = ("attention_output", "attention_residual_norm", "ffn_intermediate", "ffn_output", "output")
         return {name: self.activations[f"blocks.{layer}.{name}"] for name in names}
 
+    def token_trace(self, index: int) -> dict:
+        """One token's rows through the whole pipeline: embeddings, then every block."""
+        if not 0 <= index < len(self.tokens):
+            raise OutOfRange(f"token {index} does not exist: tokens are 0 to {len(self.tokens) - 1}")
+        return {
+            "index": index,
+            "embeddings": {name: rows[index] for name, rows in self.embeddings().items()},
+            "layers": [
+                {"layer": layer, **{name: rows[index] for name, rows in self.layer(layer).items()}}
+                for layer in range(self.n_layers)
+            ],
+        }
+
     def embeddings(self) -> dict[str, Tensor]:
         names = ("word", "position", "token_type", "sum", "normalized")
         return {name: self.activations[f"embeddings.{name}"] for name in names}
 
-    def attention(self) -> Tensor:
-        """Every block's weights: [layer, head, query_pos, key_pos]."""
-        return torch.stack([self.activations[f"blocks.{layer}.attn.weights"] for layer in range(self.n_layers)])
+    def attention(self, layer: int | None = None) -> Tensor:
+        """Every block's weights, or one block's: [layer, head, query_pos, key_pos]."""
+        if layer is not None:
+            self._check(layer)
+        layers = range(self.n_layers) if layer is None else [layer]
+        return torch.stack([self.activations[f"blocks.{index}.attn.weights"] for index in layers])
 
     def _check(self, layer: int, head: int = 0) -> None:
         if not 0 <= layer < self.n_layers:

@@ -5,8 +5,9 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from fastapi.staticfiles import StaticFiles
 
-from app import api
+from app import api, pages
 from app.lab import Lab, NothingToRead, OutOfRange, RunNotFound, TextTooLong
 from app.model import LoadedModel, load_model
 from app.settings import get_settings
@@ -28,6 +29,8 @@ def create_app(model: LoadedModel | None = None) -> FastAPI:
         lifespan=lifespan,
     )
     app.include_router(api.router)
+    app.include_router(pages.router)
+    app.mount("/static", StaticFiles(directory=pages.ROOT / "static"), name="static")
     app.add_exception_handler(TextTooLong, _error(413))
     app.add_exception_handler(NothingToRead, _error(422))
     app.add_exception_handler(RunNotFound, _error(404))

@@ -93,6 +93,31 @@ class EmbeddingsResponse(BaseModel):
     normalized: Matrix = Field(description="LayerNorm(sum): the input to block 0")
 
 
+class TokenEmbeddings(BaseModel):
+    word: list[float]
+    position: list[float]
+    token_type: list[float]
+    sum: list[float]
+    normalized: list[float]
+
+
+class TokenLayer(BaseModel):
+    layer: int
+    attention_output: list[float]
+    attention_residual_norm: list[float]
+    ffn_intermediate: list[float]
+    ffn_output: list[float]
+    output: list[float]
+
+
+class TokenTraceResponse(BaseModel):
+    """One token's rows of the embeddings and of every block: what the page's pipeline view draws."""
+
+    index: int
+    embeddings: TokenEmbeddings
+    layers: list[TokenLayer]
+
+
 class Health(BaseModel):
     status: Literal["ok"]
     model: str

@@ -65,6 +65,21 @@ def test_layer_and_embeddings_shapes(client, bank):
     np.testing.assert_allclose(parts["word"] + parts["position"] + parts["token_type"], parts["sum"], atol=1e-6)
 
 
+def test_token_trace_is_the_tokens_rows(client, bank):
+    run_id = bank["run_id"]
+    trace = client.get(f"/api/runs/{run_id}/tokens/3").json()
+    embeddings = client.get(f"/api/runs/{run_id}/embeddings").json()
+    assert trace["index"] == 3
+    for name, row in trace["embeddings"].items():
+        assert row == embeddings[name][3]
+    assert [layer["layer"] for layer in trace["layers"]] == list(range(6))
+    block_2 = client.get(f"/api/runs/{run_id}/layers/2").json()
+    for name in ("attention_output", "attention_residual_norm", "ffn_intermediate", "ffn_output", "output"):
+        assert trace["layers"][2][name] == block_2[name][3]
+    response = client.get(f"/api/runs/{run_id}/tokens/5")
+    assert response.status_code == 404 and "tokens are 0 to 4" in response.json()["detail"]
+
+
 @pytest.mark.parametrize("dtype, bound", [("uint8", 0.5 / 255 + 1e-7), ("float16", 2**-11)])
 def test_binary_attention_round_trips_within_its_bound(client, bank, dtype, bound):
     response = client.get(f"/api/runs/{bank['run_id']}/attention", params={"dtype": dtype})
@@ -76,6 +91,16 @@ def test_binary_attention_round_trips_within_its_bound(client, bank, dtype, boun
     for layer in (0, 5):
         exact = np.array(client.get(f"/api/runs/{bank['run_id']}/layers/{layer}/heads/3").json()["weights"])
         assert np.abs(weights[layer, 3] - exact).max() <= bound
+
+
+def test_one_layer_of_exact_float32_attention(client, bank):
+    response = client.get(f"/api/runs/{bank['run_id']}/attention", params={"dtype": "float32", "layer": 4})
+    assert response.headers["x-attention-shape"] == "1,12,5,5"
+    weights = decode_attention(response.content, response.headers)
+    exact = np.array(client.get(f"/api/runs/{bank['run_id']}/layers/4/heads/11").json()["weights"], dtype=np.float32)
+    assert np.array_equal(weights[0, 11], exact)
+    assert client.get(f"/api/runs/{bank['run_id']}/attention", params={"layer": 6}).status_code == 404
+    assert client.get(f"/api/runs/{bank['run_id']}/attention", params={"dtype": "int4"}).status_code == 422
 
 
 def test_causal_and_pooling_through_http(client):

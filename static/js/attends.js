@@ -1,0 +1,99 @@
+// "What does this token attend to?": lines from the selected query to every key (as bertviz draws
+// them) beside bars with the exact weights; one head, the mean, or all heads in their own colours.
+
+import { el, fixed } from "./format.js";
+
+export const HEAD_COLORS = [
+  "#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b",
+  "#e377c2", "#7f7f7f", "#bcbd22", "#17becf", "#393b79", "#637939",
+];
+const ROW = 22; // px per token row
+
+// A weight row with [CLS]/[SEP] removed and the rest rescaled to sum to 1; `sink` is what was removed.
+export function withoutSpecial(row, tokens) {
+  const kept = Array.from(row, (weight, index) => (tokens[index].special ? 0 : weight));
+  const total = kept.reduce((sum, weight) => sum + weight, 0);
+  return { row: kept.map((weight) => (total > 0 ? weight / total : 0)), sink: 1 - total };
+}
+
+// rows: [{head, color, row}] with row = weights of the selected query over all keys.
+export function renderAttends(container, { tokens, selected, rows, hideSpecial, caption }) {
+  if (selected === null) {
+    container.replaceChildren(el("p", { class: "hint" }, "Select a token to see where it looks."));
+    return;
+  }
+  const shown = rows.map(({ head, color, row }) => {
+    if (!hideSpecial) return { head, color, row: Array.from(row), sink: 0 };
+    return { head, color, ...withoutSpecial(row, tokens) };
+  });
+  const keys = tokens.filter((token) => !(hideSpecial && token.special));
+  const height = Math.max(keys.length, 1) * ROW;
+  const svg = document.createElementNS("http://www.w3.org/2000/svg", "svg");
+  svg.setAttribute("class", "attend-lines");
+  svg.setAttribute("viewBox", `0 0 100 ${tokens.length * ROW}`);
+  svg.setAttribute("preserveAspectRatio", "none");
+  svg.setAttribute("aria-hidden", "true");
+  svg.style.height = `${tokens.length * ROW}px`;
+  const largest = Math.max(...shown.flatMap(({ row }) => row), 1e-9);
+  for (const { color, row } of shown) {
+    keys.forEach((token, position) => {
+      const weight = row[token.index];
+      if (weight < 0.005) return;
+      const line = document.createElementNS("http://www.w3.org/2000/svg", "line");
+      line.setAttribute("x1", "0");
+      line.setAttribute("y1", String(selected * ROW + ROW / 2));
+      line.setAttribute("x2", "100");
+      line.setAttribute("y2", String(position * ROW + ROW / 2));
+      line.setAttribute("stroke", color);
+      line.setAttribute("stroke-opacity", String(Math.min(1, 0.15 + weight / largest)));
+      line.setAttribute("stroke-width", String(0.5 + 5 * (weight / largest)));
+      line.setAttribute("vector-effect", "non-scaling-stroke");
+      svg.append(line);
+    });
+  }
+  const left = el(
+    "ol",
+    { class: "attend-queries", start: "0" },
+    ...tokens.map((token) =>
+      el("li", { class: `${token.index === selected ? "selected" : ""}${token.special ? " special" : ""}` }, token.text),
+    ),
+  );
+  const right = el(
+    "ol",
+    { class: "attend-keys", start: "0", style: `height:${height}px` },
+    ...keys.map((token) => {
+      const bars = shown.map(({ head, color, row }) =>
+        el("span", {
+          class: "bar",
+          title: `${head}: ${fixed(row[token.index])}`,
+          style: `width:${(100 * row[token.index]) / largest / shown.length}%;background:${color}`,
+        }),
+      );
+      const single = shown.length === 1 ? shown[0].row[token.index] : null;
+      return el(
+        "li",
+        {
+          class: `attend-row${token.special ? " special" : ""}`,
+          dataset: { index: String(token.index), ...(single === null ? {} : { weight: String(single) }) },
+        },
+        el("span", { class: "attend-token" }, token.text),
+        el("span", { class: "bars" }, ...bars),
+        single === null ? null : el("span", { class: "attend-weight" }, fixed(single)),
+      );
+    }),
+  );
+  const sinks = hideSpecial
+    ? el(
+        "p",
+        { class: "sink", dataset: { field: "sink" } },
+        `Removed from [CLS]/[SEP] and rescaled away: ${shown.map(({ head, sink }) => `${head} ${fixed(sink, 3)}`).join(" · ")}`,
+      )
+    : null;
+  const legend =
+    shown.length > 1
+      ? el("p", { class: "legend" }, ...shown.map(({ head, color }) => el("span", { class: "legend-item", style: `--c:${color}` }, head)))
+      : null;
+  container.replaceChildren(
+    ...[el("p", { class: "caption" }, caption), legend, el("div", { class: "attend-grid" }, left, svg, right), sinks].filter(Boolean),
+  );
+}

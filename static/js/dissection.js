@@ -1,0 +1,132 @@
+// The worked example: for query token i in head h of block l, every step from Q and K to the context
+// vector, with the model's own numbers, and where the head's 32 numbers go in the 384 of the block.
+
+import { argmax, el, fixed, numberList, vectorStrip } from "./format.js";
+
+const SHOWN_KEYS = 12;
+
+function step(title, shape, ...body) {
+  return el("div", { class: "step" }, el("h4", {}, title, shape ? el("span", { class: "shape" }, shape) : null), ...body);
+}
+
+export function renderDissection(container, { tokens, selected, layer, head, numbers, trace, model }) {
+  if (selected === null) {
+    container.replaceChildren(el("p", { class: "hint" }, "Select a token to work through its attention."));
+    return;
+  }
+  if (head === "mean") {
+    container.replaceChildren(el("p", { class: "hint" }, "Pick one head (not the average) to see its arithmetic."));
+    return;
+  }
+  const d = model.head_dim;
+  const n = tokens.length;
+  const i = selected;
+  const query = tokens[i];
+  const q = numbers.q[i];
+  const scores = numbers.scores[i];
+  const weights = numbers.weights[i];
+  const j = argmax(weights);
+  const k = numbers.k[j];
+  const dot = q.reduce((sum, value, dim) => sum + value * k[dim], 0);
+  const visible = weights
+    .map((weight, index) => ({ index, weight, score: scores[index] }))
+    .filter(({ score }) => score > -1e30); // the causal mask's hidden keys take no part in the softmax
+  const largest = Math.max(...visible.map(({ score }) => score));
+  const exps = visible.map(({ score }) => Math.exp(score - largest));
+  const total = exps.reduce((sum, value) => sum + value, 0);
+  const rows = visible
+    .map((entry, position) => ({ ...entry, exp: exps[position] }))
+    .sort((a, b) => b.weight - a.weight)
+    .slice(0, SHOWN_KEYS);
+  const context = numbers.context[i];
+  const slice = [head * d, head * d + d - 1];
+  const steps = [
+    el(
+      "p",
+      { class: "caption" },
+      `Block ${layer}, head ${head}, query token ${i} “`,
+      el("strong", {}, query.text),
+      `”. The head reads columns ${slice[0]}–${slice[1]} of Q, K and V.`,
+    ),
+    step(`q${sub(i)}: the query vector of “${query.text}”`, `1×${d}`, vectorStrip(q, { cellWidth: 8, label: "query vector" }), numberList(q, "q")),
+    step(
+      `Most attended key: “${tokens[j].text}” (token ${j}), k${sub(j)}`,
+      `1×${d}`,
+      el("p", { dataset: { field: "top-key", index: String(j) } }, `A[${i},${j}] = ${fixed(weights[j])}, the largest weight in row ${i}.`),
+      vectorStrip(k, { cellWidth: 8, label: "key vector" }),
+      numberList(k, "k"),
+    ),
+    step(
+      "Dot product, then scale by √d",
+      "scalar",
+      el(
+        "p",
+        { class: "math" },
+        `q·k = ${q.slice(0, 2).map((value, dim) => `(${fixed(value, 3)})(${fixed(k[dim], 3)})`).join(" + ")} + … = `,
+        el("strong", { dataset: { field: "dot", value: String(dot) } }, fixed(dot)),
+      ),
+      el(
+        "p",
+        { class: "math" },
+        `score = q·k ÷ √${d} = ${fixed(dot)} ÷ ${fixed(Math.sqrt(d), 3)} = `,
+        el("strong", { dataset: { field: "score", value: String(scores[j]) } }, fixed(scores[j])),
+        " (the model's own value)",
+      ),
+    ),
+    step(
+      `Softmax over row ${i}: weight = exp(score − max) ÷ Σ exp`,
+      `1×${n}`,
+      el("p", { class: "math" }, `max score = ${fixed(largest)}, Σ exp(score − max) = ${fixed(total)} over ${visible.length} keys`),
+      softmaxTable(rows, tokens, j, total),
+      visible.length > SHOWN_KEYS ? el("p", { class: "hint" }, `… and ${visible.length - SHOWN_KEYS} smaller weights.`) : null,
+    ),
+    step(
+      `Weighted sum of values: context${sub(i)} = Σⱼ A[${i},j] · v_j`,
+      `1×${d}`,
+      vectorStrip(context, { cellWidth: 8, label: "context vector" }),
+      numberList(context, "context"),
+    ),
+    step(
+      `Concatenate the ${model.heads} heads and multiply by W_O`,
+      `1×${model.hidden_size} · ${model.hidden_size}×${model.hidden_size}`,
+      concatBar(model.heads, head),
+      el("p", { class: "hint" }, `This head fills columns ${slice[0]}–${slice[1]} of the ${model.hidden_size}-wide concatenation; W_O mixes all of them into the block's attention output:`),
+      trace ? vectorStrip(trace.layers[layer].attention_output, { label: "attention output after W_O" }) : el("p", { class: "hint" }, "Loading…"),
+    ),
+  ];
+  container.replaceChildren(...steps);
+}
+
+function sub(index) {
+  return String(index).replace(/\d/g, (digit) => "₀₁₂₃₄₅₆₇₈₉"[digit]);
+}
+
+function softmaxTable(rows, tokens, top, total) {
+  return el(
+    "table",
+    { class: "softmax", dataset: { field: "softmax" } },
+    el("thead", {}, el("tr", {}, el("th", {}, "key"), el("th", {}, "score"), el("th", {}, "exp(score − max)"), el("th", {}, "weight"))),
+    el(
+      "tbody",
+      {},
+      ...rows.map(({ index, score, exp, weight }) =>
+        el(
+          "tr",
+          { class: index === top ? "top" : "", dataset: { index: String(index), weight: String(weight) } },
+          el("td", {}, `${tokens[index].text} (${index})`),
+          el("td", {}, fixed(score)),
+          el("td", {}, fixed(exp)),
+          el("td", {}, fixed(weight), el("span", { class: "hint" }, ` = ${fixed(exp)} ÷ ${fixed(total)}`)),
+        ),
+      ),
+    ),
+  );
+}
+
+function concatBar(heads, current) {
+  return el(
+    "div",
+    { class: "concat", role: "img", "aria-label": `head ${current} of ${heads} in the concatenation` },
+    ...Array.from({ length: heads }, (_, head) => el("span", { class: head === current ? "current" : "" }, head)),
+  );
+}

@@ -1,0 +1,76 @@
+// Small shared helpers: number formatting, colours, DOM building. User text only ever goes in as text.
+
+export function fixed(value, digits = 4) {
+  return Number(value).toFixed(digits);
+}
+
+export function el(tag, attributes = {}, ...children) {
+  const node = document.createElement(tag);
+  for (const [name, value] of Object.entries(attributes)) {
+    if (name === "class") node.className = value;
+    else if (name === "dataset") Object.assign(node.dataset, value);
+    else node.setAttribute(name, value);
+  }
+  for (const child of children) {
+    if (child === null || child === undefined) continue;
+    node.append(child instanceof Node ? child : document.createTextNode(String(child)));
+  }
+  return node;
+}
+
+// Plotly reads a few HTML-like tags in labels; escaping keeps a token such as "<b>" literal.
+export function plotlyText(text) {
+  return text.replaceAll("&", "&amp;").replaceAll("<", "&lt;").replaceAll(">", "&gt;");
+}
+
+export function tokenLabel(token) {
+  return token.text;
+}
+
+// White to deep blue, for weights in [0, 1] (t already scaled to the view's maximum).
+export function sequential(t) {
+  const c = Math.max(0, Math.min(1, t));
+  return [Math.round(255 - 222 * c), Math.round(255 - 185 * c), Math.round(255 - 95 * c)];
+}
+
+// Blue for negative, white for zero, red for positive: for activations (t in [-1, 1]).
+export function diverging(t) {
+  const c = Math.max(-1, Math.min(1, t));
+  if (c >= 0) return [255, Math.round(255 - 180 * c), Math.round(255 - 200 * c)];
+  return [Math.round(255 + 200 * c), Math.round(255 + 130 * c), 255];
+}
+
+export function rgb([r, g, b]) {
+  return `rgb(${r},${g},${b})`;
+}
+
+// A row of numbers as a strip of coloured cells, one per dimension (384 fit in 384 px).
+export function vectorStrip(values, { label = "", cellWidth = 1, height = 18 } = {}) {
+  const canvas = el("canvas", { class: "strip", width: values.length * cellWidth, height, role: "img", "aria-label": label });
+  const context = canvas.getContext("2d");
+  const scale = Math.max(...values.map(Math.abs)) || 1;
+  values.forEach((value, index) => {
+    context.fillStyle = rgb(diverging(value / scale));
+    context.fillRect(index * cellWidth, 0, cellWidth, height);
+  });
+  canvas.title = `${values.length} numbers; colour scale ±${fixed(scale, 3)}`;
+  return canvas;
+}
+
+export function numberList(values, field, digits = 4) {
+  return el(
+    "div",
+    { class: "numbers", dataset: { field } },
+    ...values.map((value, index) => el("span", { class: "num", dataset: { value: String(value), dim: String(index) } }, fixed(value, digits))),
+  );
+}
+
+export function norm(values) {
+  return Math.sqrt(values.reduce((sum, value) => sum + value * value, 0));
+}
+
+export function argmax(values) {
+  let best = 0;
+  for (let index = 1; index < values.length; index += 1) if (values[index] > values[best]) best = index;
+  return best;
+}

@@ -1,0 +1,266 @@
+// Wires the page: the prompt runs the model, state changes redraw the views that depend on them.
+
+import * as api from "./api.js";
+import { allWeights, headMatrix, headNumbers, layerWeights, tokenTrace, useRun } from "./data.js";
+import { HEAD_COLORS, renderAttends } from "./attends.js";
+import { renderDissection } from "./dissection.js";
+import { saveCSV, saveJSON, savePNG } from "./export.js";
+import { markCurrent, renderGrid } from "./grid.js";
+import { renderHeatmap } from "./heatmap.js";
+import { renderPipeline } from "./pipeline.js";
+import { renderPooled } from "./pooled.js";
+import { getState, initState, setState, subscribe } from "./state.js";
+import { renderTokens, showSelection } from "./tokens.js";
+
+const config = JSON.parse(document.getElementById("lab-config").textContent);
+const model = config.model;
+const $ = (id) => document.getElementById(id);
+
+initState(
+  { text: config.defaultText, mask: "bidirectional", pooling: "mean", layer: 0, head: 0, token: null, present: false, hideSpecial: false, allHeads: false },
+  { layers: model.layers, heads: model.heads },
+);
+
+// ---- controls -------------------------------------------------------------------------------------
+
+function fillPickers() {
+  $("layer").replaceChildren(...Array.from({ length: model.layers }, (_, layer) => new Option(`block ${layer}`, String(layer))));
+  $("head").replaceChildren(
+    ...Array.from({ length: model.heads }, (_, head) => new Option(`head ${head}`, String(head))),
+    new Option(`all ${model.heads} heads averaged`, "mean"),
+  );
+}
+
+// The prompt box is only written when the state's text changes, never over what someone is typing.
+function showControls(state, changed) {
+  if (changed.has("text")) $("prompt").value = state.text;
+  $("mask").value = state.mask;
+  $("pooling").value = state.pooling;
+  $("layer").value = String(state.layer);
+  $("head").value = String(state.head);
+  $("hide-special").checked = state.hideSpecial;
+  $("all-heads").checked = state.allHeads;
+  $("present").setAttribute("aria-pressed", String(state.present));
+  document.body.classList.toggle("present", state.present);
+}
+
+function setBusy(busy) {
+  document.body.dataset.busy = String(busy);
+  $("run").disabled = busy;
+  $("run").textContent = busy ? "Running…" : "Run";
+}
+
+function showError(message) {
+  $("error").hidden = !message;
+  $("error").textContent = message ?? "";
+}
+
+function status(message) {
+  $("status").textContent = message;
+}
+
+// ---- running the model ----------------------------------------------------------------------------
+
+let runCounter = 0;
+
+async function runPrompt() {
+  const { text, mask, pooling } = getState();
+  if (!text.trim()) {
+    showError("Type some text first.");
+    return;
+  }
+  const mine = ++runCounter;
+  setBusy(true);
+  showError(null);
+  status("Running the model…");
+  try {
+    const run = await api.analyze({ text, mask, pooling });
+    if (mine !== runCounter) return;
+    useRun(run.run_id);
+    const firstContent = run.tokens.find((token) => !token.special)?.index ?? 0;
+    const token = getState().token !== null && getState().token < run.tokens.length ? getState().token : firstContent;
+    setState({ run, token });
+    status(
+      `${run.tokens.length} tokens${run.truncated ? ` — only the first ${model.max_tokens} were analyzed (the model's limit)` : ""}.`,
+    );
+  } catch (error) {
+    if (mine !== runCounter) return;
+    showError(error.message);
+    status("");
+  } finally {
+    if (mine === runCounter) setBusy(false);
+  }
+}
+
+// ---- views ----------------------------------------------------------------------------------------
+
+function viewName(state) {
+  return state.head === "mean" ? `block ${state.layer}, all heads averaged` : `block ${state.layer}, head ${state.head}`;
+}
+
+const latest = {}; // the newest request of each view: an older answer arriving late is dropped
+
+async function draw(view, work) {
+  const mine = (latest[view] = (latest[view] ?? 0) + 1);
+  try {
+    const result = await work();
+    if (mine === latest[view]) result?.();
+  } catch (error) {
+    if (mine === latest[view]) showError(error.message);
+  }
+}
+
+function drawAttention(state) {
+  const { run, layer, head, token } = state;
+  const n = run.tokens.length;
+  const labels = run.tokens.map((t) => t.text);
+  $("attention-shape").textContent = `${n}×${n} per head · ${model.heads} heads per block`;
+  draw("heatmap", async () => {
+    const matrix = await headMatrix(layer, head, model.heads, n);
+    return () =>
+      renderHeatmap($("heatmap"), {
+        matrix,
+        labels,
+        selected: token,
+        title: `${viewName(state)} · ${run.mask}`,
+        onSelect: (index) => setState({ token: index }),
+      });
+  });
+  draw("attends", async () => {
+    const weights = await layerWeights(layer);
+    const rowOf = (h) => weights.subarray((h * n + token) * n, (h * n + token + 1) * n);
+    let rows;
+    if (token === null) rows = [];
+    else if (state.allHeads) rows = HEAD_COLORS.slice(0, model.heads).map((color, h) => ({ head: `head ${h}`, color, row: rowOf(h) }));
+    else if (head === "mean") {
+      const matrix = await headMatrix(layer, "mean", model.heads, n);
+      rows = [{ head: "mean", color: "#1f77b4", row: matrix.subarray(token * n, (token + 1) * n) }];
+    } else rows = [{ head: `head ${head}`, color: HEAD_COLORS[head % HEAD_COLORS.length], row: rowOf(head) }];
+    const who = token === null ? "" : `“${run.tokens[token].text}” (token ${token})`;
+    return () =>
+      renderAttends($("attends"), {
+        tokens: run.tokens,
+        selected: token,
+        rows,
+        hideSpecial: state.hideSpecial,
+        caption: `${who} in ${state.allHeads ? `block ${layer}, every head` : viewName(state)}: line width and bar length show its weight on each token.`,
+      });
+  });
+  draw("dissection", async () => {
+    if (token === null || head === "mean") return () => renderDissection($("dissection"), { tokens: run.tokens, selected: token, head, model });
+    const [numbers, trace] = await Promise.all([headNumbers(layer, head), tokenTrace(token)]);
+    return () => renderDissection($("dissection"), { tokens: run.tokens, selected: token, layer, head, numbers, trace, model });
+  });
+}
+
+function drawToken(state) {
+  showSelection($("tokens"), state.token);
+  draw("pipeline", async () => {
+    const trace = state.token === null ? null : await tokenTrace(state.token);
+    return () => renderPipeline($("pipeline"), { tokens: state.run.tokens, selected: state.token, trace, model });
+  });
+}
+
+function drawRun(state) {
+  const { run } = state;
+  const n = run.tokens.length;
+  $("tokens-shape").textContent = `N = ${n} tokens`;
+  renderTokens($("tokens"), run.tokens, state.token, (index) => setState({ token: index === getState().token ? null : index }));
+  $("grid-shape").textContent = `${model.layers} blocks × ${model.heads} heads, each ${n}×${n}`;
+  draw("grid", async () => {
+    const weights = await allWeights();
+    return () =>
+      renderGrid($("grid"), {
+        weights,
+        layers: model.layers,
+        heads: model.heads,
+        n,
+        current: state,
+        onOpen: (layer, head) => {
+          setState({ layer, head });
+          $("heatmap").scrollIntoView({ behavior: "smooth", block: "center" });
+        },
+      });
+  });
+  renderPooled($("pooled"), run.pooled, model);
+}
+
+subscribe((state, changed) => {
+  showControls(state, changed);
+  if (!state.run) return;
+  if (changed.has("run")) drawRun(state);
+  if (["run", "layer", "head", "token", "hideSpecial", "allHeads"].some((key) => changed.has(key))) drawAttention(state);
+  if (changed.has("run") || changed.has("token")) drawToken(state);
+  if (changed.has("layer") || changed.has("head")) markCurrent($("grid"), state.layer, state.head);
+});
+
+// ---- input ----------------------------------------------------------------------------------------
+
+function exportView() {
+  const state = getState();
+  const n = state.run.tokens.length;
+  return headMatrix(state.layer, state.head, model.heads, n).then((matrix) => ({
+    text: state.text,
+    model: model.name,
+    mask: state.run.mask,
+    pooling: state.run.pooled.strategy,
+    layer: state.layer,
+    head: state.head,
+    tokens: state.run.tokens,
+    matrix: Array.from({ length: n }, (_, row) => Array.from(matrix.subarray(row * n, (row + 1) * n))),
+    pooled: state.run.pooled,
+  }));
+}
+
+function fileName() {
+  const { layer, head } = getState();
+  return `attention-block${layer}-head${head}`;
+}
+
+function bindInputs() {
+  $("prompt-form").addEventListener("submit", (event) => {
+    event.preventDefault();
+    setState({ text: $("prompt").value, mask: $("mask").value, pooling: $("pooling").value });
+    runPrompt();
+  });
+  $("prompt").addEventListener("keydown", (event) => {
+    if (event.key === "Enter" && !event.shiftKey) {
+      event.preventDefault();
+      $("prompt-form").requestSubmit();
+    }
+  });
+  for (const id of ["mask", "pooling"]) $(id).addEventListener("change", () => $("prompt-form").requestSubmit());
+  $("layer").addEventListener("change", () => setState({ layer: Number($("layer").value) }));
+  $("head").addEventListener("change", () => setState({ head: $("head").value === "mean" ? "mean" : Number($("head").value) }));
+  $("hide-special").addEventListener("change", () => setState({ hideSpecial: $("hide-special").checked }));
+  $("all-heads").addEventListener("change", () => setState({ allHeads: $("all-heads").checked }));
+  $("present").addEventListener("click", () => setState({ present: !getState().present }));
+  $("share").addEventListener("click", async () => {
+    try {
+      await navigator.clipboard.writeText(window.location.href);
+      status("Link to this view copied.");
+    } catch {
+      status(`Share this link: ${window.location.href}`);
+    }
+  });
+  $("export-png").addEventListener("click", () => getState().run && savePNG($("heatmap"), fileName()));
+  $("export-json").addEventListener("click", async () => getState().run && saveJSON(await exportView(), fileName()));
+  $("export-csv").addEventListener("click", async () => getState().run && saveCSV(await exportView(), fileName()));
+  document.addEventListener("keydown", (event) => {
+    const typing = event.target.closest("textarea, input, select");
+    const { run, token } = getState();
+    if (typing || !run) return;
+    if (event.key === "Escape") setState({ token: null });
+    else if (event.key === "ArrowRight" || event.key === "ArrowLeft") {
+      const step = event.key === "ArrowRight" ? 1 : -1;
+      const start = token === null ? (step > 0 ? -1 : run.tokens.length) : token;
+      setState({ token: Math.max(0, Math.min(run.tokens.length - 1, start + step)) });
+      event.preventDefault();
+    }
+  });
+}
+
+fillPickers();
+bindInputs();
+showControls(getState(), new Set(["text"]));
+runPrompt();

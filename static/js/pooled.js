@@ -1,0 +1,46 @@
+// The sentence vector: the pooled 384 numbers and the same vector divided by its norm.
+
+import { el, fixed } from "./format.js";
+
+const STRATEGIES = {
+  mean: "mean of every token's final vector",
+  cls: "the [CLS] token's final vector",
+  max: "the largest value of each dimension over all tokens",
+};
+
+export function renderPooled(container, pooled, model) {
+  const chart = el("div", { class: "pooled-chart", role: "img", "aria-label": "Pooled vector and its normalised form, one bar per dimension" });
+  container.replaceChildren(
+    el(
+      "p",
+      { class: "caption" },
+      `Pooling: `,
+      el("strong", { dataset: { field: "strategy" } }, pooled.strategy),
+      ` (${STRATEGIES[pooled.strategy]}) → a 1×${model.hidden_size} vector with norm `,
+      el("strong", { dataset: { field: "norm", value: String(pooled.norm) } }, fixed(pooled.norm)),
+      `; divided by that norm it has length 1: the sentence embedding used for search.`,
+    ),
+    chart,
+  );
+  const dims = [...pooled.vector.keys()];
+  Plotly.react(
+    chart,
+    [
+      { type: "bar", x: dims, y: pooled.vector, name: "pooled", marker: { color: "#1f77b4" }, hovertemplate: "dim %{x}: %{y:.4f}<extra>pooled</extra>" },
+      { type: "bar", x: dims, y: pooled.normalized, name: "normalised", marker: { color: "#ff7f0e" }, xaxis: "x2", yaxis: "y2", hovertemplate: "dim %{x}: %{y:.4f}<extra>normalised</extra>" },
+    ],
+    {
+      grid: { rows: 2, columns: 1, pattern: "independent" },
+      height: 360,
+      margin: { l: 50, r: 10, t: 10, b: 40 },
+      showlegend: true,
+      legend: { orientation: "h", y: 1.08 },
+      xaxis2: { title: { text: `dimension (0–${model.hidden_size - 1})` } },
+      yaxis: { title: { text: "pooled" } },
+      yaxis2: { title: { text: "÷ norm" } },
+      bargap: 0,
+      paper_bgcolor: "rgba(0,0,0,0)",
+    },
+    { displaylogo: false, responsive: true },
+  );
+}

@@ -1,0 +1,60 @@
+// The one place view state lives. Every change is mirrored into the URL, so a shared link opens the
+// same view; `run` holds the current run's data and is not part of the URL.
+
+const URL_KEYS = ["text", "mask", "pooling", "layer", "head", "token", "present"];
+const listeners = new Set();
+let state = {};
+
+// limits: {layers, heads}, to refuse a URL that names a block or head the model does not have.
+export function initState(defaults, limits) {
+  state = { ...defaults, ...readURL(limits), run: null };
+  return state;
+}
+
+export function getState() {
+  return state;
+}
+
+export function setState(patch) {
+  const changed = Object.keys(patch).filter((key) => state[key] !== patch[key]);
+  if (changed.length === 0) return;
+  state = { ...state, ...patch };
+  if (changed.some((key) => URL_KEYS.includes(key))) writeURL();
+  for (const listener of listeners) listener(state, new Set(changed));
+}
+
+export function subscribe(listener) {
+  listeners.add(listener);
+}
+
+function readURL(limits) {
+  const params = new URLSearchParams(window.location.search);
+  const view = {};
+  if (params.has("text")) view.text = params.get("text");
+  if (["bidirectional", "causal"].includes(params.get("mask"))) view.mask = params.get("mask");
+  if (["mean", "cls", "max"].includes(params.get("pooling"))) view.pooling = params.get("pooling");
+  const layer = wholeNumber(params.get("layer"));
+  if (layer !== null && layer < limits.layers) view.layer = layer;
+  const head = params.get("head") === "mean" ? "mean" : wholeNumber(params.get("head"));
+  if (head === "mean" || (head !== null && head < limits.heads)) view.head = head;
+  const token = wholeNumber(params.get("token"));
+  if (token !== null) view.token = token;
+  if (params.get("present") === "1") view.present = true;
+  return view;
+}
+
+function wholeNumber(value) {
+  return value !== null && /^\d+$/.test(value) ? Number(value) : null;
+}
+
+function writeURL() {
+  const params = new URLSearchParams();
+  params.set("text", state.text);
+  params.set("mask", state.mask);
+  params.set("pooling", state.pooling);
+  params.set("layer", String(state.layer));
+  params.set("head", String(state.head));
+  if (state.token !== null) params.set("token", String(state.token));
+  if (state.present) params.set("present", "1");
+  window.history.replaceState(null, "", `${window.location.pathname}?${params}`);
+}

@@ -1,0 +1,36 @@
+// The token strip: one chip per subword piece, its id below; click or arrow keys select a token.
+
+import { el } from "./format.js";
+
+export function renderTokens(container, tokens, selected, onSelect) {
+  container.replaceChildren(
+    ...tokens.map((token) =>
+      el(
+        "button",
+        {
+          type: "button",
+          class: `token${token.special ? " special" : ""}${token.text.startsWith("##") ? " continuation" : ""}`,
+          role: "option",
+          "aria-selected": String(token.index === selected),
+          tabindex: "-1",
+          title: `token ${token.index} · id ${token.id}${token.special ? " · special token" : ""}`,
+          dataset: { index: String(token.index), id: String(token.id), special: String(token.special) },
+        },
+        el("span", { class: "token-text" }, token.text),
+        el("span", { class: "token-id" }, token.id),
+      ),
+    ),
+  );
+  container.onclick = (event) => {
+    const chip = event.target.closest(".token");
+    if (chip) onSelect(Number(chip.dataset.index));
+  };
+}
+
+export function showSelection(container, selected) {
+  for (const chip of container.querySelectorAll(".token")) {
+    const isSelected = Number(chip.dataset.index) === selected;
+    chip.setAttribute("aria-selected", String(isSelected));
+    if (isSelected) chip.scrollIntoView({ block: "nearest", inline: "nearest" });
+  }
+}
