@@ -23,8 +23,11 @@ export function plotlyText(text) {
   return text.replaceAll("&", "&amp;").replaceAll("<", "&lt;").replaceAll(">", "&gt;");
 }
 
-export function tokenLabel(token) {
-  return token.text;
+// Plot text in the page's own colours and size, so presentation mode reaches the charts too.
+export function plotFont() {
+  const style = getComputedStyle(document.body);
+  const large = document.body.classList.contains("present");
+  return { color: style.getPropertyValue("--ink").trim(), size: large ? 17 : 12, family: style.fontFamily };
 }
 
 // White to deep blue, for weights in [0, 1] (t already scaled to the view's maximum).

@@ -1,6 +1,6 @@
 // One attention matrix as a Plotly heatmap: rows are queries (who looks), columns keys (who is looked at).
 
-import { plotlyText } from "./format.js";
+import { plotFont, plotlyText } from "./format.js";
 
 const MAX_HOVER_LABELS = 200; // beyond this a per-cell label array costs more than it helps
 
@@ -35,7 +35,7 @@ export function renderHeatmap(node, { matrix, labels, selected, title, onSelect,
   };
   const size = Math.min(640, Math.max(320, 40 + n * 22));
   const layout = {
-    title: { text: plotlyText(title), font: { size: 14 }, x: 0, xanchor: "left", y: 0.99, yanchor: "top" },
+    title: { text: plotlyText(title), x: 0, xanchor: "left", y: 0.99, yanchor: "top" },
     height: size + 60,
     margin: { l: 90, r: 10, t: 40, b: 20 },
     xaxis: { ...ticks(labels), side: "bottom", tickangle: -60, title: { text: "key: attended to" }, automargin: true },
@@ -45,7 +45,7 @@ export function renderHeatmap(node, { matrix, labels, selected, title, onSelect,
         ? []
         : [{ type: "rect", xref: "paper", x0: 0, x1: 1, y0: selected - 0.5, y1: selected + 0.5, line: { color: "#d62728", width: 3 } }],
     paper_bgcolor: "rgba(0,0,0,0)",
-    font: { size: 12 },
+    font: plotFont(),
   };
   Plotly.react(node, [trace], layout, {
     displaylogo: false,

@@ -77,6 +77,7 @@ async function runPrompt() {
     const run = await api.analyze({ text, mask, pooling });
     if (mine !== runCounter) return;
     useRun(run.run_id);
+    document.body.dataset.run = run.run_id;
     const firstContent = run.tokens.find((token) => !token.special)?.index ?? 0;
     const token = getState().token !== null && getState().token < run.tokens.length ? getState().token : firstContent;
     setState({ run, token });
@@ -100,11 +101,15 @@ function viewName(state) {
 
 const latest = {}; // the newest request of each view: an older answer arriving late is dropped
 
+// view is also the element's id; once drawn, its data-view says what it shows (run:layer:head:token).
 async function draw(view, work) {
   const mine = (latest[view] = (latest[view] ?? 0) + 1);
+  const { run, layer, head, token } = getState();
   try {
-    const result = await work();
-    if (mine === latest[view]) result?.();
+    const render = await work();
+    if (mine !== latest[view]) return;
+    render();
+    $(view).dataset.view = `${run.run_id}:${layer}:${head}:${token}`;
   } catch (error) {
     if (mine === latest[view]) showError(error.message);
   }
@@ -189,7 +194,8 @@ subscribe((state, changed) => {
   showControls(state, changed);
   if (!state.run) return;
   if (changed.has("run")) drawRun(state);
-  if (["run", "layer", "head", "token", "hideSpecial", "allHeads"].some((key) => changed.has(key))) drawAttention(state);
+  if (changed.has("present")) renderPooled($("pooled"), state.run.pooled, model);
+  if (["run", "layer", "head", "token", "hideSpecial", "allHeads", "present"].some((key) => changed.has(key))) drawAttention(state);
   if (changed.has("run") || changed.has("token")) drawToken(state);
   if (changed.has("layer") || changed.has("head")) markCurrent($("grid"), state.layer, state.head);
 });

@@ -1,6 +1,6 @@
 // The sentence vector: the pooled 384 numbers and the same vector divided by its norm.
 
-import { el, fixed } from "./format.js";
+import { el, fixed, plotFont } from "./format.js";
 
 const STRATEGIES = {
   mean: "mean of every token's final vector",
@@ -40,6 +40,8 @@ export function renderPooled(container, pooled, model) {
       yaxis2: { title: { text: "÷ norm" } },
       bargap: 0,
       paper_bgcolor: "rgba(0,0,0,0)",
+      plot_bgcolor: "rgba(0,0,0,0)",
+      font: plotFont(),
     },
     { displaylogo: false, responsive: true },
   );

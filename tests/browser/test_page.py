@@ -1,0 +1,272 @@
+"""The lab page in Debian's chromium against a live server: every number shown equals the API's."""
+
+import csv
+import io
+import json
+from urllib.parse import parse_qs, urlparse
+
+import numpy as np
+import pytest
+
+from tests.browser.conftest import screenshot
+
+pytestmark = pytest.mark.slow
+DEFAULT_TEXT = "The animal didn't cross the street because it was too tired"
+
+
+def run_id(page) -> str:
+    page.wait_for_function("document.body.dataset.run && document.body.dataset.busy === 'false'")
+    return page.evaluate("document.body.dataset.run")
+
+
+def wait_view(page, view: str, layer, head, token):
+    key = f"{run_id(page)}:{layer}:{head}:{'null' if token is None else token}"
+    page.wait_for_selector(f'#{view}[data-view="{key}"]', timeout=20_000)
+
+
+def heatmap_z(page) -> np.ndarray:
+    return np.array(page.evaluate("document.getElementById('heatmap').data[0].z"))
+
+
+def api_head(api, run, layer, head):
+    return api.get(f"/api/runs/{run}/layers/{layer}/heads/{head}").json()
+
+
+def open_lab(page, server, query=""):
+    page.goto(f"{server}/{query}")
+    run_id(page)
+
+
+def test_page_runs_the_default_prompt_and_chips_match_the_api(page, server, api):
+    open_lab(page, server)
+    expected = api.post("/api/analyze", json={"text": DEFAULT_TEXT}).json()["tokens"]
+    chips = page.locator("#tokens .token")
+    assert chips.count() == len(expected)
+    texts = chips.locator(".token-text").all_inner_texts()
+    ids = [int(chip.get_attribute("data-id")) for chip in chips.all()]
+    assert texts == [token["text"] for token in expected]
+    assert ids == [token["id"] for token in expected]
+    special = [chip.get_attribute("data-special") == "true" for chip in chips.all()]
+    assert special == [token["special"] for token in expected]
+    wait_view(page, "grid", 0, 0, 1)
+    assert page.locator("#grid .grid-cell").count() == 72
+    screenshot(page, "01-lab-default")
+
+
+def test_clicking_a_token_shows_its_row_and_the_dissection_numbers(page, server, api):
+    open_lab(page, server, "?layer=2&head=5")
+    page.locator('#tokens .token[data-index="10"]').click()  # "it"
+    wait_view(page, "heatmap", 2, 5, 10)
+    wait_view(page, "attends", 2, 5, 10)
+    wait_view(page, "dissection", 2, 5, 10)
+    run = run_id(page)
+    head = api_head(api, run, 2, 5)
+    weights = np.array(head["weights"])
+    assert page.locator("#heatmap").get_attribute("data-selected-row") == "10"
+    shape = page.evaluate("document.getElementById('heatmap').layout.shapes[0]")
+    assert (shape["y0"], shape["y1"]) == (9.5, 10.5)
+    np.testing.assert_allclose(heatmap_z(page), weights, atol=1e-7)
+    bars = page.locator("#attends .attend-row")
+    shown = [float(row.get_attribute("data-weight")) for row in bars.all()]
+    np.testing.assert_allclose(shown, weights[10], atol=1e-7)
+    q = [float(v) for v in page.locator('#dissection [data-field="q"] .num').evaluate_all("n => n.map(x => x.dataset.value)")]
+    np.testing.assert_allclose(q, head["q"][10], atol=1e-7)
+    context = page.locator('#dissection [data-field="context"] .num').evaluate_all("n => n.map(x => x.dataset.value)")
+    np.testing.assert_allclose([float(v) for v in context], head["context"][10], atol=1e-7)
+    top = int(page.locator('#dissection [data-field="top-key"]').get_attribute("data-index"))
+    assert top == int(np.argmax(weights[10]))
+    k = np.array(head["k"][top])
+    dot = float(page.locator('#dissection [data-field="dot"]').get_attribute("data-value"))
+    assert dot == pytest.approx(float(np.dot(head["q"][10], k)), abs=1e-4)
+    score = float(page.locator('#dissection [data-field="score"]').get_attribute("data-value"))
+    assert score == pytest.approx(head["scores"][10][top], abs=1e-6)
+    assert page.locator("#dissection").inner_text().count("0.") > 50
+    screenshot(page, "02-dissection", page.locator("#dissection"))
+    screenshot(page, "03-attention", page.locator("section.attention"))
+
+
+def test_switching_layer_and_head_and_averaging(page, server, api):
+    open_lab(page, server)
+    page.select_option("#layer", "4")
+    page.select_option("#head", "7")
+    wait_view(page, "heatmap", 4, 7, 1)
+    run = run_id(page)
+    np.testing.assert_allclose(heatmap_z(page), api_head(api, run, 4, 7)["weights"], atol=1e-7)
+    page.select_option("#head", "mean")
+    wait_view(page, "heatmap", 4, "mean", 1)
+    mean = np.mean([api_head(api, run, 4, h)["weights"] for h in range(12)], axis=0)
+    np.testing.assert_allclose(heatmap_z(page), mean, atol=1e-6)
+    query = parse_qs(urlparse(page.url).query)
+    assert query["layer"] == ["4"] and query["head"] == ["mean"]
+
+
+def test_clicking_a_heatmap_cell_selects_its_query_token(page, server):
+    open_lab(page, server)
+    wait_view(page, "heatmap", 0, 0, 1)
+    x, y = page.evaluate(
+        """() => {
+          const gd = document.getElementById('heatmap'), box = gd.getBoundingClientRect();
+          const xa = gd._fullLayout.xaxis, ya = gd._fullLayout.yaxis;
+          return [box.left + xa._offset + xa.l2p(3), box.top + ya._offset + ya.l2p(6)];
+        }"""
+    )
+    page.mouse.click(x, y)
+    wait_view(page, "heatmap", 0, 0, 6)
+    assert page.locator('#tokens .token[data-index="6"]').get_attribute("aria-selected") == "true"
+
+
+def test_grid_cell_opens_that_head(page, server, api):
+    open_lab(page, server)
+    wait_view(page, "grid", 0, 0, 1)
+    page.locator('#grid .grid-cell[data-layer="3"][data-head="9"]').click()
+    wait_view(page, "heatmap", 3, 9, 1)
+    assert page.locator("#layer").input_value() == "3" and page.locator("#head").input_value() == "9"
+    assert page.locator('#grid .grid-cell.current').get_attribute("data-head") == "9"
+    np.testing.assert_allclose(heatmap_z(page), api_head(api, run_id(page), 3, 9)["weights"], atol=1e-7)
+    screenshot(page, "04-grid", page.locator("#grid"))
+
+
+def test_causal_mask_shows_upper_triangle_zeros(page, server):
+    open_lab(page, server)
+    page.select_option("#mask", "causal")
+    page.wait_for_function("document.body.dataset.busy === 'false' && new URLSearchParams(location.search).get('mask') === 'causal'")
+    page.select_option("#layer", "1")
+    wait_view(page, "heatmap", 1, 0, 1)
+    z = heatmap_z(page)
+    assert np.all(np.triu(z, 1) == 0)
+    np.testing.assert_allclose(z.sum(1), 1, atol=1e-5)
+    assert "causal" in page.evaluate("document.getElementById('heatmap').layout.title.text")
+    screenshot(page, "05-causal", page.locator("section.attention"))
+
+
+def test_a_shared_url_opens_the_same_view(page, server, browser):
+    open_lab(page, server)
+    page.fill("#prompt", "the river bank flooded")
+    page.press("#prompt", "Enter")
+    page.wait_for_function("document.querySelectorAll('#tokens .token').length === 6")
+    page.select_option("#layer", "5")
+    page.select_option("#head", "2")
+    page.select_option("#pooling", "max")
+    page.wait_for_function("new URLSearchParams(location.search).get('pooling') === 'max' && document.body.dataset.busy === 'false'")
+    page.locator('#tokens .token[data-index="3"]').click()
+    wait_view(page, "heatmap", 5, 2, 3)
+    shared = page.url
+    other = browser.new_page(viewport={"width": 1280, "height": 720})
+    try:
+        other.goto(shared)
+        other.wait_for_function("document.body.dataset.run && document.body.dataset.busy === 'false'")
+        key = f"{other.evaluate('document.body.dataset.run')}:5:2:3"
+        other.wait_for_selector(f'#heatmap[data-view="{key}"]')
+        assert other.locator("#prompt").input_value() == "the river bank flooded"
+        assert other.locator("#pooling").input_value() == "max"
+        assert other.locator('#tokens .token[aria-selected="true"]').get_attribute("data-index") == "3"
+        assert other.locator('#pooled [data-field="strategy"]').inner_text() == "max"
+        np.testing.assert_allclose(
+            np.array(other.evaluate("document.getElementById('heatmap').data[0].z")), heatmap_z(page), atol=0
+        )
+    finally:
+        other.close()
+
+
+def test_keyboard_moves_and_clears_the_selection(page, server):
+    open_lab(page, server)
+    wait_view(page, "heatmap", 0, 0, 1)
+    page.locator("#tokens").focus()
+    page.keyboard.press("ArrowRight")
+    page.keyboard.press("ArrowRight")
+    wait_view(page, "heatmap", 0, 0, 3)
+    page.keyboard.press("ArrowLeft")
+    wait_view(page, "heatmap", 0, 0, 2)
+    page.keyboard.press("Escape")
+    wait_view(page, "heatmap", 0, 0, None)
+    assert page.locator('#tokens .token[aria-selected="true"]').count() == 0
+    assert "token" not in parse_qs(urlparse(page.url).query)
+
+
+@pytest.mark.parametrize("prompt", ['<img src=x onerror=alert(1)>', '<script>alert("x")</script> & "quotes"'])
+def test_html_in_a_prompt_is_shown_as_text(page, server, prompt):
+    open_lab(page, server)
+    page.fill("#prompt", prompt)
+    page.click("#run")
+    page.wait_for_function("document.querySelector('#tokens .token-text').textContent === '[CLS]' && document.body.dataset.busy === 'false'")
+    page.wait_for_function(f"document.querySelectorAll('#tokens .token').length > 5")
+    assert page.locator("img[src=x]").count() == 0 and page.locator("main script").count() == 0
+    assert "<" in page.locator("#tokens").inner_text()
+    assert page.title() == "Attention Lab"
+    page.wait_for_timeout(300)
+    screenshot(page, "06-html-prompt", page.locator("#tokens"))
+
+
+def test_errors_are_explained_in_plain_words(page, server):
+    open_lab(page, server)
+    page.fill("#prompt", "   ")
+    page.click("#run")
+    assert page.locator("#error").inner_text() == "Type some text first."
+    page.fill("#prompt", "bank " * 700)
+    page.click("#run")
+    page.wait_for_function("document.querySelectorAll('#tokens .token').length === 512")
+    assert page.locator("#error").is_hidden()
+    assert "only the first 512" in page.locator("#status").inner_text()
+    wait_view(page, "heatmap", 0, 0, 1)
+    wait_view(page, "grid", 0, 0, 1)
+    screenshot(page, "07-512-tokens")
+
+
+def test_hiding_special_tokens_renormalises(page, server, api):
+    open_lab(page, server, "?layer=3&head=4&token=5")
+    page.check("#hide-special")
+    wait_view(page, "attends", 3, 4, 5)
+    page.wait_for_selector('#attends [data-field="sink"]')
+    weights = np.array(api_head(api, run_id(page), 3, 4)["weights"])[5]
+    special = [0, len(weights) - 1]
+    kept = np.delete(weights, special)
+    rows = page.locator("#attends .attend-row")
+    shown = [float(row.get_attribute("data-weight")) for row in rows.all()]
+    np.testing.assert_allclose(shown, kept / kept.sum(), atol=1e-6)
+    assert f"{weights[special].sum():.3f}" in page.locator('#attends [data-field="sink"]').inner_text()
+    page.check("#all-heads")
+    page.wait_for_function("document.querySelectorAll('#attends .legend-item').length === 12")
+    screenshot(page, "08-all-heads", page.locator("section.attention"))
+
+
+def test_pipeline_and_pooled_vector_show_the_apis_numbers(page, server, api):
+    open_lab(page, server, "?token=2")
+    wait_view(page, "pipeline", 0, 0, 2)
+    run = run_id(page)
+    trace = api.get(f"/api/runs/{run}/tokens/2").json()
+    text = page.locator("#pipeline").inner_text()
+    assert "id 4111 → row 4111" in text  # "animal"
+    assert f"{np.linalg.norm(trace['embeddings']['word']):.3f}" in text
+    assert f"{np.linalg.norm(trace['layers'][5]['output']):.3f}" in text
+    analyzed = api.post("/api/analyze", json={"text": DEFAULT_TEXT}).json()
+    norm = float(page.locator('#pooled [data-field="norm"]').get_attribute("data-value"))
+    assert norm == pytest.approx(analyzed["pooled"]["norm"], rel=1e-6)
+    screenshot(page, "09-pipeline", page.locator("#pipeline"))
+    screenshot(page, "10-pooled", page.locator("#pooled"))
+
+
+def test_exports_are_valid_files_with_the_views_numbers(page, server, api):
+    open_lab(page, server, "?layer=1&head=6")
+    wait_view(page, "heatmap", 1, 6, 1)
+    weights = np.array(api_head(api, run_id(page), 1, 6)["weights"])
+    with page.expect_download() as download:
+        page.click("#export-json")
+    exported = json.loads(open(download.value.path()).read())
+    assert (exported["layer"], exported["head"], exported["mask"], exported["text"]) == (1, 6, "bidirectional", DEFAULT_TEXT)
+    np.testing.assert_allclose(exported["matrix"], weights, atol=1e-7)
+    with page.expect_download() as download:
+        page.click("#export-csv")
+    rows = [row for row in csv.reader(io.StringIO(open(download.value.path()).read())) if not row[0].startswith("#")]
+    np.testing.assert_allclose(np.array([r[1:] for r in rows[1:]], dtype=float), weights, atol=1e-7)
+    with page.expect_download() as download:
+        page.click("#export-png")
+    assert open(download.value.path(), "rb").read(8) == b"\x89PNG\r\n\x1a\n"
+
+
+def test_presentation_mode(page, server):
+    open_lab(page, server, "?token=10&layer=2&head=5")
+    page.click("#present")
+    assert "present" in page.evaluate("document.body.className")
+    assert parse_qs(urlparse(page.url).query)["present"] == ["1"]
+    wait_view(page, "heatmap", 2, 5, 10)
+    screenshot(page, "11-presentation")
