@@ -2,6 +2,7 @@
 
 from typing import Annotated
 
+import numpy as np
 import orjson
 from fastapi import APIRouter, Depends, Query, Response
 
@@ -17,6 +18,7 @@ from app.schemas import (
     Health,
     LayerResponse,
     ModelInfo,
+    QueryResponse,
     TokenTraceResponse,
 )
 
@@ -41,7 +43,8 @@ RunDep = Annotated[Run, Depends(get_run)]
 
 
 def numbers(tensors: dict) -> dict:
-    return {name: tensor.numpy() for name, tensor in tensors.items()}
+    # orjson writes only C-contiguous arrays; per-head slices are strided views.
+    return {name: np.ascontiguousarray(tensor.numpy()) for name, tensor in tensors.items()}
 
 
 @router.get("/health", response_model=Health)
@@ -84,6 +87,13 @@ def head(run: RunDep, layer: int, head: int):
     return NumbersResponse({"layer": layer, "head": head, **numbers(run.head(layer, head))})
 
 
+@router.get(
+    "/runs/{run_id}/layers/{layer}/heads/{head}/queries/{query}", response_model=QueryResponse, responses=NOT_FOUND
+)
+def query(run: RunDep, layer: int, head: int, query: int):
+    return NumbersResponse({"layer": layer, "head": head, "query": query, **numbers(run.query(layer, head, query))})
+
+
 @router.get("/runs/{run_id}/layers/{layer}", response_model=LayerResponse, responses=NOT_FOUND)
 def layer(run: RunDep, layer: int):
     return NumbersResponse({"layer": layer, **numbers(run.layer(layer))})
@@ -115,6 +125,10 @@ def attention(
     run: RunDep,
     dtype: Annotated[AttentionDtype, Query(description="uint8 (default, ±1/510), float16 or float32 (exact)")] = "uint8",
     layer: Annotated[int | None, Query(description="Only this block: shape [1, head, query, key]")] = None,
+    head: Annotated[int | None, Query(description="Only this head of `layer`: shape [1, 1, query, key]")] = None,
+    size: Annotated[
+        int | None, Query(ge=1, description="Shrink each matrix to at most size×size, keeping each block's largest weight")
+    ] = None,
 ):
-    body, headers = encode_attention(run.attention(layer), dtype)
+    body, headers = encode_attention(run.attention(layer, head), dtype, size)
     return Response(body, media_type=MEDIA_TYPE, headers=headers)

@@ -2,6 +2,7 @@
 
 import threading
 import uuid
+from collections import OrderedDict
 from dataclasses import dataclass, field
 
 import torch
@@ -68,6 +69,19 @@ class Run:
             "context": self.activations[f"blocks.{layer}.attn.context"][head],
         }
 
+    def query(self, layer: int, head: int, index: int) -> dict[str, Tensor]:
+        """One query token's view of one head: its q, every k and v, its scores and weights rows, its context."""
+        numbers = self.head(layer, head)
+        self._check_token(index)
+        return {
+            "q": numbers["q"][index],
+            "k": numbers["k"],
+            "v": numbers["v"],
+            "scores": numbers["scores"][index],
+            "weights": numbers["weights"][index],
+            "context": numbers["context"][index],
+        }
+
     def layer(self, layer: int) -> dict[str, Tensor]:
         self._check(layer)
         names = ("attention_output", "attention_residual_norm", "ffn_intermediate", "ffn_output", "output")
@@ -75,8 +89,7 @@ class Run:
 
     def token_trace(self, index: int) -> dict:
         """One token's rows through the whole pipeline: embeddings, then every block."""
-        if not 0 <= index < len(self.tokens):
-            raise OutOfRange(f"token {index} does not exist: tokens are 0 to {len(self.tokens) - 1}")
+        self._check_token(index)
         return {
             "index": index,
             "embeddings": {name: rows[index] for name, rows in self.embeddings().items()},
@@ -90,12 +103,18 @@ class Run:
         names = ("word", "position", "token_type", "sum", "normalized")
         return {name: self.activations[f"embeddings.{name}"] for name in names}
 
-    def attention(self, layer: int | None = None) -> Tensor:
-        """Every block's weights, or one block's: [layer, head, query_pos, key_pos]."""
-        if layer is not None:
-            self._check(layer)
+    def attention(self, layer: int | None = None, head: int | None = None) -> list[Tensor]:
+        """Weights per block, [head, query_pos, key_pos] each: every block, or one, or one head of one."""
+        if head is not None and layer is None:
+            raise OutOfRange("a head needs its layer: give both")
+        self._check(layer or 0, head or 0)
         layers = range(self.n_layers) if layer is None else [layer]
-        return torch.stack([self.activations[f"blocks.{index}.attn.weights"] for index in layers])
+        heads = slice(None) if head is None else slice(head, head + 1)
+        return [self.activations[f"blocks.{index}.attn.weights"][heads] for index in layers]
+
+    def _check_token(self, index: int) -> None:
+        if not 0 <= index < len(self.tokens):
+            raise OutOfRange(f"token {index} does not exist: tokens are 0 to {len(self.tokens) - 1}")
 
     def _check(self, layer: int, head: int = 0) -> None:
         if not 0 <= layer < self.n_layers:
@@ -109,7 +128,11 @@ class Lab:
         self.loaded = loaded
         self.max_chars = max_chars
         self.runs: RunStore[Run] = RunStore(max_runs, max_store_bytes)
+        # (text, mask, pooling) -> run id: a class typing the same prompt gets the kept run back. The
+        # lab holds one model, so the model is part of every key implicitly.
+        self._run_ids: OrderedDict[tuple[str, str, str], str] = OrderedDict()
         # Hooks are registered on the one shared model: two passes at once would record into each other.
+        # Holding the lock while checking the cache also makes identical concurrent requests share a pass.
         self._forward_lock = threading.Lock()
 
     @property
@@ -132,13 +155,25 @@ class Lab:
         tokens, truncated = self.tokenize(text)
         if all(token.special for token in tokens):
             raise NothingToRead("the text has no characters the tokenizer keeps (only control or invisible ones)")
+        pooling = pooling or self.loaded.default_pooling
+        key = (text, mask, pooling)
+        with self._forward_lock:
+            kept = self.runs.get(self._run_ids.get(key, ""))
+            if kept is not None:
+                return kept
+            run = self._forward(text, mask, pooling, tokens, truncated)
+            self.runs.put(run.run_id, run)
+            self._run_ids[key] = run.run_id
+            while len(self._run_ids) > self.runs.max_runs:
+                self._run_ids.popitem(last=False)
+        return run
+
+    def _forward(self, text: str, mask: str, pooling: str, tokens: list[Token], truncated: bool) -> Run:
         input_ids = torch.tensor([token.id for token in tokens])
         token_type_ids = torch.tensor([token.token_type for token in tokens])
-        with self._forward_lock:
-            activations = capture(self.loaded.model, input_ids, token_type_ids, mask)
-        pooling = pooling or self.loaded.default_pooling
+        activations = capture(self.loaded.model, input_ids, token_type_ids, mask)
         config = self.loaded.model.config
-        run = Run(
+        return Run(
             run_id=uuid.uuid4().hex,
             text=text,
             mask=mask,
@@ -150,8 +185,6 @@ class Lab:
             n_layers=config.num_hidden_layers,
             n_heads=config.num_attention_heads,
         )
-        self.runs.put(run.run_id, run)
-        return run
 
     def tokenize(self, text: str) -> tuple[list[Token], bool]:
         tokenizer = self.loaded.tokenizer

@@ -76,6 +76,20 @@ class HeadResponse(BaseModel):
     context: Matrix = Field(description="weights · V: [pos, head_dim]")
 
 
+class QueryResponse(BaseModel):
+    """One query token's row of one head: all the worked example needs, small even at 512 tokens."""
+
+    layer: int
+    head: int
+    query: int
+    q: list[float] = Field(description="[head_dim]")
+    k: Matrix = Field(description="[pos, head_dim]: every key")
+    v: Matrix = Field(description="[pos, head_dim]: every value")
+    scores: list[float] = Field(description="[key_pos]: this query's row of QKᵀ/√d + mask")
+    weights: list[float] = Field(description="[key_pos]: softmax(scores)")
+    context: list[float] = Field(description="[head_dim]: weights · V")
+
+
 class LayerResponse(BaseModel):
     layer: int
     attention_output: Matrix = Field(description="concat(heads) · W_O: [pos, hidden]")

@@ -44,6 +44,18 @@ def test_head_numbers_are_consistent(client, bank):
     np.testing.assert_allclose(weights @ v, context, atol=1e-5)
 
 
+def test_query_row_is_the_heads_row(client, bank):
+    run_id = bank["run_id"]
+    head = client.get(f"/api/runs/{run_id}/layers/3/heads/8").json()
+    row = client.get(f"/api/runs/{run_id}/layers/3/heads/8/queries/2").json()
+    assert (row["layer"], row["head"], row["query"]) == (3, 8, 2)
+    for name in ("q", "scores", "weights", "context"):
+        assert row[name] == head[name][2]
+    assert row["k"] == head["k"] and row["v"] == head["v"]
+    response = client.get(f"/api/runs/{run_id}/layers/3/heads/8/queries/5")
+    assert response.status_code == 404 and "tokens are 0 to 4" in response.json()["detail"]
+
+
 def test_json_floats_are_the_exact_float32_values(client, lab):
     run_id = client.post("/api/analyze", json={"text": "exact numbers"}).json()["run_id"]
     served = client.app.state.lab.run(run_id)
@@ -101,6 +113,26 @@ def test_one_layer_of_exact_float32_attention(client, bank):
     assert np.array_equal(weights[0, 11], exact)
     assert client.get(f"/api/runs/{bank['run_id']}/attention", params={"layer": 6}).status_code == 404
     assert client.get(f"/api/runs/{bank['run_id']}/attention", params={"dtype": "int4"}).status_code == 422
+
+
+def test_one_head_and_overview_thumbnails(client):
+    body = client.post("/api/analyze", json={"text": "a longer sentence so that thumbnails shrink the matrices " * 3}).json()
+    run_id, n = body["run_id"], len(body["tokens"])
+    one = client.get(f"/api/runs/{run_id}/attention", params={"dtype": "float32", "layer": 2, "head": 7})
+    assert one.headers["x-attention-shape"] == f"1,1,{n},{n}"
+    exact = np.array(client.get(f"/api/runs/{run_id}/layers/2/heads/7").json()["weights"], dtype=np.float32)
+    assert np.array_equal(decode_attention(one.content, one.headers)[0, 0], exact)
+    thumbs = client.get(f"/api/runs/{run_id}/attention", params={"size": 16, "dtype": "float32"})
+    assert thumbs.headers["x-attention-shape"] == "6,12,16,16"
+    small = decode_attention(thumbs.content, thumbs.headers)[2, 7]
+    edges = [(i * n) // 16 for i in range(16)] + [n]  # adaptive pooling: block i covers floor(i*n/16)..ceil((i+1)*n/16)
+    ends = [-(-(i + 1) * n // 16) for i in range(16)]
+    expected = np.array([[exact[edges[i] : ends[i], edges[j] : ends[j]].max() for j in range(16)] for i in range(16)])
+    np.testing.assert_array_equal(small, expected)
+    assert client.get(f"/api/runs/{run_id}/attention", params={"head": 1}).status_code == 404
+    assert client.get(f"/api/runs/{run_id}/attention", params={"layer": 1, "head": 12}).status_code == 404
+    assert client.get(f"/api/runs/{run_id}/attention", params={"size": 0}).status_code == 422
+    assert client.get(f"/api/runs/{run_id}/attention", params={"size": 10_000}).headers["x-attention-shape"] == f"6,12,{n},{n}"
 
 
 def test_causal_and_pooling_through_http(client):

@@ -134,10 +134,10 @@ def test_numpy_reimplementation_reproduces_block_0(minilm, lab, mask):
 
 def test_causal_weights_upper_triangle_is_zero_and_rows_sum_to_one(lab):
     run = lab.analyze("a causal mask hides every later token", mask="causal")
-    weights = run.attention()
+    weights = torch.stack(run.attention())
     assert torch.all(weights.triu(1) == 0)
     assert (weights.sum(-1) - 1).abs().max() < 1e-5
-    bidirectional = lab.analyze("a causal mask hides every later token").attention()
+    bidirectional = torch.stack(lab.analyze("a causal mask hides every later token").attention())
     above_diagonal = torch.ones(weights.shape[-2:], dtype=torch.bool).triu(1)
     assert (bidirectional[..., above_diagonal] > 0).all()
 
