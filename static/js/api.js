@@ -58,19 +58,20 @@ export async function tokenTrace(runId, index) {
   return (await request(`/api/runs/${runId}/tokens/${index}`)).json();
 }
 
-// Weights as [layer, head, query, key] in one flat Float32Array; uint8 is quantised (±1/510), float32 exact.
-export async function attention(runId, { dtype = "uint8", layer: layerIndex = null } = {}) {
-  const params = new URLSearchParams({ dtype });
-  if (layerIndex !== null) params.set("layer", String(layerIndex));
+export async function query(runId, layer, headIndex, queryIndex) {
+  return (await request(`/api/runs/${runId}/layers/${layer}/heads/${headIndex}/queries/${queryIndex}`)).json();
+}
+
+// Weights as [layer, head, query, key] in one flat typed array: Float32Array (exact) for float32,
+// Uint8Array for uint8 (weight = byte / scale, ±1/510). options: dtype, layer, head, size.
+export async function attention(runId, options = {}) {
+  const params = new URLSearchParams();
+  for (const [name, value] of Object.entries(options)) if (value !== null && value !== undefined) params.set(name, String(value));
   const response = await request(`/api/runs/${runId}/attention?${params}`);
   const shape = response.headers.get("X-Attention-Shape").split(",").map(Number);
   const buffer = await response.arrayBuffer();
-  let values;
-  if (dtype === "uint8") {
-    const scale = Number(response.headers.get("X-Attention-Scale"));
-    values = Float32Array.from(new Uint8Array(buffer), (byte) => byte / scale);
-  } else {
-    values = new Float32Array(buffer);
+  if (response.headers.get("X-Attention-Dtype") === "uint8") {
+    return { shape, values: new Uint8Array(buffer), scale: Number(response.headers.get("X-Attention-Scale")) };
   }
-  return { shape, values };
+  return { shape, values: new Float32Array(buffer), scale: 1 };
 }

@@ -8,6 +8,7 @@ export const HEAD_COLORS = [
   "#e377c2", "#7f7f7f", "#bcbd22", "#17becf", "#393b79", "#637939",
 ];
 const ROW = 22; // px per token row
+const MAX_ROWS = 64; // beyond this many keys only the largest are listed: 512 rows help nobody and cost a click
 
 // A weight row with [CLS]/[SEP] removed and the rest rescaled to sum to 1; `sink` is what was removed.
 export function withoutSpecial(row, tokens) {
@@ -26,14 +27,23 @@ export function renderAttends(container, { tokens, selected, rows, hideSpecial, 
     if (!hideSpecial) return { head, color, row: Array.from(row), sink: 0 };
     return { head, color, ...withoutSpecial(row, tokens) };
   });
-  const keys = tokens.filter((token) => !(hideSpecial && token.special));
-  const height = Math.max(keys.length, 1) * ROW;
+  const candidates = tokens.filter((token) => !(hideSpecial && token.special));
+  const strength = (token) => Math.max(...shown.map(({ row }) => row[token.index]));
+  const keys =
+    candidates.length <= MAX_ROWS
+      ? candidates
+      : [...candidates].sort((a, b) => strength(b) - strength(a)).slice(0, MAX_ROWS).sort((a, b) => a.index - b.index);
+  // A long text lists only the selected query on the left, level with the middle of the keys.
+  const queries = tokens.length <= MAX_ROWS ? tokens : [tokens[selected]];
+  const queryRow = tokens.length <= MAX_ROWS ? selected : 0;
+  const queryOffset = tokens.length <= MAX_ROWS ? 0 : Math.floor((keys.length - 1) / 2);
+  const height = Math.max(keys.length, queries.length + queryOffset, 1) * ROW;
   const svg = document.createElementNS("http://www.w3.org/2000/svg", "svg");
   svg.setAttribute("class", "attend-lines");
-  svg.setAttribute("viewBox", `0 0 100 ${tokens.length * ROW}`);
+  svg.setAttribute("viewBox", `0 0 100 ${height}`);
   svg.setAttribute("preserveAspectRatio", "none");
   svg.setAttribute("aria-hidden", "true");
-  svg.style.height = `${tokens.length * ROW}px`;
+  svg.style.height = `${height}px`;
   const largest = Math.max(...shown.flatMap(({ row }) => row), 1e-9);
   for (const { color, row } of shown) {
     keys.forEach((token, position) => {
@@ -41,7 +51,7 @@ export function renderAttends(container, { tokens, selected, rows, hideSpecial, 
       if (weight < 0.005) return;
       const line = document.createElementNS("http://www.w3.org/2000/svg", "line");
       line.setAttribute("x1", "0");
-      line.setAttribute("y1", String(selected * ROW + ROW / 2));
+      line.setAttribute("y1", String((queryRow + queryOffset) * ROW + ROW / 2));
       line.setAttribute("x2", "100");
       line.setAttribute("y2", String(position * ROW + ROW / 2));
       line.setAttribute("stroke", color);
@@ -53,14 +63,14 @@ export function renderAttends(container, { tokens, selected, rows, hideSpecial, 
   }
   const left = el(
     "ol",
-    { class: "attend-queries", start: "0" },
-    ...tokens.map((token) =>
+    { class: "attend-queries", style: `padding-top:${queryOffset * ROW}px` },
+    ...queries.map((token) =>
       el("li", { class: `${token.index === selected ? "selected" : ""}${token.special ? " special" : ""}` }, token.text),
     ),
   );
   const right = el(
     "ol",
-    { class: "attend-keys", start: "0", style: `height:${height}px` },
+    { class: "attend-keys", style: `height:${height}px` },
     ...keys.map((token) => {
       const bars = shown.map(({ head, color, row }) =>
         el("span", {
@@ -89,11 +99,15 @@ export function renderAttends(container, { tokens, selected, rows, hideSpecial, 
         `Removed from [CLS]/[SEP] and rescaled away: ${shown.map(({ head, sink }) => `${head} ${fixed(sink, 3)}`).join(" · ")}`,
       )
     : null;
+  const limited =
+    keys.length < candidates.length
+      ? el("p", { class: "hint" }, `The ${keys.length} most attended of ${candidates.length} tokens, in text order.`)
+      : null;
   const legend =
     shown.length > 1
       ? el("p", { class: "legend" }, ...shown.map(({ head, color }) => el("span", { class: "legend-item", style: `--c:${color}` }, head)))
       : null;
   container.replaceChildren(
-    ...[el("p", { class: "caption" }, caption), legend, el("div", { class: "attend-grid" }, left, svg, right), sinks].filter(Boolean),
+    ...[el("p", { class: "caption" }, caption), limited, legend, el("div", { class: "attend-grid" }, left, svg, right), sinks].filter(Boolean),
   );
 }

@@ -21,18 +21,27 @@ function once(key, load) {
   return cache.get(key);
 }
 
+const OVERVIEW_SIZE = 64; // px per head in the 6×12 overview: the server shrinks larger matrices to this
+
 // Exact float32 weights of one block: Float32Array [head, query, key].
 export function layerWeights(layer) {
-  return once(`weights:${layer}`, async () => (await api.attention(runId, { dtype: "float32", layer })).values);
+  return once(`layer:${layer}`, async () => (await api.attention(runId, { dtype: "float32", layer })).values);
 }
 
-// Every block's weights, quantised to uint8 on the wire (±1/510): for the 72-head overview.
-export function allWeights() {
-  return once("weights:all", async () => (await api.attention(runId)).values);
+// One head's exact weights, [query, key]: a twelfth of the block, so the first heatmap comes fast.
+export function headWeights(layer, head, n) {
+  const block = cache.get(`layer:${layer}`);
+  if (block) return block.then((values) => values.subarray(head * n * n, (head + 1) * n * n));
+  return once(`head:${layer}:${head}`, async () => (await api.attention(runId, { dtype: "float32", layer, head })).values);
 }
 
-export function headNumbers(layer, head) {
-  return once(`head:${layer}:${head}`, () => api.head(runId, layer, head));
+// Every head of every block, quantised and shrunk to what the overview draws.
+export function overview() {
+  return once("overview", () => api.attention(runId, { size: OVERVIEW_SIZE }));
+}
+
+export function queryNumbers(layer, head, token) {
+  return once(`query:${layer}:${head}:${token}`, () => api.query(runId, layer, head, token));
 }
 
 export function tokenTrace(index) {
@@ -41,8 +50,8 @@ export function tokenTrace(index) {
 
 // One head's matrix, or the mean of all heads, as a Float32Array [query, key].
 export async function headMatrix(layer, head, nHeads, n) {
+  if (head !== "mean") return headWeights(layer, head, n);
   const weights = await layerWeights(layer);
-  if (head !== "mean") return weights.subarray(head * n * n, (head + 1) * n * n);
   const mean = new Float32Array(n * n);
   for (let h = 0; h < nHeads; h += 1) {
     for (let cell = 0; cell < n * n; cell += 1) mean[cell] += weights[h * n * n + cell];

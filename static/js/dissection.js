@@ -9,6 +9,7 @@ function step(title, shape, ...body) {
   return el("div", { class: "step" }, el("h4", {}, title, shape ? el("span", { class: "shape" }, shape) : null), ...body);
 }
 
+// numbers: this query's row of the head (api.query): q, every k and v, scores, weights, context.
 export function renderDissection(container, { tokens, selected, layer, head, numbers, trace, model }) {
   if (selected === null) {
     container.replaceChildren(el("p", { class: "hint" }, "Select a token to work through its attention."));
@@ -22,9 +23,7 @@ export function renderDissection(container, { tokens, selected, layer, head, num
   const n = tokens.length;
   const i = selected;
   const query = tokens[i];
-  const q = numbers.q[i];
-  const scores = numbers.scores[i];
-  const weights = numbers.weights[i];
+  const { q, scores, weights, context } = numbers;
   const j = argmax(weights);
   const k = numbers.k[j];
   const dot = q.reduce((sum, value, dim) => sum + value * k[dim], 0);
@@ -38,7 +37,6 @@ export function renderDissection(container, { tokens, selected, layer, head, num
     .map((entry, position) => ({ ...entry, exp: exps[position] }))
     .sort((a, b) => b.weight - a.weight)
     .slice(0, SHOWN_KEYS);
-  const context = numbers.context[i];
   const slice = [head * d, head * d + d - 1];
   const steps = [
     el(

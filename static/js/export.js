@@ -1,11 +1,11 @@
-// Saving what is on screen: the heatmap as PNG (Plotly's own, offline), its numbers as JSON or CSV.
+// Saving what is on screen: the heatmap as PNG, its numbers as JSON or CSV. All made in the page.
 
-export function savePNG(node, name) {
-  return Plotly.downloadImage(node, { format: "png", filename: name, scale: 2 });
+export function savePNG(blob, name) {
+  download(blob, `${name}.png`);
 }
 
-function download(text, name, type) {
-  const url = URL.createObjectURL(new Blob([text], { type }));
+function download(content, name, type) {
+  const url = URL.createObjectURL(content instanceof Blob ? content : new Blob([content], { type }));
   const link = Object.assign(document.createElement("a"), { href: url, download: name });
   document.body.append(link);
   link.click();

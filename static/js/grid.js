@@ -2,14 +2,16 @@
 
 import { el, sequential } from "./format.js";
 
-export function renderGrid(container, { weights, layers, heads, n, current, onOpen }) {
+// overview: {shape: [layer, head, size, size], values: Uint8Array}, each head shrunk by the server.
+export function renderGrid(container, { overview, current, onOpen }) {
+  const [layers, heads, n] = overview.shape;
   const cells = [];
   for (let layer = 0; layer < layers; layer += 1) {
     cells.push(el("span", { class: "grid-label" }, `block ${layer}`));
     for (let head = 0; head < heads; head += 1) {
       const offset = (layer * heads + head) * n * n;
       const canvas = el("canvas", { width: n, height: n });
-      paint(canvas, weights.subarray(offset, offset + n * n), n);
+      paint(canvas, overview.values.subarray(offset, offset + n * n), n);
       const isCurrent = current.layer === layer && current.head === head;
       cells.push(
         el(
@@ -45,7 +47,7 @@ export function markCurrent(container, layer, head) {
 function paint(canvas, matrix, n) {
   const context = canvas.getContext("2d");
   const image = context.createImageData(n, n);
-  const largest = matrix.reduce((max, value) => Math.max(max, value), 1e-9);
+  const largest = matrix.reduce((max, value) => Math.max(max, value), 1);
   matrix.forEach((value, cell) => {
     const [r, g, b] = sequential(value / largest);
     image.data.set([r, g, b, 255], cell * 4);

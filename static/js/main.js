@@ -1,12 +1,12 @@
 // Wires the page: the prompt runs the model, state changes redraw the views that depend on them.
 
 import * as api from "./api.js";
-import { allWeights, headMatrix, headNumbers, layerWeights, tokenTrace, useRun } from "./data.js";
+import { headMatrix, layerWeights, overview, queryNumbers, tokenTrace, useRun } from "./data.js";
 import { HEAD_COLORS, renderAttends } from "./attends.js";
 import { renderDissection } from "./dissection.js";
 import { saveCSV, saveJSON, savePNG } from "./export.js";
 import { markCurrent, renderGrid } from "./grid.js";
-import { renderHeatmap } from "./heatmap.js";
+import { Heatmap } from "./heatmap.js";
 import { renderPipeline } from "./pipeline.js";
 import { renderPooled } from "./pooled.js";
 import { getState, initState, setState, subscribe } from "./state.js";
@@ -95,71 +95,94 @@ async function runPrompt() {
 
 // ---- views ----------------------------------------------------------------------------------------
 
+const heatmap = new Heatmap($("heatmap"), (index) => setState({ token: index }));
+
 function viewName(state) {
   return state.head === "mean" ? `block ${state.layer}, all heads averaged` : `block ${state.layer}, head ${state.head}`;
 }
 
 const latest = {}; // the newest request of each view: an older answer arriving late is dropped
+const drawn = {}; // the request each view last drew
+
+function viewKey({ run, layer, head, token }) {
+  return `${run.run_id}:${layer}:${head}:${token}`;
+}
 
 // view is also the element's id; once drawn, its data-view says what it shows (run:layer:head:token).
+// Any change a view depends on starts a newer request, so the state at drawing time is what it shows.
 async function draw(view, work) {
   const mine = (latest[view] = (latest[view] ?? 0) + 1);
-  const { run, layer, head, token } = getState();
   try {
     const render = await work();
     if (mine !== latest[view]) return;
     render();
-    $(view).dataset.view = `${run.run_id}:${layer}:${head}:${token}`;
+    drawn[view] = mine;
+    $(view).dataset.view = viewKey(getState());
   } catch (error) {
     if (mine === latest[view]) showError(error.message);
   }
 }
 
-function drawAttention(state) {
-  const { run, layer, head, token } = state;
+function drawHeatmap(state) {
+  const { run, layer, head } = state;
   const n = run.tokens.length;
-  const labels = run.tokens.map((t) => t.text);
   $("attention-shape").textContent = `${n}×${n} per head · ${model.heads} heads per block`;
   draw("heatmap", async () => {
     const matrix = await headMatrix(layer, head, model.heads, n);
-    return () =>
-      renderHeatmap($("heatmap"), {
-        matrix,
-        labels,
-        selected: token,
-        title: `${viewName(state)} · ${run.mask}`,
-        onSelect: (index) => setState({ token: index }),
-      });
+    const labels = run.tokens.map((t) => t.text);
+    return () => heatmap.draw({ matrix, labels, selected: getState().token, title: `${viewName(state)} · ${run.mask} mask` });
   });
-  draw("attends", async () => {
+}
+
+// Selecting a token moves the heatmap's outline only: the matrix is not drawn again. A drawing still
+// on its way picks the selection up when it lands.
+function selectInHeatmap(state) {
+  heatmap.select(state.token);
+  if (drawn.heatmap === latest.heatmap) $("heatmap").dataset.view = viewKey(state);
+}
+
+async function attendRows(state) {
+  const { run, layer, head, token } = state;
+  const n = run.tokens.length;
+  const rowOf = (matrix) => matrix.subarray(token * n, (token + 1) * n);
+  if (state.allHeads) {
     const weights = await layerWeights(layer);
-    const rowOf = (h) => weights.subarray((h * n + token) * n, (h * n + token + 1) * n);
-    let rows;
-    if (token === null) rows = [];
-    else if (state.allHeads) rows = HEAD_COLORS.slice(0, model.heads).map((color, h) => ({ head: `head ${h}`, color, row: rowOf(h) }));
-    else if (head === "mean") {
-      const matrix = await headMatrix(layer, "mean", model.heads, n);
-      rows = [{ head: "mean", color: "#1f77b4", row: matrix.subarray(token * n, (token + 1) * n) }];
-    } else rows = [{ head: `head ${head}`, color: HEAD_COLORS[head % HEAD_COLORS.length], row: rowOf(head) }];
+    return HEAD_COLORS.slice(0, model.heads).map((color, h) => ({ head: `head ${h}`, color, row: rowOf(weights.subarray(h * n * n)) }));
+  }
+  const matrix = await headMatrix(layer, head, model.heads, n);
+  const color = head === "mean" ? "#1f77b4" : HEAD_COLORS[head % HEAD_COLORS.length];
+  return [{ head: head === "mean" ? "mean" : `head ${head}`, color, row: rowOf(matrix) }];
+}
+
+function drawAttends(state) {
+  const { run, layer, token } = state;
+  draw("attends", async () => {
+    const rows = token === null ? [] : await attendRows(state);
     const who = token === null ? "" : `“${run.tokens[token].text}” (token ${token})`;
+    const where = state.allHeads ? `block ${layer}, every head` : viewName(state);
     return () =>
       renderAttends($("attends"), {
         tokens: run.tokens,
         selected: token,
         rows,
         hideSpecial: state.hideSpecial,
-        caption: `${who} in ${state.allHeads ? `block ${layer}, every head` : viewName(state)}: line width and bar length show its weight on each token.`,
+        caption: `${who} in ${where}: line width and bar length show its weight on each token.`,
       });
   });
+}
+
+function drawDissection(state) {
+  const { run, layer, head, token } = state;
   draw("dissection", async () => {
-    if (token === null || head === "mean") return () => renderDissection($("dissection"), { tokens: run.tokens, selected: token, head, model });
-    const [numbers, trace] = await Promise.all([headNumbers(layer, head), tokenTrace(token)]);
+    if (token === null || head === "mean") {
+      return () => renderDissection($("dissection"), { tokens: run.tokens, selected: token, head, model });
+    }
+    const [numbers, trace] = await Promise.all([queryNumbers(layer, head, token), tokenTrace(token)]);
     return () => renderDissection($("dissection"), { tokens: run.tokens, selected: token, layer, head, numbers, trace, model });
   });
 }
 
-function drawToken(state) {
-  showSelection($("tokens"), state.token);
+function drawPipeline(state) {
   draw("pipeline", async () => {
     const trace = state.token === null ? null : await tokenTrace(state.token);
     return () => renderPipeline($("pipeline"), { tokens: state.run.tokens, selected: state.token, trace, model });
@@ -173,13 +196,10 @@ function drawRun(state) {
   renderTokens($("tokens"), run.tokens, state.token, (index) => setState({ token: index === getState().token ? null : index }));
   $("grid-shape").textContent = `${model.layers} blocks × ${model.heads} heads, each ${n}×${n}`;
   draw("grid", async () => {
-    const weights = await allWeights();
+    const shrunk = await overview();
     return () =>
       renderGrid($("grid"), {
-        weights,
-        layers: model.layers,
-        heads: model.heads,
-        n,
+        overview: shrunk,
         current: state,
         onOpen: (layer, head) => {
           setState({ layer, head });
@@ -190,14 +210,22 @@ function drawRun(state) {
   renderPooled($("pooled"), run.pooled, model);
 }
 
+let keyboardMove = false; // a selection made with the arrow keys scrolls its chip into sight
+
+const touches = (changed, ...keys) => keys.some((key) => changed.has(key));
+
 subscribe((state, changed) => {
   showControls(state, changed);
   if (!state.run) return;
   if (changed.has("run")) drawRun(state);
   if (changed.has("present")) renderPooled($("pooled"), state.run.pooled, model);
-  if (["run", "layer", "head", "token", "hideSpecial", "allHeads", "present"].some((key) => changed.has(key))) drawAttention(state);
-  if (changed.has("run") || changed.has("token")) drawToken(state);
-  if (changed.has("layer") || changed.has("head")) markCurrent($("grid"), state.layer, state.head);
+  if (touches(changed, "run", "layer", "head", "present")) drawHeatmap(state);
+  else if (changed.has("token")) selectInHeatmap(state);
+  if (changed.has("token")) showSelection($("tokens"), state.token, keyboardMove);
+  if (touches(changed, "run", "layer", "head", "token", "hideSpecial", "allHeads")) drawAttends(state);
+  if (touches(changed, "run", "layer", "head", "token")) drawDissection(state);
+  if (touches(changed, "run", "token")) drawPipeline(state);
+  if (touches(changed, "layer", "head")) markCurrent($("grid"), state.layer, state.head);
 });
 
 // ---- input ----------------------------------------------------------------------------------------
@@ -249,7 +277,7 @@ function bindInputs() {
       status(`Share this link: ${window.location.href}`);
     }
   });
-  $("export-png").addEventListener("click", () => getState().run && savePNG($("heatmap"), fileName()));
+  $("export-png").addEventListener("click", async () => getState().run && savePNG(await heatmap.toPNG(), fileName()));
   $("export-json").addEventListener("click", async () => getState().run && saveJSON(await exportView(), fileName()));
   $("export-csv").addEventListener("click", async () => getState().run && saveCSV(await exportView(), fileName()));
   document.addEventListener("keydown", (event) => {
@@ -260,7 +288,9 @@ function bindInputs() {
     else if (event.key === "ArrowRight" || event.key === "ArrowLeft") {
       const step = event.key === "ArrowRight" ? 1 : -1;
       const start = token === null ? (step > 0 ? -1 : run.tokens.length) : token;
+      keyboardMove = true;
       setState({ token: Math.max(0, Math.min(run.tokens.length - 1, start + step)) });
+      keyboardMove = false;
       event.preventDefault();
     }
   });

@@ -8,6 +8,10 @@ const STRATEGIES = {
   max: "the largest value of each dimension over all tokens",
 };
 
+let chartObserver = null;
+
+// The numbers show at once; the Plotly chart is below the fold and slow to build, so it is drawn only
+// when it is about to be seen.
 export function renderPooled(container, pooled, model) {
   const chart = el("div", { class: "pooled-chart", role: "img", "aria-label": "Pooled vector and its normalised form, one bar per dimension" });
   container.replaceChildren(
@@ -22,6 +26,19 @@ export function renderPooled(container, pooled, model) {
     ),
     chart,
   );
+  chartObserver?.disconnect();
+  chartObserver = new IntersectionObserver(
+    (entries) => {
+      if (!entries.some((entry) => entry.isIntersecting)) return;
+      chartObserver.disconnect();
+      drawChart(chart, pooled, model);
+    },
+    { rootMargin: "400px" },
+  );
+  chartObserver.observe(chart);
+}
+
+function drawChart(chart, pooled, model) {
   const dims = [...pooled.vector.keys()];
   Plotly.react(
     chart,

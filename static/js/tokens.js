@@ -27,10 +27,12 @@ export function renderTokens(container, tokens, selected, onSelect) {
   };
 }
 
-export function showSelection(container, selected) {
-  for (const chip of container.querySelectorAll(".token")) {
-    const isSelected = Number(chip.dataset.index) === selected;
-    chip.setAttribute("aria-selected", String(isSelected));
-    if (isSelected) chip.scrollIntoView({ block: "nearest", inline: "nearest" });
-  }
+// Only the chips whose state changes are touched; `reveal` scrolls the strip to a chip reached by keyboard
+// (a clicked chip is already in sight, and scrolling forces a layout in the middle of the click).
+export function showSelection(container, selected, reveal = false) {
+  for (const chip of container.querySelectorAll('.token[aria-selected="true"]')) chip.setAttribute("aria-selected", "false");
+  const chip = selected === null ? null : container.querySelector(`.token[data-index="${selected}"]`);
+  if (!chip) return;
+  chip.setAttribute("aria-selected", "true");
+  if (reveal) chip.scrollIntoView({ block: "nearest", inline: "nearest" });
 }

@@ -7,6 +7,7 @@ from urllib.parse import parse_qs, urlparse
 
 import numpy as np
 import pytest
+from playwright.sync_api import expect
 
 from tests.browser.conftest import screenshot
 
@@ -25,7 +26,19 @@ def wait_view(page, view: str, layer, head, token):
 
 
 def heatmap_z(page) -> np.ndarray:
-    return np.array(page.evaluate("document.getElementById('heatmap').data[0].z"))
+    n, values = page.evaluate("(h => [h.n, Array.from(h.matrix)])(document.getElementById('heatmap').heatmap)")
+    return np.array(values).reshape(n, n)
+
+
+def cell_centre(page, row, col):
+    page.locator("#heatmap .hm-canvas").scroll_into_view_if_needed()
+    return page.evaluate(
+        """([row, col]) => {
+          const h = document.getElementById('heatmap').heatmap, box = h.canvas.getBoundingClientRect();
+          return [box.left + (col + 0.5) * h.cell, box.top + (row + 0.5) * h.cell];
+        }""",
+        [row, col],
+    )
 
 
 def api_head(api, run, layer, head):
@@ -63,9 +76,13 @@ def test_clicking_a_token_shows_its_row_and_the_dissection_numbers(page, server,
     head = api_head(api, run, 2, 5)
     weights = np.array(head["weights"])
     assert page.locator("#heatmap").get_attribute("data-selected-row") == "10"
-    shape = page.evaluate("document.getElementById('heatmap').layout.shapes[0]")
-    assert (shape["y0"], shape["y1"]) == (9.5, 10.5)
+    row_top = cell_centre(page, 10, 0)[1]
+    outline = page.locator("#heatmap .hm-outline").bounding_box()
+    assert outline["y"] < row_top < outline["y"] + outline["height"]
     np.testing.assert_allclose(heatmap_z(page), weights, atol=1e-7)
+    page.mouse.move(*cell_centre(page, 10, 2))
+    assert f"A[10,2] = {weights[10, 2]:.4f}" in page.locator("#heatmap .hm-tooltip").inner_text()
+    assert "“it” (10)" in page.locator("#heatmap .hm-tooltip").inner_text()
     bars = page.locator("#attends .attend-row")
     shown = [float(row.get_attribute("data-weight")) for row in bars.all()]
     np.testing.assert_allclose(shown, weights[10], atol=1e-7)
@@ -103,14 +120,7 @@ def test_switching_layer_and_head_and_averaging(page, server, api):
 def test_clicking_a_heatmap_cell_selects_its_query_token(page, server):
     open_lab(page, server)
     wait_view(page, "heatmap", 0, 0, 1)
-    x, y = page.evaluate(
-        """() => {
-          const gd = document.getElementById('heatmap'), box = gd.getBoundingClientRect();
-          const xa = gd._fullLayout.xaxis, ya = gd._fullLayout.yaxis;
-          return [box.left + xa._offset + xa.l2p(3), box.top + ya._offset + ya.l2p(6)];
-        }"""
-    )
-    page.mouse.click(x, y)
+    page.mouse.click(*cell_centre(page, 6, 3))
     wait_view(page, "heatmap", 0, 0, 6)
     assert page.locator('#tokens .token[data-index="6"]').get_attribute("aria-selected") == "true"
 
@@ -135,7 +145,7 @@ def test_causal_mask_shows_upper_triangle_zeros(page, server):
     z = heatmap_z(page)
     assert np.all(np.triu(z, 1) == 0)
     np.testing.assert_allclose(z.sum(1), 1, atol=1e-5)
-    assert "causal" in page.evaluate("document.getElementById('heatmap').layout.title.text")
+    assert "causal" in page.locator("#heatmap .hm-title").inner_text()
     screenshot(page, "05-causal", page.locator("section.attention"))
 
 
@@ -160,10 +170,8 @@ def test_a_shared_url_opens_the_same_view(page, server, browser):
         assert other.locator("#prompt").input_value() == "the river bank flooded"
         assert other.locator("#pooling").input_value() == "max"
         assert other.locator('#tokens .token[aria-selected="true"]').get_attribute("data-index") == "3"
-        assert other.locator('#pooled [data-field="strategy"]').inner_text() == "max"
-        np.testing.assert_allclose(
-            np.array(other.evaluate("document.getElementById('heatmap').data[0].z")), heatmap_z(page), atol=0
-        )
+        assert other.locator('#pooled [data-field="strategy"]').text_content() == "max"
+        np.testing.assert_array_equal(heatmap_z(other), heatmap_z(page))
     finally:
         other.close()
 
@@ -234,14 +242,17 @@ def test_pipeline_and_pooled_vector_show_the_apis_numbers(page, server, api):
     wait_view(page, "pipeline", 0, 0, 2)
     run = run_id(page)
     trace = api.get(f"/api/runs/{run}/tokens/2").json()
+    page.locator("#pipeline").scroll_into_view_if_needed()  # panels below the fold render when seen
+    expect(page.locator("#pipeline")).to_contain_text("id 4111 → row 4111", use_inner_text=True)  # "animal"
     text = page.locator("#pipeline").inner_text()
-    assert "id 4111 → row 4111" in text  # "animal"
     assert f"{np.linalg.norm(trace['embeddings']['word']):.3f}" in text
     assert f"{np.linalg.norm(trace['layers'][5]['output']):.3f}" in text
     analyzed = api.post("/api/analyze", json={"text": DEFAULT_TEXT}).json()
     norm = float(page.locator('#pooled [data-field="norm"]').get_attribute("data-value"))
     assert norm == pytest.approx(analyzed["pooled"]["norm"], rel=1e-6)
     screenshot(page, "09-pipeline", page.locator("#pipeline"))
+    page.locator("#pooled").scroll_into_view_if_needed()
+    page.wait_for_selector("#pooled .pooled-chart .main-svg")
     screenshot(page, "10-pooled", page.locator("#pooled"))
 
 
