@@ -33,11 +33,10 @@ export function renderAttends(container, { tokens, selected, rows, hideSpecial, 
     candidates.length <= MAX_ROWS
       ? candidates
       : [...candidates].sort((a, b) => strength(b) - strength(a)).slice(0, MAX_ROWS).sort((a, b) => a.index - b.index);
-  // A long text lists only the selected query on the left, level with the middle of the keys.
+  // A long text lists only the selected query on the left, at the top where it stays in sight.
   const queries = tokens.length <= MAX_ROWS ? tokens : [tokens[selected]];
   const queryRow = tokens.length <= MAX_ROWS ? selected : 0;
-  const queryOffset = tokens.length <= MAX_ROWS ? 0 : Math.floor((keys.length - 1) / 2);
-  const height = Math.max(keys.length, queries.length + queryOffset, 1) * ROW;
+  const height = Math.max(keys.length, queries.length, 1) * ROW;
   const svg = document.createElementNS("http://www.w3.org/2000/svg", "svg");
   svg.setAttribute("class", "attend-lines");
   svg.setAttribute("viewBox", `0 0 100 ${height}`);
@@ -51,7 +50,7 @@ export function renderAttends(container, { tokens, selected, rows, hideSpecial, 
       if (weight < 0.005) return;
       const line = document.createElementNS("http://www.w3.org/2000/svg", "line");
       line.setAttribute("x1", "0");
-      line.setAttribute("y1", String((queryRow + queryOffset) * ROW + ROW / 2));
+      line.setAttribute("y1", String(queryRow * ROW + ROW / 2));
       line.setAttribute("x2", "100");
       line.setAttribute("y2", String(position * ROW + ROW / 2));
       line.setAttribute("stroke", color);
@@ -63,7 +62,7 @@ export function renderAttends(container, { tokens, selected, rows, hideSpecial, 
   }
   const left = el(
     "ol",
-    { class: "attend-queries", style: `padding-top:${queryOffset * ROW}px` },
+    { class: "attend-queries" },
     ...queries.map((token) =>
       el("li", { class: `${token.index === selected ? "selected" : ""}${token.special ? " special" : ""}` }, token.text),
     ),
