@@ -6,8 +6,8 @@ import numpy as np
 import orjson
 from fastapi import APIRouter, Depends, Query, Response
 
-from app.encoding import MEDIA_TYPE, AttentionDtype, encode_attention
 from app.deps import LabDep
+from app.encoding import MEDIA_TYPE, AttentionDtype, encode_attention
 from app.lab import Run
 from app.schemas import (
     AnalyzeRequest,
@@ -123,11 +123,14 @@ def token_trace(run: RunDep, token: int):
 )
 def attention(
     run: RunDep,
-    dtype: Annotated[AttentionDtype, Query(description="uint8 (default, ±1/510), float16 or float32 (exact)")] = "uint8",
+    dtype: Annotated[
+        AttentionDtype, Query(description="uint8 (default, ±1/510), float16 or float32 (exact)")
+    ] = "uint8",
     layer: Annotated[int | None, Query(description="Only this block: shape [1, head, query, key]")] = None,
     head: Annotated[int | None, Query(description="Only this head of `layer`: shape [1, 1, query, key]")] = None,
     size: Annotated[
-        int | None, Query(ge=1, description="Shrink each matrix to at most size×size, keeping each block's largest weight")
+        int | None,
+        Query(ge=1, description="Shrink each matrix to at most size×size, keeping each block's largest weight"),
     ] = None,
 ):
     body, headers = encode_attention(run.attention(layer, head), dtype, size)

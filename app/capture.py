@@ -65,7 +65,9 @@ def additive_mask(kind: str, n_tokens: int) -> Tensor:
     """
     mask = torch.zeros(n_tokens, n_tokens)  # [query_pos, key_pos]
     if kind == "causal":
-        mask = mask.masked_fill(torch.ones(n_tokens, n_tokens, dtype=torch.bool).triu(1), torch.finfo(torch.float32).min)
+        mask = mask.masked_fill(
+            torch.ones(n_tokens, n_tokens, dtype=torch.bool).triu(1), torch.finfo(torch.float32).min
+        )
     return mask
 
 
@@ -76,7 +78,6 @@ def recording(model: torch.nn.Module) -> Iterator[dict[str, Tensor]]:
     handles = []
     try:
         for path, (prefix, reader) in _hook_table(model.config).items():
-
             # No copies: in eval mode nothing the model computes is modified in place after its module
             # returns (the output_attentions tests would see it), so keeping the tensors is enough.
             def hook(module, args, out, prefix=prefix, reader=reader):

@@ -206,6 +206,7 @@ class Lab:
                     ids,
                     encoding["offset_mapping"][0],
                     encoding["token_type_ids"][0],
+                    strict=True,
                 )
             )
         ]

@@ -5,7 +5,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-from transformers import AutoModel, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
+from transformers import (
+    AutoModel,
+    AutoTokenizer,
+    PreTrainedModel,
+    PreTrainedTokenizerBase,
+)
 from transformers.utils import logging as transformers_logging
 
 from app.capture import hooked_modules

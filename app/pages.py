@@ -1,6 +1,7 @@
 """The lab page and its assets, all served by the app itself: the page works with no internet."""
 
 from pathlib import Path
+
 import plotly
 from fastapi import APIRouter, Request
 from fastapi.responses import FileResponse, HTMLResponse
@@ -22,7 +23,9 @@ def index(request: Request, lab: LabDep):
     info = lab.info
     config = {"model": info, "defaultText": DEFAULT_TEXT, "maxChars": lab.max_chars}
     return templates.TemplateResponse(
-        request, "index.html", {"model": info, "config": config, "default_text": DEFAULT_TEXT, "max_chars": lab.max_chars}
+        request,
+        "index.html",
+        {"model": info, "config": config, "default_text": DEFAULT_TEXT, "max_chars": lab.max_chars},
     )
 
 

@@ -30,7 +30,11 @@ def tiny_model_dir(tmp_path_factory) -> Path:
     folder = tmp_path_factory.mktemp("tiny-bert")
     torch.manual_seed(0)
     config = BertConfig(
-        vocab_size=30522, hidden_size=48, num_hidden_layers=2, num_attention_heads=4, intermediate_size=96,
+        vocab_size=30522,
+        hidden_size=48,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        intermediate_size=96,
         max_position_embeddings=512,
     )
     BertModel(config).save_pretrained(folder)

@@ -18,11 +18,21 @@ def bank(client):
 def test_analyze_contract(bank):
     assert set(bank) == {"run_id", "model", "tokens", "truncated", "mask", "pooled"}
     assert bank["model"] == {
-        "name": "sentence-transformers/all-MiniLM-L6-v2", "layers": 6, "heads": 12, "hidden_size": 384,
-        "head_dim": 32, "intermediate_size": 1536, "vocab_size": 30522, "max_tokens": 512,
+        "name": "sentence-transformers/all-MiniLM-L6-v2",
+        "layers": 6,
+        "heads": 12,
+        "hidden_size": 384,
+        "head_dim": 32,
+        "intermediate_size": 1536,
+        "vocab_size": 30522,
+        "max_tokens": 512,
     }
     assert [(t["text"], t["id"], t["special"]) for t in bank["tokens"]] == [
-        ("[CLS]", 101, True), ("the", 1996, False), ("river", 2314, False), ("bank", 2924, False), ("[SEP]", 102, True)
+        ("[CLS]", 101, True),
+        ("the", 1996, False),
+        ("river", 2314, False),
+        ("bank", 2924, False),
+        ("[SEP]", 102, True),
     ]
     assert [t["index"] for t in bank["tokens"]] == list(range(5))
     assert (bank["tokens"][3]["start"], bank["tokens"][3]["end"]) == (10, 14)
@@ -36,7 +46,9 @@ def test_analyze_contract(bank):
 def test_head_numbers_are_consistent(client, bank):
     head = client.get(f"/api/runs/{bank['run_id']}/layers/2/heads/5").json()
     assert (head["layer"], head["head"]) == (2, 5)
-    q, k, v, scores, weights, context = (np.array(head[name]) for name in ("q", "k", "v", "scores", "weights", "context"))
+    q, k, v, scores, weights, context = (
+        np.array(head[name]) for name in ("q", "k", "v", "scores", "weights", "context")
+    )
     assert q.shape == k.shape == v.shape == context.shape == (5, 32)
     np.testing.assert_allclose(q @ k.T / np.sqrt(32), scores, atol=1e-5)
     softmax = np.exp(scores - scores.max(1, keepdims=True))
@@ -116,7 +128,9 @@ def test_one_layer_of_exact_float32_attention(client, bank):
 
 
 def test_one_head_and_overview_thumbnails(client):
-    body = client.post("/api/analyze", json={"text": "a longer sentence so that thumbnails shrink the matrices " * 3}).json()
+    body = client.post(
+        "/api/analyze", json={"text": "a longer sentence so that thumbnails shrink the matrices " * 3}
+    ).json()
     run_id, n = body["run_id"], len(body["tokens"])
     one = client.get(f"/api/runs/{run_id}/attention", params={"dtype": "float32", "layer": 2, "head": 7})
     assert one.headers["x-attention-shape"] == f"1,1,{n},{n}"
@@ -132,7 +146,10 @@ def test_one_head_and_overview_thumbnails(client):
     assert client.get(f"/api/runs/{run_id}/attention", params={"head": 1}).status_code == 404
     assert client.get(f"/api/runs/{run_id}/attention", params={"layer": 1, "head": 12}).status_code == 404
     assert client.get(f"/api/runs/{run_id}/attention", params={"size": 0}).status_code == 422
-    assert client.get(f"/api/runs/{run_id}/attention", params={"size": 10_000}).headers["x-attention-shape"] == f"6,12,{n},{n}"
+    assert (
+        client.get(f"/api/runs/{run_id}/attention", params={"size": 10_000}).headers["x-attention-shape"]
+        == f"6,12,{n},{n}"
+    )
 
 
 def test_causal_and_pooling_through_http(client):

@@ -17,11 +17,24 @@ def test_activation_names_are_pinned(tiny):
     ids, types = encode(tiny)
     names = list(capture(tiny.model, ids, types, "bidirectional"))
     block = [
-        "attn.q", "attn.k", "attn.v", "attn.weights", "attn.context", "attention_output",
-        "attention_residual_norm", "ffn_intermediate", "ffn_output", "output",
+        "attn.q",
+        "attn.k",
+        "attn.v",
+        "attn.weights",
+        "attn.context",
+        "attention_output",
+        "attention_residual_norm",
+        "ffn_intermediate",
+        "ffn_output",
+        "output",
     ]
-    expected = ["embeddings.word", "embeddings.token_type", "embeddings.position", "embeddings.sum",
-                "embeddings.normalized"] + [f"blocks.{layer}.{name}" for layer in range(2) for name in block]
+    expected = [
+        "embeddings.word",
+        "embeddings.token_type",
+        "embeddings.position",
+        "embeddings.sum",
+        "embeddings.normalized",
+    ] + [f"blocks.{layer}.{name}" for layer in range(2) for name in block]
     assert sorted(names) == sorted(expected)
     assert len(names) == len(expected)
 

@@ -77,7 +77,9 @@ def test_embedding_rows_are_the_tables_rows(minilm, runs):
     assert torch.equal(run.embeddings()["word"][3], table[2924])
     for token in run.tokens:
         assert torch.equal(run.embeddings()["word"][token.index], table[token.id])
-        assert torch.equal(run.embeddings()["position"][token.index], embeddings.position_embeddings.weight[token.index])
+        assert torch.equal(
+            run.embeddings()["position"][token.index], embeddings.position_embeddings.weight[token.index]
+        )
     parts = run.embeddings()
     torch.testing.assert_close(parts["sum"], parts["word"] + parts["position"] + parts["token_type"])
 
@@ -114,8 +116,11 @@ def numpy_block_0(minilm, ids, causal):
     weights = np.exp(scores - scores.max(-1, keepdims=True))
     weights /= weights.sum(-1, keepdims=True)
     context = (weights @ v).transpose(1, 0, 2).reshape(n, 384)
-    h = layer_norm(x + linear(context, "attention.output.dense"), w[p + "attention.output.LayerNorm.weight"],
-                   w[p + "attention.output.LayerNorm.bias"])
+    h = layer_norm(
+        x + linear(context, "attention.output.dense"),
+        w[p + "attention.output.LayerNorm.weight"],
+        w[p + "attention.output.LayerNorm.bias"],
+    )
     ffn = linear(gelu(linear(h, "intermediate.dense")), "output.dense")
     out = layer_norm(h + ffn, w[p + "output.LayerNorm.weight"], w[p + "output.LayerNorm.bias"])
     return {"weights": weights, "residual": h, "ffn_output": ffn, "output": out}

@@ -14,8 +14,12 @@ from playwright.sync_api import sync_playwright
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = [
-    "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
-    "--disable-sync", "--no-first-run",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
 ]
 ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts" / "screenshots"
 
@@ -82,7 +86,9 @@ def page(browser, server):
     page.requests = requests
     yield page
     context.close()
-    outside = [url for url in requests if urlparse(url).hostname != "127.0.0.1" and not url.startswith(("blob:", "data:"))]
+    outside = [
+        url for url in requests if urlparse(url).hostname != "127.0.0.1" and not url.startswith(("blob:", "data:"))
+    ]
     assert outside == [], f"requests left 127.0.0.1: {outside}"
     assert errors == [], f"the page raised: {errors}"
 
