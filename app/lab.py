@@ -9,8 +9,12 @@ import torch
 from torch import Tensor
 
 from app.capture import additive_mask, attention_scores, capture, pool
+from app.memory import trim_if_over
 from app.model import LoadedModel
 from app.store import RunStore
+
+# The model, torch and the server besides the runs: about 0.45 GB measured, with room for a pass in flight.
+RUNTIME_BYTES = 1024**3
 
 
 class TextTooLong(ValueError):
@@ -163,6 +167,7 @@ class Lab:
                 return kept
             run = self._forward(text, mask, pooling, tokens, truncated)
             self.runs.put(run.run_id, run)
+            trim_if_over(self.runs.max_bytes + RUNTIME_BYTES)
             self._run_ids[key] = run.run_id
             while len(self._run_ids) > self.runs.max_runs:
                 self._run_ids.popitem(last=False)

@@ -9,7 +9,6 @@ from fastapi.staticfiles import StaticFiles
 
 from app import api, pages
 from app.lab import Lab, NothingToRead, OutOfRange, RunNotFound, TextTooLong
-from app.memory import return_freed_memory
 from app.model import LoadedModel, load_model
 from app.settings import get_settings
 
@@ -20,7 +19,6 @@ def create_app(model: LoadedModel | None = None) -> FastAPI:
     @asynccontextmanager
     async def lifespan(app: FastAPI):
         settings = get_settings()
-        return_freed_memory()
         loaded = model or load_model(settings.model_path)
         app.state.lab = Lab(loaded, settings.max_chars, settings.max_runs, settings.max_store_bytes)
         yield

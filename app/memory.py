@@ -1,20 +1,31 @@
-"""Giving an evicted run's memory back to the operating system."""
+"""Keeping the process's memory near what the run store holds."""
 
 import ctypes
 import ctypes.util
+import os
 
-M_MMAP_THRESHOLD = -3  # glibc's mallopt parameter number
-MMAP_THRESHOLD_BYTES = 1 << 20
+PAGE_BYTES = os.sysconf("SC_PAGE_SIZE")
 
 
-def return_freed_memory() -> None:
-    """Once glibc has freed one large block it raises its mmap threshold (up to 32 MB) and serves later
-    large blocks from its heap, which it rarely shrinks: evicted runs then stay in the process's memory.
-    A fixed 1 MB threshold keeps every large tensor in its own mapping, returned to the system when freed.
-    Elsewhere than glibc this does nothing."""
+def _libc():
     name = ctypes.util.find_library("c")
-    if name is None:
+    return ctypes.CDLL(name) if name else None
+
+
+LIBC = _libc()
+
+
+def resident_bytes() -> int:
+    with open("/proc/self/statm") as statm:
+        return int(statm.read().split()[1]) * PAGE_BYTES
+
+
+def trim_if_over(limit_bytes: int) -> None:
+    """glibc keeps freed tensors' pages for reuse, which is fast, but its heap fragments as runs of
+    different sizes come and go, and the process grows past the store's bound. Past `limit_bytes` the
+    free pages go back to the system (malloc_trim); below it they stay, so a typical run costs nothing
+    extra. Elsewhere than Linux with glibc this does nothing."""
+    if LIBC is None or not hasattr(LIBC, "malloc_trim") or not os.path.exists("/proc/self/statm"):
         return
-    libc = ctypes.CDLL(name)
-    if hasattr(libc, "mallopt"):
-        libc.mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD_BYTES)
+    if resident_bytes() > limit_bytes:
+        LIBC.malloc_trim(0)
