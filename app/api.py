@@ -47,23 +47,27 @@ def numbers(tensors: dict) -> dict:
     return {name: np.ascontiguousarray(tensor.numpy()) for name, tensor in tensors.items()}
 
 
+# Health and model are async: they answer on the event loop even while every worker thread is busy.
 @router.get("/health", response_model=Health)
-def health(lab: LabDep):
+async def health(lab: LabDep):
     return {"status": "ok", "model": lab.info["name"], "runs": len(lab.runs)}
 
 
 @router.get("/model", response_model=ModelInfo)
-def model(lab: LabDep):
+async def model(lab: LabDep):
     return lab.info
 
 
 @router.post(
     "/analyze",
     response_model=AnalyzeResponse,
-    responses={413: {"model": ErrorResponse, "description": "Text over the character cap"}},
+    responses={
+        413: {"model": ErrorResponse, "description": "Text over the character cap"},
+        503: {"model": ErrorResponse, "description": "Too many requests waiting for the model; see Retry-After"},
+    },
 )
-def analyze(body: AnalyzeRequest, lab: LabDep):
-    run = lab.analyze(body.text, body.mask, body.pooling)
+async def analyze(body: AnalyzeRequest, lab: LabDep):
+    run = await lab.submit(body.text, body.mask, body.pooling)
     norm = run.pooled.norm()
     return NumbersResponse(
         {

@@ -5,6 +5,7 @@ softmax(QKᵀ/√d + mask). The last part of a name is the field the API returns
 The numbers are the model's own: hooks read what the real transformers modules compute.
 """
 
+import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
@@ -73,15 +74,21 @@ def additive_mask(kind: str, n_tokens: int) -> Tensor:
 
 @contextmanager
 def recording(model: torch.nn.Module) -> Iterator[dict[str, Tensor]]:
-    """Hooks every module of the table for the duration of the block, and always removes them."""
+    """Hooks every module of the table for the duration of the block, and always removes them.
+
+    Hooks are global to the model, so each records only the pass of the thread that set it: two passes
+    may run at once on one model without recording into each other.
+    """
     activations: dict[str, Tensor] = {}
+    owner = threading.get_ident()
     handles = []
     try:
         for path, (prefix, reader) in _hook_table(model.config).items():
             # No copies: in eval mode nothing the model computes is modified in place after its module
             # returns (the output_attentions tests would see it), so keeping the tensors is enough.
             def hook(module, args, out, prefix=prefix, reader=reader):
-                activations.update({prefix + name: value for name, value in reader(args, out).items()})
+                if threading.get_ident() == owner:
+                    activations.update({prefix + name: value for name, value in reader(args, out).items()})
 
             handles.append(model.get_submodule(path).register_forward_hook(hook))
         yield activations

@@ -3,12 +3,15 @@
 import threading
 import uuid
 from collections import OrderedDict
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 
 import torch
+from starlette.concurrency import run_in_threadpool
 from torch import Tensor
 
 from app.capture import additive_mask, attention_scores, capture, pool
+from app.gate import PassGate
 from app.memory import trim_if_over
 from app.model import LoadedModel
 from app.store import RunStore
@@ -23,6 +26,10 @@ class TextTooLong(ValueError):
 
 class NothingToRead(ValueError):
     pass
+
+
+class PassFailed(RuntimeError):
+    """The forward pass raised: this request fails, the lab keeps serving."""
 
 
 class RunNotFound(KeyError):
@@ -128,16 +135,17 @@ class Run:
 
 
 class Lab:
-    def __init__(self, loaded: LoadedModel, max_chars: int, max_runs: int, max_store_bytes: int):
+    def __init__(self, loaded: LoadedModel, max_chars: int, max_runs: int, max_store_bytes: int, gate: PassGate):
         self.loaded = loaded
         self.max_chars = max_chars
         self.runs: RunStore[Run] = RunStore(max_runs, max_store_bytes)
         # (text, mask, pooling) -> run id: a class typing the same prompt gets the kept run back. The
         # lab holds one model, so the model is part of every key implicitly.
         self._run_ids: OrderedDict[tuple[str, str, str], str] = OrderedDict()
-        # Hooks are registered on the one shared model: two passes at once would record into each other.
-        # Holding the lock while checking the cache also makes identical concurrent requests share a pass.
-        self._forward_lock = threading.Lock()
+        # Requests being run, by key: an identical request arriving meanwhile waits for the same run.
+        self._pending: dict[tuple[str, str, str], Future] = {}
+        self._lock = threading.Lock()  # guards the two dicts above
+        self.gate = gate
 
     @property
     def info(self) -> dict:
@@ -153,24 +161,55 @@ class Lab:
             "max_tokens": self.loaded.max_tokens,
         }
 
+    def kept(self, text: str, mask: str = "bidirectional", pooling: str | None = None) -> Run | None:
+        """The kept run of this exact request, if there is one: no forward pass needed."""
+        with self._lock:
+            return self.runs.get(self._run_ids.get((text, mask, pooling or self.loaded.default_pooling), ""))
+
+    async def submit(self, text: str, mask: str = "bidirectional", pooling: str | None = None) -> Run:
+        """analyze() for the server: a kept run at once; otherwise a turn at the gate, then a worker thread."""
+        run = self.kept(text, mask, pooling)
+        if run is not None:
+            return run
+        async with self.gate.admit():
+            return await run_in_threadpool(self.analyze, text, mask, pooling)
+
     def analyze(self, text: str, mask: str = "bidirectional", pooling: str | None = None) -> Run:
         if len(text) > self.max_chars:
             raise TextTooLong(f"the text has {len(text):,} characters; the limit is {self.max_chars:,}")
         tokens, truncated = self.tokenize(text)
-        if all(token.special for token in tokens):
+        if all(token.end == token.start for token in tokens):
             raise NothingToRead("the text has no characters the tokenizer keeps (only control or invisible ones)")
         pooling = pooling or self.loaded.default_pooling
         key = (text, mask, pooling)
-        with self._forward_lock:
+        with self._lock:
             kept = self.runs.get(self._run_ids.get(key, ""))
             if kept is not None:
                 return kept
+            pending = self._pending.get(key)
+            owner = pending is None
+            if owner:
+                pending = self._pending[key] = Future()
+        if not owner:  # the same request is being run: share its pass
+            return pending.result()
+        try:
             run = self._forward(text, mask, pooling, tokens, truncated)
+        except Exception as error:
+            failure = PassFailed(
+                f"the model failed on this text ({type(error).__name__}); try again or change the text"
+            )
+            with self._lock:
+                del self._pending[key]
+            pending.set_exception(failure)
+            raise failure from error
+        with self._lock:
             self.runs.put(run.run_id, run)
-            trim_if_over(self.runs.max_bytes + RUNTIME_BYTES)
             self._run_ids[key] = run.run_id
             while len(self._run_ids) > self.runs.max_runs:
                 self._run_ids.popitem(last=False)
+            del self._pending[key]
+        pending.set_result(run)
+        trim_if_over(self.runs.max_bytes + RUNTIME_BYTES)
         return run
 
     def _forward(self, text: str, mask: str, pooling: str, tokens: list[Token], truncated: bool) -> Run:

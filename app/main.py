@@ -3,12 +3,16 @@
 from contextlib import asynccontextmanager
 
 from fastapi import FastAPI, Request
+from fastapi.exception_handlers import http_exception_handler
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from fastapi.staticfiles import StaticFiles
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from app import api, pages
-from app.lab import Lab, NothingToRead, OutOfRange, RunNotFound, TextTooLong
+from app.gate import Busy, PassGate
+from app.lab import Lab, NothingToRead, OutOfRange, PassFailed, RunNotFound, TextTooLong
+from app.middleware import HeadAsGet, LimitBody, SecurityHeaders
 from app.model import LoadedModel, load_model
 from app.settings import get_settings
 
@@ -20,14 +24,22 @@ def create_app(model: LoadedModel | None = None) -> FastAPI:
     async def lifespan(app: FastAPI):
         settings = get_settings()
         loaded = model or load_model(settings.model_path)
-        app.state.lab = Lab(loaded, settings.max_chars, settings.max_runs, settings.max_store_bytes)
+        gate = PassGate(settings.max_concurrent_passes, settings.max_waiting, settings.max_wait_seconds)
+        app.state.lab = Lab(loaded, settings.max_chars, settings.max_runs, settings.max_store_bytes, gate)
         yield
 
+    # No /docs or /redoc: FastAPI serves them from a CDN, and the lab makes no request beyond itself.
+    # The schema stays at /openapi.json.
     app = FastAPI(
         title="Attention Lab",
         summary="Every step of a real transformer's attention, with the real numbers.",
         lifespan=lifespan,
+        docs_url=None,
+        redoc_url=None,
     )
+    app.add_middleware(LimitBody, max_bytes=get_settings().max_body_bytes)
+    app.add_middleware(HeadAsGet)
+    app.add_middleware(SecurityHeaders)
     app.include_router(api.router)
     app.include_router(pages.router)
     app.mount("/static", StaticFiles(directory=pages.ROOT / "static"), name="static")
@@ -36,6 +48,11 @@ def create_app(model: LoadedModel | None = None) -> FastAPI:
     app.add_exception_handler(RunNotFound, _error(404))
     app.add_exception_handler(OutOfRange, _error(404))
     app.add_exception_handler(RequestValidationError, readable_validation_error)
+    app.add_exception_handler(StarletteHTTPException, unreadable_body)
+    app.add_exception_handler(Busy, busy)
+    app.add_exception_handler(PassFailed, _error(503))
+    # Last resort: whatever else goes wrong answers as a clear 503 (the server still logs the traceback).
+    app.add_exception_handler(Exception, unexpected)
     return app
 
 
@@ -44,6 +61,22 @@ def _error(status: int):
         return JSONResponse({"detail": str(error)}, status_code=status)
 
     return handler
+
+
+async def unreadable_body(request: Request, error: StarletteHTTPException) -> JSONResponse:
+    """FastAPI answers 400 for a body its JSON parser gave up on (nested too deep); that is malformed
+    JSON to a client, like any other: 422, as the API promises."""
+    if error.status_code == 400:
+        return JSONResponse({"detail": "the request body could not be read as JSON (nested too deeply?)"}, 422)
+    return await http_exception_handler(request, error)
+
+
+async def unexpected(request: Request, error: Exception) -> JSONResponse:
+    return JSONResponse({"detail": "the lab hit an unexpected problem with this request; try again"}, status_code=503)
+
+
+async def busy(request: Request, error: Busy) -> JSONResponse:
+    return JSONResponse({"detail": str(error)}, status_code=503, headers={"Retry-After": str(error.retry_after)})
 
 
 async def readable_validation_error(request: Request, error: RequestValidationError) -> JSONResponse:

@@ -15,8 +15,16 @@ class Settings(BaseSettings):
     # once either bound is passed.
     max_runs: int = 64
     max_store_bytes: int = 2 * 1024**3
+    # Forward passes run at once (each uses every core torch is given), and requests that may wait for
+    # one; past that, or after max_wait_seconds, the API answers 503 with Retry-After.
+    max_concurrent_passes: int = 1
+    max_waiting: int = 64
+    max_wait_seconds: float = 30.0
     # Longer texts answer 413; the tokenizer truncates to the model's 512 positions anyway.
     max_chars: int = 20_000
+    # Request bodies past this answer 413 before they are read whole (20,000 characters escaped as
+    # JSON \uXXXX pairs need 240 kB).
+    max_body_bytes: int = 512 * 1024
     host: str = "127.0.0.1"
     port: int = 8000
 

@@ -6,6 +6,7 @@ import torch
 from fastapi.testclient import TestClient
 from transformers import BertConfig, BertModel
 
+from app.gate import PassGate
 from app.lab import Lab
 from app.main import create_app
 from app.model import load_model, packaged_model_path
@@ -21,7 +22,7 @@ def minilm():
 
 @pytest.fixture(scope="session")
 def lab(minilm):
-    return Lab(minilm, max_chars=20_000, max_runs=64, max_store_bytes=2 * 1024**3)
+    return Lab(minilm, max_chars=20_000, max_runs=64, max_store_bytes=2 * 1024**3, gate=PassGate(1, 64, 30))
 
 
 @pytest.fixture(scope="session")

@@ -5,6 +5,7 @@ import threading
 import pytest
 
 import app.lab
+from app.gate import PassGate
 from app.lab import Lab
 
 
@@ -18,7 +19,7 @@ def counted(monkeypatch, tiny):
         return real_capture(*args, **kwargs)
 
     monkeypatch.setattr(app.lab, "capture", counting_capture)
-    return Lab(tiny, max_chars=1000, max_runs=3, max_store_bytes=10**9), calls
+    return Lab(tiny, max_chars=1000, max_runs=3, max_store_bytes=10**9, gate=PassGate(2, 4, 5)), calls
 
 
 def test_a_repeated_prompt_is_answered_without_a_second_forward_pass(counted):
@@ -51,3 +52,27 @@ def test_identical_concurrent_requests_share_one_pass(counted):
         thread.join()
     assert len(calls) == 1
     assert len({run.run_id for run in results}) == 1
+
+
+def test_passes_on_two_threads_at_once_record_only_their_own(tiny):
+    """Hooks see every thread's pass; each recording must keep only its own thread's numbers."""
+    lab = Lab(tiny, max_chars=1000, max_runs=8, max_store_bytes=10**9, gate=PassGate(2, 4, 5))
+    texts = ["one short text", "a rather different and longer sentence for the other thread"]
+    expected = {text: Lab(tiny, 1000, 8, 10**9, PassGate(1, 1, 5)).analyze(text).attention() for text in texts}
+    barrier = threading.Barrier(2)
+    results = {}
+
+    def run(text):
+        barrier.wait()
+        for _ in range(5):
+            results[text] = lab.analyze(text + " " * _).attention()
+
+    threads = [threading.Thread(target=run, args=(text,)) for text in texts]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    for text in texts:
+        for got, want in zip(results[text], expected[text], strict=True):
+            assert got.shape == want.shape
+            assert (got - want).abs().max() < 1e-5

@@ -82,6 +82,7 @@ def page(browser, server):
     requests, errors = [], []
     page.on("request", lambda request: requests.append(request.url))
     page.on("pageerror", lambda error: errors.append(str(error)))
+    page.on("console", lambda message: message.type == "error" and errors.append(f"console: {message.text}"))
     page.on("dialog", lambda dialog: errors.append(f"dialog opened: {dialog.message}") or dialog.dismiss())
     page.requests = requests
     yield page
@@ -91,6 +92,16 @@ def page(browser, server):
     ]
     assert outside == [], f"requests left 127.0.0.1: {outside}"
     assert errors == [], f"the page raised: {errors}"
+
+
+def wait_until(page, condition: str, timeout: float = 30):
+    """Polls a JS condition from outside the page: Playwright's wait_for_function evaluates strings with
+    eval, which the lab's Content-Security-Policy (rightly) refuses."""
+    deadline = time.monotonic() + timeout
+    while not page.evaluate(f"() => Boolean({condition})"):
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"still false after {timeout} s: {condition}")
+        page.wait_for_timeout(25)
 
 
 def screenshot(page, name: str, locator=None) -> Path:

@@ -9,14 +9,14 @@ import numpy as np
 import pytest
 from playwright.sync_api import expect
 
-from tests.browser.conftest import screenshot
+from tests.browser.conftest import screenshot, wait_until
 
 pytestmark = pytest.mark.slow
 DEFAULT_TEXT = "The animal didn't cross the street because it was too tired"
 
 
 def run_id(page) -> str:
-    page.wait_for_function("document.body.dataset.run && document.body.dataset.busy === 'false'")
+    wait_until(page, "document.body.dataset.run && document.body.dataset.busy === 'false'")
     return page.evaluate("document.body.dataset.run")
 
 
@@ -142,8 +142,8 @@ def test_grid_cell_opens_that_head(page, server, api):
 def test_causal_mask_shows_upper_triangle_zeros(page, server):
     open_lab(page, server)
     page.select_option("#mask", "causal")
-    page.wait_for_function(
-        "document.body.dataset.busy === 'false' && new URLSearchParams(location.search).get('mask') === 'causal'"
+    wait_until(
+        page, "document.body.dataset.busy === 'false' && new URLSearchParams(location.search).get('mask') === 'causal'"
     )
     page.select_option("#layer", "1")
     wait_view(page, "heatmap", 1, 0, 1)
@@ -158,12 +158,12 @@ def test_a_shared_url_opens_the_same_view(page, server, browser):
     open_lab(page, server)
     page.fill("#prompt", "the river bank flooded")
     page.press("#prompt", "Enter")
-    page.wait_for_function("document.querySelectorAll('#tokens .token').length === 6")
+    wait_until(page, "document.querySelectorAll('#tokens .token').length === 6")
     page.select_option("#layer", "5")
     page.select_option("#head", "2")
     page.select_option("#pooling", "max")
-    page.wait_for_function(
-        "new URLSearchParams(location.search).get('pooling') === 'max' && document.body.dataset.busy === 'false'"
+    wait_until(
+        page, "new URLSearchParams(location.search).get('pooling') === 'max' && document.body.dataset.busy === 'false'"
     )
     page.locator('#tokens .token[data-index="3"]').click()
     wait_view(page, "heatmap", 5, 2, 3)
@@ -171,7 +171,7 @@ def test_a_shared_url_opens_the_same_view(page, server, browser):
     other = browser.new_page(viewport={"width": 1280, "height": 720})
     try:
         other.goto(shared)
-        other.wait_for_function("document.body.dataset.run && document.body.dataset.busy === 'false'")
+        wait_until(other, "document.body.dataset.run && document.body.dataset.busy === 'false'")
         key = f"{other.evaluate('document.body.dataset.run')}:5:2:3"
         other.wait_for_selector(f'#heatmap[data-view="{key}"]')
         assert other.locator("#prompt").input_value() == "the river bank flooded"
@@ -203,8 +203,8 @@ def test_html_in_a_prompt_is_shown_as_text(page, server, prompt):
     open_lab(page, server)
     page.fill("#prompt", prompt)
     page.click("#run")
-    page.wait_for_function("document.body.dataset.busy === 'false'")
-    page.wait_for_function("document.querySelectorAll('#tokens .token').length > 5")
+    wait_until(page, "document.body.dataset.busy === 'false'")
+    wait_until(page, "document.querySelectorAll('#tokens .token').length > 5")
     assert page.locator("img[src=x]").count() == 0 and page.locator("main script").count() == 0
     assert "<" in page.locator("#tokens").inner_text()
     assert page.title() == "Attention Lab"
@@ -219,7 +219,7 @@ def test_errors_are_explained_in_plain_words(page, server):
     assert page.locator("#error").inner_text() == "Type some text first."
     page.fill("#prompt", "bank " * 700)
     page.click("#run")
-    page.wait_for_function("document.querySelectorAll('#tokens .token').length === 512")
+    wait_until(page, "document.querySelectorAll('#tokens .token').length === 512")
     assert page.locator("#error").is_hidden()
     assert "only the first 512" in page.locator("#status").inner_text()
     wait_view(page, "heatmap", 0, 0, 1)
@@ -240,7 +240,7 @@ def test_hiding_special_tokens_renormalises(page, server, api):
     np.testing.assert_allclose(shown, kept / kept.sum(), atol=1e-6)
     assert f"{weights[special].sum():.3f}" in page.locator('#attends [data-field="sink"]').inner_text()
     page.check("#all-heads")
-    page.wait_for_function("document.querySelectorAll('#attends .legend-item').length === 12")
+    wait_until(page, "document.querySelectorAll('#attends .legend-item').length === 12")
     screenshot(page, "08-all-heads", page.locator("section.attention"))
 
 

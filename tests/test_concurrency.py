@@ -1,0 +1,115 @@
+"""Admission, overload and faults through the real HTTP app."""
+
+import asyncio
+import threading
+import time
+
+import pytest
+from fastapi.testclient import TestClient
+
+from app.gate import Busy, PassGate
+from app.main import create_app
+from app.settings import get_settings
+
+
+def test_gate_admits_queues_and_refuses():
+    async def scenario():
+        gate = PassGate(max_passes=1, max_waiting=1, max_wait_seconds=5)
+        release = asyncio.Event()
+        order = []
+
+        async def request(name):
+            async with gate.admit():
+                order.append(name)
+                await release.wait()
+
+        first = asyncio.create_task(request("first"))
+        await asyncio.sleep(0.01)
+        second = asyncio.create_task(request("second"))  # waits for the one pass
+        await asyncio.sleep(0.01)
+        with pytest.raises(Busy) as refused:
+            async with gate.admit():
+                pass
+        assert refused.value.retry_after > 0
+        release.set()
+        await asyncio.gather(first, second)
+        assert order == ["first", "second"] and gate.waiting == 0
+
+    asyncio.run(scenario())
+
+
+def test_gate_gives_up_after_the_longest_wait():
+    async def scenario():
+        gate = PassGate(max_passes=1, max_waiting=5, max_wait_seconds=0.05)
+        async with gate.admit():
+            with pytest.raises(Busy, match="waited"):
+                async with gate.admit():
+                    pass
+        async with gate.admit():  # free again
+            pass
+
+    asyncio.run(scenario())
+
+
+@pytest.fixture
+def slow_client(monkeypatch, tiny):
+    """The tiny model behind a gate of one pass and no waiting room; passes block until released."""
+    monkeypatch.setenv("ATTENTION_LAB_MAX_WAITING", "0")
+    get_settings.cache_clear()
+    release = threading.Event()
+    with TestClient(create_app(tiny)) as client:
+        lab = client.app.state.lab
+        real_forward = lab._forward
+
+        def slow_forward(*args):
+            release.wait(10)
+            return real_forward(*args)
+
+        monkeypatch.setattr(lab, "_forward", slow_forward)
+        yield client, release
+    get_settings.cache_clear()
+
+
+def test_a_full_queue_answers_503_with_retry_after_and_health_stays_up(slow_client):
+    client, release = slow_client
+    answers = []
+    first = threading.Thread(target=lambda: answers.append(client.post("/api/analyze", json={"text": "first"})))
+    first.start()
+    deadline = time.monotonic() + 10
+    while not client.app.state.lab.gate._slots.locked() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    refused = client.post("/api/analyze", json={"text": "second"})
+    assert refused.status_code == 503
+    assert int(refused.headers["Retry-After"]) > 0 and "try again" in refused.json()["detail"]
+    assert client.get("/api/health").status_code == 200
+    assert client.get("/").status_code == 200
+    release.set()
+    first.join(10)
+    assert answers[0].status_code == 200
+    assert client.post("/api/analyze", json={"text": "second"}).status_code == 200
+
+
+def test_a_forward_pass_that_raises_fails_only_its_request(monkeypatch, tiny):
+    with TestClient(create_app(tiny)) as client:
+        lab = client.app.state.lab
+        real_forward = lab._forward
+
+        def failing_forward(*args):
+            raise RuntimeError("simulated fault")
+
+        monkeypatch.setattr(lab, "_forward", failing_forward)
+        failed = client.post("/api/analyze", json={"text": "this one fails"})
+        assert failed.status_code == 503 and "model failed" in failed.json()["detail"]
+        monkeypatch.setattr(lab, "_forward", real_forward)
+        assert client.post("/api/analyze", json={"text": "this one fails"}).status_code == 200
+        assert client.post("/api/analyze", json={"text": "the next one works"}).status_code == 200
+
+
+def test_an_unexpected_error_anywhere_is_not_a_500(monkeypatch, tiny):
+    with TestClient(create_app(tiny), raise_server_exceptions=False) as client:
+        run_id = client.post("/api/analyze", json={"text": "fine"}).json()["run_id"]
+        run = client.app.state.lab.run(run_id)
+        monkeypatch.setattr(type(run), "embeddings", lambda self: 1 / 0)
+        response = client.get(f"/api/runs/{run_id}/embeddings")
+        assert response.status_code == 503 and "unexpected" in response.json()["detail"]
+        assert client.get("/api/health").status_code == 200
