@@ -18,10 +18,6 @@ SECURITY_HEADERS = [
 ]
 
 
-class BodyTooLarge(Exception):
-    pass
-
-
 class LimitBody:
     """413 for a body over `max_bytes`: at once when Content-Length says so, else as soon as the bytes
     read pass the cap, so an oversized body is never read whole."""
@@ -37,31 +33,33 @@ class LimitBody:
         if not declared.isdigit() or int(declared) > self.max_bytes:
             return await self.refuse(send)
         seen = 0
-        started = False
+        over = False
 
+        # Past the cap the app is told the body has ended, and whatever it answers to the cut body
+        # is replaced by the 413.
         async def counting_receive():
-            nonlocal seen
+            nonlocal seen, over
+            if over:
+                return {"type": "http.disconnect"}
             message = await receive()
             seen += len(message.get("body", b""))
             if seen > self.max_bytes:
-                raise BodyTooLarge
+                over = True
+                return {"type": "http.request", "body": b"", "more_body": False}
             return message
 
-        async def tracking_send(message):
-            nonlocal started
-            started = started or message["type"] == "http.response.start"
-            await send(message)
-
-        try:
-            await self.app(scope, counting_receive, tracking_send)
-        except BodyTooLarge:
-            if not started:
+        async def refusing_send(message):
+            if not over:
+                await send(message)
+            elif message["type"] == "http.response.start":
                 await self.refuse(send)
+
+        await self.app(scope, counting_receive, refusing_send)
 
     async def refuse(self, send):
         body = json.dumps({"detail": f"the request body is larger than {self.max_bytes:,} bytes"}).encode()
         headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
-        await send({"type": "http.response.start", "status": 413, "headers": headers + SECURITY_HEADERS})
+        await send({"type": "http.response.start", "status": 413, "headers": headers})
         await send({"type": "http.response.body", "body": body})
 
 
