@@ -20,9 +20,13 @@ from app.schemas import (
     ModelInfo,
     QueryResponse,
     TokenTraceResponse,
+    ValidationErrorResponse,
 )
 
-router = APIRouter(prefix="/api")
+router = APIRouter(
+    prefix="/api",
+    responses={422: {"model": ValidationErrorResponse, "description": "The request is not one the API takes"}},
+)
 NOT_FOUND = {404: {"model": ErrorResponse, "description": "Unknown or evicted run, or layer/head out of range"}}
 
 

@@ -140,3 +140,16 @@ class Health(BaseModel):
 
 class ErrorResponse(BaseModel):
     detail: str
+
+
+class ValidationErrorItem(BaseModel):
+    loc: list[str | int]
+    msg: str
+    type: str
+
+
+class ValidationErrorResponse(BaseModel):
+    """422: one readable sentence first, pydantic's list after it for tools."""
+
+    detail: str
+    errors: list[ValidationErrorItem] = []

@@ -1,0 +1,58 @@
+"""Properties over arbitrary Unicode prompts (hypothesis) and a fuzz of the OpenAPI schema (schemathesis)."""
+
+import numpy as np
+import pytest
+import schemathesis
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from app.main import create_app
+
+# Any Unicode but lone surrogates, which JSON can carry and the API refuses (tested elsewhere).
+PROMPTS = st.text(st.characters(exclude_categories=["Cs"]), min_size=1, max_size=300)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(text=PROMPTS)
+def test_any_prompt_gets_an_answer_whose_offsets_slice_the_text(client, minilm, text):
+    response = client.post("/api/analyze", json={"text": text})
+    assert response.status_code in (200, 422), response.text
+    if response.status_code == 422:
+        assert not text.strip() or "no characters" in response.json()["detail"]
+        return
+    body = response.json()
+    normalize = minilm.tokenizer.backend_tokenizer.normalizer.normalize_str
+    for token in body["tokens"]:
+        assert 0 <= token["start"] <= token["end"] <= len(text)
+        if token["end"] > token["start"] and token["text"] != "[UNK]" and not token["special"]:
+            assert normalize(text[token["start"] : token["end"]]) == token["text"].removeprefix("##")
+    head = client.get(f"/api/runs/{body['run_id']}/layers/3/heads/2").json()
+    np.testing.assert_allclose(np.array(head["weights"]).sum(1), 1, atol=1e-5)
+
+
+@pytest.fixture(scope="module")
+def schema(minilm):
+    return schemathesis.openapi.from_asgi("/openapi.json", create_app(minilm))
+
+
+def operations():
+    return [result.ok() for result in schemathesis.openapi.from_dict(create_app_schema()).get_all_operations()]
+
+
+def create_app_schema() -> dict:
+    return create_app().openapi()  # the schema alone: no model is loaded for it
+
+
+@pytest.mark.parametrize("operation", operations(), ids=lambda operation: operation.label)
+def test_the_schema_holds_for_any_request(schema, operation):
+    """Every documented route, fed generated requests: no 5xx, and answers match the documented schemas."""
+    live = schema[operation.path][operation.method.upper()]
+
+    @settings(max_examples=30, deadline=None, suppress_health_check=list(HealthCheck))
+    @given(case=live.as_strategy())
+    def check(case):
+        case.call_and_validate(
+            checks=[schemathesis.checks.not_a_server_error, schemathesis.checks.response_schema_conformance]
+        )
+
+    check()
