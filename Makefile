@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 TORCH := torch==2.13.0
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: install install-test chromium run test bench clean
+.PHONY: install install-test chromium run test bench load clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -34,6 +34,14 @@ test: install-test chromium
 bench: install chromium
 	$(BIN)/pip install --quiet -e '.[bench]'
 	$(BIN)/python bench/bench.py
+
+# The long classroom load test (50 learners for 60 s) against a lab started here on port 8765.
+LOAD_PORT := 8765
+load: install-test
+	@$(BIN)/python -m app --port $(LOAD_PORT) > /dev/null 2>&1 & lab=$$!; \
+	until curl -sf http://127.0.0.1:$(LOAD_PORT)/api/health > /dev/null; do sleep 0.5; done; \
+	$(BIN)/python -m tests.load.learners --url http://127.0.0.1:$(LOAD_PORT) --learners 50 --seconds 60 --server-pid $$lab; \
+	status=$$?; kill $$lab; exit $$status
 
 clean:
 	rm -rf $(VENV) test-artifacts .pytest_cache

@@ -1,6 +1,13 @@
+import os
 import shutil
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
 from pathlib import Path
 
+import httpx
 import pytest
 import torch
 from fastapi.testclient import TestClient
@@ -53,3 +60,52 @@ def tiny(tiny_model_dir):
 def client(minilm):
     with TestClient(create_app(minilm)) as test_client:
         yield test_client
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+@dataclass
+class LiveLab:
+    url: str
+    process: subprocess.Popen
+
+
+@pytest.fixture(scope="session")
+def live_lab(tmp_path_factory):
+    """The lab as a user runs it, `python -m app`, on a free 127.0.0.1 port."""
+    port = free_port()
+    log = (tmp_path_factory.mktemp("live-lab") / "server.log").open("w+")
+    process = subprocess.Popen(
+        [sys.executable, "-m", "app", "--host", "127.0.0.1", "--port", str(port)],
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        stdout=log,  # a file, not a pipe: a full pipe would stall a server nobody reads
+        stderr=subprocess.STDOUT,
+    )
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 120
+    while not _answers(url):
+        if process.poll() is not None or time.monotonic() > deadline:
+            process.kill()
+            log.seek(0)
+            raise RuntimeError(f"the lab did not start:\n{log.read()}")
+        time.sleep(0.3)
+    yield LiveLab(url, process)
+    process.terminate()
+    process.wait(timeout=30)
+    log.close()
+
+
+def _answers(url: str) -> bool:
+    try:
+        return httpx.get(f"{url}/api/health", timeout=1).status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
+@pytest.fixture(scope="session")
+def server(live_lab) -> str:
+    return live_lab.url

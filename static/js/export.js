@@ -28,8 +28,8 @@ function csvCell(value) {
 
 export function saveCSV(view, name) {
   const lines = [
-    `# prompt: ${view.text.replace(/[\r\n]+/g, " ")}`,
-    `# model: ${view.model}; mask: ${view.mask}; layer: ${view.layer}; head: ${view.head}; rows are queries, columns keys`,
+    csvCell(`# prompt: ${view.text.replace(/[\r\n]+/g, " ")}`),
+    csvCell(`# model: ${view.model}; mask: ${view.mask}; layer: ${view.layer}; head: ${view.head}; rows are queries, columns keys`),
     ["query \\ key", ...view.tokens.map((token) => `${token.index}:${token.text}`)].map(csvCell).join(","),
     ...view.matrix.map((row, index) => [`${index}:${view.tokens[index].text}`, ...row].map(csvCell).join(",")),
   ];

@@ -1,9 +1,5 @@
 """A live uvicorn on a free 127.0.0.1 port, Debian's chromium driven by Playwright, every request recorded."""
 
-import os
-import socket
-import subprocess
-import sys
 import time
 from pathlib import Path
 from urllib.parse import urlparse
@@ -22,40 +18,6 @@ CHROMIUM_ARGS = [
     "--no-first-run",
 ]
 ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts" / "screenshots"
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
-@pytest.fixture(scope="session")
-def server():
-    port = free_port()
-    process = subprocess.Popen(
-        [sys.executable, "-m", "app", "--host", "127.0.0.1", "--port", str(port)],
-        env={**os.environ, "PYTHONUNBUFFERED": "1"},
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
-    base = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise RuntimeError(f"the lab exited at start:\n{process.stdout.read()}")
-        try:
-            if httpx.get(f"{base}/api/health", timeout=1).status_code == 200:
-                break
-        except httpx.HTTPError:
-            time.sleep(0.3)
-    else:
-        process.kill()
-        raise RuntimeError("the lab did not answer /api/health within 120 s")
-    yield base
-    process.terminate()
-    process.wait(timeout=30)
 
 
 @pytest.fixture(scope="session")

@@ -293,3 +293,38 @@ def test_presentation_mode(page, server):
     assert parse_qs(urlparse(page.url).query)["present"] == ["1"]
     wait_view(page, "heatmap", 2, 5, 10)
     screenshot(page, "11-presentation")
+
+
+HOSTILE = "<img src=x onerror=alert(1)> <script>alert('x')</script> =SUM(A1) & \"quotes\""
+
+
+def test_html_and_formulas_in_a_prompt_stay_text_everywhere(page, server):
+    open_lab(page, server)
+    scripts_before = page.locator("script").count()
+    page.fill("#prompt", HOSTILE)
+    page.click("#run")
+    wait_until(
+        page, "document.body.dataset.busy === 'false' && document.querySelectorAll('#tokens .token').length > 20"
+    )
+    wait_view(page, "heatmap", 0, 0, 1)
+    wait_view(page, "dissection", 0, 0, 1)
+    assert page.locator("img").count() == 0
+    assert page.locator("script").count() == scripts_before
+    assert page.title() == "Attention Lab"
+    assert "<" in page.locator("#tokens").inner_text()
+    assert "<" in page.locator("#heatmap .hm-ylabels").inner_text()
+    assert "<" in page.locator("#heatmap .hm-xlabels").text_content()
+    page.mouse.move(*cell_centre(page, 1, 1))  # token 1 is "<"
+    assert "“<” (1)" in page.locator("#heatmap .hm-tooltip").inner_text()
+    assert "<" in page.locator("#attends").inner_text()
+    assert "<" in page.locator("#dissection").text_content()
+    assert page.locator("#prompt").input_value() == HOSTILE
+    with page.expect_download() as download:
+        page.click("#export-csv")
+    rows = list(csv.reader(io.StringIO(open(download.value.path()).read())))
+    assert rows[0] == [f"# prompt: {HOSTILE}"]  # one cell, commas and quotes kept inside it
+    assert rows[2][1:3] == ["0:[CLS]", "1:<"]
+    with page.expect_download() as download:
+        page.click("#export-json")
+    assert json.loads(open(download.value.path()).read())["text"] == HOSTILE
+    screenshot(page, "12-hostile-prompt", page.locator("section.attention"))
