@@ -83,6 +83,7 @@ def test_a_full_queue_answers_503_with_retry_after_and_health_stays_up(slow_clie
     assert int(refused.headers["Retry-After"]) > 0 and "try again" in refused.json()["detail"]
     assert client.get("/api/health").status_code == 200
     assert client.get("/").status_code == 200
+    assert client.get("/static/lab.css").status_code == 200
     release.set()
     first.join(10)
     assert answers[0].status_code == 200
@@ -113,3 +114,17 @@ def test_an_unexpected_error_anywhere_is_not_a_500(monkeypatch, tiny):
         response = client.get(f"/api/runs/{run_id}/embeddings")
         assert response.status_code == 503 and "unexpected" in response.json()["detail"]
         assert client.get("/api/health").status_code == 200
+
+
+def test_runs_evicted_for_memory_answer_404_with_guidance(monkeypatch, tiny):
+    monkeypatch.setenv("ATTENTION_LAB_MAX_STORE_BYTES", "1")  # every new run pushes the previous one out
+    get_settings.cache_clear()
+    try:
+        with TestClient(create_app(tiny)) as client:
+            first = client.post("/api/analyze", json={"text": "first"}).json()["run_id"]
+            second = client.post("/api/analyze", json={"text": "second"}).json()["run_id"]
+            gone = client.get(f"/api/runs/{first}/embeddings")
+            assert gone.status_code == 404 and "analyze the text again" in gone.json()["detail"]
+            assert client.get(f"/api/runs/{second}/embeddings").status_code == 200
+    finally:
+        get_settings.cache_clear()
