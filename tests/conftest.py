@@ -1,9 +1,11 @@
+import asyncio
 import os
 import shutil
 import socket
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -17,6 +19,14 @@ from app.gate import PassGate
 from app.lab import Lab
 from app.main import create_app
 from app.model import load_model, packaged_model_path
+
+
+def run_async(coroutine):
+    """asyncio.run on a thread of its own: Playwright's sync API keeps an event loop running on the main
+    thread for the rest of the session, and asyncio.run refuses to start inside it."""
+    with ThreadPoolExecutor(1) as thread:
+        return thread.submit(asyncio.run, coroutine).result()
+
 
 TOKENIZER_FILES = ("vocab.txt", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json")
 

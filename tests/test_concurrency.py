@@ -10,6 +10,7 @@ from fastapi.testclient import TestClient
 from app.gate import Busy, PassGate
 from app.main import create_app
 from app.settings import get_settings
+from tests.conftest import run_async
 
 
 def test_gate_admits_queues_and_refuses():
@@ -35,7 +36,7 @@ def test_gate_admits_queues_and_refuses():
         await asyncio.gather(first, second)
         assert order == ["first", "second"] and gate.waiting == 0
 
-    asyncio.run(scenario())
+    run_async(scenario())
 
 
 def test_gate_gives_up_after_the_longest_wait():
@@ -48,7 +49,7 @@ def test_gate_gives_up_after_the_longest_wait():
         async with gate.admit():  # free again
             pass
 
-    asyncio.run(scenario())
+    run_async(scenario())
 
 
 @pytest.fixture

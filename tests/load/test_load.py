@@ -1,16 +1,15 @@
 """The short form of the classroom load test: 10 learners for 10 s against a live lab."""
 
-import asyncio
-
 import pytest
 
+from tests.conftest import run_async
 from tests.load.learners import simulate
 
 pytestmark = pytest.mark.slow
 
 
 def test_ten_learners_for_ten_seconds(live_lab):
-    report = asyncio.run(simulate(live_lab.url, learners=10, seconds=10, server_pid=live_lab.process.pid))
+    report = run_async(simulate(live_lab.url, learners=10, seconds=10, server_pid=live_lab.process.pid))
     print(report)
     assert report["server_errors_other_than_503"] == 0, report["statuses"]
     assert report["transport_failures"] == {}
