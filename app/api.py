@@ -6,19 +6,26 @@ import numpy as np
 import orjson
 from fastapi import APIRouter, Depends, Query, Response
 
+from app import lessons
 from app.deps import LabDep
 from app.encoding import MEDIA_TYPE, AttentionDtype, encode_attention
 from app.lab import Run
 from app.schemas import (
     AnalyzeRequest,
     AnalyzeResponse,
+    CompareResponse,
     EmbeddingsResponse,
     ErrorResponse,
     HeadResponse,
+    HeadStatsResponse,
     Health,
     LayerResponse,
     ModelInfo,
+    NearestResponse,
+    PoolingRequest,
+    PoolingResponse,
     QueryResponse,
+    RolloutResponse,
     TokenTraceResponse,
     ValidationErrorResponse,
 )
@@ -71,8 +78,7 @@ async def model(lab: LabDep):
     },
 )
 async def analyze(body: AnalyzeRequest, lab: LabDep):
-    run = await lab.submit(body.text, body.mask, body.pooling)
-    norm = run.pooled.norm()
+    run = await lab.submit(body.text, body.mask, body.pooling, body.ablate)
     return NumbersResponse(
         {
             "run_id": run.run_id,
@@ -80,11 +86,65 @@ async def analyze(body: AnalyzeRequest, lab: LabDep):
             "tokens": [token.__dict__ for token in run.tokens],
             "truncated": run.truncated,
             "mask": run.mask,
-            "pooled": {
-                "strategy": run.pooling,
-                "vector": run.pooled.numpy(),
-                "norm": float(norm),
-                "normalized": (run.pooled / norm).numpy(),
+            "pooled": pooled(run.pooling, run.pooled),
+            "ablated": run.ablated,
+        }
+    )
+
+
+def pooled(strategy: str, vector) -> dict:
+    norm = vector.norm()
+    return {"strategy": strategy, "vector": vector.numpy(), "norm": float(norm), "normalized": (vector / norm).numpy()}
+
+
+@router.get("/compare", response_model=CompareResponse, responses=NOT_FOUND)
+def compare(lab: LabDep, a: str, b: str, token_a: int, token_b: int):
+    """One token's vector in run a against one in run b (the same word in two prompts, the same prompt
+    under two masks, or a run against its ablated twin)."""
+    run_a, run_b = lab.run(a), lab.run(b)
+    run_a.check_token(token_a)
+    run_b.check_token(token_b)
+    return {"a": a, "b": b, "token_a": token_a, "token_b": token_b, **lessons.compare(run_a, token_a, run_b, token_b)}
+
+
+@router.get("/runs/{run_id}/head-stats", response_model=HeadStatsResponse, responses=NOT_FOUND)
+def head_stats(run: RunDep):
+    return {"threshold": lessons.LABEL_THRESHOLD, "heads": lessons.head_stats(run)}
+
+
+@router.get("/runs/{run_id}/tokens/{token}/rollout", response_model=RolloutResponse, responses=NOT_FOUND)
+def rollout(run: RunDep, token: int):
+    run.check_token(token)
+    return NumbersResponse({"index": token, "rollout": lessons.rollout(run)[token].numpy()})
+
+
+@router.get("/runs/{run_id}/tokens/{token}/nearest", response_model=NearestResponse, responses=NOT_FOUND)
+def nearest(run: RunDep, lab: LabDep, token: int, k: Annotated[int, Query(ge=1, le=50)] = 5):
+    run.check_token(token)
+    return {
+        "index": token,
+        "stages": lessons.nearest_rows(run, token, lab.unit_embedding_table, lab.loaded.tokenizer, k),
+    }
+
+
+@router.post("/pooling", response_model=PoolingResponse)
+async def pooling(body: PoolingRequest, lab: LabDep):
+    """CLS, mean and max pooling of one prompt side by side, and how an instruction prefix moves it."""
+    run = await lab.submit(body.text, body.mask)
+    prefixed = await lab.submit(body.prefix + body.text, body.mask)
+    vectors = lessons.pooling_strategies(run)
+    names = list(vectors)
+    return NumbersResponse(
+        {
+            "run_id": run.run_id,
+            "strategies": {name: pooled(name, vector) for name, vector in vectors.items()},
+            "cosines": {
+                f"{x}/{y}": lessons.cosine(vectors[x], vectors[y]) for i, x in enumerate(names) for y in names[i + 1 :]
+            },
+            "prefix": {
+                "text": body.prefix + body.text,
+                "run_id": prefixed.run_id,
+                "cosine": lessons.cosine(run.pooled, prefixed.pooled),
             },
         }
     )

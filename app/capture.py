@@ -13,6 +13,7 @@ import torch
 from torch import Tensor
 
 Reader = Callable[[tuple, object], dict[str, Tensor]]  # (module inputs, module output) -> activations
+Heads = tuple[tuple[int, int], ...]  # (layer, head) pairs
 
 
 def _readers(n_heads: int) -> dict[str, Reader]:
@@ -97,12 +98,46 @@ def recording(model: torch.nn.Module) -> Iterator[dict[str, Tensor]]:
             handle.remove()
 
 
-def capture(model: torch.nn.Module, input_ids: Tensor, token_type_ids: Tensor, mask: str) -> dict[str, Tensor]:
+@contextmanager
+def ablating(model: torch.nn.Module, heads: Heads) -> Iterator[None]:
+    """Switches heads off: their context (their columns of the concatenation) is zeroed before W_O. Their
+    attention weights are still computed and recorded; only what they pass on is gone."""
+    owner = threading.get_ident()
+    d_head = model.config.hidden_size // model.config.num_attention_heads
+    handles = []
+    try:
+        for layer in sorted({layer for layer, _ in heads}):
+            chosen = [head for chosen_layer, head in heads if chosen_layer == layer]
+
+            def zero_heads(module, args, out, chosen=chosen):
+                if threading.get_ident() != owner:
+                    return None
+                context = out[0].clone()  # [1, pos, d_model], heads side by side
+                for head in chosen:
+                    context[..., head * d_head : (head + 1) * d_head] = 0
+                return (context, *out[1:])
+
+            self_attention = model.get_submodule(f"encoder.layer.{layer}.attention.self")
+            handles.append(self_attention.register_forward_hook(zero_heads))
+        yield
+    finally:
+        for handle in handles:
+            handle.remove()
+
+
+def capture(
+    model: torch.nn.Module,
+    input_ids: Tensor,
+    token_type_ids: Tensor,
+    mask: str,
+    ablate: tuple[tuple[int, int], ...] = (),
+) -> dict[str, Tensor]:
     """Runs the model once on one sequence ([pos] ids) and returns every named activation."""
     n_tokens = input_ids.shape[-1]
     # A prepared 4-D mask is used by the model as it is: this is how "causal" runs inside the same model.
     attention_mask = additive_mask(mask, n_tokens)[None, None]  # [batch, 1, query_pos, key_pos]
-    with torch.inference_mode(), recording(model) as activations:
+    # Ablation hooks go first, so the recording hooks see the zeroed context.
+    with torch.inference_mode(), ablating(model, ablate), recording(model) as activations:
         model(input_ids=input_ids[None], token_type_ids=token_type_ids[None], attention_mask=attention_mask)
     return activations
 

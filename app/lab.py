@@ -5,6 +5,7 @@ import uuid
 from collections import OrderedDict
 from concurrent.futures import Future
 from dataclasses import dataclass, field
+from functools import cached_property
 
 import torch
 from starlette.concurrency import run_in_threadpool
@@ -24,7 +25,11 @@ class TextTooLong(ValueError):
     pass
 
 
-class NothingToRead(ValueError):
+class InvalidInput(ValueError):
+    """The request is well formed but asks for something the model does not have (422)."""
+
+
+class NothingToRead(InvalidInput):
     pass
 
 
@@ -58,6 +63,7 @@ class Run:
     text: str
     mask: str
     pooling: str
+    ablated: tuple[tuple[int, int], ...]  # (layer, head) pairs switched off
     tokens: list[Token]
     truncated: bool
     activations: dict[str, Tensor]  # float32, named as in app.capture
@@ -83,7 +89,7 @@ class Run:
     def query(self, layer: int, head: int, index: int) -> dict[str, Tensor]:
         """One query token's view of one head: its q, every k and v, its scores and weights rows, its context."""
         numbers = self.head(layer, head)
-        self._check_token(index)
+        self.check_token(index)
         return {
             "q": numbers["q"][index],
             "k": numbers["k"],
@@ -100,7 +106,7 @@ class Run:
 
     def token_trace(self, index: int) -> dict:
         """One token's rows through the whole pipeline: embeddings, then every block."""
-        self._check_token(index)
+        self.check_token(index)
         return {
             "index": index,
             "embeddings": {name: rows[index] for name, rows in self.embeddings().items()},
@@ -123,7 +129,7 @@ class Run:
         heads = slice(None) if head is None else slice(head, head + 1)
         return [self.activations[f"blocks.{index}.attn.weights"][heads] for index in layers]
 
-    def _check_token(self, index: int) -> None:
+    def check_token(self, index: int) -> None:
         if not 0 <= index < len(self.tokens):
             raise OutOfRange(f"token {index} does not exist: tokens are 0 to {len(self.tokens) - 1}")
 
@@ -161,27 +167,39 @@ class Lab:
             "max_tokens": self.loaded.max_tokens,
         }
 
-    def kept(self, text: str, mask: str = "bidirectional", pooling: str | None = None) -> Run | None:
+    def _key(self, text: str, mask: str, pooling: str | None, ablate) -> tuple:
+        """What makes two requests the same run: the lab holds one model, so it is implied."""
+        return (text, mask, pooling or self.loaded.default_pooling, tuple(sorted({tuple(pair) for pair in ablate})))
+
+    def kept(self, text: str, mask: str = "bidirectional", pooling: str | None = None, ablate=()) -> Run | None:
         """The kept run of this exact request, if there is one: no forward pass needed."""
         with self._lock:
-            return self.runs.get(self._run_ids.get((text, mask, pooling or self.loaded.default_pooling), ""))
+            return self.runs.get(self._run_ids.get(self._key(text, mask, pooling, ablate), ""))
 
-    async def submit(self, text: str, mask: str = "bidirectional", pooling: str | None = None) -> Run:
+    async def submit(self, text: str, mask: str = "bidirectional", pooling: str | None = None, ablate=()) -> Run:
         """analyze() for the server: a kept run at once; otherwise a turn at the gate, then a worker thread."""
-        run = self.kept(text, mask, pooling)
+        run = self.kept(text, mask, pooling, ablate)
         if run is not None:
             return run
         async with self.gate.admit():
-            return await run_in_threadpool(self.analyze, text, mask, pooling)
+            return await run_in_threadpool(self.analyze, text, mask, pooling, ablate)
 
-    def analyze(self, text: str, mask: str = "bidirectional", pooling: str | None = None) -> Run:
+    def analyze(self, text: str, mask: str = "bidirectional", pooling: str | None = None, ablate=()) -> Run:
+        """One forward pass (or the kept one). `ablate`: (layer, head) pairs whose context is zeroed."""
         if len(text) > self.max_chars:
             raise TextTooLong(f"the text has {len(text):,} characters; the limit is {self.max_chars:,}")
+        config = self.loaded.model.config
+        for layer, head in ablate:
+            if not (0 <= layer < config.num_hidden_layers and 0 <= head < config.num_attention_heads):
+                raise InvalidInput(
+                    f"no head ({layer}, {head}) to switch off: layers are 0 to {config.num_hidden_layers - 1}, "
+                    f"heads 0 to {config.num_attention_heads - 1}"
+                )
         tokens, truncated = self.tokenize(text)
         if all(token.end == token.start for token in tokens):
             raise NothingToRead("the text has no characters the tokenizer keeps (only control or invisible ones)")
-        pooling = pooling or self.loaded.default_pooling
-        key = (text, mask, pooling)
+        key = self._key(text, mask, pooling, ablate)
+        _, _, pooling, ablate = key
         with self._lock:
             kept = self.runs.get(self._run_ids.get(key, ""))
             if kept is not None:
@@ -193,7 +211,7 @@ class Lab:
         if not owner:  # the same request is being run: share its pass
             return pending.result()
         try:
-            run = self._forward(text, mask, pooling, tokens, truncated)
+            run = self._forward(text, mask, pooling, ablate, tokens, truncated)
         except Exception as error:
             failure = PassFailed(
                 f"the model failed on this text ({type(error).__name__}); try again or change the text"
@@ -212,16 +230,17 @@ class Lab:
         trim_if_over(self.runs.max_bytes + RUNTIME_BYTES)
         return run
 
-    def _forward(self, text: str, mask: str, pooling: str, tokens: list[Token], truncated: bool) -> Run:
+    def _forward(self, text: str, mask: str, pooling: str, ablate: tuple, tokens: list[Token], truncated: bool) -> Run:
         input_ids = torch.tensor([token.id for token in tokens])
         token_type_ids = torch.tensor([token.token_type for token in tokens])
-        activations = capture(self.loaded.model, input_ids, token_type_ids, mask)
+        activations = capture(self.loaded.model, input_ids, token_type_ids, mask, ablate)
         config = self.loaded.model.config
         return Run(
             run_id=uuid.uuid4().hex,
             text=text,
             mask=mask,
             pooling=pooling,
+            ablated=ablate,
             tokens=tokens,
             truncated=truncated,
             activations=activations,
@@ -255,6 +274,12 @@ class Lab:
             )
         ]
         return tokens, len(encoding["input_ids"]) > 1
+
+    @cached_property
+    def unit_embedding_table(self) -> Tensor:
+        """The word-embedding table with rows scaled to length 1: cosines to it are one matrix product."""
+        table = self.loaded.model.get_input_embeddings().weight.detach()
+        return table / table.norm(dim=1, keepdim=True)
 
     def run(self, run_id: str) -> Run:
         run = self.runs.get(run_id)

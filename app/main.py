@@ -11,7 +11,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from app import api, pages
 from app.gate import Busy, PassGate
-from app.lab import Lab, NothingToRead, OutOfRange, PassFailed, RunNotFound, TextTooLong
+from app.lab import InvalidInput, Lab, OutOfRange, PassFailed, RunNotFound, TextTooLong
 from app.middleware import HeadAsGet, LimitBody, SecurityHeaders
 from app.model import LoadedModel, load_model
 from app.settings import get_settings
@@ -44,7 +44,7 @@ def create_app(model: LoadedModel | None = None) -> FastAPI:
     app.include_router(pages.router)
     app.mount("/static", StaticFiles(directory=pages.ROOT / "static"), name="static")
     app.add_exception_handler(TextTooLong, _error(413))
-    app.add_exception_handler(NothingToRead, _error(422))
+    app.add_exception_handler(InvalidInput, _error(422))
     app.add_exception_handler(RunNotFound, _error(404))
     app.add_exception_handler(OutOfRange, _error(404))
     app.add_exception_handler(RequestValidationError, readable_validation_error)

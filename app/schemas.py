@@ -1,31 +1,40 @@
 """Request and response bodies of the JSON API: the names here are a contract other tools rely on."""
 
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
 Matrix = list[list[float]]  # rows are tokens
 Mask = Literal["bidirectional", "causal"]
 Pooling = Literal["mean", "cls", "max"]
 
 
+def readable(text: str) -> str:
+    if not text.strip():
+        raise ValueError("must not be empty or only whitespace: type something to analyze")
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ValueError("contains an unpaired UTF-16 surrogate, which is not a character") from None
+    return text
+
+
+PromptText = Annotated[
+    str,
+    AfterValidator(readable),
+    Field(description="The prompt; truncated to the model's 512 tokens.", examples=["the river bank"]),
+]
+
+
 class AnalyzeRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    text: str = Field(description="The prompt; truncated to the model's 512 tokens.", examples=["the river bank"])
+    text: PromptText
     mask: Mask = Field("bidirectional", description="bidirectional (how MiniLM was trained) or causal (GPT-style)")
     pooling: Pooling | None = Field(None, description="How the sentence vector is pooled; default: the model's own")
-
-    @field_validator("text")
-    @classmethod
-    def readable(cls, text: str) -> str:
-        if not text.strip():
-            raise ValueError("must not be empty or only whitespace: type something to analyze")
-        try:
-            text.encode("utf-8")
-        except UnicodeEncodeError:
-            raise ValueError("contains an unpaired UTF-16 surrogate, which is not a character") from None
-        return text
+    ablate: list[tuple[int, int]] = Field(
+        [], max_length=1000, description="(layer, head) pairs switched off: their context is zeroed before W_O"
+    )
 
 
 class ModelInfo(BaseModel):
@@ -63,6 +72,80 @@ class AnalyzeResponse(BaseModel):
     truncated: bool
     mask: Mask
     pooled: Pooled
+    ablated: list[tuple[int, int]] = Field(description="(layer, head) pairs switched off in this run")
+
+
+class CompareResponse(BaseModel):
+    """One token's vector in two runs, stage by stage (cosine), and how the two runs' attention differs."""
+
+    a: str
+    b: str
+    token_a: int
+    token_b: int
+    same_id: bool
+    stages: list[str]
+    cosines: list[float]
+    pooled_cosine: float
+    attention_change: list[float] | None = Field(description="Per block, mean |A_a − A_b|; null if N differs")
+
+
+class HeadStat(BaseModel):
+    layer: int
+    head: int
+    entropy: float = Field(description="Mean over query rows of −Σ A log A, in nats")
+    cls: float = Field(description="Mean share of a query's attention on [CLS]")
+    sep: float
+    self: float
+    previous: float
+    next: float
+    label: str | None = Field(description="What the head does, only where its share passes the threshold")
+
+
+class HeadStatsResponse(BaseModel):
+    threshold: float
+    heads: list[HeadStat]
+
+
+class RolloutResponse(BaseModel):
+    index: int
+    rollout: list[float] = Field(description="Attention rollout row: each input token's share in this token")
+
+
+class NearestRow(BaseModel):
+    id: int
+    token: str
+    cosine: float
+
+
+class NearestStage(BaseModel):
+    stage: str
+    rows: list[NearestRow]
+
+
+class NearestResponse(BaseModel):
+    index: int
+    stages: list[NearestStage]
+
+
+class PoolingRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    text: PromptText
+    mask: Mask = "bidirectional"
+    prefix: str = Field("query: ", max_length=200, description="An instruction prefix to compare with")
+
+
+class PrefixShift(BaseModel):
+    text: str
+    run_id: str
+    cosine: float = Field(description="Cosine between the pooled vectors with and without the prefix")
+
+
+class PoolingResponse(BaseModel):
+    run_id: str
+    strategies: dict[Pooling, Pooled]
+    cosines: dict[str, float]
+    prefix: PrefixShift
 
 
 class HeadResponse(BaseModel):
