@@ -11,14 +11,18 @@ import { renderPipeline } from "./pipeline.js";
 import { renderPooled } from "./pooled.js";
 import { getState, initState, setState, subscribe } from "./state.js";
 import { renderTokens, showSelection } from "./tokens.js";
+import { initTour, TOUR_LENGTH } from "./tour.js";
 
 const config = JSON.parse(document.getElementById("lab-config").textContent);
 const model = config.model;
 const $ = (id) => document.getElementById(id);
 
 initState(
-  { text: config.defaultText, mask: "bidirectional", pooling: "mean", layer: 0, head: 0, token: null, present: false, hideSpecial: false, allHeads: false },
-  { layers: model.layers, heads: model.heads },
+  {
+    text: config.defaultText, mask: "bidirectional", pooling: "mean", layer: 0, head: 0, token: null, present: false,
+    hideSpecial: false, allHeads: false, tour: null,
+  },
+  { layers: model.layers, heads: model.heads, tourSteps: TOUR_LENGTH },
 );
 
 // ---- controls -------------------------------------------------------------------------------------
@@ -299,4 +303,5 @@ function bindInputs() {
 fillPickers();
 bindInputs();
 showControls(getState(), new Set(["text"]));
+initTour(model);
 runPrompt();

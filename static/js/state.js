@@ -1,11 +1,12 @@
 // The one place view state lives. Every change is mirrored into the URL, so a shared link opens the
 // same view; `run` holds the current run's data and is not part of the URL.
 
-const URL_KEYS = ["text", "mask", "pooling", "layer", "head", "token", "present"];
+const URL_KEYS = ["text", "mask", "pooling", "layer", "head", "token", "present", "tour"];
 const listeners = new Set();
 let state = {};
 
-// limits: {layers, heads}, to refuse a URL that names a block or head the model does not have.
+// limits: {layers, heads, tourSteps}, to refuse a URL that names a block, head or tour step that
+// does not exist.
 export function initState(defaults, limits) {
   state = { ...defaults, ...readURL(limits), run: null };
   return state;
@@ -40,6 +41,8 @@ function readURL(limits) {
   const token = wholeNumber(params.get("token"));
   if (token !== null) view.token = token;
   if (params.get("present") === "1") view.present = true;
+  const tour = wholeNumber(params.get("tour"));
+  if (tour !== null && tour >= 1 && tour <= limits.tourSteps) view.tour = tour;
   return view;
 }
 
@@ -56,5 +59,6 @@ function writeURL() {
   params.set("head", String(state.head));
   if (state.token !== null) params.set("token", String(state.token));
   if (state.present) params.set("present", "1");
+  if (state.tour !== null) params.set("tour", String(state.tour));
   window.history.replaceState(null, "", `${window.location.pathname}?${params}`);
 }

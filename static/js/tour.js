@@ -1,0 +1,215 @@
+// The guided tour: one docked box that walks a class through the pipeline, step by step, with the
+// current run's real shapes, and outlines the part of the page that shows each step.
+
+import { fixed } from "./format.js";
+import { getState, setState, subscribe } from "./state.js";
+
+const POOLING = {
+  mean: "the average of all of them",
+  cls: "the [CLS] token's vector alone",
+  max: "the largest value of each dimension over all of them",
+};
+
+// target: the id of the element that shows the step. n is the run's token count ("N" before a run);
+// m is the model's config (layers, heads, hidden_size, head_dim, intermediate_size, vocab_size, ...).
+const STEPS = [
+  {
+    target: "tokens",
+    title: () => "Tokens",
+    text: ({ n }) =>
+      `The tokenizer cuts the text into ${n} pieces: words, word pieces (## continues the word before) and the special [CLS] at the start and [SEP] at the end.`,
+    shape: ({ n }) => `N = ${n} tokens`,
+  },
+  {
+    target: "tokens",
+    title: () => "Token ids",
+    text: ({ m, example }) =>
+      `Each piece is a number: its entry in a vocabulary of ${m.vocab_size.toLocaleString("en")}. The small number under each chip is that id${example ? `; “${example.text}” is ${example.id}` : ""}.`,
+    shape: ({ n }) => `${n} ids`,
+  },
+  {
+    target: "pipeline",
+    title: () => "Embedding rows",
+    text: ({ n, m }) =>
+      `Each id picks one row of a learned table, so the text becomes ${n} vectors of ${m.hidden_size} numbers each: the model's first idea of what each piece means.`,
+    shape: ({ n, m }) => `${m.vocab_size.toLocaleString("en")}×${m.hidden_size} table → ${n}×${m.hidden_size}`,
+  },
+  {
+    target: "pipeline",
+    title: () => "+ position",
+    text: ({ m }) =>
+      `Attention by itself does not know word order, so a second table adds a vector for each position (up to ${m.max_tokens}); a tiny third one adds the segment. The shape does not change.`,
+    shape: ({ n, m }) => `${n}×${m.hidden_size} + ${n}×${m.hidden_size} → ${n}×${m.hidden_size}`,
+  },
+  {
+    target: "pipeline",
+    title: () => "LayerNorm",
+    text: ({ m }) =>
+      `Each token's ${m.hidden_size} numbers are shifted to mean 0 and scaled to spread 1, then stretched by learned weights. This is what block 0 reads.`,
+    shape: ({ n, m }) => `${n}×${m.hidden_size}`,
+  },
+  {
+    target: "dissection",
+    title: () => "Queries, keys, values",
+    text: ({ n, m }) =>
+      `Three learned ${m.hidden_size}×${m.hidden_size} matrices turn every token into a query (what it looks for), a key (what it offers) and a value (what it passes on). Each is cut into ${m.heads} heads of ${m.head_dim} numbers: ${n}×${m.head_dim} per head.`,
+    shape: ({ n, m }) => `Q, K, V: ${n}×${m.hidden_size} each = ${m.heads} heads × ${n}×${m.head_dim}`,
+  },
+  {
+    target: "dissection",
+    title: () => "Scores: QKᵀ/√d",
+    text: ({ m }) =>
+      `In each head every query meets every key: their dot product, divided by √${m.head_dim} ≈ ${fixed(Math.sqrt(m.head_dim), 2)} so the numbers stay moderate, says how well they match. Section 3 works one out with the real numbers.`,
+    shape: ({ n, m }) => `${n}×${m.head_dim} · ${m.head_dim}×${n} → ${m.heads} heads × ${n}×${n}`,
+  },
+  {
+    target: "heatmap",
+    title: () => "Softmax",
+    text: ({ n }) =>
+      `Each row of scores becomes weights that are positive and add up to 1: how much that token attends to each token. The heatmap is one head's ${n}×${n} weights; row = who looks, column = who is looked at.`,
+    shape: ({ n, m }) => `${m.heads} heads × ${n}×${n}, every row sums to 1`,
+  },
+  {
+    target: "dissection",
+    title: () => "Weighted sum of values",
+    text: ({ m }) =>
+      `Each token's output from a head is the mix of all value vectors, each weighted by its attention: mostly the values of the tokens it attends to. ${m.head_dim} numbers per token per head.`,
+    shape: ({ n, m }) => `${n}×${n} · ${n}×${m.head_dim} → ${n}×${m.head_dim} per head`,
+  },
+  {
+    target: "dissection",
+    title: () => "Concatenate and W_O",
+    text: ({ m }) =>
+      `The ${m.heads} heads' outputs are put side by side again (${m.heads} × ${m.head_dim} = ${m.hidden_size}), and one more ${m.hidden_size}×${m.hidden_size} matrix, W_O, mixes what the heads found.`,
+    shape: ({ n, m }) => `${m.heads} × ${n}×${m.head_dim} → ${n}×${m.hidden_size} · W_O ${m.hidden_size}×${m.hidden_size} → ${n}×${m.hidden_size}`,
+  },
+  {
+    target: "pipeline",
+    title: () => "Residual + LayerNorm",
+    text: () =>
+      `The attention output is added to the block's input, so nothing the token had is lost (the "residual stream"), and the sum is normalised again. The table below lists both norms per block.`,
+    shape: ({ n, m }) => `${n}×${m.hidden_size} + ${n}×${m.hidden_size} → ${n}×${m.hidden_size}`,
+  },
+  {
+    target: "pipeline",
+    title: () => "Feed-forward network",
+    text: ({ m }) =>
+      `Then each token on its own goes through ${m.intermediate_size} neurons with GELU and back down to ${m.hidden_size}, is added to its input and normalised once more. The table shows the most active neurons.`,
+    shape: ({ n, m }) => `${n}×${m.hidden_size} → ${n}×${m.intermediate_size} (GELU) → ${n}×${m.hidden_size}`,
+  },
+  {
+    target: "grid",
+    title: ({ m }) => `× ${m.layers} blocks`,
+    text: ({ m }) =>
+      `That was one block. The model stacks ${m.layers}, each with its own weights, the output of one feeding the next. Here are all ${m.layers * m.heads} attention maps; click one to open it.`,
+    shape: ({ n, m }) => `${m.layers} blocks × ${m.heads} heads × ${n}×${n}; ${n}×${m.hidden_size} in and out of each block`,
+  },
+  {
+    target: "pooled",
+    title: () => "Pooling",
+    text: ({ n, pooling }) => `One vector for the whole text: the ${n} final token vectors become ${POOLING[pooling]}.`,
+    shape: ({ n, m }) => `${n}×${m.hidden_size} → 1×${m.hidden_size}`,
+  },
+  {
+    target: "pooled",
+    title: () => "Normalise",
+    text: ({ norm }) =>
+      `Finally the vector is divided by its length${norm === null ? "" : ` (${fixed(norm)} here)`}, so it has length 1: texts are then compared by the angle between their vectors (cosine similarity).`,
+    shape: ({ m }) => `1×${m.hidden_size} → 1×${m.hidden_size}, length 1`,
+  },
+];
+
+export const TOUR_LENGTH = STEPS.length;
+
+const $ = (id) => document.getElementById(id);
+const smooth = () => (window.matchMedia("(prefers-reduced-motion: reduce)").matches ? "auto" : "smooth");
+
+// What the step texts may use: the real shapes of the current run, or "N" before there is one.
+function facts(state, model) {
+  const { run } = state;
+  const tokens = run ? run.tokens : [];
+  const example = tokens[state.token ?? -1] ?? tokens.find((token) => !token.special) ?? null;
+  return {
+    n: run ? tokens.length : "N",
+    m: model,
+    example,
+    pooling: run ? run.pooled.strategy : state.pooling,
+    norm: run ? run.pooled.norm : null,
+  };
+}
+
+function render(state, model) {
+  const step = STEPS[state.tour - 1];
+  const context = facts(state, model);
+  $("tour-counter").textContent = `Step ${state.tour} of ${STEPS.length}`;
+  $("tour-title").textContent = step.title(context);
+  $("tour-text").textContent = step.text(context);
+  $("tour-shape").textContent = step.shape(context);
+  $("tour-back").disabled = state.tour === 1;
+  $("tour-next").textContent = state.tour === STEPS.length ? "Finish" : "Next";
+}
+
+// The outlined element is scrolled to with its panel's heading, so the class sees what it is.
+function reveal(step, behavior) {
+  const target = $(STEPS[step - 1].target);
+  (target.closest(".panel") ?? target).scrollIntoView({ behavior, block: "start" });
+}
+
+// Until the reader scrolls or clicks, the tour keeps its section in place: the views above it fill in
+// after the scroll (a run on its way, panels laid out only when first seen) and would push it away.
+let pinned = false;
+
+function highlight(step) {
+  for (const node of document.querySelectorAll(".tour-focus")) node.classList.remove("tour-focus");
+  pinned = step !== null;
+  if (step === null) return;
+  $(STEPS[step - 1].target).classList.add("tour-focus");
+  reveal(step, smooth());
+}
+
+function go(step) {
+  if (step > STEPS.length) setState({ tour: null });
+  else setState({ tour: Math.max(1, step) });
+}
+
+export function initTour(model) {
+  const dialog = $("tour");
+  const opener = $("tour-start");
+  opener.addEventListener("click", () => setState({ tour: getState().tour === null ? 1 : null }));
+  $("tour-back").addEventListener("click", () => go(getState().tour - 1));
+  $("tour-next").addEventListener("click", () => go(getState().tour + 1));
+  $("tour-close").addEventListener("click", () => setState({ tour: null }));
+  // The tour's keys stop here: outside the box the same arrows move the token selection.
+  dialog.addEventListener("keydown", (event) => {
+    const move = { ArrowRight: 1, ArrowLeft: -1 }[event.key];
+    if (event.key === "Escape") setState({ tour: null });
+    else if (move) go(Math.min(STEPS.length, getState().tour + move));
+    else return;
+    event.preventDefault();
+    event.stopPropagation();
+  });
+
+  const show = (state, changed) => {
+    const open = state.tour !== null;
+    if (changed.has("tour")) {
+      const wasOpen = !dialog.hidden;
+      const hadFocus = dialog.contains(document.activeElement);
+      dialog.hidden = !open;
+      opener.setAttribute("aria-expanded", String(open));
+      highlight(state.tour);
+      if (open && !wasOpen) dialog.focus({ preventScroll: true });
+      if (!open && hadFocus) opener.focus({ preventScroll: true }); // the page stays where the tour left it
+    }
+    if (open) render(state, model);
+    // A button disabled under the keyboard's focus would drop the focus to the page.
+    if (open && document.activeElement?.disabled) dialog.focus({ preventScroll: true });
+  };
+  subscribe((state, changed) => {
+    if (["tour", "run", "token", "pooling"].some((key) => changed.has(key))) show(state, changed);
+  });
+  for (const type of ["wheel", "touchmove", "pointerdown", "keydown"]) {
+    window.addEventListener(type, () => (pinned = false), { passive: true });
+  }
+  new ResizeObserver(() => pinned && reveal(getState().tour, "auto")).observe(document.querySelector("main"));
+  show(getState(), new Set(["tour"]));
+}
