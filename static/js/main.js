@@ -9,6 +9,7 @@ import { markCurrent, renderGrid } from "./grid.js";
 import { Heatmap } from "./heatmap.js";
 import { renderPipeline } from "./pipeline.js";
 import { renderPooled } from "./pooled.js";
+import { initPredict } from "./predict.js";
 import { getState, initState, setState, subscribe } from "./state.js";
 import { renderTokens, showSelection } from "./tokens.js";
 import { initTour, TOUR_LENGTH } from "./tour.js";
@@ -20,7 +21,7 @@ const $ = (id) => document.getElementById(id);
 initState(
   {
     text: config.defaultText, mask: "bidirectional", pooling: "mean", layer: 0, head: 0, token: null, present: false,
-    hideSpecial: false, allHeads: false, tour: null,
+    hideSpecial: false, allHeads: false, predict: false, tour: null,
   },
   { layers: model.layers, heads: model.heads, tourSteps: TOUR_LENGTH },
 );
@@ -303,5 +304,6 @@ function bindInputs() {
 fillPickers();
 bindInputs();
 showControls(getState(), new Set(["text"]));
+initPredict(model);
 initTour(model);
 runPrompt();

@@ -1,14 +1,15 @@
 // The one place view state lives. Every change is mirrored into the URL, so a shared link opens the
-// same view; `run` holds the current run's data and is not part of the URL.
+// same view; `run` holds the current run's data and `guesses` the predict-first answers (keyed by
+// run:layer:head:token); neither is part of the URL.
 
-const URL_KEYS = ["text", "mask", "pooling", "layer", "head", "token", "present", "tour"];
+const URL_KEYS = ["text", "mask", "pooling", "layer", "head", "token", "present", "predict", "tour"];
 const listeners = new Set();
 let state = {};
 
 // limits: {layers, heads, tourSteps}, to refuse a URL that names a block, head or tour step that
 // does not exist.
 export function initState(defaults, limits) {
-  state = { ...defaults, ...readURL(limits), run: null };
+  state = { ...defaults, ...readURL(limits), run: null, guesses: new Map() };
   return state;
 }
 
@@ -41,6 +42,7 @@ function readURL(limits) {
   const token = wholeNumber(params.get("token"));
   if (token !== null) view.token = token;
   if (params.get("present") === "1") view.present = true;
+  if (params.get("predict") === "1") view.predict = true;
   const tour = wholeNumber(params.get("tour"));
   if (tour !== null && tour >= 1 && tour <= limits.tourSteps) view.tour = tour;
   return view;
@@ -59,6 +61,7 @@ function writeURL() {
   params.set("head", String(state.head));
   if (state.token !== null) params.set("token", String(state.token));
   if (state.present) params.set("present", "1");
+  if (state.predict) params.set("predict", "1");
   if (state.tour !== null) params.set("tour", String(state.tour));
   window.history.replaceState(null, "", `${window.location.pathname}?${params}`);
 }
