@@ -33,13 +33,39 @@ async function explain(response) {
   return detail ? `The lab could not do that: ${detail}.` : `The lab could not do that (error ${response.status}).`;
 }
 
-export async function analyze({ text, mask, pooling }) {
-  const response = await request("/api/analyze", {
+async function post(url, body) {
+  const response = await request(url, {
     method: "POST",
     headers: { "content-type": "application/json" },
-    body: JSON.stringify({ text, mask, pooling }),
+    body: JSON.stringify(body),
   });
   return response.json();
+}
+
+// ablate: [[layer, head], ...] switched off (their context zeroed before W_O).
+export function analyze({ text, mask, pooling, ablate = [] }) {
+  return post("/api/analyze", { text, mask, pooling, ablate });
+}
+
+export async function compare(a, b, tokenA, tokenB) {
+  const params = new URLSearchParams({ a, b, token_a: String(tokenA), token_b: String(tokenB) });
+  return (await request(`/api/compare?${params}`)).json();
+}
+
+export async function headStats(runId) {
+  return (await request(`/api/runs/${runId}/head-stats`)).json();
+}
+
+export async function rollout(runId, index) {
+  return (await request(`/api/runs/${runId}/tokens/${index}/rollout`)).json();
+}
+
+export async function nearest(runId, index, k = 5) {
+  return (await request(`/api/runs/${runId}/tokens/${index}/nearest?k=${k}`)).json();
+}
+
+export function pooling({ text, mask, prefix }) {
+  return post("/api/pooling", { text, mask, prefix });
 }
 
 export async function head(runId, layer, headIndex) {

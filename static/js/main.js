@@ -13,6 +13,7 @@ import { initPredict } from "./predict.js";
 import { getState, initState, setState, subscribe } from "./state.js";
 import { renderTokens, showSelection } from "./tokens.js";
 import { initTour, TOUR_LENGTH } from "./tour.js";
+import { LESSONS, renderLesson, renderTabs } from "./lessons/lessons.js";
 
 const config = JSON.parse(document.getElementById("lab-config").textContent);
 const model = config.model;
@@ -21,9 +22,9 @@ const $ = (id) => document.getElementById(id);
 initState(
   {
     text: config.defaultText, mask: "bidirectional", pooling: "mean", layer: 0, head: 0, token: null, present: false,
-    hideSpecial: false, allHeads: false, predict: false, tour: null,
+    hideSpecial: false, allHeads: false, predict: false, tour: null, lesson: null,
   },
-  { layers: model.layers, heads: model.heads, tourSteps: TOUR_LENGTH },
+  { layers: model.layers, heads: model.heads, tourSteps: TOUR_LENGTH, lessons: Object.keys(LESSONS) },
 );
 
 // ---- controls -------------------------------------------------------------------------------------
@@ -231,7 +232,29 @@ subscribe((state, changed) => {
   if (touches(changed, "run", "layer", "head", "token")) drawDissection(state);
   if (touches(changed, "run", "token")) drawPipeline(state);
   if (touches(changed, "layer", "head")) markCurrent($("grid"), state.layer, state.head);
+  if (changed.has("lesson")) renderTabs($("lesson-tabs"), state.lesson, openLesson);
+  if (state.lesson && touches(changed, "lesson", ...LESSONS[state.lesson].follows)) drawLesson(state);
 });
+
+// ---- experiments ------------------------------------------------------------------------------------
+
+function openLesson(name) {
+  setState({ lesson: name });
+}
+
+function drawLesson(state) {
+  renderLesson($("lesson-panel"), state.lesson, {
+    run: state.run,
+    text: state.text,
+    token: state.token,
+    current: getState,
+    model,
+    onOpen: (layer, head) => {
+      setState({ layer, head });
+      $("heatmap").scrollIntoView({ behavior: "smooth", block: "center" });
+    },
+  });
+}
 
 // ---- input ----------------------------------------------------------------------------------------
 
@@ -286,7 +309,7 @@ function bindInputs() {
   $("export-json").addEventListener("click", async () => getState().run && saveJSON(await exportView(), fileName()));
   $("export-csv").addEventListener("click", async () => getState().run && saveCSV(await exportView(), fileName()));
   document.addEventListener("keydown", (event) => {
-    const typing = event.target.closest("textarea, input, select");
+    const typing = event.target.closest("textarea, input, select, [role=tablist]");
     const { run, token } = getState();
     if (typing || !run) return;
     if (event.key === "Escape") setState({ token: null });
@@ -306,4 +329,5 @@ bindInputs();
 showControls(getState(), new Set(["text"]));
 initPredict(model);
 initTour(model);
+renderTabs($("lesson-tabs"), getState().lesson, openLesson);
 runPrompt();

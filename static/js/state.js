@@ -2,12 +2,12 @@
 // same view; `run` holds the current run's data and `guesses` the predict-first answers (keyed by
 // run:layer:head:token); neither is part of the URL.
 
-const URL_KEYS = ["text", "mask", "pooling", "layer", "head", "token", "present", "predict", "tour"];
+const URL_KEYS = ["text", "mask", "pooling", "layer", "head", "token", "present", "predict", "tour", "lesson"];
 const listeners = new Set();
 let state = {};
 
-// limits: {layers, heads, tourSteps}, to refuse a URL that names a block, head or tour step that
-// does not exist.
+// limits: {layers, heads, tourSteps, lessons}, to refuse a URL that names a block, head, tour step or
+// lesson that does not exist.
 export function initState(defaults, limits) {
   state = { ...defaults, ...readURL(limits), run: null, guesses: new Map() };
   return state;
@@ -43,6 +43,7 @@ function readURL(limits) {
   if (token !== null) view.token = token;
   if (params.get("present") === "1") view.present = true;
   if (params.get("predict") === "1") view.predict = true;
+  if (limits.lessons.includes(params.get("lesson"))) view.lesson = params.get("lesson");
   const tour = wholeNumber(params.get("tour"));
   if (tour !== null && tour >= 1 && tour <= limits.tourSteps) view.tour = tour;
   return view;
@@ -63,5 +64,6 @@ function writeURL() {
   if (state.present) params.set("present", "1");
   if (state.predict) params.set("predict", "1");
   if (state.tour !== null) params.set("tour", String(state.tour));
+  if (state.lesson !== null) params.set("lesson", state.lesson);
   window.history.replaceState(null, "", `${window.location.pathname}?${params}`);
 }

@@ -1,0 +1,82 @@
+// What each head does, measured: row entropy and where the attention goes, a label only where a share
+// passes the threshold; and attention rollout for the selected token.
+
+import * as api from "../api.js";
+import { el, fixed } from "../format.js";
+
+const SHARES = [
+  ["cls", "[CLS]"],
+  ["sep", "[SEP]"],
+  ["self", "itself"],
+  ["previous", "previous token"],
+  ["next", "next token"],
+];
+
+export async function renderHeads(container, { run, token, model, onOpen }) {
+  container.replaceChildren(el("p", { class: "hint" }, "Measuring every head…"));
+  const [stats, flow] = await Promise.all([
+    api.headStats(run.run_id),
+    token === null ? null : api.rollout(run.run_id, token),
+  ]);
+  const cells = stats.heads.map((stat) => {
+    const [strongest] = SHARES.map(([key, name]) => ({ key, name, value: stat[key] })).sort((x, y) => y.value - x.value);
+    return el(
+      "button",
+      {
+        type: "button",
+        class: `head-role${stat.label ? " labelled" : ""}`,
+        dataset: { layer: String(stat.layer), head: String(stat.head), label: stat.label ?? "" },
+        title: [`entropy ${fixed(stat.entropy, 3)} nats`, ...SHARES.map(([key, name]) => `${name} ${fixed(stat[key], 3)}`)].join(" · "),
+        "aria-label": `Block ${stat.layer}, head ${stat.head}: ${stat.label ?? "no single role"}`,
+      },
+      el("span", { class: "role" }, stat.label ?? "—"),
+      el("span", { class: "share" }, `${strongest.name} ${fixed(strongest.value, 2)}`),
+      el("span", { class: "entropy" }, `H ${fixed(stat.entropy, 2)}`),
+    );
+  });
+  const labelled = [el("span"), ...Array.from({ length: model.heads }, (_, head) => el("span", { class: "grid-label" }, `head ${head}`))];
+  cells.forEach((cell, index) => {
+    if (index % model.heads === 0) labelled.push(el("span", { class: "grid-label" }, `block ${index / model.heads}`));
+    labelled.push(cell);
+  });
+  const grid = el("div", { class: "head-roles", style: `--heads:${model.heads}` }, ...labelled);
+  grid.addEventListener("click", (event) => {
+    const cell = event.target.closest(".head-role");
+    if (cell) onOpen(Number(cell.dataset.layer), Number(cell.dataset.head));
+  });
+  container.replaceChildren(
+    el(
+      "p",
+      { class: "hint" },
+      `Each square: the head's role, named only when a share passes ${stats.threshold} (mean share of a query's attention on [CLS], [SEP], itself, the previous or the next token), the largest share, and the mean row entropy H in nats (low: focused; high: spread). Click a square to open that head.`,
+    ),
+    grid,
+    flow === null ? el("p", { class: "hint" }, "Select a token to see its attention rollout.") : rolloutBars(flow, run.tokens),
+  );
+}
+
+function rolloutBars(flow, tokens) {
+  const largest = Math.max(...flow.rollout);
+  return el(
+    "div",
+    { class: "rollout", dataset: { field: "rollout" } },
+    el(
+      "h4",
+      {},
+      `Attention rollout into “${tokens[flow.index].text}” (token ${flow.index}): the heads averaged, 0.5·A + 0.5·I for the residual path, multiplied through the ${"blocks"} (Abnar & Zuidema 2020)`,
+    ),
+    el(
+      "ol",
+      { class: "rollout-rows", start: "0" },
+      ...flow.rollout.map((share, index) =>
+        el(
+          "li",
+          { dataset: { index: String(index), value: String(share) } },
+          el("span", { class: "attend-token" }, tokens[index].text),
+          el("span", { class: "bar", style: `width:${(100 * share) / largest}%` }),
+          el("span", { class: "attend-weight" }, fixed(share)),
+        ),
+      ),
+    ),
+  );
+}

@@ -1,0 +1,59 @@
+// The experiments panel: one tab per lesson, each drawn when opened and again when the run or the
+// selected token changes while it is open.
+
+import { el } from "../format.js";
+import { renderAblation } from "./ablation.js";
+import { renderCompare } from "./compare.js";
+import { renderHeads } from "./heads.js";
+import { renderMasks } from "./masks.js";
+import { renderNearest } from "./nearest.js";
+import { renderPooling } from "./pooling.js";
+
+export const LESSONS = {
+  compare: { title: "Same id, different meaning", render: renderCompare, follows: ["run"] },
+  masks: { title: "Bidirectional vs causal", render: renderMasks, follows: ["run", "token"] },
+  ablation: { title: "Switch heads off", render: renderAblation, follows: ["run", "token"] },
+  heads: { title: "What each head does", render: renderHeads, follows: ["run", "token"] },
+  nearest: { title: "Nearest vocabulary rows", render: renderNearest, follows: ["run", "token"] },
+  pooling: { title: "Pooling and prefixes", render: renderPooling, follows: ["run"] },
+};
+
+export function renderTabs(container, current, onOpen) {
+  const tabs = Object.entries(LESSONS).map(([name, lesson]) =>
+    el(
+      "button",
+      {
+        type: "button",
+        role: "tab",
+        id: `lesson-tab-${name}`,
+        "aria-selected": String(name === current),
+        "aria-controls": "lesson-panel",
+        dataset: { lesson: name },
+      },
+      lesson.title,
+    ),
+  );
+  container.replaceChildren(...tabs);
+  container.onclick = (event) => {
+    const tab = event.target.closest("[role=tab]");
+    if (tab) onOpen(tab.dataset.lesson);
+  };
+  container.onkeydown = (event) => {
+    if (event.key !== "ArrowRight" && event.key !== "ArrowLeft") return;
+    const names = Object.keys(LESSONS);
+    const next = names[(names.indexOf(current) + (event.key === "ArrowRight" ? 1 : names.length - 1)) % names.length];
+    onOpen(next);
+    document.getElementById(`lesson-tab-${next}`)?.focus();
+  };
+}
+
+// context: {run, text, token, current (the state now), model, onOpen}
+export async function renderLesson(panel, name, context) {
+  panel.setAttribute("aria-labelledby", `lesson-tab-${name}`);
+  try {
+    await LESSONS[name].render(panel, context);
+  } catch (error) {
+    panel.replaceChildren(el("p", { class: "error" }, error.message));
+  }
+  panel.dataset.view = `${name}:${context.run.run_id}:${context.token}`;
+}

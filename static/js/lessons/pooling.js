@@ -1,0 +1,68 @@
+// Pooling and prefixes: the same prompt pooled three ways, how alike those vectors are, and how far an
+// instruction prefix such as "query: " moves the sentence vector.
+
+import * as api from "../api.js";
+import { el, fixed } from "../format.js";
+
+export function renderPooling(container, { text, run }) {
+  const prefix = el("input", { type: "text", id: "pooling-prefix", value: "query: ", "aria-label": "Instruction prefix" });
+  const result = el("div", { class: "lesson-result", id: "pooling-result", "aria-live": "polite" });
+  const form = el("form", { class: "lesson-form" }, el("label", {}, "Instruction prefix ", prefix), el("button", { type: "submit" }, "Compare"));
+  form.addEventListener("submit", async (event) => {
+    event.preventDefault();
+    result.replaceChildren(el("p", { class: "hint" }, "Pooling…"));
+    try {
+      show(result, await api.pooling({ text, mask: run.mask, prefix: prefix.value }));
+    } catch (error) {
+      result.replaceChildren(el("p", { class: "error" }, error.message));
+    }
+  });
+  container.replaceChildren(
+    el("p", { class: "hint" }, "Three ways to make one vector of the last block's N×384: the [CLS] token's row, the mean of all rows (what MiniLM was trained with), the largest value of each column."),
+    form,
+    result,
+  );
+  form.requestSubmit();
+}
+
+function show(result, pooled) {
+  result.replaceChildren(
+    el(
+      "table",
+      { class: "numbers-table", dataset: { field: "strategies" } },
+      el("thead", {}, el("tr", {}, el("th", {}, "pooling"), el("th", {}, "norm"), el("th", {}, "first numbers of the normalised vector"))),
+      el(
+        "tbody",
+        {},
+        ...Object.entries(pooled.strategies).map(([name, vector]) =>
+          el(
+            "tr",
+            { dataset: { strategy: name, norm: String(vector.norm) } },
+            el("th", { scope: "row" }, name),
+            el("td", {}, fixed(vector.norm)),
+            el("td", { class: "math" }, `${vector.normalized.slice(0, 4).map((v) => fixed(v)).join(", ")} …`),
+          ),
+        ),
+      ),
+    ),
+    el(
+      "table",
+      { class: "numbers-table", dataset: { field: "cosines" } },
+      el("thead", {}, el("tr", {}, el("th", {}, "pair"), el("th", {}, "cosine"))),
+      el(
+        "tbody",
+        {},
+        ...Object.entries(pooled.cosines).map(([pair, value]) =>
+          el("tr", { dataset: { pair, value: String(value) } }, el("td", {}, pair.replace("/", " vs ")), el("td", {}, fixed(value))),
+        ),
+      ),
+    ),
+    el(
+      "p",
+      { class: "caption", dataset: { field: "prefix", value: String(pooled.prefix.cosine) } },
+      `With the prefix (“${pooled.prefix.text}”), the sentence vector's cosine to the one without: `,
+      el("strong", {}, fixed(pooled.prefix.cosine)),
+      ". Retrieval models trained with such prefixes expect them; MiniLM was not, yet the words still move the vector.",
+    ),
+  );
+}
