@@ -1,7 +1,8 @@
 // Saving what is on screen: the heatmap as PNG, its numbers as JSON or CSV. All made in the page.
 
-export function savePNG(blob, name) {
-  download(blob, `${name}.png`);
+// blob: an image made by the view (Heatmap.toPNG, toSVG, …); extension: "png" or "svg".
+export function saveImage(blob, name, extension) {
+  download(blob, `${name}.${extension}`);
 }
 
 function download(content, name, type) {

@@ -4,7 +4,7 @@ import * as api from "./api.js";
 import { headMatrix, layerWeights, overview, queryNumbers, tokenTrace, useRun } from "./data.js";
 import { HEAD_COLORS, renderAttends } from "./attends.js";
 import { renderDissection } from "./dissection.js";
-import { saveCSV, saveJSON, savePNG } from "./export.js";
+import { saveCSV, saveImage, saveJSON } from "./export.js";
 import { markCurrent, renderGrid } from "./grid.js";
 import { Heatmap } from "./heatmap.js";
 import { renderPipeline } from "./pipeline.js";
@@ -227,6 +227,7 @@ subscribe((state, changed) => {
   if (changed.has("present")) renderPooled($("pooled"), state.run.pooled, model);
   if (touches(changed, "run", "layer", "head", "present")) drawHeatmap(state);
   else if (changed.has("token")) selectInHeatmap(state);
+  if (changed.has("token") && state.token !== null) heatmap.reveal(state.token);
   if (changed.has("token")) showSelection($("tokens"), state.token, keyboardMove);
   if (touches(changed, "run", "layer", "head", "token", "hideSpecial", "allHeads")) drawAttends(state);
   if (touches(changed, "run", "layer", "head", "token")) drawDissection(state);
@@ -254,6 +255,26 @@ function drawLesson(state) {
       $("heatmap").scrollIntoView({ behavior: "smooth", block: "center" });
     },
   });
+}
+
+// The next token after the selected one whose piece contains the query (## and case ignored).
+function findToken(query) {
+  const { run, token } = getState();
+  const wanted = query.trim().toLowerCase();
+  if (!run || !wanted) return;
+  const n = run.tokens.length;
+  const start = token === null ? 0 : token + 1;
+  for (let step = 0; step < n; step += 1) {
+    const candidate = run.tokens[(start + step) % n];
+    if (candidate.text.replace(/^##/, "").toLowerCase().includes(wanted)) {
+      keyboardMove = true;
+      setState({ token: candidate.index });
+      keyboardMove = false;
+      $("token-search-status").textContent = `“${candidate.text}”, token ${candidate.index} of ${n}`;
+      return;
+    }
+  }
+  $("token-search-status").textContent = `No token contains “${query.trim()}”.`;
 }
 
 // ---- input ----------------------------------------------------------------------------------------
@@ -305,7 +326,12 @@ function bindInputs() {
       status(`Share this link: ${window.location.href}`);
     }
   });
-  $("export-png").addEventListener("click", async () => getState().run && savePNG(await heatmap.toPNG(), fileName()));
+  $("export-png").addEventListener("click", async () => getState().run && saveImage(await heatmap.toPNG(), fileName(), "png"));
+  $("export-svg").addEventListener("click", () => getState().run && saveImage(heatmap.toSVG(), fileName(), "svg"));
+  $("token-search").addEventListener("submit", (event) => {
+    event.preventDefault();
+    findToken($("token-query").value);
+  });
   $("export-json").addEventListener("click", async () => getState().run && saveJSON(await exportView(), fileName()));
   $("export-csv").addEventListener("click", async () => getState().run && saveCSV(await exportView(), fileName()));
   document.addEventListener("keydown", (event) => {

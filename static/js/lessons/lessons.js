@@ -4,6 +4,7 @@
 import { el } from "../format.js";
 import { renderAblation } from "./ablation.js";
 import { renderCompare } from "./compare.js";
+import { renderDifference } from "./difference.js";
 import { renderHeads } from "./heads.js";
 import { renderMasks } from "./masks.js";
 import { renderNearest } from "./nearest.js";
@@ -16,6 +17,7 @@ export const LESSONS = {
   heads: { title: "What each head does", render: renderHeads, follows: ["run", "token"] },
   nearest: { title: "Nearest vocabulary rows", render: renderNearest, follows: ["run", "token"] },
   pooling: { title: "Pooling and prefixes", render: renderPooling, follows: ["run"] },
+  difference: { title: "Difference A − B", render: renderDifference, follows: ["run"] },
 };
 
 export function renderTabs(container, current, onOpen) {
