@@ -78,11 +78,12 @@ async def model(lab: LabDep):
     },
 )
 async def analyze(body: AnalyzeRequest, lab: LabDep):
-    run = await lab.submit(body.text, body.mask, body.pooling, body.ablate)
+    run = await lab.submit(body.text, body.mask, body.pooling, body.ablate, text_pair=body.text_pair)
     return NumbersResponse(
         {
             "run_id": run.run_id,
             "model": lab.info,
+            "text_pair": run.text_pair,
             "tokens": [token.__dict__ for token in run.tokens],
             "truncated": run.truncated,
             "mask": run.mask,

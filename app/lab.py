@@ -52,15 +52,17 @@ class Token:
     text: str
     id: int
     special: bool
-    start: int  # offsets are Unicode code points into the analyzed text
+    start: int  # offsets are Unicode code points into the token's own segment: text (A) or text_pair (B)
     end: int
     token_type: int
+    segment: str  # "A" or "B"
 
 
 @dataclass
 class Run:
     run_id: str
     text: str
+    text_pair: str | None  # segment B, if the text was read as a pair
     mask: str
     pooling: str
     ablated: tuple[tuple[int, int], ...]  # (layer, head) pairs switched off
@@ -140,16 +142,25 @@ class Run:
             raise OutOfRange(f"head {head} does not exist: heads are 0 to {self.n_heads - 1}")
 
 
+def segments(sequence_ids: list[int | None]) -> list[str]:
+    """ "A" or "B" per token, by the text it comes from. Special tokens (no text) join the segment before
+    them: [CLS] and the first [SEP] are A, the last [SEP] is B. Read from the sequence, not the token type,
+    since some tokenizers (RoBERTa's) give B tokens type 0."""
+    labels: list[str] = []
+    for sequence_id in sequence_ids:
+        labels.append("AB"[sequence_id] if sequence_id is not None else labels[-1] if labels else "A")
+    return labels
+
+
 class Lab:
     def __init__(self, loaded: LoadedModel, max_chars: int, max_runs: int, max_store_bytes: int, gate: PassGate):
         self.loaded = loaded
         self.max_chars = max_chars
         self.runs: RunStore[Run] = RunStore(max_runs, max_store_bytes)
-        # (text, mask, pooling) -> run id: a class typing the same prompt gets the kept run back. The
-        # lab holds one model, so the model is part of every key implicitly.
-        self._run_ids: OrderedDict[tuple[str, str, str], str] = OrderedDict()
+        # _key(request) -> run id: a class typing the same prompt gets the kept run back.
+        self._run_ids: OrderedDict[tuple, str] = OrderedDict()
         # Requests being run, by key: an identical request arriving meanwhile waits for the same run.
-        self._pending: dict[tuple[str, str, str], Future] = {}
+        self._pending: dict[tuple, Future] = {}
         self._lock = threading.Lock()  # guards the two dicts above
         self.gate = gate
 
@@ -167,27 +178,55 @@ class Lab:
             "max_tokens": self.loaded.max_tokens,
         }
 
-    def _key(self, text: str, mask: str, pooling: str | None, ablate) -> tuple:
+    def _key(self, text: str, text_pair: str | None, mask: str, pooling: str | None, ablate) -> tuple:
         """What makes two requests the same run: the lab holds one model, so it is implied."""
-        return (text, mask, pooling or self.loaded.default_pooling, tuple(sorted({tuple(pair) for pair in ablate})))
+        ablated = tuple(sorted({tuple(pair) for pair in ablate}))
+        return (text, text_pair, mask, pooling or self.loaded.default_pooling, ablated)
 
-    def kept(self, text: str, mask: str = "bidirectional", pooling: str | None = None, ablate=()) -> Run | None:
+    def kept(
+        self,
+        text: str,
+        mask: str = "bidirectional",
+        pooling: str | None = None,
+        ablate=(),
+        *,
+        text_pair: str | None = None,
+    ) -> Run | None:
         """The kept run of this exact request, if there is one: no forward pass needed."""
         with self._lock:
-            return self.runs.get(self._run_ids.get(self._key(text, mask, pooling, ablate), ""))
+            return self.runs.get(self._run_ids.get(self._key(text, text_pair, mask, pooling, ablate), ""))
 
-    async def submit(self, text: str, mask: str = "bidirectional", pooling: str | None = None, ablate=()) -> Run:
+    async def submit(
+        self,
+        text: str,
+        mask: str = "bidirectional",
+        pooling: str | None = None,
+        ablate=(),
+        *,
+        text_pair: str | None = None,
+    ) -> Run:
         """analyze() for the server: a kept run at once; otherwise a turn at the gate, then a worker thread."""
-        run = self.kept(text, mask, pooling, ablate)
+        run = self.kept(text, mask, pooling, ablate, text_pair=text_pair)
         if run is not None:
             return run
         async with self.gate.admit():
-            return await run_in_threadpool(self.analyze, text, mask, pooling, ablate)
+            return await run_in_threadpool(self.analyze, text, mask, pooling, ablate, text_pair=text_pair)
 
-    def analyze(self, text: str, mask: str = "bidirectional", pooling: str | None = None, ablate=()) -> Run:
-        """One forward pass (or the kept one). `ablate`: (layer, head) pairs whose context is zeroed."""
-        if len(text) > self.max_chars:
-            raise TextTooLong(f"the text has {len(text):,} characters; the limit is {self.max_chars:,}")
+    def analyze(
+        self,
+        text: str,
+        mask: str = "bidirectional",
+        pooling: str | None = None,
+        ablate=(),
+        *,
+        text_pair: str | None = None,
+    ) -> Run:
+        """One forward pass (or the kept one). `ablate`: (layer, head) pairs whose context is zeroed.
+        `text_pair`: segment B, read with `text` as one input, [CLS] text [SEP] text_pair [SEP]."""
+        n_chars = len(text) + len(text_pair or "")
+        if n_chars > self.max_chars:
+            texts = "the text has" if text_pair is None else "text and text_pair have"
+            raise TextTooLong(f"{texts} {n_chars:,} characters; the limit is {self.max_chars:,}")
         config = self.loaded.model.config
         for layer, head in ablate:
             if not (0 <= layer < config.num_hidden_layers and 0 <= head < config.num_attention_heads):
@@ -195,11 +234,18 @@ class Lab:
                     f"no head ({layer}, {head}) to switch off: layers are 0 to {config.num_hidden_layers - 1}, "
                     f"heads 0 to {config.num_attention_heads - 1}"
                 )
-        tokens, truncated = self.tokenize(text)
-        if all(token.end == token.start for token in tokens):
-            raise NothingToRead("the text has no characters the tokenizer keeps (only control or invisible ones)")
-        key = self._key(text, mask, pooling, ablate)
-        _, _, pooling, ablate = key
+        tokens, truncated = self.tokenize(text, text_pair)
+        read = {token.segment for token in tokens if token.end > token.start}
+        unreadable = "has no characters the tokenizer keeps (only control or invisible ones)"
+        if "A" not in read:
+            raise NothingToRead(f"the text {unreadable}")
+        if text_pair is not None and "B" not in read:
+            raise NothingToRead(f"text_pair {unreadable}")
+        # A BERT tokenizer makes B tokens type 1 even for a model folder trained with one token type.
+        if max(token.token_type for token in tokens) >= config.type_vocab_size:
+            raise InvalidInput("this model was trained without a segment B (one token type): analyze the text alone")
+        key = self._key(text, text_pair, mask, pooling, ablate)
+        _, _, _, pooling, ablate = key
         with self._lock:
             kept = self.runs.get(self._run_ids.get(key, ""))
             if kept is not None:
@@ -211,7 +257,7 @@ class Lab:
         if not owner:  # the same request is being run: share its pass
             return pending.result()
         try:
-            run = self._forward(text, mask, pooling, ablate, tokens, truncated)
+            run = self._forward(text, text_pair, mask, pooling, ablate, tokens, truncated)
         except Exception as error:
             failure = PassFailed(
                 f"the model failed on this text ({type(error).__name__}); try again or change the text"
@@ -230,7 +276,16 @@ class Lab:
         trim_if_over(self.runs.max_bytes + RUNTIME_BYTES)
         return run
 
-    def _forward(self, text: str, mask: str, pooling: str, ablate: tuple, tokens: list[Token], truncated: bool) -> Run:
+    def _forward(
+        self,
+        text: str,
+        text_pair: str | None,
+        mask: str,
+        pooling: str,
+        ablate: tuple,
+        tokens: list[Token],
+        truncated: bool,
+    ) -> Run:
         input_ids = torch.tensor([token.id for token in tokens])
         token_type_ids = torch.tensor([token.token_type for token in tokens])
         activations = capture(self.loaded.model, input_ids, token_type_ids, mask, ablate)
@@ -238,6 +293,7 @@ class Lab:
         return Run(
             run_id=uuid.uuid4().hex,
             text=text,
+            text_pair=text_pair,
             mask=mask,
             pooling=pooling,
             ablated=ablate,
@@ -249,26 +305,33 @@ class Lab:
             n_heads=config.num_attention_heads,
         )
 
-    def tokenize(self, text: str) -> tuple[list[Token], bool]:
+    def tokenize(self, text: str, text_pair: str | None = None) -> tuple[list[Token], bool]:
+        """[CLS] text [SEP], or [CLS] text [SEP] text_pair [SEP] with token types 0 then 1, as the tokenizer
+        makes them. A pair too long loses tokens from the end of whichever side is longer ("longest_first")."""
         tokenizer = self.loaded.tokenizer
         encoding = tokenizer(
             text,
+            text_pair,
             truncation=True,
             max_length=self.loaded.max_tokens,
             return_offsets_mapping=True,
-            return_overflowing_tokens=True,  # more than one window means the text was cut
+            # More than one window means something was cut; the fast tokenizer makes windows for pairs too,
+            # and the first is the same encoding as without this flag.
+            return_overflowing_tokens=True,
             return_token_type_ids=True,
         )
         ids = encoding["input_ids"][0]
         special_ids = set(tokenizer.all_special_ids)
+        # Offsets of B tokens index text_pair: the fast tokenizer gives offsets per sequence.
         tokens = [
-            Token(index, piece, token_id, token_id in special_ids, start, end, token_type)
-            for index, (piece, token_id, (start, end), token_type) in enumerate(
+            Token(index, piece, token_id, token_id in special_ids, start, end, token_type, segment)
+            for index, (piece, token_id, (start, end), token_type, segment) in enumerate(
                 zip(
                     tokenizer.convert_ids_to_tokens(ids),
                     ids,
                     encoding["offset_mapping"][0],
                     encoding["token_type_ids"][0],
+                    segments(encoding.sequence_ids(0)),
                     strict=True,
                 )
             )

@@ -19,9 +19,9 @@ def readable(text: str) -> str:
     return text
 
 
+ReadableText = Annotated[str, AfterValidator(readable)]
 PromptText = Annotated[
-    str,
-    AfterValidator(readable),
+    ReadableText,
     Field(description="The prompt; truncated to the model's 512 tokens.", examples=["the river bank"]),
 ]
 
@@ -30,6 +30,12 @@ class AnalyzeRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     text: PromptText
+    text_pair: ReadableText | None = Field(
+        None,
+        description="Segment B: read with `text` as one input, [CLS] text [SEP] text_pair [SEP]; "
+        "the character cap counts both texts",
+        examples=["it was steep"],
+    )
     mask: Mask = Field("bidirectional", description="bidirectional (how MiniLM was trained) or causal (GPT-style)")
     pooling: Pooling | None = Field(None, description="How the sentence vector is pooled; default: the model's own")
     ablate: list[tuple[int, int]] = Field(
@@ -53,9 +59,15 @@ class TokenPublic(BaseModel):
     text: str = Field(description="The subword piece; `##` marks a continuation")
     id: int = Field(description="Row of the embedding table this token reads")
     special: bool
-    start: int = Field(description="Offset into the text, in Unicode code points; [CLS]/[SEP] have 0, 0")
+    start: int = Field(
+        description="Offset in Unicode code points into the token's segment: `text` for A, `text_pair` for B; "
+        "[CLS]/[SEP] have 0, 0"
+    )
     end: int
-    token_type: int
+    token_type: int = Field(description="The token type id the model received (BERT: 0 in segment A, 1 in B)")
+    segment: Literal["A", "B"] = Field(
+        description="Which text the token comes from; [CLS] and the first [SEP] are A, the last [SEP] is B"
+    )
 
 
 class Pooled(BaseModel):
@@ -68,6 +80,7 @@ class Pooled(BaseModel):
 class AnalyzeResponse(BaseModel):
     run_id: str
     model: ModelInfo
+    text_pair: str | None = Field(description="Segment B as sent; null when the text was read alone")
     tokens: list[TokenPublic]
     truncated: bool
     mask: Mask

@@ -16,7 +16,8 @@ def bank(client):
 
 
 def test_analyze_contract(bank):
-    assert set(bank) == {"run_id", "model", "tokens", "truncated", "mask", "pooled", "ablated"}
+    assert set(bank) == {"run_id", "model", "text_pair", "tokens", "truncated", "mask", "pooled", "ablated"}
+    assert bank["text_pair"] is None
     assert bank["ablated"] == []
     assert bank["model"] == {
         "name": "sentence-transformers/all-MiniLM-L6-v2",
