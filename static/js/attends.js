@@ -10,22 +10,28 @@ export const HEAD_COLORS = [
 const ROW = 22; // px per token row
 const MAX_ROWS = 64; // beyond this many keys only the largest are listed: 512 rows help nobody and cost a click
 
-// A weight row with [CLS]/[SEP] removed and the rest rescaled to sum to 1; `sink` is what was removed.
-export function withoutSpecial(row, tokens) {
+// How special tokens (the usual attention sinks) are shown: all, hidden, or hidden with the rest
+// rescaled to sum to 1. Whatever is hidden is drawn as its own "sink" bar, never silently dropped.
+export const SINK_MODES = { show: "show all", hide: "hide [CLS]/[SEP]", renormalise: "hide and renormalise" };
+
+// A weight row with [CLS]/[SEP] removed (and, to renormalise, rescaled); `sink` is what was removed.
+export function withoutSpecial(row, tokens, renormalise) {
   const kept = Array.from(row, (weight, index) => (tokens[index].special ? 0 : weight));
   const total = kept.reduce((sum, weight) => sum + weight, 0);
-  return { row: kept.map((weight) => (total > 0 ? weight / total : 0)), sink: 1 - total };
+  const scale = renormalise && total > 0 ? 1 / total : 1;
+  return { row: kept.map((weight) => weight * scale), sink: 1 - total };
 }
 
-// rows: [{head, color, row}] with row = weights of the selected query over all keys.
-export function renderAttends(container, { tokens, selected, rows, hideSpecial, caption }) {
+// rows: [{head, color, row}] with row = weights of the selected query over all keys; sinks: a SINK_MODES key.
+export function renderAttends(container, { tokens, selected, rows, sinks: mode, caption }) {
+  const hideSpecial = mode !== "show";
   if (selected === null) {
     container.replaceChildren(el("p", { class: "hint" }, "Select a token to see where it looks."));
     return;
   }
   const shown = rows.map(({ head, color, row }) => {
     if (!hideSpecial) return { head, color, row: Array.from(row), sink: 0 };
-    return { head, color, ...withoutSpecial(row, tokens) };
+    return { head, color, ...withoutSpecial(row, tokens, mode === "renormalise") };
   });
   const candidates = tokens.filter((token) => !(hideSpecial && token.special));
   const strength = (token) => Math.max(...shown.map(({ row }) => row[token.index]));
@@ -91,13 +97,7 @@ export function renderAttends(container, { tokens, selected, rows, hideSpecial, 
       );
     }),
   );
-  const sinks = hideSpecial
-    ? el(
-        "p",
-        { class: "sink", dataset: { field: "sink" } },
-        `Removed from [CLS]/[SEP] and rescaled away: ${shown.map(({ head, sink }) => `${head} ${fixed(sink, 3)}`).join(" · ")}`,
-      )
-    : null;
+  const sinks = hideSpecial ? sinkBars(shown, mode, largest) : null;
   const limited =
     keys.length < candidates.length
       ? el("p", { class: "hint" }, `The ${keys.length} most attended of ${candidates.length} tokens, in text order.`)
@@ -108,5 +108,27 @@ export function renderAttends(container, { tokens, selected, rows, hideSpecial, 
       : null;
   container.replaceChildren(
     ...[el("p", { class: "caption" }, caption), limited, legend, el("div", { class: "attend-grid" }, left, svg, right), sinks].filter(Boolean),
+  );
+}
+
+// The weight taken off [CLS]/[SEP], one bar per head shown, on the same scale as the key bars.
+function sinkBars(shown, mode, largest) {
+  return el(
+    "div",
+    { class: "sink", dataset: { field: "sink" } },
+    el("span", { class: "attend-token" }, "sink: [CLS] + [SEP]"),
+    el(
+      "span",
+      { class: "bars" },
+      ...shown.map(({ head, color, sink }) =>
+        el("span", { class: "bar sink-bar", title: `${head}: ${fixed(sink)}`, style: `width:${Math.min(100, (100 * sink) / largest / shown.length)}%;--c:${color}` }),
+      ),
+    ),
+    el(
+      "span",
+      { class: "attend-weight", dataset: { value: String(shown[0].sink) } },
+      shown.length === 1 ? fixed(shown[0].sink) : "",
+    ),
+    el("p", { class: "hint" }, mode === "renormalise" ? "Hidden, and the other weights rescaled to sum to 1." : "Hidden; the other weights are as the model gave them."),
   );
 }

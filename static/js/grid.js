@@ -54,3 +54,57 @@ function paint(canvas, matrix, n) {
   });
   context.putImageData(image, 0, 0);
 }
+
+// The whole overview as one picture, labels included: each head's canvas copied into a sheet.
+const SHEET = { cell: 72, gap: 6, left: 70, top: 50 };
+
+function sheet(container) {
+  const cells = [...container.querySelectorAll(".grid-cell")];
+  const layers = Math.max(...cells.map((cell) => Number(cell.dataset.layer))) + 1;
+  const heads = Math.max(...cells.map((cell) => Number(cell.dataset.head))) + 1;
+  const step = SHEET.cell + SHEET.gap;
+  const width = SHEET.left + heads * step;
+  const height = SHEET.top + layers * step;
+  const canvas = el("canvas", { width, height });
+  const context = canvas.getContext("2d");
+  context.fillStyle = "#fff";
+  context.fillRect(0, 0, width, height);
+  context.imageSmoothingEnabled = false;
+  for (const cell of cells) {
+    const x = SHEET.left + Number(cell.dataset.head) * step;
+    const y = SHEET.top + Number(cell.dataset.layer) * step;
+    context.drawImage(cell.querySelector("canvas"), x, y, SHEET.cell, SHEET.cell);
+  }
+  const labels = [
+    ...Array.from({ length: heads }, (_, head) => ({ text: `head ${head}`, x: SHEET.left + head * step + SHEET.cell / 2, y: SHEET.top - 8 })),
+    ...Array.from({ length: layers }, (_, layer) => ({ text: `block ${layer}`, x: SHEET.left - 36, y: SHEET.top + layer * step + SHEET.cell / 2 })),
+  ];
+  return { canvas, width, height, labels };
+}
+
+export function gridPNG(container, title) {
+  const { canvas, labels } = sheet(container);
+  const context = canvas.getContext("2d");
+  context.fillStyle = "#111";
+  context.textAlign = "center";
+  context.textBaseline = "middle";
+  context.font = "12px sans-serif";
+  for (const { text, x, y } of labels) context.fillText(text, x, y);
+  context.textAlign = "left";
+  context.font = "15px sans-serif";
+  context.fillText(title, 8, 16);
+  return new Promise((resolve) => canvas.toBlob(resolve, "image/png"));
+}
+
+export function gridSVG(container, title) {
+  const { canvas, width, height, labels } = sheet(container);
+  const escape = (value) => value.replace(/[&<>"']/g, (c) => `&#${c.charCodeAt(0)};`);
+  const svg = [
+    `<svg xmlns="http://www.w3.org/2000/svg" width="${width}" height="${height}" viewBox="0 0 ${width} ${height}" font-family="sans-serif">`,
+    `<image x="0" y="0" width="${width}" height="${height}" style="image-rendering:pixelated" href="${canvas.toDataURL("image/png")}"/>`,
+    `<text x="8" y="20" font-size="15">${escape(title)}</text>`,
+    ...labels.map(({ text, x, y }) => `<text x="${x}" y="${y}" font-size="12" text-anchor="middle" dominant-baseline="middle">${escape(text)}</text>`),
+    "</svg>",
+  ];
+  return new Blob([svg.join("\n")], { type: "image/svg+xml" });
+}

@@ -5,7 +5,7 @@ import { headMatrix, layerWeights, overview, queryNumbers, tokenTrace, useRun } 
 import { HEAD_COLORS, renderAttends } from "./attends.js";
 import { renderDissection } from "./dissection.js";
 import { saveCSV, saveImage, saveJSON } from "./export.js";
-import { markCurrent, renderGrid } from "./grid.js";
+import { gridPNG, gridSVG, markCurrent, renderGrid } from "./grid.js";
 import { Heatmap } from "./heatmap.js";
 import { renderPipeline } from "./pipeline.js";
 import { renderPooled } from "./pooled.js";
@@ -22,7 +22,7 @@ const $ = (id) => document.getElementById(id);
 initState(
   {
     text: config.defaultText, mask: "bidirectional", pooling: "mean", layer: 0, head: 0, token: null, present: false,
-    hideSpecial: false, allHeads: false, predict: false, tour: null, lesson: null,
+    sinks: "show", allHeads: false, predict: false, tour: null, lesson: null,
   },
   { layers: model.layers, heads: model.heads, tourSteps: TOUR_LENGTH, lessons: Object.keys(LESSONS) },
 );
@@ -44,7 +44,7 @@ function showControls(state, changed) {
   $("pooling").value = state.pooling;
   $("layer").value = String(state.layer);
   $("head").value = String(state.head);
-  $("hide-special").checked = state.hideSpecial;
+  $("sinks").value = state.sinks;
   $("all-heads").checked = state.allHeads;
   $("present").setAttribute("aria-pressed", String(state.present));
   document.body.classList.toggle("present", state.present);
@@ -171,7 +171,7 @@ function drawAttends(state) {
         tokens: run.tokens,
         selected: token,
         rows,
-        hideSpecial: state.hideSpecial,
+        sinks: state.sinks,
         caption: `${who} in ${where}: line width and bar length show its weight on each token.`,
       });
   });
@@ -229,7 +229,7 @@ subscribe((state, changed) => {
   else if (changed.has("token")) selectInHeatmap(state);
   if (changed.has("token") && state.token !== null) heatmap.reveal(state.token);
   if (changed.has("token")) showSelection($("tokens"), state.token, keyboardMove);
-  if (touches(changed, "run", "layer", "head", "token", "hideSpecial", "allHeads")) drawAttends(state);
+  if (touches(changed, "run", "layer", "head", "token", "sinks", "allHeads")) drawAttends(state);
   if (touches(changed, "run", "layer", "head", "token")) drawDissection(state);
   if (touches(changed, "run", "token")) drawPipeline(state);
   if (touches(changed, "layer", "head")) markCurrent($("grid"), state.layer, state.head);
@@ -315,7 +315,7 @@ function bindInputs() {
   for (const id of ["mask", "pooling"]) $(id).addEventListener("change", () => $("prompt-form").requestSubmit());
   $("layer").addEventListener("change", () => setState({ layer: Number($("layer").value) }));
   $("head").addEventListener("change", () => setState({ head: $("head").value === "mean" ? "mean" : Number($("head").value) }));
-  $("hide-special").addEventListener("change", () => setState({ hideSpecial: $("hide-special").checked }));
+  $("sinks").addEventListener("change", () => setState({ sinks: $("sinks").value }));
   $("all-heads").addEventListener("change", () => setState({ allHeads: $("all-heads").checked }));
   $("present").addEventListener("click", () => setState({ present: !getState().present }));
   $("share").addEventListener("click", async () => {
@@ -328,6 +328,9 @@ function bindInputs() {
   });
   $("export-png").addEventListener("click", async () => getState().run && saveImage(await heatmap.toPNG(), fileName(), "png"));
   $("export-svg").addEventListener("click", () => getState().run && saveImage(heatmap.toSVG(), fileName(), "svg"));
+  const gridTitle = () => `Every head: “${getState().text.slice(0, 60)}” · ${getState().run.mask} mask · ${model.name}`;
+  $("export-grid-png").addEventListener("click", async () => getState().run && saveImage(await gridPNG($("grid"), gridTitle()), "attention-grid", "png"));
+  $("export-grid-svg").addEventListener("click", () => getState().run && saveImage(gridSVG($("grid"), gridTitle()), "attention-grid", "svg"));
   $("token-search").addEventListener("submit", (event) => {
     event.preventDefault();
     findToken($("token-query").value);

@@ -2,7 +2,7 @@
 // same view; `run` holds the current run's data and `guesses` the predict-first answers (keyed by
 // run:layer:head:token); neither is part of the URL.
 
-const URL_KEYS = ["text", "mask", "pooling", "layer", "head", "token", "present", "predict", "tour", "lesson"];
+const URL_KEYS = ["text", "mask", "pooling", "layer", "head", "token", "present", "predict", "tour", "lesson", "sinks"];
 const listeners = new Set();
 let state = {};
 
@@ -44,6 +44,7 @@ function readURL(limits) {
   if (params.get("present") === "1") view.present = true;
   if (params.get("predict") === "1") view.predict = true;
   if (limits.lessons.includes(params.get("lesson"))) view.lesson = params.get("lesson");
+  if (["hide", "renormalise"].includes(params.get("sinks"))) view.sinks = params.get("sinks");
   const tour = wholeNumber(params.get("tour"));
   if (tour !== null && tour >= 1 && tour <= limits.tourSteps) view.tour = tour;
   return view;
@@ -65,5 +66,6 @@ function writeURL() {
   if (state.predict) params.set("predict", "1");
   if (state.tour !== null) params.set("tour", String(state.tour));
   if (state.lesson !== null) params.set("lesson", state.lesson);
+  if (state.sinks !== "show") params.set("sinks", state.sinks);
   window.history.replaceState(null, "", `${window.location.pathname}?${params}`);
 }

@@ -105,3 +105,16 @@ def test_heatmap_exports_as_valid_png_and_svg(page, server):
     assert "<" in texts and "&" in texts and "block 0, head 0 · bidirectional mask" in texts
     image = next(svg.iter("{http://www.w3.org/2000/svg}image"))
     assert image.get("href").startswith("data:image/png;base64,")
+
+
+def test_the_grid_exports_as_png_and_svg(page, server):
+    open_lab(page, server)
+    wait_view(page, "grid", 0, 0, 1)
+    with page.expect_download() as download:
+        page.click("#export-grid-png")
+    assert open(download.value.path(), "rb").read(8) == b"\x89PNG\r\n\x1a\n"
+    with page.expect_download() as download:
+        page.click("#export-grid-svg")
+    svg = ElementTree.parse(download.value.path()).getroot()
+    texts = [node.text for node in svg.iter("{http://www.w3.org/2000/svg}text")]
+    assert "head 11" in texts and "block 5" in texts and any("bidirectional mask" in text for text in texts)

@@ -227,9 +227,10 @@ def test_errors_are_explained_in_plain_words(page, server):
     screenshot(page, "07-512-tokens")
 
 
-def test_hiding_special_tokens_renormalises(page, server, api):
+@pytest.mark.parametrize("mode", ["renormalise", "hide"])
+def test_hiding_special_tokens_keeps_their_weight_as_a_sink(page, server, api, mode):
     open_lab(page, server, "?layer=3&head=4&token=5")
-    page.check("#hide-special")
+    page.select_option("#sinks", mode)
     wait_view(page, "attends", 3, 4, 5)
     page.wait_for_selector('#attends [data-field="sink"]')
     weights = np.array(api_head(api, run_id(page), 3, 4)["weights"])[5]
@@ -237,11 +238,14 @@ def test_hiding_special_tokens_renormalises(page, server, api):
     kept = np.delete(weights, special)
     rows = page.locator("#attends .attend-row")
     shown = [float(row.get_attribute("data-weight")) for row in rows.all()]
-    np.testing.assert_allclose(shown, kept / kept.sum(), atol=1e-6)
-    assert f"{weights[special].sum():.3f}" in page.locator('#attends [data-field="sink"]').inner_text()
+    np.testing.assert_allclose(shown, kept / kept.sum() if mode == "renormalise" else kept, atol=1e-6)
+    sink = float(page.locator('#attends [data-field="sink"] .attend-weight').get_attribute("data-value"))
+    assert sink == pytest.approx(weights[special].sum(), abs=1e-6)
+    assert parse_qs(urlparse(page.url).query)["sinks"] == [mode]
     page.check("#all-heads")
     wait_until(page, "document.querySelectorAll('#attends .legend-item').length === 12")
-    screenshot(page, "08-all-heads", page.locator("section.attention"))
+    assert page.locator('#attends [data-field="sink"] .sink-bar').count() == 12
+    screenshot(page, f"08-all-heads-{mode}", page.locator("section.attention"))
 
 
 def test_pipeline_and_pooled_vector_show_the_apis_numbers(page, server, api):
