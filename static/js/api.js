@@ -43,8 +43,9 @@ async function post(url, body) {
 }
 
 // ablate: [[layer, head], ...] switched off (their context zeroed before W_O).
-export function analyze({ text, mask, pooling, ablate = [] }) {
-  return post("/api/analyze", { text, mask, pooling, ablate });
+// textPair: an optional second sentence, segment B; ablate: [[layer, head], ...] switched off.
+export function analyze({ text, textPair = null, mask, pooling, ablate = [] }) {
+  return post("/api/analyze", { text, text_pair: textPair || null, mask, pooling, ablate });
 }
 
 export async function compare(a, b, tokenA, tokenB) {

@@ -23,8 +23,15 @@ export function withoutSpecial(row, tokens, renormalise) {
 }
 
 // rows: [{head, color, row}] with row = weights of the selected query over all keys; sinks: a SINK_MODES key.
-export function renderAttends(container, { tokens, selected, rows, sinks: mode, caption }) {
+// segments: a segment rule (segments.js) or null: with one, only the rule's keys are listed.
+export function renderAttends(container, { tokens, selected, rows, sinks: mode, segments = null, caption }) {
   const hideSpecial = mode !== "show";
+  if (segments && selected !== null && tokens[selected].segment !== segments.from) {
+    container.replaceChildren(
+      el("p", { class: "hint" }, `The ${segments.from} → ${segments.to} filter shows queries in segment ${segments.from}: select one of its tokens.`),
+    );
+    return;
+  }
   if (selected === null) {
     container.replaceChildren(el("p", { class: "hint" }, "Select a token to see where it looks."));
     return;
@@ -33,7 +40,7 @@ export function renderAttends(container, { tokens, selected, rows, sinks: mode, 
     if (!hideSpecial) return { head, color, row: Array.from(row), sink: 0 };
     return { head, color, ...withoutSpecial(row, tokens, mode === "renormalise") };
   });
-  const candidates = tokens.filter((token) => !(hideSpecial && token.special));
+  const candidates = tokens.filter((token) => !(hideSpecial && token.special) && (!segments || token.segment === segments.to));
   const strength = (token) => Math.max(...shown.map(({ row }) => row[token.index]));
   const keys =
     candidates.length <= MAX_ROWS

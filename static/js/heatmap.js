@@ -10,6 +10,7 @@ const MAX_CELL = 40; // px: a 5-token matrix stays a readable size, not a wall
 const MIN_LABEL_GAP = 13; // px between axis labels; beyond that they thin out
 const MIN_WINDOW = 8; // tokens: the closest zoom
 const DRAG_PX = 4; // a press that moves further pans instead of clicking
+const BLANK = [225, 225, 225]; // a cell the view leaves out (a segment filter), distinct from a weight of 0
 
 export class Heatmap {
   // options.signed: the matrix holds differences; colours diverge from white at zero.
@@ -101,7 +102,8 @@ export class Heatmap {
     this.labels = labels;
     this.n = n;
     this.selected = selected;
-    this.zmax = matrix.reduce((max, value) => Math.max(max, this.signed ? Math.abs(value) : value), 1e-9);
+    // Blanked cells (NaN: outside a segment filter) take no part in the scale.
+    this.zmax = matrix.reduce((max, value) => (Number.isNaN(value) ? max : Math.max(max, this.signed ? Math.abs(value) : value)), 1e-9);
     this.title.textContent = title;
     this.render();
     this.container.setAttribute("aria-label", `${title}: ${n} by ${n} ${this.signed ? "differences" : "attention weights"}`);
@@ -122,6 +124,7 @@ export class Heatmap {
   }
 
   colour(value) {
+    if (Number.isNaN(value)) return BLANK;
     return this.signed ? diverging(value / this.zmax) : sequential(value / this.zmax);
   }
 
@@ -240,7 +243,13 @@ export class Heatmap {
     this.tooltip.replaceChildren(
       el("span", {}, `query “${this.labels[row]}” (${row}) → key “${this.labels[col]}” (${col})`),
       el("br"),
-      el("strong", {}, `${this.valueName}[${row},${col}] = ${fixed(this.matrix[row * this.n + col])}`),
+      el(
+        "strong",
+        {},
+        Number.isNaN(this.matrix[row * this.n + col])
+          ? "outside the segment filter"
+          : `${this.valueName}[${row},${col}] = ${fixed(this.matrix[row * this.n + col])}`,
+      ),
     );
     this.tooltip.style.left = `${(col - this.window.col + 1) * this.cell + 8}px`;
     this.tooltip.style.top = `${(row - this.window.row + 1) * this.cell + 8}px`;

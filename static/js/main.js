@@ -10,6 +10,7 @@ import { Heatmap } from "./heatmap.js";
 import { renderPipeline } from "./pipeline.js";
 import { renderPooled } from "./pooled.js";
 import { initPredict } from "./predict.js";
+import { filterMatrix, segmentRule } from "./segments.js";
 import { getState, initState, setState, subscribe } from "./state.js";
 import { renderTokens, showSelection } from "./tokens.js";
 import { initTour, TOUR_LENGTH } from "./tour.js";
@@ -22,7 +23,7 @@ const $ = (id) => document.getElementById(id);
 initState(
   {
     text: config.defaultText, mask: "bidirectional", pooling: "mean", layer: 0, head: 0, token: null, present: false,
-    sinks: "show", allHeads: false, predict: false, tour: null, lesson: null,
+    sinks: "show", pair: "", segments: "all", allHeads: false, predict: false, tour: null, lesson: null,
   },
   { layers: model.layers, heads: model.heads, tourSteps: TOUR_LENGTH, lessons: Object.keys(LESSONS) },
 );
@@ -40,6 +41,11 @@ function fillPickers() {
 // The prompt box is only written when the state's text changes, never over what someone is typing.
 function showControls(state, changed) {
   if (changed.has("text")) $("prompt").value = state.text;
+  if (changed.has("pair")) {
+    $("prompt-pair").value = state.pair;
+    if (state.pair) $("pair-box").open = true;
+  }
+  $("segments").value = state.segments;
   $("mask").value = state.mask;
   $("pooling").value = state.pooling;
   $("layer").value = String(state.layer);
@@ -70,7 +76,7 @@ function status(message) {
 let runCounter = 0;
 
 async function runPrompt() {
-  const { text, mask, pooling } = getState();
+  const { text, pair, mask, pooling } = getState();
   if (!text.trim()) {
     showError("Type some text first.");
     return;
@@ -80,7 +86,7 @@ async function runPrompt() {
   showError(null);
   status("Running the model…");
   try {
-    const run = await api.analyze({ text, mask, pooling });
+    const run = await api.analyze({ text, textPair: pair, mask, pooling });
     if (mine !== runCounter) return;
     useRun(run.run_id);
     document.body.dataset.run = run.run_id;
@@ -134,7 +140,7 @@ function drawHeatmap(state) {
   const n = run.tokens.length;
   $("attention-shape").textContent = `${n}×${n} per head · ${model.heads} heads per block`;
   draw("heatmap", async () => {
-    const matrix = await headMatrix(layer, head, model.heads, n);
+    const matrix = filterMatrix(await headMatrix(layer, head, model.heads, n), run.tokens, segmentRule(state.segments));
     const labels = run.tokens.map((t) => t.text);
     return () => heatmap.draw({ matrix, labels, selected: getState().token, title: `${viewName(state)} · ${run.mask} mask` });
   });
@@ -172,6 +178,7 @@ function drawAttends(state) {
         selected: token,
         rows,
         sinks: state.sinks,
+        segments: segmentRule(state.segments),
         caption: `${who} in ${where}: line width and bar length show its weight on each token.`,
       });
   });
@@ -225,11 +232,11 @@ subscribe((state, changed) => {
   if (!state.run) return;
   if (changed.has("run")) drawRun(state);
   if (changed.has("present")) renderPooled($("pooled"), state.run.pooled, model);
-  if (touches(changed, "run", "layer", "head", "present")) drawHeatmap(state);
+  if (touches(changed, "run", "layer", "head", "present", "segments")) drawHeatmap(state);
   else if (changed.has("token")) selectInHeatmap(state);
   if (changed.has("token") && state.token !== null) heatmap.reveal(state.token);
   if (changed.has("token")) showSelection($("tokens"), state.token, keyboardMove);
-  if (touches(changed, "run", "layer", "head", "token", "sinks", "allHeads")) drawAttends(state);
+  if (touches(changed, "run", "layer", "head", "token", "sinks", "allHeads", "segments")) drawAttends(state);
   if (touches(changed, "run", "layer", "head", "token")) drawDissection(state);
   if (touches(changed, "run", "token")) drawPipeline(state);
   if (touches(changed, "layer", "head")) markCurrent($("grid"), state.layer, state.head);
@@ -303,19 +310,22 @@ function fileName() {
 function bindInputs() {
   $("prompt-form").addEventListener("submit", (event) => {
     event.preventDefault();
-    setState({ text: $("prompt").value, mask: $("mask").value, pooling: $("pooling").value });
+    setState({ text: $("prompt").value, pair: $("prompt-pair").value.trim() ? $("prompt-pair").value : "", mask: $("mask").value, pooling: $("pooling").value });
     runPrompt();
   });
-  $("prompt").addEventListener("keydown", (event) => {
-    if (event.key === "Enter" && !event.shiftKey) {
-      event.preventDefault();
-      $("prompt-form").requestSubmit();
-    }
-  });
+  for (const id of ["prompt", "prompt-pair"]) {
+    $(id).addEventListener("keydown", (event) => {
+      if (event.key === "Enter" && !event.shiftKey) {
+        event.preventDefault();
+        $("prompt-form").requestSubmit();
+      }
+    });
+  }
   for (const id of ["mask", "pooling"]) $(id).addEventListener("change", () => $("prompt-form").requestSubmit());
   $("layer").addEventListener("change", () => setState({ layer: Number($("layer").value) }));
   $("head").addEventListener("change", () => setState({ head: $("head").value === "mean" ? "mean" : Number($("head").value) }));
   $("sinks").addEventListener("change", () => setState({ sinks: $("sinks").value }));
+  $("segments").addEventListener("change", () => setState({ segments: $("segments").value }));
   $("all-heads").addEventListener("change", () => setState({ allHeads: $("all-heads").checked }));
   $("present").addEventListener("click", () => setState({ present: !getState().present }));
   $("share").addEventListener("click", async () => {
@@ -355,7 +365,7 @@ function bindInputs() {
 
 fillPickers();
 bindInputs();
-showControls(getState(), new Set(["text"]));
+showControls(getState(), new Set(["text", "pair"]));
 initPredict(model);
 initTour(model);
 renderTabs($("lesson-tabs"), getState().lesson, openLesson);

@@ -2,7 +2,7 @@
 // same view; `run` holds the current run's data and `guesses` the predict-first answers (keyed by
 // run:layer:head:token); neither is part of the URL.
 
-const URL_KEYS = ["text", "mask", "pooling", "layer", "head", "token", "present", "predict", "tour", "lesson", "sinks"];
+const URL_KEYS = ["text", "mask", "pooling", "layer", "head", "token", "present", "predict", "tour", "lesson", "sinks", "pair", "segments"];
 const listeners = new Set();
 let state = {};
 
@@ -33,6 +33,8 @@ function readURL(limits) {
   const params = new URLSearchParams(window.location.search);
   const view = {};
   if (params.has("text")) view.text = params.get("text");
+  if (params.has("pair")) view.pair = params.get("pair");
+  if (["AA", "AB", "BA", "BB"].includes(params.get("segments"))) view.segments = params.get("segments");
   if (["bidirectional", "causal"].includes(params.get("mask"))) view.mask = params.get("mask");
   if (["mean", "cls", "max"].includes(params.get("pooling"))) view.pooling = params.get("pooling");
   const layer = wholeNumber(params.get("layer"));
@@ -57,6 +59,8 @@ function wholeNumber(value) {
 function writeURL() {
   const params = new URLSearchParams();
   params.set("text", state.text);
+  if (state.pair) params.set("pair", state.pair);
+  if (state.segments !== "all") params.set("segments", state.segments);
   params.set("mask", state.mask);
   params.set("pooling", state.pooling);
   params.set("layer", String(state.layer));

@@ -2,25 +2,27 @@
 
 import { el } from "./format.js";
 
+// A sentence pair's chips are marked by segment, with a divider where segment B begins.
 export function renderTokens(container, tokens, selected, onSelect) {
-  container.replaceChildren(
-    ...tokens.map((token) =>
+  const chips = tokens.map((token) =>
       el(
         "button",
         {
           type: "button",
-          class: `token${token.special ? " special" : ""}${token.text.startsWith("##") ? " continuation" : ""}`,
+          class: `token${token.special ? " special" : ""}${token.text.startsWith("##") ? " continuation" : ""}${token.segment === "B" ? " segment-b" : ""}`,
           role: "option",
           "aria-selected": String(token.index === selected),
           tabindex: "-1",
-          title: `token ${token.index} · id ${token.id}${token.special ? " · special token" : ""}`,
-          dataset: { index: String(token.index), id: String(token.id), special: String(token.special) },
+          title: `token ${token.index} · id ${token.id} · segment ${token.segment}${token.special ? " · special token" : ""}`,
+          dataset: { index: String(token.index), id: String(token.id), special: String(token.special), segment: token.segment },
         },
         el("span", { class: "token-text" }, token.text),
         el("span", { class: "token-id" }, token.id),
       ),
-    ),
   );
+  const boundary = tokens.findIndex((token) => token.segment === "B");
+  if (boundary > 0) chips.splice(boundary, 0, el("span", { class: "segment-boundary", "aria-label": "segment B begins" }, "B →"));
+  container.replaceChildren(...chips);
   container.onclick = (event) => {
     const chip = event.target.closest(".token");
     if (chip) onSelect(Number(chip.dataset.index));
