@@ -217,6 +217,7 @@ export class Heatmap {
 
   // Brings a token into view when zoomed in (a search hit, a token chosen elsewhere).
   reveal(index) {
+    if (!this.matrix) return;
     const { row, col, size } = this.window;
     if (size === this.n || (index >= row && index < row + size && index >= col && index < col + size)) return;
     this.window = { size, row: this.clamp(index - Math.floor(size / 2), size), col: this.clamp(index - Math.floor(size / 2), size) };

@@ -63,6 +63,7 @@ def test_page_runs_the_default_prompt_and_chips_match_the_api(page, server, api)
     assert special == [token["special"] for token in expected]
     wait_view(page, "grid", 0, 0, 1)
     assert page.locator("#grid .grid-cell").count() == 72
+    assert page.locator("#error").is_hidden()  # no view failed on the way
     screenshot(page, "01-lab-default")
 
 
