@@ -52,9 +52,10 @@ def compare(run_a, token_a: int, run_b, token_b: int) -> dict:
 
 def head_stats(run) -> list[dict]:
     """Per head: mean row entropy (nats) and the mean share of attention each query gives to [CLS], to
-    [SEP], to itself, to the previous token and to the next one."""
+    [SEP], to itself, to the previous token, to the next one, and to "." tokens."""
     cls_keys = torch.tensor([token.special and token.text == "[CLS]" for token in run.tokens])
     sep_keys = torch.tensor([token.special and token.text == "[SEP]" for token in run.tokens])
+    period_keys = torch.tensor([token.text == "." for token in run.tokens])
     stats = []
     for layer, weights in enumerate(run.attention()):  # [head, query, key]
         entropy = -(weights * weights.clamp_min(1e-30).log()).sum(-1).mean(-1)
@@ -65,6 +66,7 @@ def head_stats(run) -> list[dict]:
             "previous": weights.diagonal(offset=-1, dim1=-2, dim2=-1).mean(-1),
             "next": weights.diagonal(offset=1, dim1=-2, dim2=-1).mean(-1),
         }
+        period = weights[..., period_keys].sum(-1).mean(-1)  # a sink in long texts; not a role label
         for head in range(run.n_heads):
             values = {name: float(share[head]) for name, share in shares.items()}
             strongest = max(values, key=values.get)
@@ -74,6 +76,7 @@ def head_stats(run) -> list[dict]:
                     "head": head,
                     "entropy": float(entropy[head]),
                     **values,
+                    "period": float(period[head]),
                     "label": HEAD_LABELS[strongest] if values[strongest] >= LABEL_THRESHOLD else None,
                 }
             )

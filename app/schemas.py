@@ -111,6 +111,7 @@ class HeadStat(BaseModel):
     self: float
     previous: float
     next: float
+    period: float = Field(description='Mean share on "." tokens (0 where there are none)')
     label: str | None = Field(description="What the head does, only where its share passes the threshold")
 
 

@@ -122,6 +122,7 @@ def test_head_stats_and_labels(client, minilm):
             "self": float(np.diag(w).mean()),
             "previous": float(np.diag(w, -1).mean()),
             "next": float(np.diag(w, 1).mean()),
+            "period": float(w[:, n - 2].mean()),  # the text ends with " ."
         }
         for name, value in expected.items():
             assert stat[name] == pytest.approx(value, abs=1e-5), (stat, name)

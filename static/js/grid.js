@@ -37,6 +37,19 @@ export function renderGrid(container, { overview, current, onOpen }) {
   };
 }
 
+// Each head's mean share of attention on the special tokens and on "." (api.headStats), printed on its
+// square: where the sinks are, across the whole model.
+export function showShares(container, stats) {
+  for (const stat of stats) {
+    const cell = container.querySelector(`.grid-cell[data-layer="${stat.layer}"][data-head="${stat.head}"]`);
+    cell.querySelector(".grid-share")?.remove();
+    const special = stat.cls + stat.sep;
+    cell.dataset.special = String(special);
+    cell.dataset.period = String(stat.period);
+    cell.append(el("span", { class: "grid-share" }, `S ${special.toFixed(2)} · “.” ${stat.period.toFixed(2)}`));
+  }
+}
+
 export function markCurrent(container, layer, head) {
   for (const cell of container.querySelectorAll(".grid-cell")) {
     cell.classList.toggle("current", Number(cell.dataset.layer) === layer && Number(cell.dataset.head) === head);

@@ -5,7 +5,7 @@ import { headMatrix, layerWeights, overview, queryNumbers, tokenTrace, useRun } 
 import { HEAD_COLORS, renderAttends } from "./attends.js";
 import { renderDissection } from "./dissection.js";
 import { saveCSV, saveImage, saveJSON } from "./export.js";
-import { gridPNG, gridSVG, markCurrent, renderGrid } from "./grid.js";
+import { gridPNG, gridSVG, markCurrent, renderGrid, showShares } from "./grid.js";
 import { Heatmap } from "./heatmap.js";
 import { renderPipeline } from "./pipeline.js";
 import { renderPooled } from "./pooled.js";
@@ -219,7 +219,9 @@ function drawRun(state) {
           $("heatmap").scrollIntoView({ behavior: "smooth", block: "center" });
         },
       });
-  });
+  })
+    .then(() => drawShares(state))
+    .catch((error) => showError(error.message));
   renderPooled($("pooled"), run.pooled, model);
 }
 
@@ -243,6 +245,15 @@ subscribe((state, changed) => {
   if (changed.has("lesson")) renderTabs($("lesson-tabs"), state.lesson, openLesson);
   if (state.lesson && touches(changed, "lesson", ...LESSONS[state.lesson].follows)) drawLesson(state);
 });
+
+async function drawShares(state) {
+  if (!$("grid-shares").checked) {
+    for (const share of $("grid").querySelectorAll(".grid-share")) share.remove();
+    return;
+  }
+  const stats = await api.headStats(state.run.run_id);
+  if (getState().run === state.run) showShares($("grid"), stats.heads);
+}
 
 // ---- experiments ------------------------------------------------------------------------------------
 
@@ -326,6 +337,7 @@ function bindInputs() {
   $("head").addEventListener("change", () => setState({ head: $("head").value === "mean" ? "mean" : Number($("head").value) }));
   $("sinks").addEventListener("change", () => setState({ sinks: $("sinks").value }));
   $("segments").addEventListener("change", () => setState({ segments: $("segments").value }));
+  $("grid-shares").addEventListener("change", () => getState().run && drawShares(getState()).catch((error) => showError(error.message)));
   $("all-heads").addEventListener("change", () => setState({ allHeads: $("all-heads").checked }));
   $("present").addEventListener("click", () => setState({ present: !getState().present }));
   $("share").addEventListener("click", async () => {

@@ -118,3 +118,25 @@ def test_the_grid_exports_as_png_and_svg(page, server):
     svg = ElementTree.parse(download.value.path()).getroot()
     texts = [node.text for node in svg.iter("{http://www.w3.org/2000/svg}text")]
     assert "head 11" in texts and "block 5" in texts and any("bidirectional mask" in text for text in texts)
+
+
+def test_the_overview_shows_each_heads_share_on_sinks(page, server, api):
+    open_lab(page, server)
+    page.fill("#prompt", "The bank was closed. We walked to the river instead.")
+    page.press("#prompt", "Enter")
+    wait_until(
+        page, "document.body.dataset.busy === 'false' && document.querySelectorAll('#tokens .token').length === 14"
+    )
+    wait_view(page, "grid", 0, 0, 1)
+    page.check("#grid-shares")
+    wait_until(page, "document.querySelectorAll('#grid .grid-share').length === 72")
+    stats = api.get(f"/api/runs/{run_id(page)}/head-stats").json()["heads"]
+    for stat in stats[::7]:
+        cell = page.locator(f'#grid .grid-cell[data-layer="{stat["layer"]}"][data-head="{stat["head"]}"]')
+        assert float(cell.get_attribute("data-special")) == pytest.approx(stat["cls"] + stat["sep"])
+        assert float(cell.get_attribute("data-period")) == pytest.approx(stat["period"])
+        assert stat["period"] > 0  # two "." tokens in the text
+    page.locator("#grid").scroll_into_view_if_needed()
+    screenshot(page, "33-grid-shares", page.locator("#grid"))
+    page.uncheck("#grid-shares")
+    wait_until(page, "document.querySelectorAll('#grid .grid-share').length === 0")
