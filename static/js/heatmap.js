@@ -40,7 +40,8 @@ export class Heatmap {
       button("Reset", "Show the whole matrix", () => this.reset()),
       this.zoomLabel,
     );
-    const plot = el("div", { class: "hm-plot" }, this.canvas, this.outline, this.tooltip);
+    this.extraOutlines = el("div", { class: "hm-extra-outlines" });
+    const plot = el("div", { class: "hm-plot" }, this.canvas, this.outline, this.extraOutlines, this.tooltip);
     container.replaceChildren(
       el("div", { class: "hm-head" }, this.title, zoom),
       el(
@@ -95,7 +96,8 @@ export class Heatmap {
 
   // matrix: Float32Array [query, key]; labels: token texts; selected: query row to outline, or null.
   // The zoom window stays while the token count does (switching heads keeps the close-up).
-  draw({ matrix, labels, selected, title }) {
+  draw({ matrix, labels, selected, also = [], title }) {
+    this.also = also;
     const n = labels.length;
     if (n !== this.n) this.window = { row: 0, col: 0, size: n };
     this.matrix = matrix;
@@ -118,7 +120,7 @@ export class Heatmap {
     this.paint(side);
     this.drawLabels(side);
     this.drawColorbar(side);
-    this.select(this.selected);
+    this.select(this.selected, this.also);
     this.zoomLabel.textContent = size === this.n ? "" : `tokens ${this.window.row}–${this.window.row + size - 1} × ${this.window.col}–${this.window.col + size - 1}`;
     this.container.dataset.window = `${this.window.row},${this.window.col},${size}`;
   }
@@ -179,18 +181,29 @@ export class Heatmap {
     );
   }
 
-  select(row) {
+  // row: the query outlined; also: more queries of a multi-selection, outlined thinner.
+  select(row, also = []) {
     if (!this.matrix) return;
     this.selected = row;
+    this.also = also;
     this.container.dataset.selectedRow = row === null ? "" : String(row);
+    this.container.dataset.alsoRows = also.join(",");
+    this.place(this.outline, row);
+    this.extraOutlines.replaceChildren(
+      ...also.filter((other) => other !== row).map((other) => this.place(el("div", { class: "hm-outline also" }), other)),
+    );
+  }
+
+  // The outline reaches past the row by its border, so even a 1 px row at 512 tokens shows.
+  place(outline, row) {
     const { row: row0, size } = this.window;
-    const visible = row !== null && row >= row0 && row < row0 + size;
-    this.outline.hidden = !visible;
-    if (!visible) return;
-    // The outline reaches past the row by its border, so even a 1 px row at 512 tokens shows.
-    this.outline.style.top = `${(row - row0) * this.cell - 2}px`;
-    this.outline.style.height = `${this.cell + 4}px`;
-    this.outline.style.width = `${this.cell * size}px`;
+    outline.hidden = row === null || row < row0 || row >= row0 + size;
+    if (!outline.hidden) {
+      outline.style.top = `${(row - row0) * this.cell - 2}px`;
+      outline.style.height = `${this.cell + 4}px`;
+      outline.style.width = `${this.cell * size}px`;
+    }
+    return outline;
   }
 
   // Zoom by `factor` (2: in, 0.5: out) around a cell (default: the selected token, or the middle).

@@ -23,7 +23,7 @@ const $ = (id) => document.getElementById(id);
 initState(
   {
     text: config.defaultText, mask: "bidirectional", pooling: "mean", layer: 0, head: 0, token: null, present: false,
-    sinks: "show", pair: "", segments: "all", allHeads: false, predict: false, tour: null, lesson: null,
+    sinks: "show", pair: "", segments: "all", also: [], preview: null, allHeads: false, predict: false, tour: null, lesson: null,
   },
   { layers: model.layers, heads: model.heads, tourSteps: TOUR_LENGTH, lessons: Object.keys(LESSONS) },
 );
@@ -142,21 +142,38 @@ function drawHeatmap(state) {
   draw("heatmap", async () => {
     const matrix = filterMatrix(await headMatrix(layer, head, model.heads, n), run.tokens, segmentRule(state.segments));
     const labels = run.tokens.map((t) => t.text);
-    return () => heatmap.draw({ matrix, labels, selected: getState().token, title: `${viewName(state)} · ${run.mask} mask` });
+    return () => {
+      const [first = null, ...others] = queries(getState());
+      heatmap.draw({ matrix, labels, selected: first, also: others, title: `${viewName(state)} · ${run.mask} mask` });
+    };
   });
 }
 
 // Selecting a token moves the heatmap's outline only: the matrix is not drawn again. A drawing still
 // on its way picks the selection up when it lands.
 function selectInHeatmap(state) {
-  heatmap.select(state.token);
+  const [first = null, ...others] = queries(state);
+  heatmap.select(first, others);
   if (drawn.heatmap === latest.heatmap) $("heatmap").dataset.view = viewKey(state);
 }
 
+// The query rows a view follows: the hovered token while the pointer is on a chip, else the locked
+// token and any shift-clicked ones.
+function queries(state) {
+  if (state.preview !== null) return [state.preview];
+  return state.token === null ? [] : [state.token, ...state.also.filter((index) => index !== state.token)];
+}
+
 async function attendRows(state) {
-  const { run, layer, head, token } = state;
+  const { run, layer, head } = state;
   const n = run.tokens.length;
-  const rowOf = (matrix) => matrix.subarray(token * n, (token + 1) * n);
+  const chosen = queries(state);
+  // Several queries: their rows summed, then divided by their count so the result still sums to 1.
+  const rowOf = (matrix) => {
+    const row = new Float32Array(n);
+    for (const index of chosen) for (let key = 0; key < n; key += 1) row[key] += matrix[index * n + key];
+    return row.map((sum) => sum / chosen.length);
+  };
   if (state.allHeads) {
     const weights = await layerWeights(layer);
     return HEAD_COLORS.slice(0, model.heads).map((color, h) => ({ head: `head ${h}`, color, row: rowOf(weights.subarray(h * n * n)) }));
@@ -167,10 +184,17 @@ async function attendRows(state) {
 }
 
 function drawAttends(state) {
-  const { run, layer, token } = state;
+  const { run, layer } = state;
+  const chosen = queries(state);
+  const token = chosen[0] ?? null;
   draw("attends", async () => {
     const rows = token === null ? [] : await attendRows(state);
-    const who = token === null ? "" : `“${run.tokens[token].text}” (token ${token})`;
+    const who =
+      chosen.length > 1
+        ? `${chosen.length} tokens (${chosen.map((index) => `“${run.tokens[index].text}”`).join(", ")}), rows summed and renormalised,`
+        : token === null
+          ? ""
+          : `“${run.tokens[token].text}” (token ${token})${state.preview !== null ? " (preview: click to lock)" : ""}`;
     const where = state.allHeads ? `block ${layer}, every head` : viewName(state);
     return () =>
       renderAttends($("attends"), {
@@ -206,7 +230,15 @@ function drawRun(state) {
   const { run } = state;
   const n = run.tokens.length;
   $("tokens-shape").textContent = `N = ${n} tokens`;
-  renderTokens($("tokens"), run.tokens, state.token, (index) => setState({ token: index === getState().token ? null : index }));
+  renderTokens($("tokens"), run.tokens, state.token, {
+    select: (index, add) => {
+      const { token, also } = getState();
+      if (add && token !== null && index !== token) {
+        setState({ also: also.includes(index) ? also.filter((other) => other !== index) : [...also, index] });
+      } else setState({ token: index === token ? null : index, also: [] });
+    },
+    preview: (index) => setState({ preview: index }),
+  });
   $("grid-shape").textContent = `${model.layers} blocks × ${model.heads} heads, each ${n}×${n}`;
   draw("grid", async () => {
     const shrunk = await overview();
@@ -235,10 +267,10 @@ subscribe((state, changed) => {
   if (changed.has("run")) drawRun(state);
   if (changed.has("present")) renderPooled($("pooled"), state.run.pooled, model);
   if (touches(changed, "run", "layer", "head", "present", "segments")) drawHeatmap(state);
-  else if (changed.has("token")) selectInHeatmap(state);
+  else if (touches(changed, "token", "also", "preview")) selectInHeatmap(state);
   if (changed.has("token") && state.token !== null) heatmap.reveal(state.token);
-  if (changed.has("token")) showSelection($("tokens"), state.token, keyboardMove);
-  if (touches(changed, "run", "layer", "head", "token", "sinks", "allHeads", "segments")) drawAttends(state);
+  if (touches(changed, "token", "also")) showSelection($("tokens"), state.token, keyboardMove, state.also);
+  if (touches(changed, "run", "layer", "head", "token", "also", "preview", "sinks", "allHeads", "segments")) drawAttends(state);
   if (touches(changed, "run", "layer", "head", "token")) drawDissection(state);
   if (touches(changed, "run", "token")) drawPipeline(state);
   if (touches(changed, "layer", "head")) markCurrent($("grid"), state.layer, state.head);
@@ -363,7 +395,7 @@ function bindInputs() {
     const typing = event.target.closest("textarea, input, select, [role=tablist]");
     const { run, token } = getState();
     if (typing || !run) return;
-    if (event.key === "Escape") setState({ token: null });
+    if (event.key === "Escape") setState({ token: null, also: [] });
     else if (event.key === "ArrowRight" || event.key === "ArrowLeft") {
       const step = event.key === "ArrowRight" ? 1 : -1;
       const start = token === null ? (step > 0 ? -1 : run.tokens.length) : token;

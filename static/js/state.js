@@ -2,7 +2,7 @@
 // same view; `run` holds the current run's data and `guesses` the predict-first answers (keyed by
 // run:layer:head:token); neither is part of the URL.
 
-const URL_KEYS = ["text", "mask", "pooling", "layer", "head", "token", "present", "predict", "tour", "lesson", "sinks", "pair", "segments"];
+const URL_KEYS = ["text", "mask", "pooling", "layer", "head", "token", "present", "predict", "tour", "lesson", "sinks", "pair", "segments", "also"];
 const listeners = new Set();
 let state = {};
 
@@ -43,6 +43,8 @@ function readURL(limits) {
   if (head === "mean" || (head !== null && head < limits.heads)) view.head = head;
   const token = wholeNumber(params.get("token"));
   if (token !== null) view.token = token;
+  const also = (params.get("with") ?? "").split(",").map(wholeNumber).filter((index) => index !== null);
+  if (token !== null && also.length) view.also = also;
   if (params.get("present") === "1") view.present = true;
   if (params.get("predict") === "1") view.predict = true;
   if (limits.lessons.includes(params.get("lesson"))) view.lesson = params.get("lesson");
@@ -66,6 +68,7 @@ function writeURL() {
   params.set("layer", String(state.layer));
   params.set("head", String(state.head));
   if (state.token !== null) params.set("token", String(state.token));
+  if (state.token !== null && state.also.length) params.set("with", state.also.join(","));
   if (state.present) params.set("present", "1");
   if (state.predict) params.set("predict", "1");
   if (state.tour !== null) params.set("tour", String(state.tour));

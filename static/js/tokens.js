@@ -3,7 +3,9 @@
 import { el } from "./format.js";
 
 // A sentence pair's chips are marked by segment, with a divider where segment B begins.
-export function renderTokens(container, tokens, selected, onSelect) {
+// on.select(index, add): a click (add: with Shift, to join the selection); on.preview(index or null):
+// the pointer resting on a chip, or leaving the strip.
+export function renderTokens(container, tokens, selected, on) {
   const chips = tokens.map((token) =>
       el(
         "button",
@@ -25,14 +27,27 @@ export function renderTokens(container, tokens, selected, onSelect) {
   container.replaceChildren(...chips);
   container.onclick = (event) => {
     const chip = event.target.closest(".token");
-    if (chip) onSelect(Number(chip.dataset.index));
+    if (chip) on.select(Number(chip.dataset.index), event.shiftKey);
   };
+  container.onmouseover = (event) => {
+    const chip = event.target.closest(".token");
+    if (chip) on.preview(Number(chip.dataset.index));
+  };
+  container.onmouseleave = () => on.preview(null);
 }
 
 // Only the chips whose state changes are touched; `reveal` scrolls the strip to a chip reached by keyboard
 // (a clicked chip is already in sight, and scrolling forces a layout in the middle of the click).
-export function showSelection(container, selected, reveal = false) {
-  for (const chip of container.querySelectorAll('.token[aria-selected="true"]')) chip.setAttribute("aria-selected", "false");
+export function showSelection(container, selected, reveal = false, also = []) {
+  for (const chip of container.querySelectorAll('.token[aria-selected="true"]')) {
+    chip.setAttribute("aria-selected", "false");
+    chip.classList.remove("also");
+  }
+  for (const index of also) {
+    const chip = container.querySelector(`.token[data-index="${index}"]`);
+    chip?.setAttribute("aria-selected", "true");
+    chip?.classList.add("also");
+  }
   const chip = selected === null ? null : container.querySelector(`.token[data-index="${selected}"]`);
   if (!chip) return;
   chip.setAttribute("aria-selected", "true");
