@@ -48,13 +48,15 @@ export function tokenTrace(index) {
   return once(`token:${index}`, () => api.tokenTrace(runId, index));
 }
 
-// One head's matrix, or the mean of all heads, as a Float32Array [query, key].
-export async function headMatrix(layer, head, nHeads, n) {
+// One head's matrix, or for "mean" the mean of the chosen heads (all of them by default), as a
+// Float32Array [query, key].
+export async function headMatrix(layer, head, nHeads, n, chosen = null) {
   if (head !== "mean") return headWeights(layer, head, n);
+  const heads = chosen ?? [...Array(nHeads).keys()];
   const weights = await layerWeights(layer);
   const mean = new Float32Array(n * n);
-  for (let h = 0; h < nHeads; h += 1) {
+  for (const h of heads) {
     for (let cell = 0; cell < n * n; cell += 1) mean[cell] += weights[h * n * n + cell];
   }
-  return mean.map((sum) => sum / nHeads);
+  return mean.map((sum) => sum / heads.length);
 }

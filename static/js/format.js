@@ -77,3 +77,8 @@ export function argmax(values) {
   for (let index = 1; index < values.length; index += 1) if (values[index] > values[best]) best = index;
   return best;
 }
+
+// How a mean over heads is named: all of them, or the ones chosen.
+export function headsName(chosen, total) {
+  return chosen.length === total ? `all ${total} heads averaged` : `heads ${chosen.join(", ")} averaged`;
+}

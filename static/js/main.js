@@ -10,6 +10,8 @@ import { Heatmap } from "./heatmap.js";
 import { renderPipeline } from "./pipeline.js";
 import { renderPooled } from "./pooled.js";
 import { initPredict } from "./predict.js";
+import { headsName } from "./format.js";
+import { renderHeadSet } from "./headset.js";
 import { filterMatrix, segmentRule } from "./segments.js";
 import { getState, initState, setState, subscribe } from "./state.js";
 import { renderTokens, showSelection } from "./tokens.js";
@@ -23,7 +25,7 @@ const $ = (id) => document.getElementById(id);
 initState(
   {
     text: config.defaultText, mask: "bidirectional", pooling: "mean", layer: 0, head: 0, token: null, present: false,
-    sinks: "show", pair: "", segments: "all", also: [], preview: null, allHeads: false, predict: false, tour: null, lesson: null,
+    sinks: "show", pair: "", segments: "all", also: [], preview: null, heads: [...Array(model.heads).keys()], allHeads: false, predict: false, tour: null, lesson: null,
   },
   { layers: model.layers, heads: model.heads, tourSteps: TOUR_LENGTH, lessons: Object.keys(LESSONS) },
 );
@@ -110,7 +112,7 @@ async function runPrompt() {
 const heatmap = new Heatmap($("heatmap"), (index) => setState({ token: index }));
 
 function viewName(state) {
-  return state.head === "mean" ? `block ${state.layer}, all heads averaged` : `block ${state.layer}, head ${state.head}`;
+  return state.head === "mean" ? `block ${state.layer}, ${headsName(state.heads, model.heads)}` : `block ${state.layer}, head ${state.head}`;
 }
 
 const latest = {}; // the newest request of each view: an older answer arriving late is dropped
@@ -140,7 +142,7 @@ function drawHeatmap(state) {
   const n = run.tokens.length;
   $("attention-shape").textContent = `${n}×${n} per head · ${model.heads} heads per block`;
   draw("heatmap", async () => {
-    const matrix = filterMatrix(await headMatrix(layer, head, model.heads, n), run.tokens, segmentRule(state.segments));
+    const matrix = filterMatrix(await headMatrix(layer, head, model.heads, n, state.heads), run.tokens, segmentRule(state.segments));
     const labels = run.tokens.map((t) => t.text);
     return () => {
       const [first = null, ...others] = queries(getState());
@@ -178,7 +180,7 @@ async function attendRows(state) {
     const weights = await layerWeights(layer);
     return HEAD_COLORS.slice(0, model.heads).map((color, h) => ({ head: `head ${h}`, color, row: rowOf(weights.subarray(h * n * n)) }));
   }
-  const matrix = await headMatrix(layer, head, model.heads, n);
+  const matrix = await headMatrix(layer, head, model.heads, n, state.heads);
   const color = head === "mean" ? "#1f77b4" : HEAD_COLORS[head % HEAD_COLORS.length];
   return [{ head: head === "mean" ? "mean" : `head ${head}`, color, row: rowOf(matrix) }];
 }
@@ -266,11 +268,12 @@ subscribe((state, changed) => {
   if (!state.run) return;
   if (changed.has("run")) drawRun(state);
   if (changed.has("present")) renderPooled($("pooled"), state.run.pooled, model);
-  if (touches(changed, "run", "layer", "head", "present", "segments")) drawHeatmap(state);
+  if (touches(changed, "head", "heads")) drawHeadSet(state);
+  if (touches(changed, "run", "layer", "head", "heads", "present", "segments")) drawHeatmap(state);
   else if (touches(changed, "token", "also", "preview")) selectInHeatmap(state);
   if (changed.has("token") && state.token !== null) heatmap.reveal(state.token);
   if (touches(changed, "token", "also")) showSelection($("tokens"), state.token, keyboardMove, state.also);
-  if (touches(changed, "run", "layer", "head", "token", "also", "preview", "sinks", "allHeads", "segments")) drawAttends(state);
+  if (touches(changed, "run", "layer", "head", "token", "also", "preview", "sinks", "allHeads", "segments", "heads")) drawAttends(state);
   if (touches(changed, "run", "layer", "head", "token")) drawDissection(state);
   if (touches(changed, "run", "token")) drawPipeline(state);
   if (touches(changed, "layer", "head")) markCurrent($("grid"), state.layer, state.head);
@@ -285,6 +288,10 @@ async function drawShares(state) {
   }
   const stats = await api.headStats(state.run.run_id);
   if (getState().run === state.run) showShares($("grid"), stats.heads);
+}
+
+function drawHeadSet(state) {
+  renderHeadSet($("head-set"), state, model.heads, (heads) => setState({ heads }));
 }
 
 // ---- experiments ------------------------------------------------------------------------------------
@@ -332,7 +339,7 @@ function findToken(query) {
 function exportView() {
   const state = getState();
   const n = state.run.tokens.length;
-  return headMatrix(state.layer, state.head, model.heads, n).then((matrix) => ({
+  return headMatrix(state.layer, state.head, model.heads, n, state.heads).then((matrix) => ({
     text: state.text,
     model: model.name,
     mask: state.run.mask,
@@ -410,6 +417,7 @@ function bindInputs() {
 fillPickers();
 bindInputs();
 showControls(getState(), new Set(["text", "pair"]));
+drawHeadSet(getState());
 initPredict(model);
 initTour(model);
 renderTabs($("lesson-tabs"), getState().lesson, openLesson);

@@ -2,28 +2,27 @@
 // selected one attends to most; the answer is the argmax of that query's exact softmax row.
 
 import { queryNumbers } from "./data.js";
-import { argmax, el, fixed } from "./format.js";
+import { argmax, el, fixed, headsName } from "./format.js";
 import { getState, setState, subscribe } from "./state.js";
 
 const $ = (id) => document.getElementById(id);
 
 // One question per run, block, head and query token; null when there is nothing to ask.
-function questionKey({ predict, run, layer, head, token }) {
-  return predict && run && token !== null ? `${run.run_id}:${layer}:${head}:${token}` : null;
+function questionKey({ predict, run, layer, head, heads, token }) {
+  return predict && run && token !== null ? `${run.run_id}:${layer}:${head === "mean" ? heads.join("+") : head}:${token}` : null;
 }
 
 function where(layer, head, heads) {
-  return head === "mean" ? `block ${layer}, all ${heads} heads averaged` : `block ${layer}, head ${head}`;
+  return head === "mean" ? `block ${layer}, ${headsName(getState().heads, heads)}` : `block ${layer}, head ${head}`;
 }
 
-// The query's weights over every key: one head's row, or for "mean" the mean of all heads' rows,
-// as the averaged heatmap shows them.
-async function trueRow(layer, head, token, heads) {
+// The query's weights over every key: one head's row, or for "mean" the mean of the chosen heads'
+// rows (getState().heads), as the averaged heatmap shows them.
+async function trueRow(layer, head, token) {
   if (head !== "mean") return (await queryNumbers(layer, head, token)).weights;
-  const rows = await Promise.all(
-    Array.from({ length: heads }, async (_, h) => (await queryNumbers(layer, h, token)).weights),
-  );
-  return rows[0].map((_, key) => rows.reduce((sum, row) => sum + row[key], 0) / heads);
+  const chosen = getState().heads;
+  const rows = await Promise.all(chosen.map(async (h) => (await queryNumbers(layer, h, token)).weights));
+  return rows[0].map((_, key) => rows.reduce((sum, row) => sum + row[key], 0) / chosen.length);
 }
 
 function quoted(tokens, index) {
@@ -96,7 +95,7 @@ export function initPredict(model) {
     if (key === null || getState().guesses.has(key)) return;
     const { layer, head, token } = getState();
     try {
-      const row = await trueRow(layer, head, token, model.heads);
+      const row = await trueRow(layer, head, token);
       const best = argmax(row);
       const { guesses } = getState();
       if (guesses.has(key)) return; // a second click while the numbers were on their way
@@ -126,7 +125,7 @@ export function initPredict(model) {
   };
   toggle.addEventListener("change", () => setState({ predict: toggle.checked }));
   subscribe((state, changed) => {
-    if (["predict", "run", "layer", "head", "token", "guesses"].some((key) => changed.has(key))) show(state);
+    if (["predict", "run", "layer", "head", "heads", "token", "guesses"].some((key) => changed.has(key))) show(state);
   });
   show(getState());
 }

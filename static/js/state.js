@@ -2,13 +2,15 @@
 // same view; `run` holds the current run's data and `guesses` the predict-first answers (keyed by
 // run:layer:head:token); neither is part of the URL.
 
-const URL_KEYS = ["text", "mask", "pooling", "layer", "head", "token", "present", "predict", "tour", "lesson", "sinks", "pair", "segments", "also"];
+const URL_KEYS = ["text", "mask", "pooling", "layer", "head", "token", "present", "predict", "tour", "lesson", "sinks", "pair", "segments", "also", "heads"];
 const listeners = new Set();
+let headCount = 0; // the model's heads: a mean over all of them needs no "heads" in the URL
 let state = {};
 
 // limits: {layers, heads, tourSteps, lessons}, to refuse a URL that names a block, head, tour step or
 // lesson that does not exist.
 export function initState(defaults, limits) {
+  headCount = limits.heads;
   state = { ...defaults, ...readURL(limits), run: null, guesses: new Map() };
   return state;
 }
@@ -41,6 +43,8 @@ function readURL(limits) {
   if (layer !== null && layer < limits.layers) view.layer = layer;
   const head = params.get("head") === "mean" ? "mean" : wholeNumber(params.get("head"));
   if (head === "mean" || (head !== null && head < limits.heads)) view.head = head;
+  const heads = [...new Set((params.get("heads") ?? "").split(",").map(wholeNumber))].filter((h) => h !== null && h < limits.heads);
+  if (head === "mean" && heads.length) view.heads = heads.sort((a, b) => a - b);
   const token = wholeNumber(params.get("token"));
   if (token !== null) view.token = token;
   const also = (params.get("with") ?? "").split(",").map(wholeNumber).filter((index) => index !== null);
@@ -67,6 +71,7 @@ function writeURL() {
   params.set("pooling", state.pooling);
   params.set("layer", String(state.layer));
   params.set("head", String(state.head));
+  if (state.head === "mean" && state.heads.length !== headCount) params.set("heads", state.heads.join(","));
   if (state.token !== null) params.set("token", String(state.token));
   if (state.token !== null && state.also.length) params.set("with", state.also.join(","));
   if (state.present) params.set("present", "1");

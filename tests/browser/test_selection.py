@@ -48,3 +48,30 @@ def test_hover_previews_click_locks_and_shift_click_sums_rows(page, server, api)
     page.mouse.move(5, 5)
     wait_until(page, "document.getElementById('heatmap').dataset.selectedRow === ''")
     assert page.locator('#tokens .token[aria-selected="true"]').count() == 0
+
+
+def test_combining_chosen_heads(page, server, api):
+    open_lab(page, server, "?layer=3&head=mean&token=2")
+    wait_view(page, "heatmap", 3, "mean", 2)
+    run = run_id(page)
+    per_head = np.array([api_head(api, run, 3, h)["weights"] for h in range(12)])
+    np.testing.assert_allclose(heatmap(page), per_head.mean(0), atol=1e-6)
+    assert page.locator("#head-set .head-toggle[aria-pressed=true]").count() == 12
+    page.locator('#head-set .head-toggle[data-head="4"]').dblclick()  # keep only head 4
+    wait_until(page, "document.querySelectorAll('#head-set .head-toggle[aria-pressed=true]').length === 1")
+    page.locator('#head-set .head-toggle[data-head="7"]').click()
+    page.locator('#head-set .head-toggle[data-head="9"]').click()
+    wait_until(page, "document.querySelectorAll('#head-set .head-toggle[aria-pressed=true]').length === 3")
+    wait_until(page, "document.querySelector('#heatmap .hm-title').textContent.includes('heads 4, 7, 9 averaged')")
+    np.testing.assert_allclose(heatmap(page), per_head[[4, 7, 9]].mean(0), atol=1e-6)
+    np.testing.assert_allclose(shown_row(page), per_head[[4, 7, 9]].mean(0)[2], atol=1e-6)
+    assert parse_qs(urlparse(page.url).query)["heads"] == ["4,7,9"]
+    page.reload()
+    wait_until(page, "document.querySelector('#heatmap .hm-title')?.textContent.includes('heads 4, 7, 9 averaged')")
+    page.select_option("#head", "5")
+    wait_until(page, "document.getElementById('head-set').hidden")
+
+
+def heatmap(page):
+    n, values = page.evaluate("(h => [h.n, Array.from(h.matrix)])(document.getElementById('heatmap').heatmap)")
+    return np.array(values).reshape(n, n)
