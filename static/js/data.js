@@ -60,3 +60,10 @@ export async function headMatrix(layer, head, nHeads, n, chosen = null) {
   }
   return mean.map((sum) => sum / heads.length);
 }
+
+// What the heatmap shows: headMatrix for one block, or its mean over every block (blockMean).
+export async function viewMatrix(layer, head, n, { nHeads, nLayers, heads, blockMean }) {
+  if (!blockMean) return headMatrix(layer, head, nHeads, n, heads);
+  const blocks = await Promise.all(Array.from({ length: nLayers }, (_, l) => headMatrix(l, head, nHeads, n, heads)));
+  return blocks[0].map((_, cell) => blocks.reduce((sum, block) => sum + block[cell], 0) / nLayers);
+}

@@ -1,7 +1,7 @@
 // Wires the page: the prompt runs the model, state changes redraw the views that depend on them.
 
 import * as api from "./api.js";
-import { headMatrix, layerWeights, overview, queryNumbers, tokenTrace, useRun } from "./data.js";
+import { layerWeights, overview, queryNumbers, tokenTrace, useRun, viewMatrix } from "./data.js";
 import { HEAD_COLORS, renderAttends } from "./attends.js";
 import { renderDissection } from "./dissection.js";
 import { saveCSV, saveImage, saveJSON } from "./export.js";
@@ -25,7 +25,7 @@ const $ = (id) => document.getElementById(id);
 initState(
   {
     text: config.defaultText, mask: "bidirectional", pooling: "mean", layer: 0, head: 0, token: null, present: false,
-    sinks: "show", pair: "", segments: "all", also: [], preview: null, heads: [...Array(model.heads).keys()], allHeads: false, predict: false, tour: null, lesson: null,
+    sinks: "show", pair: "", segments: "all", also: [], preview: null, heads: [...Array(model.heads).keys()], blockMean: false, allHeads: false, predict: false, tour: null, lesson: null,
   },
   { layers: model.layers, heads: model.heads, tourSteps: TOUR_LENGTH, lessons: Object.keys(LESSONS) },
 );
@@ -48,6 +48,7 @@ function showControls(state, changed) {
     if (state.pair) $("pair-box").open = true;
   }
   $("segments").value = state.segments;
+  $("block-mean").checked = state.blockMean;
   $("mask").value = state.mask;
   $("pooling").value = state.pooling;
   $("layer").value = String(state.layer);
@@ -112,7 +113,13 @@ async function runPrompt() {
 const heatmap = new Heatmap($("heatmap"), (index) => setState({ token: index }));
 
 function viewName(state) {
-  return state.head === "mean" ? `block ${state.layer}, ${headsName(state.heads, model.heads)}` : `block ${state.layer}, head ${state.head}`;
+  const block = state.blockMean ? `all ${model.layers} blocks averaged` : `block ${state.layer}`;
+  return state.head === "mean" ? `${block}, ${headsName(state.heads, model.heads)}` : `${block}, head ${state.head}`;
+}
+
+// Which heads and blocks the heatmap and the attends view average (data.viewMatrix).
+function shape(state) {
+  return { nHeads: model.heads, nLayers: model.layers, heads: state.heads, blockMean: state.blockMean };
 }
 
 const latest = {}; // the newest request of each view: an older answer arriving late is dropped
@@ -142,7 +149,7 @@ function drawHeatmap(state) {
   const n = run.tokens.length;
   $("attention-shape").textContent = `${n}×${n} per head · ${model.heads} heads per block`;
   draw("heatmap", async () => {
-    const matrix = filterMatrix(await headMatrix(layer, head, model.heads, n, state.heads), run.tokens, segmentRule(state.segments));
+    const matrix = filterMatrix(await viewMatrix(layer, head, n, shape(state)), run.tokens, segmentRule(state.segments));
     const labels = run.tokens.map((t) => t.text);
     return () => {
       const [first = null, ...others] = queries(getState());
@@ -180,7 +187,7 @@ async function attendRows(state) {
     const weights = await layerWeights(layer);
     return HEAD_COLORS.slice(0, model.heads).map((color, h) => ({ head: `head ${h}`, color, row: rowOf(weights.subarray(h * n * n)) }));
   }
-  const matrix = await headMatrix(layer, head, model.heads, n, state.heads);
+  const matrix = await viewMatrix(layer, head, n, shape(state));
   const color = head === "mean" ? "#1f77b4" : HEAD_COLORS[head % HEAD_COLORS.length];
   return [{ head: head === "mean" ? "mean" : `head ${head}`, color, row: rowOf(matrix) }];
 }
@@ -269,11 +276,11 @@ subscribe((state, changed) => {
   if (changed.has("run")) drawRun(state);
   if (changed.has("present")) renderPooled($("pooled"), state.run.pooled, model);
   if (touches(changed, "head", "heads")) drawHeadSet(state);
-  if (touches(changed, "run", "layer", "head", "heads", "present", "segments")) drawHeatmap(state);
+  if (touches(changed, "run", "layer", "head", "heads", "blockMean", "present", "segments")) drawHeatmap(state);
   else if (touches(changed, "token", "also", "preview")) selectInHeatmap(state);
   if (changed.has("token") && state.token !== null) heatmap.reveal(state.token);
   if (touches(changed, "token", "also")) showSelection($("tokens"), state.token, keyboardMove, state.also);
-  if (touches(changed, "run", "layer", "head", "token", "also", "preview", "sinks", "allHeads", "segments", "heads")) drawAttends(state);
+  if (touches(changed, "run", "layer", "head", "token", "also", "preview", "sinks", "allHeads", "segments", "heads", "blockMean")) drawAttends(state);
   if (touches(changed, "run", "layer", "head", "token")) drawDissection(state);
   if (touches(changed, "run", "token")) drawPipeline(state);
   if (touches(changed, "layer", "head")) markCurrent($("grid"), state.layer, state.head);
@@ -339,7 +346,7 @@ function findToken(query) {
 function exportView() {
   const state = getState();
   const n = state.run.tokens.length;
-  return headMatrix(state.layer, state.head, model.heads, n, state.heads).then((matrix) => ({
+  return viewMatrix(state.layer, state.head, n, shape(state)).then((matrix) => ({
     text: state.text,
     model: model.name,
     mask: state.run.mask,
@@ -376,6 +383,7 @@ function bindInputs() {
   $("head").addEventListener("change", () => setState({ head: $("head").value === "mean" ? "mean" : Number($("head").value) }));
   $("sinks").addEventListener("change", () => setState({ sinks: $("sinks").value }));
   $("segments").addEventListener("change", () => setState({ segments: $("segments").value }));
+  $("block-mean").addEventListener("change", () => setState({ blockMean: $("block-mean").checked }));
   $("grid-shares").addEventListener("change", () => getState().run && drawShares(getState()).catch((error) => showError(error.message)));
   $("all-heads").addEventListener("change", () => setState({ allHeads: $("all-heads").checked }));
   $("present").addEventListener("click", () => setState({ present: !getState().present }));

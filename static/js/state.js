@@ -2,7 +2,7 @@
 // same view; `run` holds the current run's data and `guesses` the predict-first answers (keyed by
 // run:layer:head:token); neither is part of the URL.
 
-const URL_KEYS = ["text", "mask", "pooling", "layer", "head", "token", "present", "predict", "tour", "lesson", "sinks", "pair", "segments", "also", "heads"];
+const URL_KEYS = ["text", "mask", "pooling", "layer", "head", "token", "present", "predict", "tour", "lesson", "sinks", "pair", "segments", "also", "heads", "blockMean"];
 const listeners = new Set();
 let headCount = 0; // the model's heads: a mean over all of them needs no "heads" in the URL
 let state = {};
@@ -50,6 +50,7 @@ function readURL(limits) {
   const also = (params.get("with") ?? "").split(",").map(wholeNumber).filter((index) => index !== null);
   if (token !== null && also.length) view.also = also;
   if (params.get("present") === "1") view.present = true;
+  if (params.get("blocks") === "mean") view.blockMean = true;
   if (params.get("predict") === "1") view.predict = true;
   if (limits.lessons.includes(params.get("lesson"))) view.lesson = params.get("lesson");
   if (["hide", "renormalise"].includes(params.get("sinks"))) view.sinks = params.get("sinks");
@@ -75,6 +76,7 @@ function writeURL() {
   if (state.token !== null) params.set("token", String(state.token));
   if (state.token !== null && state.also.length) params.set("with", state.also.join(","));
   if (state.present) params.set("present", "1");
+  if (state.blockMean) params.set("blocks", "mean");
   if (state.predict) params.set("predict", "1");
   if (state.tour !== null) params.set("tour", String(state.tour));
   if (state.lesson !== null) params.set("lesson", state.lesson);

@@ -75,3 +75,18 @@ def test_combining_chosen_heads(page, server, api):
 def heatmap(page):
     n, values = page.evaluate("(h => [h.n, Array.from(h.matrix)])(document.getElementById('heatmap').heatmap)")
     return np.array(values).reshape(n, n)
+
+
+def test_a_layer_averaged_view(page, server, api):
+    open_lab(page, server, "?layer=0&head=5&token=3")
+    wait_view(page, "heatmap", 0, 5, 3)
+    run = run_id(page)
+    page.check("#block-mean")
+    wait_until(
+        page, "document.querySelector('#heatmap .hm-title').textContent.includes('all 6 blocks averaged, head 5')"
+    )
+    per_block = np.array([api_head(api, run, layer, 5)["weights"] for layer in range(6)])
+    np.testing.assert_allclose(heatmap(page), per_block.mean(0), atol=1e-6)
+    wait_until(page, "document.querySelector('#attends .caption').textContent.includes('all 6 blocks averaged')")
+    np.testing.assert_allclose(shown_row(page), per_block.mean(0)[3], atol=1e-6)
+    assert parse_qs(urlparse(page.url).query)["blocks"] == ["mean"]
