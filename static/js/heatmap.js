@@ -41,7 +41,18 @@ export class Heatmap {
       this.zoomLabel,
     );
     this.extraOutlines = el("div", { class: "hm-extra-outlines" });
-    const plot = el("div", { class: "hm-plot" }, this.canvas, this.outline, this.extraOutlines, this.tooltip);
+    this.sinkColumn = el("canvas", { class: "hm-sink", hidden: "", title: "sink: the weight on hidden [CLS]/[SEP], per row" });
+    this.sinkLabel = el("span", { class: "hm-sink-label", hidden: "" }, "sink");
+    const plot = el(
+      "div",
+      { class: "hm-plot" },
+      this.canvas,
+      this.sinkColumn,
+      this.sinkLabel,
+      this.outline,
+      this.extraOutlines,
+      this.tooltip,
+    );
     container.replaceChildren(
       el("div", { class: "hm-head" }, this.title, zoom),
       el(
@@ -96,8 +107,10 @@ export class Heatmap {
 
   // matrix: Float32Array [query, key]; labels: token texts; selected: query row to outline, or null.
   // The zoom window stays while the token count does (switching heads keeps the close-up).
-  draw({ matrix, labels, selected, also = [], title }) {
+  // sink: per query row, the weight taken off hidden special tokens, drawn as a column of its own.
+  draw({ matrix, labels, selected, also = [], title, sink = null }) {
     this.also = also;
+    this.sink = sink;
     const n = labels.length;
     if (n !== this.n) this.window = { row: 0, col: 0, size: n };
     this.matrix = matrix;
@@ -118,6 +131,7 @@ export class Heatmap {
     this.cell = size <= room ? Math.min(MAX_CELL, Math.floor(room / size)) : room / size;
     const side = this.cell * size;
     this.paint(side);
+    this.paintSink(side);
     this.drawLabels(side);
     this.drawColorbar(side);
     this.select(this.selected, this.also);
@@ -149,6 +163,25 @@ export class Heatmap {
     const context = this.canvas.getContext("2d");
     context.imageSmoothingEnabled = false;
     context.drawImage(source, 0, 0, this.canvas.width, this.canvas.height);
+  }
+
+  paintSink(side) {
+    this.sinkColumn.hidden = this.sink === null;
+    this.sinkLabel.hidden = this.sink === null;
+    this.container.dataset.sink = this.sink === null ? "" : Array.from(this.sink).join(",");
+    if (this.sink === null) return;
+    const { row: row0, size } = this.window;
+    const width = 12;
+    this.sinkColumn.width = width;
+    this.sinkColumn.height = Math.round(side);
+    this.sinkColumn.style.left = `${side + 6}px`;
+    this.sinkLabel.style.left = `${side + 2}px`;
+    this.sinkColumn.style.height = `${side}px`;
+    const context = this.sinkColumn.getContext("2d");
+    for (let row = 0; row < size; row += 1) {
+      context.fillStyle = rgb(sequential(this.sink[row0 + row]));
+      context.fillRect(0, row * this.cell, width, Math.ceil(this.cell));
+    }
   }
 
   // The window's token indices that get a label: every one, or every k-th when they would collide.
@@ -261,7 +294,7 @@ export class Heatmap {
         "strong",
         {},
         Number.isNaN(this.matrix[row * this.n + col])
-          ? "outside the segment filter"
+          ? `left out of this view${this.sink ? `; sink for this row: ${fixed(this.sink[row])}` : ""}`
           : `${this.valueName}[${row},${col}] = ${fixed(this.matrix[row * this.n + col])}`,
       ),
     );

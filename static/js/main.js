@@ -12,7 +12,7 @@ import { renderPooled } from "./pooled.js";
 import { initPredict } from "./predict.js";
 import { headsName } from "./format.js";
 import { renderHeadSet } from "./headset.js";
-import { filterMatrix, segmentRule } from "./segments.js";
+import { filterMatrix, segmentRule, withoutSinks } from "./segments.js";
 import { getState, initState, setState, subscribe } from "./state.js";
 import { renderTokens, showSelection } from "./tokens.js";
 import { initTour, TOUR_LENGTH } from "./tour.js";
@@ -149,11 +149,12 @@ function drawHeatmap(state) {
   const n = run.tokens.length;
   $("attention-shape").textContent = `${n}×${n} per head · ${model.heads} heads per block`;
   draw("heatmap", async () => {
-    const matrix = filterMatrix(await viewMatrix(layer, head, n, shape(state)), run.tokens, segmentRule(state.segments));
+    const { matrix, sink } = withoutSinks(await viewMatrix(layer, head, n, shape(state)), run.tokens, state.sinks);
+    const shown = filterMatrix(matrix, run.tokens, segmentRule(state.segments));
     const labels = run.tokens.map((t) => t.text);
     return () => {
       const [first = null, ...others] = queries(getState());
-      heatmap.draw({ matrix, labels, selected: first, also: others, title: `${viewName(state)} · ${run.mask} mask` });
+      heatmap.draw({ matrix: shown, sink, labels, selected: first, also: others, title: `${viewName(state)} · ${run.mask} mask` });
     };
   });
 }
@@ -276,7 +277,7 @@ subscribe((state, changed) => {
   if (changed.has("run")) drawRun(state);
   if (changed.has("present")) renderPooled($("pooled"), state.run.pooled, model);
   if (touches(changed, "head", "heads")) drawHeadSet(state);
-  if (touches(changed, "run", "layer", "head", "heads", "blockMean", "present", "segments")) drawHeatmap(state);
+  if (touches(changed, "run", "layer", "head", "heads", "blockMean", "present", "segments", "sinks")) drawHeatmap(state);
   else if (touches(changed, "token", "also", "preview")) selectInHeatmap(state);
   if (changed.has("token") && state.token !== null) heatmap.reveal(state.token);
   if (touches(changed, "token", "also")) showSelection($("tokens"), state.token, keyboardMove, state.also);

@@ -243,6 +243,14 @@ def test_hiding_special_tokens_keeps_their_weight_as_a_sink(page, server, api, m
     sink = float(page.locator('#attends [data-field="sink"] .attend-weight').get_attribute("data-value"))
     assert sink == pytest.approx(weights[special].sum(), abs=1e-6)
     assert parse_qs(urlparse(page.url).query)["sinks"] == [mode]
+    matrix = np.array(api_head(api, run_id(page), 3, 4)["weights"])
+    wait_until(page, "document.getElementById('heatmap').dataset.sink")
+    sink = np.array([float(v) for v in page.locator("#heatmap").get_attribute("data-sink").split(",")])
+    np.testing.assert_allclose(sink, matrix[:, special].sum(1), atol=1e-6)  # the sink column, row by row
+    shown_matrix = heatmap_z(page)
+    assert np.isnan(shown_matrix[:, special]).all()
+    kept_rows = np.nansum(shown_matrix, 1)
+    np.testing.assert_allclose(kept_rows, 1 if mode == "renormalise" else 1 - sink, atol=1e-5)
     page.check("#all-heads")
     wait_until(page, "document.querySelectorAll('#attends .legend-item').length === 12")
     assert page.locator('#attends [data-field="sink"] .sink-bar').count() == 12
