@@ -31,7 +31,7 @@ def test_same_id_different_meaning(page, server, api):
     expected = api.get("/api/compare", params={"a": a["run_id"], "b": b["run_id"], "token_a": 3, "token_b": 2}).json()
     assert page.locator("#compare-token option:checked").inner_text().startswith("“bank” (id 2924)")
     np.testing.assert_allclose(cells(page, "#compare-result [data-field=cosines] tr[data-stage]"), expected["cosines"])
-    wait_until(page, "document.querySelectorAll('#compare-result .lesson-map canvas').length === 2")
+    wait_until(page, "document.querySelectorAll('#compare-result .lesson-map .hm-canvas').length === 2")
     screenshot(page, "lesson-compare", page.locator("#lessons"))
 
 

@@ -68,7 +68,7 @@ def test_difference_of_two_runs_and_a_clear_message_for_different_lengths(page, 
     open_lab(page, server, "?layer=1&head=3")
     page.locator("#lesson-tab-difference").click()
     page.locator("#difference-run").click()
-    wait_until(page, "document.querySelector('#difference-map canvas')")
+    wait_until(page, "document.querySelector('#difference-map .hm-canvas')")
     text = page.locator("#prompt").input_value()
     a = api.post("/api/analyze", json={"text": text}).json()["run_id"]
     b = api.post("/api/analyze", json={"text": text, "mask": "causal"}).json()["run_id"]
