@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from tests.browser.conftest import screenshot, wait_until
-from tests.browser.test_page import heatmap_z, open_lab, run_id, wait_view
+from tests.browser.test_page import cell_centre, heatmap_z, open_lab, run_id, wait_view
 
 pytestmark = pytest.mark.slow
 LONG = " ".join(["the river bank"] * 120 + ["a heron waited"] + ["by the water"] * 60)
@@ -35,10 +35,10 @@ def test_a_512_token_heatmap_zooms_pans_and_finds_tokens(page, server, api):
     assert shown[0] == row and all(row <= index < row + size for index in shown)  # the window's own labels
     assert shown[1] - shown[0] < 512 // 40  # closer together than at full size
     assert page.locator("#heatmap .hm-outline").is_visible()
-    page.mouse.move(*zoomed_centre(page, heron, col + 5))
+    page.mouse.move(*cell_centre(page, heron, col + 5))
     weights = np.array(api.get(f"/api/runs/{run_id(page)}/layers/0/heads/0").json()["weights"])
     assert f"A[{heron},{col + 5}] = {weights[heron, col + 5]:.4f}" in page.locator("#heatmap .hm-tooltip").inner_text()
-    page.mouse.click(*zoomed_centre(page, row + 3, col + 3))
+    page.mouse.click(*cell_centre(page, row + 3, col + 3))
     wait_view(page, "heatmap", 0, 0, row + 3)
     canvas = page.locator("#heatmap .hm-canvas").bounding_box()
     page.mouse.move(canvas["x"] + 200, canvas["y"] + 200)
@@ -51,17 +51,6 @@ def test_a_512_token_heatmap_zooms_pans_and_finds_tokens(page, server, api):
     page.locator('#heatmap [data-zoom="Reset"]').click()
     assert page.locator("#heatmap").get_attribute("data-window") == "0,0,512"
     np.testing.assert_allclose(heatmap_z(page), weights, atol=1e-7)
-
-
-def zoomed_centre(page, row, col):
-    page.locator("#heatmap .hm-canvas").scroll_into_view_if_needed()
-    return page.evaluate(
-        """([row, col]) => {
-          const h = document.getElementById('heatmap').heatmap, box = h.canvas.getBoundingClientRect();
-          return [box.left + (col - h.window.col + 0.5) * h.cell, box.top + (row - h.window.row + 0.5) * h.cell];
-        }""",
-        [row, col],
-    )
 
 
 def test_difference_of_two_runs_and_a_clear_message_for_different_lengths(page, server, api):

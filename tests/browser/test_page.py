@@ -35,7 +35,7 @@ def cell_centre(page, row, col):
     return page.evaluate(
         """([row, col]) => {
           const h = document.getElementById('heatmap').heatmap, box = h.canvas.getBoundingClientRect();
-          return [box.left + (col + 0.5) * h.cell, box.top + (row + 0.5) * h.cell];
+          return [box.left + (col - h.window.col + 0.5) * h.cell, box.top + (row - h.window.row + 0.5) * h.cell];
         }""",
         [row, col],
     )

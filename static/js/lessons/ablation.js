@@ -5,6 +5,7 @@ import * as api from "../api.js";
 import { el, fixed } from "../format.js";
 import { blockBars, stageChart } from "./charts.js";
 import { stageTable } from "./stages.js";
+import { fillResult } from "./result.js";
 
 const switchedOff = new Set(); // "layer:head", kept while the page lives so a teacher can build it up
 
@@ -45,8 +46,7 @@ export function renderAblation(container, { run, text, token, model }) {
 async function rerun(result, run, text, token, model) {
   const ablate = [...switchedOff].map((key) => key.split(":").map(Number));
   const index = token ?? 0;
-  result.replaceChildren(el("p", { class: "hint" }, `Running with ${ablate.length} heads off…`));
-  try {
+  await fillResult(result, `Running with ${ablate.length} heads off…`, async () => {
     const ablated = await api.analyze({ text, mask: run.mask, pooling: run.pooled.strategy, ablate });
     const compared = await api.compare(run.run_id, ablated.run_id, index, index);
     const chart = el("div", { class: "lesson-chart", role: "img", "aria-label": "Cosine to the original run per stage" });
@@ -68,7 +68,5 @@ async function rerun(result, run, text, token, model) {
     stageChart(chart, compared.stages, [{ name: run.tokens[index].text, values: compared.cosines }]);
     blockBars(change, compared.attention_change, "mean |ΔA|");
     result.dataset.attentionChange = JSON.stringify(compared.attention_change);
-  } catch (error) {
-    result.replaceChildren(el("p", { class: "error" }, error.message));
-  }
+  });
 }

@@ -6,6 +6,7 @@ import { el, fixed } from "../format.js";
 import { Heatmap } from "../heatmap.js";
 import { stageChart } from "./charts.js";
 import { stageTable } from "./stages.js";
+import { fillResult } from "./result.js";
 
 export function renderCompare(container, { model, current }) {
   const promptA = el("input", { type: "text", id: "compare-a", value: "the river bank", "aria-label": "Prompt A" });
@@ -21,14 +22,11 @@ export function renderCompare(container, { model, current }) {
   );
   form.addEventListener("submit", async (event) => {
     event.preventDefault();
-    result.replaceChildren(el("p", { class: "hint" }, "Running both prompts…"));
-    try {
+    await fillResult(result, "Running both prompts…", async () => {
       const [a, b] = await Promise.all([api.analyze({ text: promptA.value }), api.analyze({ text: promptB.value })]);
       const { layer, head } = current();
-      showShared(result, a, b, { model, layer, head });
-    } catch (error) {
-      result.replaceChildren(el("p", { class: "error" }, error.message));
-    }
+      await showShared(result, a, b, { model, layer, head });
+    });
   });
   container.replaceChildren(
     el("p", { class: "hint" }, "Type two prompts that share a word. The same token id reads the same row of the embedding table; watch the blocks give it two meanings."),
@@ -42,7 +40,7 @@ function sharedTokens(a, b) {
   return a.tokens.filter((t) => !t.special && inB.has(t.id)).map((t) => ({ token: t, other: inB.get(t.id) }));
 }
 
-function showShared(result, a, b, view) {
+async function showShared(result, a, b, view) {
   const shared = sharedTokens(a, b);
   if (shared.length === 0) {
     result.replaceChildren(el("p", { class: "hint" }, "The two prompts share no token id: give them a word in common."));
@@ -59,7 +57,7 @@ function showShared(result, a, b, view) {
   const draw = () => showToken(details, a, b, shared[Number(picker.value)], view);
   picker.addEventListener("change", draw);
   result.replaceChildren(el("label", {}, "Shared token ", picker), details);
-  draw();
+  await draw();
 }
 
 async function showToken(details, a, b, { token, other }, { model, layer, head }) {

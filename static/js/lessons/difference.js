@@ -4,6 +4,7 @@
 import * as api from "../api.js";
 import { el, fixed } from "../format.js";
 import { Heatmap } from "../heatmap.js";
+import { fillResult } from "./result.js";
 
 export function renderDifference(container, { text, model, current }) {
   const field = (id, value, label) => el("input", { type: "text", id, value, "aria-label": label });
@@ -26,16 +27,13 @@ export function renderDifference(container, { text, model, current }) {
   );
   form.addEventListener("submit", async (event) => {
     event.preventDefault();
-    result.replaceChildren(el("p", { class: "hint" }, "Running both…"));
-    try {
+    await fillResult(result, "Running both…", async () => {
       const [a, b] = await Promise.all([
         api.analyze({ text: textA.value, mask: maskA.value }),
         api.analyze({ text: textB.value, mask: maskB.value }),
       ]);
       await show(result, a, b, current(), model);
-    } catch (error) {
-      result.replaceChildren(el("p", { class: "error" }, error.message));
-    }
+    });
   });
   container.replaceChildren(
     el("p", { class: "hint" }, "Subtract one run's attention from another's, for the block and head chosen above: red where A attends more, blue where B does."),

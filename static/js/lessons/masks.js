@@ -5,6 +5,7 @@ import * as api from "../api.js";
 import { el, fixed } from "../format.js";
 import { blockBars, stageChart } from "./charts.js";
 import { stageTable } from "./stages.js";
+import { fillResult } from "./result.js";
 
 export function renderMasks(container, { run, text, token, model }) {
   const go = el("button", { type: "button", id: "masks-run" }, "Run this prompt under both masks");
@@ -23,16 +24,13 @@ export function renderMasks(container, { run, text, token, model }) {
       result.replaceChildren(el("p", { class: "hint" }, "Select a token first."));
       return;
     }
-    result.replaceChildren(el("p", { class: "hint" }, "Running both…"));
-    try {
+    await fillResult(result, "Running both…", async () => {
       const runs = await Promise.all(
         ["bidirectional", "causal"].map((mask) => api.analyze({ text, mask, pooling: run.pooled.strategy })),
       );
       const compared = await api.compare(runs[0].run_id, runs[1].run_id, token, token);
       show(result, compared, run.tokens[token], model);
-    } catch (error) {
-      result.replaceChildren(el("p", { class: "error" }, error.message));
-    }
+    });
   });
 }
 

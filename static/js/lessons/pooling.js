@@ -3,6 +3,7 @@
 
 import * as api from "../api.js";
 import { el, fixed } from "../format.js";
+import { fillResult } from "./result.js";
 
 export function renderPooling(container, { text, run }) {
   const prefix = el("input", { type: "text", id: "pooling-prefix", value: "query: ", "aria-label": "Instruction prefix" });
@@ -10,12 +11,7 @@ export function renderPooling(container, { text, run }) {
   const form = el("form", { class: "lesson-form" }, el("label", {}, "Instruction prefix ", prefix), el("button", { type: "submit" }, "Compare"));
   form.addEventListener("submit", async (event) => {
     event.preventDefault();
-    result.replaceChildren(el("p", { class: "hint" }, "Pooling…"));
-    try {
-      show(result, await api.pooling({ text, mask: run.mask, prefix: prefix.value }));
-    } catch (error) {
-      result.replaceChildren(el("p", { class: "error" }, error.message));
-    }
+    await fillResult(result, "Pooling…", async () => show(result, await api.pooling({ text, mask: run.mask, prefix: prefix.value })));
   });
   container.replaceChildren(
     el("p", { class: "hint" }, "Three ways to make one vector of the last block's N×384: the [CLS] token's row, the mean of all rows (what MiniLM was trained with), the largest value of each column."),
