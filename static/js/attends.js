@@ -1,29 +1,61 @@
 // "What does this token attend to?": lines from the selected query to every key (as bertviz draws
 // them) beside bars with the exact weights; one head, the mean, or all heads in their own colours.
 
+import { HEAD_COLORS } from "./colors.js";
+import { isSink, meanOf, meanRow, segmentRule, viewName } from "./matrix.js";
 import { el, fixed } from "./format.js";
+import { queries } from "./selection.js";
 
-export const HEAD_COLORS = [
-  "#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b",
-  "#e377c2", "#7f7f7f", "#bcbd22", "#17becf", "#393b79", "#637939",
-];
-const ROW = 22; // px per token row
+const ROW_REM = 1.45; // a token row's height, as lab.css sets it
 const MAX_ROWS = 64; // beyond this many keys only the largest are listed: 512 rows help nobody and cost a click
 
-// How special tokens (the usual attention sinks) are shown: all, hidden, or hidden with the rest
-// rescaled to sum to 1. Whatever is hidden is drawn as its own "sink" bar, never silently dropped.
-export const SINK_MODES = { show: "show all", hide: "hide [CLS]/[SEP]", renormalise: "hide and renormalise" };
-
-// A weight row with [CLS]/[SEP] removed (and, to renormalise, rescaled); `sink` is what was removed.
-export function withoutSpecial(row, tokens, renormalise) {
-  const kept = Array.from(row, (weight, index) => (tokens[index].special ? 0 : weight));
-  const total = kept.reduce((sum, weight) => sum + weight, 0);
-  const scale = renormalise && total > 0 ? 1 / total : 1;
-  return { row: kept.map((weight) => weight * scale), sink: 1 - total };
+// The rows the view draws: for each head shown, the mean of the selected queries' rows of the view's
+// matrix (matrix.js: the same numbers the heatmap draws), and their sink.
+async function attendRows(state, lab) {
+  const chosen = queries(state);
+  const n = state.run.tokens.length;
+  const views = state.allHeads
+    ? HEAD_COLORS.slice(0, lab.model.heads).map((color, head) => ({ name: `head ${head}`, color, view: { ...state, head } }))
+    : [{ name: state.head === "mean" ? "mean" : `head ${state.head}`, color: state.head === "mean" ? "#1965B0" : HEAD_COLORS[state.head % HEAD_COLORS.length], view: state }];
+  return Promise.all(
+    views.map(async ({ name, color, view }) => {
+      const { matrix, sink } = await lab.numbers().matrix(view, state.run.tokens, lab.model.layers);
+      return { head: name, color, row: meanRow(matrix, n, chosen), sink: sink === null ? null : meanOf(sink, chosen) };
+    }),
+  );
 }
 
-// rows: [{head, color, row}] with row = weights of the selected query over all keys; sinks: a SINK_MODES key.
-// segments: a segment rule (segments.js) or null: with one, only the rule's keys are listed.
+function caption(state, chosen, model) {
+  const { run } = state;
+  const token = chosen[0];
+  const who =
+    chosen.length > 1
+      ? `${chosen.length} tokens (${chosen.map((index) => `“${run.tokens[index].text}”`).join(", ")}), rows averaged,`
+      : `“${run.tokens[token].text}” (token ${token})${state.preview !== null ? " (preview: click to lock)" : ""}`;
+  const where = state.allHeads ? viewName({ ...state, head: 0 }, model).replace(/head 0$/, "every head") : viewName(state, model);
+  return `${who} in ${where}: line width and bar length show its weight on each token.`;
+}
+
+export const attendsView = {
+  id: "attends",
+  follows: ["run", "layer", "head", "heads", "blockMean", "token", "also", "preview", "sinks", "segments", "allHeads"],
+  load: (state, lab) => (queries(state).length ? attendRows(state, lab) : []),
+  render(state, rows, lab) {
+    const chosen = queries(state);
+    renderAttends(document.getElementById("attends"), {
+      tokens: state.run.tokens,
+      selected: chosen[0] ?? null,
+      rows,
+      sinks: state.sinks,
+      segments: segmentRule(state.segments),
+      caption: chosen.length ? caption(state, chosen, lab.model) : "",
+    });
+  },
+};
+
+// rows: [{head, color, row, sink}] with row = the view's weights of the selected query over all keys (NaN
+// where the view leaves a key out) and sink = the weight on the hidden sink tokens, or null.
+// segments: a segment rule (matrix.js) or null: with one, only queries of its first segment have a row.
 export function renderAttends(container, { tokens, selected, rows, sinks: mode, segments = null, caption }) {
   const hideSpecial = mode !== "show";
   if (segments && selected !== null && tokens[selected].segment !== segments.from) {
@@ -36,20 +68,18 @@ export function renderAttends(container, { tokens, selected, rows, sinks: mode, 
     container.replaceChildren(el("p", { class: "hint" }, "Select a token to see where it looks."));
     return;
   }
-  const shown = rows.map(({ head, color, row }) => {
-    if (!hideSpecial) return { head, color, row: Array.from(row), sink: 0 };
-    return { head, color, ...withoutSpecial(row, tokens, mode === "renormalise") };
-  });
-  const candidates = tokens.filter((token) => !(hideSpecial && token.special) && (!segments || token.segment === segments.to));
+  const shown = rows.map(({ head, color, row, sink }) => ({ head, color, row: Array.from(row, (weight) => (Number.isNaN(weight) ? 0 : weight)), sink }));
+  const candidates = tokens.filter((token) => !Number.isNaN(rows[0].row[token.index]));
   const strength = (token) => Math.max(...shown.map(({ row }) => row[token.index]));
   const keys =
     candidates.length <= MAX_ROWS
       ? candidates
       : [...candidates].sort((a, b) => strength(b) - strength(a)).slice(0, MAX_ROWS).sort((a, b) => a.index - b.index);
   // A long text lists only the selected query on the left, at the top where it stays in sight.
-  const queries = tokens.length <= MAX_ROWS ? tokens : [tokens[selected]];
+  const queryTokens = tokens.length <= MAX_ROWS ? tokens : [tokens[selected]];
   const queryRow = tokens.length <= MAX_ROWS ? selected : 0;
-  const height = Math.max(keys.length, queries.length, 1) * ROW;
+  const ROW = ROW_REM * parseFloat(getComputedStyle(document.documentElement).fontSize);
+  const height = Math.max(keys.length, queryTokens.length, 1) * ROW;
   const svg = document.createElementNS("http://www.w3.org/2000/svg", "svg");
   svg.setAttribute("class", "attend-lines");
   svg.setAttribute("viewBox", `0 0 100 ${height}`);
@@ -76,7 +106,7 @@ export function renderAttends(container, { tokens, selected, rows, sinks: mode, 
   const left = el(
     "ol",
     { class: "attend-queries" },
-    ...queries.map((token) =>
+    ...queryTokens.map((token) =>
       el("li", { class: `${token.index === selected ? "selected" : ""}${token.special ? " special" : ""}` }, token.text),
     ),
   );
@@ -104,7 +134,7 @@ export function renderAttends(container, { tokens, selected, rows, sinks: mode, 
       );
     }),
   );
-  const sinks = hideSpecial ? sinkBars(shown, mode, largest) : null;
+  const sinks = hideSpecial ? sinkBars(shown, tokens, mode, largest) : null;
   const limited =
     keys.length < candidates.length
       ? el("p", { class: "hint" }, `The ${keys.length} most attended of ${candidates.length} tokens, in text order.`)
@@ -118,12 +148,13 @@ export function renderAttends(container, { tokens, selected, rows, sinks: mode, 
   );
 }
 
-// The weight taken off [CLS]/[SEP], one bar per head shown, on the same scale as the key bars.
-function sinkBars(shown, mode, largest) {
+// The weight taken off the hidden sink tokens, one bar per head shown, on the same scale as the key bars.
+function sinkBars(shown, tokens, mode, largest) {
+  const names = [...new Set(tokens.filter(isSink).map((token) => token.text))].join(" + ");
   return el(
     "div",
     { class: "sink", dataset: { field: "sink" } },
-    el("span", { class: "attend-token" }, "sink: [CLS] + [SEP]"),
+    el("span", { class: "attend-token" }, `sink: ${names}`),
     el(
       "span",
       { class: "bars" },

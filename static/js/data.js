@@ -1,69 +1,98 @@
-// The current run's numbers, fetched once each and kept until the next run.
+// A run's numbers, fetched once each and kept while the run is in use, and the matrix of a view
+// (matrix.js) computed once per view.
 
 import * as api from "./api.js";
-
-let runId = null;
-let cache = new Map();
-
-export function useRun(id) {
-  if (id !== runId) {
-    runId = id;
-    cache = new Map();
-  }
-}
-
-function once(key, load) {
-  if (!cache.has(key)) {
-    const promise = load();
-    promise.catch(() => cache.delete(key)); // a failed fetch may be tried again
-    cache.set(key, promise);
-  }
-  return cache.get(key);
-}
+import { viewMatrix, viewSources } from "./matrix.js";
 
 const OVERVIEW_SIZE = 64; // px per head in the 6×12 overview: the server shrinks larger matrices to this
+const KEPT_RUNS = 4; // the page's run and the runs a lesson compares it with
+const KEPT_VIEWS = 8; // computed matrices per run: at 512 tokens each is 1 MB
 
-// Exact float32 weights of one block: Float32Array [head, query, key].
-export function layerWeights(layer) {
-  return once(`layer:${layer}`, async () => (await api.attention(runId, { dtype: "float32", layer })).values);
+const runs = new Map(); // run id → RunNumbers, least recently used first
+
+export function numbersOf(runId) {
+  let numbers = runs.get(runId);
+  if (numbers) runs.delete(runId);
+  else numbers = new RunNumbers(runId);
+  runs.set(runId, numbers);
+  while (runs.size > KEPT_RUNS) runs.delete(runs.keys().next().value);
+  return numbers;
 }
 
-// One head's exact weights, [query, key]: a twelfth of the block, so the first heatmap comes fast.
-export function headWeights(layer, head, n) {
-  const block = cache.get(`layer:${layer}`);
-  if (block) return block.then((values) => values.subarray(head * n * n, (head + 1) * n * n));
-  return once(`head:${layer}:${head}`, async () => (await api.attention(runId, { dtype: "float32", layer, head })).values);
-}
-
-// Every head of every block, quantised and shrunk to what the overview draws.
-export function overview() {
-  return once("overview", () => api.attention(runId, { size: OVERVIEW_SIZE }));
-}
-
-export function queryNumbers(layer, head, token) {
-  return once(`query:${layer}:${head}:${token}`, () => api.query(runId, layer, head, token));
-}
-
-export function tokenTrace(index) {
-  return once(`token:${index}`, () => api.tokenTrace(runId, index));
-}
-
-// One head's matrix, or for "mean" the mean of the chosen heads (all of them by default), as a
-// Float32Array [query, key].
-export async function headMatrix(layer, head, nHeads, n, chosen = null) {
-  if (head !== "mean") return headWeights(layer, head, n);
-  const heads = chosen ?? [...Array(nHeads).keys()];
-  const weights = await layerWeights(layer);
-  const mean = new Float32Array(n * n);
-  for (const h of heads) {
-    for (let cell = 0; cell < n * n; cell += 1) mean[cell] += weights[h * n * n + cell];
+export class RunNumbers {
+  constructor(runId) {
+    this.runId = runId;
+    this.cache = new Map();
+    this.views = new Map(); // view key → promise of its matrix, least recently used first
   }
-  return mean.map((sum) => sum / heads.length);
-}
 
-// What the heatmap shows: headMatrix for one block, or its mean over every block (blockMean).
-export async function viewMatrix(layer, head, n, { nHeads, nLayers, heads, blockMean }) {
-  if (!blockMean) return headMatrix(layer, head, nHeads, n, heads);
-  const blocks = await Promise.all(Array.from({ length: nLayers }, (_, l) => headMatrix(l, head, nHeads, n, heads)));
-  return blocks[0].map((_, cell) => blocks.reduce((sum, block) => sum + block[cell], 0) / nLayers);
+  once(key, load) {
+    if (!this.cache.has(key)) {
+      const promise = load();
+      promise.catch(() => this.cache.delete(key)); // a failed fetch may be tried again
+      this.cache.set(key, promise);
+    }
+    return this.cache.get(key);
+  }
+
+  // Exact float32 weights of one block: Float32Array [head, query, key].
+  block(layer) {
+    return this.once(`layer:${layer}`, async () => (await api.attention(this.runId, { dtype: "float32", layer })).values);
+  }
+
+  // One head's exact weights, [query, key]: a twelfth of the block, so the first heatmap comes fast.
+  head(layer, head, n) {
+    const block = this.cache.get(`layer:${layer}`);
+    if (block) return block.then((values) => values.subarray(head * n * n, (head + 1) * n * n));
+    return this.once(`head:${layer}:${head}`, async () => (await api.attention(this.runId, { dtype: "float32", layer, head })).values);
+  }
+
+  // What viewMatrix reads for a view: per block, the whole block, or for one head only that head.
+  async blocks(view, nLayers, n) {
+    const { layers, heads } = viewSources(view, nLayers);
+    const blocks = [];
+    await Promise.all(
+      layers.map(async (layer) => {
+        if (heads.length > 1) blocks[layer] = await this.block(layer);
+        else {
+          blocks[layer] = [];
+          blocks[layer][heads[0]] = await this.head(layer, heads[0], n);
+        }
+      }),
+    );
+    blocks.length = nLayers;
+    return blocks;
+  }
+
+  // The matrix a view shows (matrix.viewMatrix), computed once per view of this run.
+  matrix(view, tokens, nLayers) {
+    const { layer, head, heads, blockMean, sinks, segments } = view;
+    const key = JSON.stringify({ layer: blockMean ? null : layer, head, heads: head === "mean" ? heads : null, blockMean, sinks, segments });
+    let matrix = this.views.get(key);
+    if (matrix) this.views.delete(key);
+    else {
+      matrix = this.blocks(view, nLayers, tokens.length).then((blocks) => viewMatrix(blocks, tokens, view));
+      matrix.catch(() => this.views.delete(key));
+    }
+    this.views.set(key, matrix);
+    while (this.views.size > KEPT_VIEWS) this.views.delete(this.views.keys().next().value);
+    return matrix;
+  }
+
+  // Every head of every block, quantised and shrunk to what the overview draws.
+  overview() {
+    return this.once("overview", () => api.attention(this.runId, { size: OVERVIEW_SIZE }));
+  }
+
+  query(layer, head, token) {
+    return this.once(`query:${layer}:${head}:${token}`, () => api.query(this.runId, layer, head, token));
+  }
+
+  trace(index) {
+    return this.once(`token:${index}`, () => api.tokenTrace(this.runId, index));
+  }
+
+  headStats() {
+    return this.once("head-stats", () => api.headStats(this.runId));
+  }
 }

@@ -128,3 +128,17 @@ function concatBar(heads, current) {
     ...Array.from({ length: heads }, (_, head) => el("span", { class: head === current ? "current" : "" }, head)),
   );
 }
+
+export const dissectionView = {
+  id: "dissection",
+  follows: ["run", "layer", "head", "token"],
+  shown: (state) => state.panel === "dissection",
+  async load({ layer, head, token }, lab) {
+    if (token === null || head === "mean") return null;
+    const [numbers, trace] = await Promise.all([lab.numbers().query(layer, head, token), lab.numbers().trace(token)]);
+    return { numbers, trace };
+  },
+  render({ run, layer, head, token }, data, lab) {
+    renderDissection(document.getElementById("dissection"), { tokens: run.tokens, selected: token, layer, head, model: lab.model, ...data });
+  },
+};

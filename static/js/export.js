@@ -14,7 +14,35 @@ function download(content, name, type) {
   setTimeout(() => URL.revokeObjectURL(url), 1000);
 }
 
-// view: {text, model, mask, pooling, layer, head, tokens, matrix (rows), pooled}
+// Exactly what the heatmap draws, and what it is: the view (block or the mean of all blocks, head or head
+// set, sink and segment filters) in words and as fields, the prompt, the model, the matrix with the cells
+// the view leaves out as null, and the weight on the hidden sink tokens per row when they are hidden.
+export function exportedView({ state, model, matrix, sink, name }) {
+  const { run } = state;
+  const n = run.tokens.length;
+  const cell = (value) => (Number.isNaN(value) ? null : value);
+  return {
+    text: state.text,
+    text_pair: run.text_pair,
+    model: model.name,
+    mask: run.mask,
+    pooling: run.pooled.strategy,
+    view: {
+      name,
+      blocks: state.blockMean ? "mean" : state.layer,
+      layer: state.blockMean ? null : state.layer,
+      head: state.head,
+      heads: state.head === "mean" ? state.heads : [state.head],
+      sinks: state.sinks,
+      segments: state.segments,
+    },
+    tokens: run.tokens,
+    matrix: Array.from({ length: n }, (_, row) => Array.from(matrix.subarray(row * n, (row + 1) * n), cell)),
+    sink: sink === null ? null : Array.from(sink),
+    pooled: run.pooled,
+  };
+}
+
 export function saveJSON(view, name) {
   download(JSON.stringify(view, null, 1), `${name}.json`, "application/json");
 }
@@ -27,12 +55,17 @@ function csvCell(value) {
   return /[",\n\r]/.test(text) ? `"${text.replaceAll('"', '""')}"` : text;
 }
 
+// The same as a table: rows are queries, columns keys; a cell the view leaves out is empty; with the sink
+// tokens hidden, a last column holds each row's weight on them.
 export function saveCSV(view, name) {
+  const sink = view.sink === null ? [] : ["sink (hidden special tokens)"];
   const lines = [
     csvCell(`# prompt: ${view.text.replace(/[\r\n]+/g, " ")}`),
-    csvCell(`# model: ${view.model}; mask: ${view.mask}; layer: ${view.layer}; head: ${view.head}; rows are queries, columns keys`),
-    ["query \\ key", ...view.tokens.map((token) => `${token.index}:${token.text}`)].map(csvCell).join(","),
-    ...view.matrix.map((row, index) => [`${index}:${view.tokens[index].text}`, ...row].map(csvCell).join(",")),
+    csvCell(`# model: ${view.model}; mask: ${view.mask}; view: ${view.view.name}; special tokens: ${view.view.sinks}; segments: ${view.view.segments}; rows are queries, columns keys`),
+    ["query \\ key", ...view.tokens.map((token) => `${token.index}:${token.text}`), ...sink].map(csvCell).join(","),
+    ...view.matrix.map((row, index) =>
+      [`${index}:${view.tokens[index].text}`, ...row.map((value) => value ?? ""), ...(view.sink === null ? [] : [view.sink[index]])].map(csvCell).join(","),
+    ),
   ];
   download(`${lines.join("\n")}\n`, `${name}.csv`, "text/csv");
 }

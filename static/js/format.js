@@ -1,4 +1,6 @@
-// Small shared helpers: number formatting, colours, DOM building. User text only ever goes in as text.
+// Small shared helpers: number formatting, DOM building, vector strips. User text only ever goes in as text.
+
+import { diverging, rgb } from "./colors.js";
 
 export function fixed(value, digits = 4) {
   return Number(value).toFixed(digits);
@@ -30,23 +32,6 @@ export function plotFont() {
   return { color: style.getPropertyValue("--ink").trim(), size: large ? 17 : 12, family: style.fontFamily };
 }
 
-// White to deep blue, for weights in [0, 1] (t already scaled to the view's maximum).
-export function sequential(t) {
-  const c = Math.max(0, Math.min(1, t));
-  return [Math.round(255 - 222 * c), Math.round(255 - 185 * c), Math.round(255 - 95 * c)];
-}
-
-// Blue for negative, white for zero, red for positive: for activations (t in [-1, 1]).
-export function diverging(t) {
-  const c = Math.max(-1, Math.min(1, t));
-  if (c >= 0) return [255, Math.round(255 - 180 * c), Math.round(255 - 200 * c)];
-  return [Math.round(255 + 200 * c), Math.round(255 + 130 * c), 255];
-}
-
-export function rgb([r, g, b]) {
-  return `rgb(${r},${g},${b})`;
-}
-
 // A row of numbers as a strip of coloured cells, one per dimension (384 fit in 384 px).
 export function vectorStrip(values, { label = "", cellWidth = 1, height = 18 } = {}) {
   const canvas = el("canvas", { class: "strip", width: values.length * cellWidth, height, role: "img", "aria-label": label });
@@ -76,9 +61,4 @@ export function argmax(values) {
   let best = 0;
   for (let index = 1; index < values.length; index += 1) if (values[index] > values[best]) best = index;
   return best;
-}
-
-// How a mean over heads is named: all of them, or the ones chosen.
-export function headsName(chosen, total) {
-  return chosen.length === total ? `all ${total} heads averaged` : `heads ${chosen.join(", ")} averaged`;
 }

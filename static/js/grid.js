@@ -1,18 +1,33 @@
 // The whole model at a glance: one small picture per (block, head), drawn straight onto canvases.
 
-import { el, sequential } from "./format.js";
+import { sequential } from "./colors.js";
+import { el } from "./format.js";
+import { viewMatrix } from "./matrix.js";
 
-// overview: {shape: [layer, head, size, size], values: Uint8Array}, each head shrunk by the server.
-export function renderGrid(container, { overview, current, onOpen }) {
+// overview: {shape: [layer, head, size, size], values: Uint8Array, scale}, each head shrunk by the server
+// when the run is longer than `size`. A head of full size goes through the view's own sink and segment
+// filters (matrix.js), as the heatmap does; a shrunk one has no columns left to filter.
+export function renderGrid(container, { overview, tokens, view, onOpen }) {
   const [layers, heads, n] = overview.shape;
+  const full = n === tokens.length;
+  const weights = Float32Array.from(overview.values, (byte) => byte / overview.scale);
+  const cellsOf = (layer, head) => {
+    const offset = (layer * heads + head) * n * n;
+    const block = [];
+    block[head] = weights.subarray(offset, offset + n * n);
+    const blocks = [];
+    blocks[layer] = block;
+    blocks.length = layers;
+    if (!full) return block[head];
+    return viewMatrix(blocks, tokens, { ...view, layer, head, blockMean: false }).matrix;
+  };
   const cells = [];
   for (let layer = 0; layer < layers; layer += 1) {
     cells.push(el("span", { class: "grid-label" }, `block ${layer}`));
     for (let head = 0; head < heads; head += 1) {
-      const offset = (layer * heads + head) * n * n;
       const canvas = el("canvas", { width: n, height: n });
-      paint(canvas, overview.values.subarray(offset, offset + n * n), n);
-      const isCurrent = current.layer === layer && current.head === head;
+      paint(canvas, cellsOf(layer, head), view.scale);
+      const isCurrent = view.layer === layer && view.head === head;
       cells.push(
         el(
           "button",
@@ -39,7 +54,7 @@ export function renderGrid(container, { overview, current, onOpen }) {
 
 // Each head's mean share of attention on the special tokens and on "." (api.headStats), printed on its
 // square: where the sinks are, across the whole model.
-export function showShares(container, stats) {
+function printShares(container, stats) {
   for (const stat of stats) {
     const cell = container.querySelector(`.grid-cell[data-layer="${stat.layer}"][data-head="${stat.head}"]`);
     cell.querySelector(".grid-share")?.remove();
@@ -56,13 +71,14 @@ export function markCurrent(container, layer, head) {
   }
 }
 
-// Each head scaled to its own maximum, so a head that spreads its weight thinly is still visible.
-function paint(canvas, matrix, n) {
+// Each head scaled to its own maximum, so a head that spreads its weight thinly is still visible; a cell
+// the view leaves out is grey.
+function paint(canvas, matrix, scale) {
   const context = canvas.getContext("2d");
-  const image = context.createImageData(n, n);
-  const largest = matrix.reduce((max, value) => Math.max(max, value), 1);
+  const image = context.createImageData(canvas.width, canvas.height);
+  const largest = matrix.reduce((max, value) => (Number.isNaN(value) ? max : Math.max(max, value)), 1e-9);
   matrix.forEach((value, cell) => {
-    const [r, g, b] = sequential(value / largest);
+    const [r, g, b] = Number.isNaN(value) ? [225, 225, 225] : sequential(value / largest, scale);
     image.data.set([r, g, b, 255], cell * 4);
   });
   context.putImageData(image, 0, 0);
@@ -120,4 +136,37 @@ export function gridSVG(container, title) {
     "</svg>",
   ];
   return new Blob([svg.join("\n")], { type: "image/svg+xml" });
+}
+
+export const gridView = {
+  id: "grid",
+  follows: ["run", "scale", "sinks", "segments"],
+  moves: ["layer", "head"],
+  shown: (state) => state.panel === "grid",
+  load: (state, lab) => lab.numbers().overview(),
+  render(state, overview, lab) {
+    const { run } = state;
+    const n = run.tokens.length;
+    document.getElementById("grid-shape").textContent = `${lab.model.layers} blocks × ${lab.model.heads} heads, each ${n}×${n}`;
+    document.getElementById("grid-hint").textContent =
+      overview.shape[2] === n
+        ? "Each square is one head's attention, with the filters above. Click one to open it."
+        : `Each square is one head's attention, shrunk to ${overview.shape[2]}×${overview.shape[2]} (the largest weight of each patch); the filters above apply in the heatmap. Click one to open it.`;
+    renderGrid(document.getElementById("grid"), {
+      overview,
+      tokens: run.tokens,
+      view: state,
+      onOpen: (layer, head) => lab.setState({ layer, head }),
+    });
+    showShares(document.getElementById("grid"), state, lab);
+  },
+  move: (state) => markCurrent(document.getElementById("grid"), state.layer, state.head),
+};
+
+// The per-head shares, when asked for (the checkbox above the grid).
+export async function showShares(container, state, lab) {
+  for (const share of container.querySelectorAll(".grid-share")) share.remove();
+  if (!document.getElementById("grid-shares").checked) return;
+  const stats = await lab.numbers().headStats();
+  if (lab.getState().run === state.run) printShares(container, stats.heads);
 }

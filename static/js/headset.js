@@ -1,7 +1,7 @@
 // Which heads "all heads averaged" averages: a toggle per head, as bertviz has them. A click adds or
 // removes a head (one always stays), a double-click keeps only that head.
 
-import { HEAD_COLORS } from "./attends.js";
+import { HEAD_COLORS } from "./colors.js";
 import { el } from "./format.js";
 
 export function renderHeadSet(container, { head, heads }, total, onChange) {

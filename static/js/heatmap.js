@@ -1,31 +1,42 @@
 // One attention matrix drawn on a canvas: rows are queries (who looks), columns keys (who is looked at).
-// A 512×512 matrix draws in milliseconds; selecting a token only moves the row outline. A long input
-// zooms (wheel, + / − buttons) and pans (drag) through a square window of the matrix.
+// The square is as large as its bounds allow and is drawn at the screen's pixel density, so it stays crisp
+// on a projector or a phone. Selecting a token only moves the row outline. A long input zooms (wheel,
+// + / − buttons) and pans (drag). From the keyboard the plot is one tab stop: the arrows move a cursor
+// cell whose value is printed in the readout (a live region), Enter selects that row's token.
 
-import { diverging, el, fixed, rgb, sequential } from "./format.js";
+import { diverging, gradient, rgb, sequential } from "./colors.js";
+import { el, fixed } from "./format.js";
 
-const SIDE = 560; // px of the square plot at most
-const FRAME = 200; // px beside the plot: axis title, token labels, colour bar
-const MAX_CELL = 40; // px: a 5-token matrix stays a readable size, not a wall
+const MAX_SIDE = 560; // px: the square at most, unless its bounds say otherwise
+const MIN_SIDE = 120; // px: below this the labels would be all there is
 const MIN_LABEL_GAP = 13; // px between axis labels; beyond that they thin out
 const MIN_WINDOW = 8; // tokens: the closest zoom
 const DRAG_PX = 4; // a press that moves further pans instead of clicking
+const PAGE_ROWS = 8; // PageUp / PageDown
 const BLANK = [225, 225, 225]; // a cell the view leaves out (a segment filter), distinct from a weight of 0
 
 export class Heatmap {
   // options.signed: the matrix holds differences; colours diverge from white at zero.
-  constructor(container, onSelect, { signed = false, valueName = "A" } = {}) {
+  // options.bounds(): {width, height} the whole heatmap may take, frame included (default: the
+  //   container's width, and MAX_SIDE for the square). options.readout: an element that prints the cursor
+  //   cell (a live region).
+  constructor(container, onSelect, { signed = false, valueName = "A", bounds = null, readout = null } = {}) {
     this.container = container;
     this.onSelect = onSelect;
     this.signed = signed;
     this.valueName = valueName;
+    this.bounds = bounds ?? (() => ({ width: container.clientWidth, height: Infinity }));
+    this.readout = readout;
+    this.scale = "blues";
+    this.cursor = null; // {row, col}: the keyboard's cell
     this.title = el("div", { class: "hm-title" });
     this.canvas = el("canvas", { class: "hm-canvas" });
     this.outline = el("div", { class: "hm-outline", hidden: "" });
+    this.cursorBox = el("div", { class: "hm-cursor", hidden: "" });
     this.tooltip = el("div", { class: "hm-tooltip", role: "tooltip", hidden: "" });
     this.yLabels = el("div", { class: "hm-ylabels", "aria-hidden": "true" });
     this.xLabels = el("div", { class: "hm-xlabels", "aria-hidden": "true" });
-    this.colorbar = el("div", { class: "hm-colorbar" });
+    this.colorbar = el("div", { class: "hm-colorbar", "aria-hidden": "true" });
     this.zoomLabel = el("span", { class: "hm-zoom-label" });
     const button = (label, name, action) => {
       const node = el("button", { type: "button", "aria-label": name, title: name, dataset: { zoom: label } }, label);
@@ -41,33 +52,39 @@ export class Heatmap {
       this.zoomLabel,
     );
     this.extraOutlines = el("div", { class: "hm-extra-outlines" });
-    this.sinkColumn = el("canvas", { class: "hm-sink", hidden: "", title: "sink: the weight on hidden [CLS]/[SEP], per row" });
+    this.sinkColumn = el("canvas", { class: "hm-sink", hidden: "", title: "sink: the weight on the hidden [CLS]/[SEP], per row" });
     this.sinkLabel = el("span", { class: "hm-sink-label", hidden: "" }, "sink");
-    const plot = el(
+    this.plot = el(
       "div",
-      { class: "hm-plot" },
+      {
+        class: "hm-plot",
+        tabindex: "0",
+        role: "application",
+        "aria-roledescription": "heatmap",
+        "aria-label": "Attention heatmap. Arrow keys move between cells, Enter selects the row's token.",
+        ...(readout?.id ? { "aria-describedby": readout.id } : {}),
+      },
       this.canvas,
       this.sinkColumn,
       this.sinkLabel,
       this.outline,
       this.extraOutlines,
+      this.cursorBox,
       this.tooltip,
     );
-    container.replaceChildren(
-      el("div", { class: "hm-head" }, this.title, zoom),
-      el(
-        "div",
-        { class: "hm-body" },
-        el("div", { class: "hm-axis-title hm-y-title" }, "query: attending"),
-        this.yLabels,
-        plot,
-        this.colorbar,
-        el("span"),
-        el("span"),
-        this.xLabels,
-      ),
-      el("div", { class: "hm-axis-title" }, "key: attended to"),
+    this.head = el("div", { class: "hm-head" }, this.title, zoom);
+    this.body = el(
+      "div",
+      { class: "hm-body" },
+      el("div", { class: "hm-axis-title hm-y-title" }, "query: attending"),
+      this.yLabels,
+      this.plot,
+      this.colorbar,
+      el("span"),
+      el("div", { class: "hm-axis-title hm-x-title", title: "columns are keys: the tokens attended to" }, "key →"),
+      this.xLabels,
     );
+    container.replaceChildren(this.head, this.body);
     container.heatmap = this; // what it shows stays inspectable from the page (and from the tests)
     this.listen();
   }
@@ -91,7 +108,10 @@ export class Heatmap {
     this.canvas.addEventListener("mouseleave", () => (this.tooltip.hidden = true));
     this.canvas.addEventListener("click", (event) => {
       const cell = this.cellAt(event);
-      if (cell && !press?.moved) this.onSelect(cell.row);
+      if (!cell || press?.moved) return;
+      this.onSelect(cell.row);
+      this.cursor = cell; // after the selection, which starts the cursor afresh on its row
+      this.showCursor();
     });
     this.canvas.addEventListener(
       "wheel",
@@ -103,16 +123,94 @@ export class Heatmap {
       },
       { passive: false },
     );
+    this.plot.addEventListener("keydown", (event) => this.key(event));
+    this.plot.addEventListener("focus", () => {
+      if (this.matrix && this.cursor === null) this.cursor = this.startCell();
+      this.showCursor();
+    });
+    this.plot.addEventListener("blur", () => (this.cursorBox.hidden = true));
+  }
+
+  // The keyboard's cursor: arrows move it a cell, PageUp/PageDown a page of rows, Home/End to the row's
+  // ends; Enter or Space selects its row's token.
+  key(event) {
+    if (!this.matrix) return;
+    const { row, col } = this.cursor ?? this.startCell();
+    const moves = {
+      ArrowUp: [row - 1, col],
+      ArrowDown: [row + 1, col],
+      ArrowLeft: [row, col - 1],
+      ArrowRight: [row, col + 1],
+      PageUp: [row - PAGE_ROWS, col],
+      PageDown: [row + PAGE_ROWS, col],
+      Home: [row, 0],
+      End: [row, this.n - 1],
+    };
+    if (event.key === "Enter" || event.key === " ") {
+      this.onSelect(row);
+      this.cursor = { row, col };
+    } else if (moves[event.key]) {
+      const [nextRow, nextCol] = moves[event.key].map((index) => Math.max(0, Math.min(this.n - 1, index)));
+      this.cursor = { row: nextRow, col: nextCol };
+      this.revealCell(this.cursor);
+    } else return;
+    event.preventDefault();
+    event.stopPropagation(); // the page's own arrow keys move the token selection
+    this.showCursor();
+  }
+
+  // Where the cursor starts: the selected row, at the key it attends to most.
+  startCell() {
+    const row = this.selected ?? 0;
+    let col = 0;
+    for (let key = 1; key < this.n; key += 1) {
+      const value = this.matrix[row * this.n + key];
+      if (!(this.matrix[row * this.n + col] >= value)) col = Number.isNaN(value) ? col : key;
+    }
+    return { row, col };
+  }
+
+  // The cursor's (or, without one, the selected row's strongest) cell, boxed on the plot when the plot has
+  // the focus, and printed in the readout.
+  showCursor() {
+    const cell = this.cursor ?? (this.selected === null ? null : this.startCell());
+    const focused = document.activeElement === this.plot;
+    const { row: row0, col: col0, size } = this.window ?? { row: 0, col: 0, size: 0 };
+    const inside = cell && cell.row >= row0 && cell.row < row0 + size && cell.col >= col0 && cell.col < col0 + size;
+    this.cursorBox.hidden = !(focused && inside && this.cursor);
+    if (!this.cursorBox.hidden) {
+      Object.assign(this.cursorBox.style, {
+        left: `${(cell.col - col0) * this.cell - 2}px`,
+        top: `${(cell.row - row0) * this.cell - 2}px`,
+        width: `${this.cell + 4}px`,
+        height: `${this.cell + 4}px`,
+      });
+    }
+    this.container.dataset.cursor = this.cursor ? `${this.cursor.row},${this.cursor.col}` : "";
+    if (this.readout) this.readout.textContent = cell ? this.describe(cell) : "Select a token, or focus the heatmap and use the arrow keys.";
+  }
+
+  describe({ row, col }) {
+    const value = this.matrix[row * this.n + col];
+    const where = `“${this.labels[row]}” → “${this.labels[col]}”`;
+    if (Number.isNaN(value)) return `${this.valueName}[${row},${col}]: left out of this view, ${where}`;
+    return `${this.valueName}[${row},${col}] = ${fixed(value)}, ${where}`;
   }
 
   // matrix: Float32Array [query, key]; labels: token texts; selected: query row to outline, or null.
   // The zoom window stays while the token count does (switching heads keeps the close-up).
   // sink: per query row, the weight taken off hidden special tokens, drawn as a column of its own.
-  draw({ matrix, labels, selected, also = [], title, sink = null }) {
+  // caption: a line under the title in exported pictures (the prompt); scale: a colors.js scale name.
+  draw({ matrix, labels, selected, also = [], title, sink = null, caption = "", scale = "blues" }) {
     this.also = also;
     this.sink = sink;
+    this.caption = caption;
+    this.scale = scale;
     const n = labels.length;
-    if (n !== this.n) this.window = { row: 0, col: 0, size: n };
+    if (n !== this.n) {
+      this.window = { row: 0, col: 0, size: n };
+      this.cursor = null;
+    }
     this.matrix = matrix;
     this.labels = labels;
     this.n = n;
@@ -120,15 +218,39 @@ export class Heatmap {
     // Blanked cells (NaN: outside a segment filter) take no part in the scale.
     this.zmax = matrix.reduce((max, value) => (Number.isNaN(value) ? max : Math.max(max, this.signed ? Math.abs(value) : value)), 1e-9);
     this.title.textContent = title;
-    this.render();
+    this.side = null;
+    this.fit();
     this.container.setAttribute("aria-label", `${title}: ${n} by ${n} ${this.signed ? "differences" : "attention weights"}`);
+  }
+
+  // The largest square the bounds leave once the frame (title, labels, colour bar) is taken off. Drawn
+  // again only when that changes: a ResizeObserver calls this on every resize.
+  fit() {
+    if (!this.matrix) return;
+    const frame = this.frame();
+    const { width, height } = this.bounds();
+    const room = Math.floor(Math.min(width - frame.width, height - frame.height, Number.isFinite(height) ? Infinity : MAX_SIDE));
+    const side = Math.max(MIN_SIDE, room);
+    if (side === this.side && window.devicePixelRatio === this.ratio) return;
+    this.side = side;
+    this.render();
+  }
+
+  // What the heatmap needs beside and below its square: measured, since it is set in rem.
+  frame() {
+    const plot = this.plot.getBoundingClientRect();
+    const body = this.body.getBoundingClientRect();
+    return {
+      width: Math.ceil(body.width - plot.width) + 4,
+      height: Math.ceil(this.head.offsetHeight + body.height - plot.height) + 4,
+    };
   }
 
   render() {
     const { size } = this.window;
-    // Whole pixels per cell while they fit, so every cell is drawn crisp; at most MAX_CELL.
-    const room = Math.max(200, Math.min(SIDE, this.container.clientWidth - FRAME));
-    this.cell = size <= room ? Math.min(MAX_CELL, Math.floor(room / size)) : room / size;
+    // Whole pixels per cell while they fit, so every cell is drawn crisp.
+    const room = this.side;
+    this.cell = size <= room ? Math.floor(room / size) : room / size;
     const side = this.cell * size;
     this.paint(side);
     this.paintSink(side);
@@ -141,7 +263,7 @@ export class Heatmap {
 
   colour(value) {
     if (Number.isNaN(value)) return BLANK;
-    return this.signed ? diverging(value / this.zmax) : sequential(value / this.zmax);
+    return this.signed ? diverging(value / this.zmax) : sequential(value / this.zmax, this.scale);
   }
 
   paint(side) {
@@ -155,9 +277,9 @@ export class Heatmap {
     }
     const source = el("canvas", { width: size, height: size });
     source.getContext("2d").putImageData(image, 0, 0);
-    const ratio = window.devicePixelRatio || 1;
-    this.canvas.width = Math.round(side * ratio);
-    this.canvas.height = Math.round(side * ratio);
+    this.ratio = window.devicePixelRatio || 1;
+    this.canvas.width = Math.round(side * this.ratio);
+    this.canvas.height = Math.round(side * this.ratio);
     this.canvas.style.width = `${side}px`;
     this.canvas.style.height = `${side}px`;
     const context = this.canvas.getContext("2d");
@@ -179,7 +301,7 @@ export class Heatmap {
     this.sinkColumn.style.height = `${side}px`;
     const context = this.sinkColumn.getContext("2d");
     for (let row = 0; row < size; row += 1) {
-      context.fillStyle = rgb(sequential(this.sink[row0 + row]));
+      context.fillStyle = rgb(sequential(this.sink[row0 + row], this.scale));
       context.fillRect(0, row * this.cell, width, Math.ceil(this.cell));
     }
   }
@@ -203,20 +325,24 @@ export class Heatmap {
     this.xLabels.replaceChildren(...cols.map((index, at) => label(index, offsets[at], "left")));
   }
 
+  rampStyle() {
+    return this.signed ? `linear-gradient(${rgb(diverging(1))}, ${rgb(diverging(0))}, ${rgb(diverging(-1))})` : gradient(this.scale, "to top");
+  }
+
   drawColorbar(side) {
-    const [top, bottom] = this.signed ? [diverging(1), diverging(-1)] : [sequential(1), sequential(0)];
-    const middle = this.signed ? `, ${rgb(diverging(0))}` : "";
     this.colorbar.style.height = `${side}px`;
     this.colorbar.replaceChildren(
       el("span", { class: "hm-colorbar-max" }, fixed(this.zmax, 3)),
-      el("span", { class: "hm-colorbar-ramp", style: `background:linear-gradient(${rgb(top)}${middle}, ${rgb(bottom)})` }),
+      el("span", { class: "hm-colorbar-ramp", style: `background:${this.rampStyle()}` }),
       el("span", { class: "hm-colorbar-min" }, this.signed ? fixed(-this.zmax, 3) : "0"),
     );
   }
 
-  // row: the query outlined; also: more queries of a multi-selection, outlined thinner.
+  // row: the query outlined; also: more queries of a multi-selection, outlined thinner. A new selection
+  // moves the cursor to that row's strongest key.
   select(row, also = []) {
     if (!this.matrix) return;
+    if (row !== this.selected) this.cursor = null;
     this.selected = row;
     this.also = also;
     this.container.dataset.selectedRow = row === null ? "" : String(row);
@@ -225,6 +351,7 @@ export class Heatmap {
     this.extraOutlines.replaceChildren(
       ...also.filter((other) => other !== row).map((other) => this.place(el("div", { class: "hm-outline also" }), other)),
     );
+    this.showCursor();
   }
 
   // The outline reaches past the row by its border, so even a 1 px row at 512 tokens shows.
@@ -263,10 +390,15 @@ export class Heatmap {
 
   // Brings a token into view when zoomed in (a search hit, a token chosen elsewhere).
   reveal(index) {
+    this.revealCell({ row: index, col: index });
+  }
+
+  revealCell({ row: r, col: c }) {
     if (!this.matrix) return;
     const { row, col, size } = this.window;
-    if (size === this.n || (index >= row && index < row + size && index >= col && index < col + size)) return;
-    this.window = { size, row: this.clamp(index - Math.floor(size / 2), size), col: this.clamp(index - Math.floor(size / 2), size) };
+    if (size === this.n || (r >= row && r < row + size && c >= col && c < col + size)) return;
+    const start = (index, from) => (index >= from && index < from + size ? from : this.clamp(index - Math.floor(size / 2), size));
+    this.window = { size, row: start(r, row), col: start(c, col) };
     this.render();
   }
 
@@ -302,21 +434,26 @@ export class Heatmap {
     this.tooltip.style.top = `${(row - this.window.row + 1) * this.cell + 8}px`;
   }
 
-  // What is on screen as a picture with its title and labels, drawn by `painter` (canvas or SVG).
+  // What is on screen as a picture: the title, the prompt, the cells, the token labels, the axis titles
+  // and the colour bar with its range, laid out once for both PNG and SVG.
   layout() {
-    const margin = { left: 110, top: 40, bottom: 110, right: 20 };
+    const side = MAX_SIDE;
+    const margin = { left: 130, top: 64, bottom: 120, right: 110 };
     const { size } = this.window;
-    const cell = SIDE / size;
+    const cell = side / size;
     const step = Math.max(1, Math.ceil(MIN_LABEL_GAP / cell));
     const labels = [];
     for (let offset = 0; offset < size; offset += step) {
       labels.push({ row: this.window.row + offset, col: this.window.col + offset, middle: (offset + 0.5) * cell });
     }
-    return { margin, side: SIDE, labels, width: margin.left + SIDE + margin.right, height: margin.top + SIDE + margin.bottom };
+    const bar = { x: margin.left + side + 40, y: margin.top, width: 16, height: side };
+    const caption = this.caption.length > 110 ? `${this.caption.slice(0, 109)}…` : this.caption;
+    const range = [fixed(this.zmax, 3), this.signed ? fixed(-this.zmax, 3) : "0"];
+    return { margin, side, labels, bar, caption, range, width: margin.left + side + margin.right, height: margin.top + side + margin.bottom };
   }
 
   toPNG() {
-    const { margin, side, labels, width, height } = this.layout();
+    const { margin, side, labels, bar, caption, range, width, height } = this.layout();
     const canvas = el("canvas", { width, height });
     const context = canvas.getContext("2d");
     context.fillStyle = "#fff";
@@ -325,7 +462,9 @@ export class Heatmap {
     context.drawImage(this.canvas, margin.left, margin.top, side, side);
     context.fillStyle = "#111";
     context.font = "16px sans-serif";
-    context.fillText(this.title.textContent, 10, 24);
+    context.fillText(this.title.textContent, 10, 22);
+    context.font = "13px sans-serif";
+    context.fillText(caption, 10, 42);
     context.font = "11px sans-serif";
     for (const { row, col, middle } of labels) {
       context.textAlign = "right";
@@ -337,17 +476,42 @@ export class Heatmap {
       context.fillText(this.labels[col], 0, 0);
       context.restore();
     }
+    context.textAlign = "center";
+    context.font = "12px sans-serif";
+    context.fillText("key: attended to", margin.left + side / 2, height - 12);
+    context.save();
+    context.translate(16, margin.top + side / 2);
+    context.rotate(-Math.PI / 2);
+    context.fillText("query: attending", 0, 0);
+    context.restore();
+    const ramp = context.createLinearGradient(0, bar.y + bar.height, 0, bar.y);
+    for (let step = 0; step <= 20; step += 1) ramp.addColorStop(step / 20, rgb(this.signed ? diverging(step / 10 - 1) : sequential(step / 20, this.scale)));
+    context.fillStyle = ramp;
+    context.fillRect(bar.x, bar.y, bar.width, bar.height);
+    context.strokeStyle = "#888";
+    context.strokeRect(bar.x, bar.y, bar.width, bar.height);
+    context.fillStyle = "#111";
+    context.textAlign = "left";
+    context.fillText(range[0], bar.x + bar.width + 6, bar.y + 6);
+    context.fillText(range[1], bar.x + bar.width + 6, bar.y + bar.height);
     return new Promise((resolve) => canvas.toBlob(resolve, "image/png"));
   }
 
-  // An SVG: the cells as one embedded image, the title and token labels as text (escaped).
+  // An SVG: the cells as one embedded image, the title, prompt, token labels and colour bar as vectors
+  // and text (escaped).
   toSVG() {
-    const { margin, side, labels, width, height } = this.layout();
+    const { margin, side, labels, bar, caption, range, width, height } = this.layout();
     const text = (value) => value.replace(/[&<>"']/g, (c) => `&#${c.charCodeAt(0)};`);
+    const stops = Array.from({ length: 21 }, (_, step) => {
+      const colour = this.signed ? diverging(1 - step / 10) : sequential(1 - step / 20, this.scale);
+      return `<stop offset="${step * 5}%" stop-color="${rgb(colour)}"/>`;
+    });
     const parts = [
       `<svg xmlns="http://www.w3.org/2000/svg" width="${width}" height="${height}" viewBox="0 0 ${width} ${height}" font-family="sans-serif">`,
+      `<defs><linearGradient id="ramp" x1="0" y1="0" x2="0" y2="1">${stops.join("")}</linearGradient></defs>`,
       `<rect width="${width}" height="${height}" fill="#fff"/>`,
-      `<text x="10" y="24" font-size="16">${text(this.title.textContent)}</text>`,
+      `<text x="10" y="22" font-size="16">${text(this.title.textContent)}</text>`,
+      `<text x="10" y="42" font-size="13">${text(caption)}</text>`,
       `<image x="${margin.left}" y="${margin.top}" width="${side}" height="${side}" preserveAspectRatio="none" style="image-rendering:pixelated" href="${this.canvas.toDataURL("image/png")}"/>`,
       ...labels.map(
         ({ row, middle }) => `<text x="${margin.left - 6}" y="${margin.top + middle}" font-size="11" text-anchor="end" dominant-baseline="middle">${text(this.labels[row])}</text>`,
@@ -355,6 +519,11 @@ export class Heatmap {
       ...labels.map(
         ({ col, middle }) => `<text font-size="11" text-anchor="end" transform="translate(${margin.left + middle},${margin.top + side + 6}) rotate(-60)">${text(this.labels[col])}</text>`,
       ),
+      `<text x="${margin.left + side / 2}" y="${height - 12}" font-size="12" text-anchor="middle">key: attended to</text>`,
+      `<text font-size="12" text-anchor="middle" transform="translate(16,${margin.top + side / 2}) rotate(-90)">query: attending</text>`,
+      `<rect x="${bar.x}" y="${bar.y}" width="${bar.width}" height="${bar.height}" fill="url(#ramp)" stroke="#888"/>`,
+      `<text x="${bar.x + bar.width + 6}" y="${bar.y + 6}" font-size="11">${range[0]}</text>`,
+      `<text x="${bar.x + bar.width + 6}" y="${bar.y + bar.height}" font-size="11">${range[1]}</text>`,
       "</svg>",
     ];
     return new Blob([parts.join("\n")], { type: "image/svg+xml" });

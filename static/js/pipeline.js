@@ -6,7 +6,7 @@ import { el, fixed, norm, vectorStrip } from "./format.js";
 const TOP_NEURONS = 5;
 
 function stage(title, shape, ...body) {
-  return el("div", { class: "stage" }, el("h4", {}, title, el("span", { class: "shape" }, shape)), ...body);
+  return el("div", { class: "stage-row" }, el("h4", {}, title, el("span", { class: "shape" }, shape)), ...body);
 }
 
 function row(values, label, field) {
@@ -65,6 +65,9 @@ export function renderPipeline(container, { tokens, selected, trace, model }) {
       `${model.layers} blocks: attention, add & LayerNorm, FFN ${h} → ${model.intermediate_size} (GELU) → ${h}, add & LayerNorm`,
       `N×${h} in, N×${h} out`,
       el(
+        "div",
+        { class: "scroll-x" },
+        el(
         "table",
         { class: "blocks" },
         el(
@@ -82,7 +85,18 @@ export function renderPipeline(container, { tokens, selected, trace, model }) {
           ),
         ),
         el("tbody", {}, ...blocks),
+        ),
       ),
     ),
   );
 }
+
+export const pipelineView = {
+  id: "pipeline",
+  follows: ["run", "token"],
+  shown: (state) => state.panel === "pipeline",
+  load: ({ token }, lab) => (token === null ? null : lab.numbers().trace(token)),
+  render({ run, token }, trace, lab) {
+    renderPipeline(document.getElementById("pipeline"), { tokens: run.tokens, selected: token, trace, model: lab.model });
+  },
+};

@@ -8,10 +8,7 @@ const STRATEGIES = {
   max: "the largest value of each dimension over all tokens",
 };
 
-let chartObserver = null;
-
-// The numbers show at once; the Plotly chart is below the fold and slow to build, so it is drawn only
-// when it is about to be seen.
+// The numbers, then the Plotly chart (drawn only once the panel is open: it is slow to build).
 export function renderPooled(container, pooled, model) {
   const chart = el("div", { class: "pooled-chart", role: "img", "aria-label": "Pooled vector and its normalised form, one bar per dimension" });
   container.replaceChildren(
@@ -26,17 +23,15 @@ export function renderPooled(container, pooled, model) {
     ),
     chart,
   );
-  chartObserver?.disconnect();
-  chartObserver = new IntersectionObserver(
-    (entries) => {
-      if (!entries.some((entry) => entry.isIntersecting)) return;
-      chartObserver.disconnect();
-      drawChart(chart, pooled, model);
-    },
-    { rootMargin: "400px" },
-  );
-  chartObserver.observe(chart);
+  drawChart(chart, pooled, model);
 }
+
+export const pooledView = {
+  id: "pooled",
+  follows: ["run", "present"],
+  shown: (state) => state.panel === "pooled",
+  render: (state, _, lab) => renderPooled(document.getElementById("pooled"), state.run.pooled, lab.model),
+};
 
 function drawChart(chart, pooled, model) {
   const dims = [...pooled.vector.keys()];

@@ -1,39 +1,43 @@
 // "Predict first": before the attention views show a head, the learner guesses which token the
-// selected one attends to most; the answer is the argmax of that query's exact softmax row.
+// selected one attends to most; the answer is the largest weight of that query's row in the matrix the
+// heatmap then reveals (matrix.js: the same head, head set, block mean and filters).
 
-import { queryNumbers } from "./data.js";
-import { argmax, el, fixed, headsName } from "./format.js";
-import { getState, setState, subscribe } from "./state.js";
+import { el, fixed } from "./format.js";
+import { meanRow, viewName } from "./matrix.js";
 
 const $ = (id) => document.getElementById(id);
 
-// One question per run, block, head and query token; null when there is nothing to ask.
-function questionKey({ predict, run, layer, head, heads, token }) {
-  return predict && run && token !== null ? `${run.run_id}:${layer}:${head === "mean" ? heads.join("+") : head}:${token}` : null;
+// One question per run, view and query token; null when there is nothing to ask.
+function questionKey({ predict, run, layer, head, heads, blockMean, sinks, segments, token }) {
+  if (!predict || !run || token === null) return null;
+  return [run.run_id, blockMean ? "all" : layer, head === "mean" ? heads.join("+") : head, sinks, segments, token].join(":");
 }
 
-function where(layer, head, heads) {
-  return head === "mean" ? `block ${layer}, ${headsName(getState().heads, heads)}` : `block ${layer}, head ${head}`;
+// The query's row as the heatmap shows it: NaN where the view leaves a key out.
+async function trueRow(state, lab) {
+  const { matrix } = await lab.numbers().matrix(state, state.run.tokens, lab.model.layers);
+  return meanRow(matrix, state.run.tokens.length, [state.token]);
 }
 
-// The query's weights over every key: one head's row, or for "mean" the mean of the chosen heads'
-// rows (getState().heads), as the averaged heatmap shows them.
-async function trueRow(layer, head, token) {
-  if (head !== "mean") return (await queryNumbers(layer, head, token)).weights;
-  const chosen = getState().heads;
-  const rows = await Promise.all(chosen.map(async (h) => (await queryNumbers(layer, h, token)).weights));
-  return rows[0].map((_, key) => rows.reduce((sum, row) => sum + row[key], 0) / chosen.length);
+// The largest weight of a row, over the keys the view keeps.
+function strongest(row) {
+  let best = null;
+  row.forEach((weight, key) => {
+    if (!Number.isNaN(weight) && (best === null || weight > row[best])) best = key;
+  });
+  return best;
 }
 
 function quoted(tokens, index) {
   return `“${tokens[index].text}” (token ${index})`;
 }
 
-function renderQuestion(container, { run, layer, head, token }, heads, onAnswer) {
-  // Under a causal mask a token cannot see later ones: those are not offered.
-  const hidden = (index) => run.mask === "causal" && index > token;
+function renderQuestion(container, state, row, model, onAnswer) {
+  const { run, token } = state;
+  // Under a causal mask a token cannot see later ones, and a filter may leave keys out: those are not offered.
+  const hidden = (index) => (run.mask === "causal" && index > token) || Number.isNaN(row[index]);
   container.replaceChildren(
-    el("h3", { id: "predict-title" }, `Which token will “${run.tokens[token].text}” attend to most in ${where(layer, head, heads)}?`),
+    el("h3", { id: "predict-title" }, `Which token will “${run.tokens[token].text}” attend to most in ${viewName(state, model)}?`),
     el("p", { class: "hint" }, "Guess first: pick a token. Then the heatmap, the lines and the worked example show the real weights."),
     el(
       "div",
@@ -46,7 +50,7 @@ function renderQuestion(container, { run, layer, head, token }, heads, onAnswer)
             class: `token predict-choice${candidate.special ? " special" : ""}`,
             title: `token ${candidate.index}`,
             dataset: { index: String(candidate.index) },
-            ...(hidden(candidate.index) ? { disabled: "", title: "the causal mask hides later tokens" } : {}),
+            ...(hidden(candidate.index) ? { disabled: "", title: "this view leaves this token out (the causal mask, or a filter)" } : {}),
           },
           el("span", { class: "token-text" }, candidate.text),
           el("span", { class: "token-id" }, `#${candidate.index}`),
@@ -86,17 +90,18 @@ function score(guesses) {
   return `${right} of ${guesses.size} right`;
 }
 
-export function initPredict(model) {
+// lab: {getState, setState, subscribe, model, numbers}
+export function initPredict(lab) {
+  const { getState, setState, subscribe, model } = lab;
   const toggle = $("predict");
   const result = $("predict-result");
 
   async function answer(choice) {
     const key = questionKey(getState());
     if (key === null || getState().guesses.has(key)) return;
-    const { layer, head, token } = getState();
     try {
-      const row = await trueRow(layer, head, token);
-      const best = argmax(row);
+      const row = await trueRow(getState(), lab);
+      const best = strongest(row);
       const { guesses } = getState();
       if (guesses.has(key)) return; // a second click while the numbers were on their way
       setState({ guesses: new Map(guesses).set(key, { choice, best, choiceWeight: row[choice], bestWeight: row[best] }) });
@@ -108,7 +113,8 @@ export function initPredict(model) {
     }
   }
 
-  const show = (state) => {
+  let asked = 0; // the newest question: an older one's row arriving late is not drawn
+  const show = async (state) => {
     const key = questionKey(state);
     const guess = key === null ? null : state.guesses.get(key);
     const asking = key !== null && !guess;
@@ -118,14 +124,18 @@ export function initPredict(model) {
     document.body.classList.toggle("predict-asking", asking);
     $("predict-question").hidden = !asking;
     $("dissection-cover").hidden = !asking;
-    if (asking) renderQuestion($("predict-question"), state, model.heads, answer);
+    const mine = ++asked;
+    if (asking) {
+      const row = await trueRow(state, lab);
+      if (mine === asked) renderQuestion($("predict-question"), state, row, model, answer);
+    }
     delete result.dataset.outcome;
     if (guess) showOutcome(result, guess, state.run.tokens, state.token);
     else result.textContent = state.predict && state.token === null ? "Predict first: select a token to be asked where it looks." : "";
   };
   toggle.addEventListener("change", () => setState({ predict: toggle.checked }));
+  const follows = ["predict", "run", "layer", "head", "heads", "blockMean", "sinks", "segments", "token", "guesses"];
   subscribe((state, changed) => {
-    if (["predict", "run", "layer", "head", "heads", "token", "guesses"].some((key) => changed.has(key))) show(state);
+    if (follows.some((key) => changed.has(key))) show(state).catch((error) => lab.showError(error.message));
   });
-  show(getState());
 }

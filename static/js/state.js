@@ -2,13 +2,13 @@
 // same view; `run` holds the current run's data and `guesses` the predict-first answers (keyed by
 // run:layer:head:token); neither is part of the URL.
 
-const URL_KEYS = ["text", "mask", "pooling", "layer", "head", "token", "present", "predict", "tour", "lesson", "sinks", "pair", "segments", "also", "heads", "blockMean"];
+const URL_KEYS = ["text", "mask", "pooling", "layer", "head", "token", "present", "predict", "tour", "lesson", "sinks", "pair", "segments", "also", "heads", "blockMean", "panel", "scale"];
 const listeners = new Set();
 let headCount = 0; // the model's heads: a mean over all of them needs no "heads" in the URL
 let state = {};
 
-// limits: {layers, heads, tourSteps, lessons}, to refuse a URL that names a block, head, tour step or
-// lesson that does not exist.
+// limits: {layers, heads, tourSteps, lessons, panels, scales}, to refuse a URL that names a block, head,
+// tour step, lesson, panel or colour scale that does not exist.
 export function initState(defaults, limits) {
   headCount = limits.heads;
   state = { ...defaults, ...readURL(limits), run: null, guesses: new Map() };
@@ -53,6 +53,8 @@ function readURL(limits) {
   if (params.get("blocks") === "mean") view.blockMean = true;
   if (params.get("predict") === "1") view.predict = true;
   if (limits.lessons.includes(params.get("lesson"))) view.lesson = params.get("lesson");
+  if (limits.panels.includes(params.get("panel"))) view.panel = params.get("panel");
+  if (limits.scales.includes(params.get("scale"))) view.scale = params.get("scale");
   if (["hide", "renormalise"].includes(params.get("sinks"))) view.sinks = params.get("sinks");
   const tour = wholeNumber(params.get("tour"));
   if (tour !== null && tour >= 1 && tour <= limits.tourSteps) view.tour = tour;
@@ -80,6 +82,8 @@ function writeURL() {
   if (state.predict) params.set("predict", "1");
   if (state.tour !== null) params.set("tour", String(state.tour));
   if (state.lesson !== null) params.set("lesson", state.lesson);
+  if (state.panel !== null) params.set("panel", state.panel);
+  if (state.scale !== "blues") params.set("scale", state.scale);
   if (state.sinks !== "show") params.set("sinks", state.sinks);
   window.history.replaceState(null, "", `${window.location.pathname}?${params}`);
 }

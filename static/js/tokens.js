@@ -36,9 +36,8 @@ export function renderTokens(container, tokens, selected, on) {
   container.onmouseleave = () => on.preview(null);
 }
 
-// Only the chips whose state changes are touched; `reveal` scrolls the strip to a chip reached by keyboard
-// (a clicked chip is already in sight, and scrolling forces a layout in the middle of the click).
-export function showSelection(container, selected, reveal = false, also = []) {
+// Only the chips whose state changes are touched; the strip (never the page) scrolls to the selected chip.
+export function showSelection(container, selected, also = []) {
   for (const chip of container.querySelectorAll('.token[aria-selected="true"]')) {
     chip.setAttribute("aria-selected", "false");
     chip.classList.remove("also");
@@ -51,5 +50,28 @@ export function showSelection(container, selected, reveal = false, also = []) {
   const chip = selected === null ? null : container.querySelector(`.token[data-index="${selected}"]`);
   if (!chip) return;
   chip.setAttribute("aria-selected", "true");
-  if (reveal) chip.scrollIntoView({ block: "nearest", inline: "nearest" });
+  const top = chip.offsetTop; // the strip is the chips' offset parent
+  if (top < container.scrollTop || top + chip.offsetHeight > container.scrollTop + container.clientHeight) {
+    container.scrollTop = top - container.clientHeight / 2;
+  }
 }
+
+export const tokensView = {
+  id: "tokens",
+  follows: ["run"],
+  moves: ["token", "also"],
+  render(state, _, lab) {
+    document.getElementById("tokens-shape").textContent = `N = ${state.run.tokens.length}`;
+    renderTokens(document.getElementById("tokens"), state.run.tokens, state.token, {
+      select: (index, add) => {
+        const { token, also } = lab.getState();
+        if (add && token !== null && index !== token) {
+          lab.setState({ also: also.includes(index) ? also.filter((other) => other !== index) : [...also, index] });
+        } else lab.setState({ token: index === token ? null : index, also: [] });
+      },
+      preview: (index) => lab.setState({ preview: index }),
+    });
+    showSelection(document.getElementById("tokens"), state.token, state.also);
+  },
+  move: (state) => showSelection(document.getElementById("tokens"), state.token, state.also),
+};

@@ -1,8 +1,9 @@
-// The guided tour: one docked box that walks a class through the pipeline, step by step, with the
-// current run's real shapes, and outlines the part of the page that shows each step.
+// The guided tour: one box that walks a class through the pipeline, step by step, with the current run's
+// real shapes. Each step outlines the view that shows it, opening its panel, and the box sits where it
+// covers neither the heatmap nor that view.
 
 import { fixed } from "./format.js";
-import { getState, setState, subscribe } from "./state.js";
+import { PANELS } from "./panels.js";
 
 const POOLING = {
   mean: "the average of all of them",
@@ -59,7 +60,7 @@ const STEPS = [
     target: "dissection",
     title: () => "Scores: QKᵀ/√d",
     text: ({ m }) =>
-      `In each head every query meets every key: their dot product, divided by √${m.head_dim} ≈ ${fixed(Math.sqrt(m.head_dim), 2)} so the numbers stay moderate, says how well they match. Section 3 works one out with the real numbers.`,
+      `In each head every query meets every key: their dot product, divided by √${m.head_dim} ≈ ${fixed(Math.sqrt(m.head_dim), 2)} so the numbers stay moderate, says how well they match. The worked example works one out with the real numbers.`,
     shape: ({ n, m }) => `${n}×${m.head_dim} · ${m.head_dim}×${n} → ${m.heads} heads × ${n}×${n}`,
   },
   {
@@ -87,7 +88,7 @@ const STEPS = [
     target: "pipeline",
     title: () => "Residual + LayerNorm",
     text: () =>
-      `The attention output is added to the block's input, so nothing the token had is lost (the "residual stream"), and the sum is normalised again. The table below lists both norms per block.`,
+      `The attention output is added to the block's input, so nothing the token had is lost (the "residual stream"), and the sum is normalised again. The pipeline table lists both norms per block.`,
     shape: ({ n, m }) => `${n}×${m.hidden_size} + ${n}×${m.hidden_size} → ${n}×${m.hidden_size}`,
   },
   {
@@ -122,7 +123,7 @@ const STEPS = [
 export const TOUR_LENGTH = STEPS.length;
 
 const $ = (id) => document.getElementById(id);
-const smooth = () => (window.matchMedia("(prefers-reduced-motion: reduce)").matches ? "auto" : "smooth");
+const GAP = 8; // px between the box and the views around it
 
 // What the step texts may use: the real shapes of the current run, or "N" before there is one.
 function facts(state, model) {
@@ -149,41 +150,58 @@ function render(state, model) {
   $("tour-next").textContent = state.tour === STEPS.length ? "Finish" : "Next";
 }
 
-// The outlined element is scrolled to with its panel's heading, so the class sees what it is.
-function reveal(step, behavior) {
-  const target = $(STEPS[step - 1].target);
-  (target.closest(".panel") ?? target).scrollIntoView({ behavior, block: "start" });
+function overlaps(a, b) {
+  return a.left < b.right && b.left < a.right && a.top < b.bottom && b.top < a.bottom;
 }
 
-// Until the reader scrolls or clicks, the tour keeps its section in place: the views above it fill in
-// after the scroll (a run on its way, panels laid out only when first seen) and would push it away.
-let pinned = false;
+// On the stage, the box takes the largest place beside the heatmap that does not hold the step's view:
+// the whole side column, or the attends view when the view is a panel below or beside it. On a phone
+// it stands in the page's flow, above the views, and is scrolled to.
+function place(dialog, step) {
+  const target = $(STEPS[step - 1].target);
+  if (getComputedStyle(dialog).position !== "fixed") {
+    dialog.removeAttribute("style");
+    dialog.scrollIntoView({ block: "start" });
+    return;
+  }
+  const avoid = [document.querySelector(".heatmap-column").getBoundingClientRect(), target.getBoundingClientRect()];
+  const room = [".side", ".attends-panel", ".panels"]
+    .map((selector) => document.querySelector(selector).getBoundingClientRect())
+    .filter((box) => box.height > 0 && !avoid.some((other) => overlaps(box, other)))
+    .sort((a, b) => b.width * b.height - a.width * a.height)[0];
+  const box = room ?? { left: window.innerWidth / 2, top: GAP, width: window.innerWidth / 2 - GAP, height: window.innerHeight / 3 };
+  Object.assign(dialog.style, {
+    left: `${box.left + GAP / 2}px`,
+    top: `${box.top + GAP / 2}px`,
+    width: `${box.width - GAP}px`,
+    maxHeight: `${box.height - GAP}px`,
+  });
+}
 
 function highlight(step) {
   for (const node of document.querySelectorAll(".tour-focus")) node.classList.remove("tour-focus");
-  pinned = step !== null;
-  if (step === null) return;
-  $(STEPS[step - 1].target).classList.add("tour-focus");
-  reveal(step, smooth());
+  if (step !== null) $(STEPS[step - 1].target).classList.add("tour-focus");
 }
 
-function go(step) {
-  if (step > STEPS.length) setState({ tour: null });
-  else setState({ tour: Math.max(1, step) });
+function go(lab, step) {
+  if (step > STEPS.length) lab.setState({ tour: null });
+  else lab.setState({ tour: Math.max(1, step) });
 }
 
-export function initTour(model) {
+// lab: {getState, setState, subscribe, model}
+export function initTour(lab) {
+  const { getState, setState, model } = lab;
   const dialog = $("tour");
   const opener = $("tour-start");
   opener.addEventListener("click", () => setState({ tour: getState().tour === null ? 1 : null }));
-  $("tour-back").addEventListener("click", () => go(getState().tour - 1));
-  $("tour-next").addEventListener("click", () => go(getState().tour + 1));
+  $("tour-back").addEventListener("click", () => go(lab, getState().tour - 1));
+  $("tour-next").addEventListener("click", () => go(lab, getState().tour + 1));
   $("tour-close").addEventListener("click", () => setState({ tour: null }));
   // The tour's keys stop here: outside the box the same arrows move the token selection.
   dialog.addEventListener("keydown", (event) => {
     const move = { ArrowRight: 1, ArrowLeft: -1 }[event.key];
     if (event.key === "Escape") setState({ tour: null });
-    else if (move) go(Math.min(STEPS.length, getState().tour + move));
+    else if (move) go(lab, Math.min(STEPS.length, getState().tour + move));
     else return;
     event.preventDefault();
     event.stopPropagation();
@@ -197,19 +215,25 @@ export function initTour(model) {
       dialog.hidden = !open;
       opener.setAttribute("aria-expanded", String(open));
       highlight(state.tour);
+      // A step about a view in a panel opens that panel.
+      const target = open ? STEPS[state.tour - 1].target : null;
+      if (target in PANELS && state.panel !== target) setState({ panel: target });
       if (open && !wasOpen) dialog.focus({ preventScroll: true });
       if (!open && hadFocus) opener.focus({ preventScroll: true }); // the page stays where the tour left it
     }
-    if (open) render(state, model);
+    if (open) {
+      render(state, model);
+      place(dialog, state.tour);
+    }
     // A button disabled under the keyboard's focus would drop the focus to the page.
     if (open && document.activeElement?.disabled) dialog.focus({ preventScroll: true });
   };
-  subscribe((state, changed) => {
-    if (["tour", "run", "token", "pooling"].some((key) => changed.has(key))) show(state, changed);
+  lab.subscribe((state, changed) => {
+    if (["tour", "run", "token", "pooling", "panel", "present"].some((key) => changed.has(key))) show(state, changed);
   });
-  for (const type of ["wheel", "touchmove", "pointerdown", "keydown"]) {
-    window.addEventListener(type, () => (pinned = false), { passive: true });
-  }
-  new ResizeObserver(() => pinned && reveal(getState().tour, "auto")).observe(document.querySelector("main"));
+  // The views around the box move when the window changes size or a panel fills in.
+  const observer = new ResizeObserver(() => getState().tour !== null && place(dialog, getState().tour));
+  for (const selector of [".side", ".attends-panel", ".panels"]) observer.observe(document.querySelector(selector));
+  window.addEventListener("resize", () => getState().tour !== null && place(dialog, getState().tour));
   show(getState(), new Set(["tour"]));
 }

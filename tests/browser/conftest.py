@@ -66,6 +66,19 @@ def wait_until(page, condition: str, timeout: float = 30):
         page.wait_for_timeout(25)
 
 
+def save(page, button: str):
+    """Clicks one of the heatmap's Save… menu items (the menu opens first)."""
+    if not page.locator(f"#{button}").is_visible():
+        page.click("#export-menu")
+    page.click(f"#{button}")
+
+
+def open_panel(page, name: str):
+    """Opens one of the stage's panels (worked example, grid, pipeline, sentence vector, experiments)."""
+    if page.locator(f"#panel-tab-{name}").get_attribute("aria-selected") != "true":
+        page.click(f"#panel-tab-{name}")
+
+
 def screenshot(page, name: str, locator=None) -> Path:
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     path = ARTIFACTS / f"{name}.png"

@@ -9,7 +9,7 @@ pytestmark = pytest.mark.slow
 
 
 def open_lesson(page, server, name, query="?token=3"):
-    page.goto(f"{server}/{query}")
+    page.goto(f"{server}/{query}&panel=lessons")
     wait_until(page, "document.body.dataset.run && document.body.dataset.busy === 'false'")
     page.locator(f"#lesson-tab-{name}").click()
     run = page.evaluate("() => document.body.dataset.run")

@@ -5,7 +5,7 @@ import xml.etree.ElementTree as ElementTree
 import numpy as np
 import pytest
 
-from tests.browser.conftest import screenshot, wait_until
+from tests.browser.conftest import save, screenshot, wait_until
 from tests.browser.test_page import cell_centre, heatmap_z, open_lab, run_id, wait_view
 
 pytestmark = pytest.mark.slow
@@ -47,14 +47,14 @@ def test_a_512_token_heatmap_zooms_pans_and_finds_tokens(page, server, api):
     page.mouse.up()
     moved_row, moved_col, _ = map(int, page.locator("#heatmap").get_attribute("data-window").split(","))
     assert moved_col > col and moved_row > row  # dragged left and up: the window moved right and down
-    screenshot(page, "30-512-zoomed", page.locator("section.attention"))
+    screenshot(page, "30-512-zoomed", page.locator("#views"))
     page.locator('#heatmap [data-zoom="Reset"]').click()
     assert page.locator("#heatmap").get_attribute("data-window") == "0,0,512"
     np.testing.assert_allclose(heatmap_z(page), weights, atol=1e-7)
 
 
 def test_difference_of_two_runs_and_a_clear_message_for_different_lengths(page, server, api):
-    open_lab(page, server, "?layer=1&head=3")
+    open_lab(page, server, "?layer=1&head=3&panel=lessons")
     page.locator("#lesson-tab-difference").click()
     page.locator("#difference-run").click()
     wait_until(page, "document.querySelector('#difference-map .hm-canvas')")
@@ -84,10 +84,10 @@ def test_heatmap_exports_as_valid_png_and_svg(page, server):
     wait_until(page, "document.body.dataset.busy === 'false' && document.querySelectorAll('#tokens .token').length > 8")
     wait_view(page, "heatmap", 0, 0, 1)
     with page.expect_download() as download:
-        page.click("#export-png")
+        save(page, "export-png")
     assert open(download.value.path(), "rb").read(8) == b"\x89PNG\r\n\x1a\n"
     with page.expect_download() as download:
-        page.click("#export-svg")
+        save(page, "export-svg")
     assert download.value.suggested_filename.endswith(".svg")
     svg = ElementTree.parse(download.value.path()).getroot()  # well-formed XML: labels are escaped
     texts = [node.text for node in svg.iter("{http://www.w3.org/2000/svg}text")]
@@ -97,7 +97,7 @@ def test_heatmap_exports_as_valid_png_and_svg(page, server):
 
 
 def test_the_grid_exports_as_png_and_svg(page, server):
-    open_lab(page, server)
+    open_lab(page, server, "?panel=grid")
     wait_view(page, "grid", 0, 0, 1)
     with page.expect_download() as download:
         page.click("#export-grid-png")
@@ -110,7 +110,7 @@ def test_the_grid_exports_as_png_and_svg(page, server):
 
 
 def test_the_overview_shows_each_heads_share_on_sinks(page, server, api):
-    open_lab(page, server)
+    open_lab(page, server, "?panel=grid")
     page.fill("#prompt", "The bank was closed. We walked to the river instead.")
     page.press("#prompt", "Enter")
     wait_until(

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from playwright.sync_api import expect
 
-from tests.browser.conftest import screenshot, wait_until
+from tests.browser.conftest import open_panel, save, screenshot, wait_until
 
 pytestmark = pytest.mark.slow
 DEFAULT_TEXT = "The animal didn't cross the street because it was too tired"
@@ -61,6 +61,7 @@ def test_page_runs_the_default_prompt_and_chips_match_the_api(page, server, api)
     assert ids == [token["id"] for token in expected]
     special = [chip.get_attribute("data-special") == "true" for chip in chips.all()]
     assert special == [token["special"] for token in expected]
+    open_panel(page, "grid")
     wait_view(page, "grid", 0, 0, 1)
     assert page.locator("#grid .grid-cell").count() == 72
     assert page.locator("#error").is_hidden()  # no view failed on the way
@@ -68,7 +69,7 @@ def test_page_runs_the_default_prompt_and_chips_match_the_api(page, server, api)
 
 
 def test_clicking_a_token_shows_its_row_and_the_dissection_numbers(page, server, api):
-    open_lab(page, server, "?layer=2&head=5")
+    open_lab(page, server, "?layer=2&head=5&panel=dissection")
     page.locator('#tokens .token[data-index="10"]').click()  # "it"
     wait_view(page, "heatmap", 2, 5, 10)
     wait_view(page, "attends", 2, 5, 10)
@@ -103,7 +104,7 @@ def test_clicking_a_token_shows_its_row_and_the_dissection_numbers(page, server,
     assert score == pytest.approx(head["scores"][10][top], abs=1e-6)
     assert page.locator("#dissection").inner_text().count("0.") > 50
     screenshot(page, "02-dissection", page.locator("#dissection"))
-    screenshot(page, "03-attention", page.locator("section.attention"))
+    screenshot(page, "03-attention", page.locator("#views"))
 
 
 def test_switching_layer_and_head_and_averaging(page, server, api):
@@ -130,7 +131,7 @@ def test_clicking_a_heatmap_cell_selects_its_query_token(page, server):
 
 
 def test_grid_cell_opens_that_head(page, server, api):
-    open_lab(page, server)
+    open_lab(page, server, "?panel=grid")
     wait_view(page, "grid", 0, 0, 1)
     page.locator('#grid .grid-cell[data-layer="3"][data-head="9"]').click()
     wait_view(page, "heatmap", 3, 9, 1)
@@ -152,7 +153,7 @@ def test_causal_mask_shows_upper_triangle_zeros(page, server):
     assert np.all(np.triu(z, 1) == 0)
     np.testing.assert_allclose(z.sum(1), 1, atol=1e-5)
     assert "causal" in page.locator("#heatmap .hm-title").inner_text()
-    screenshot(page, "05-causal", page.locator("section.attention"))
+    screenshot(page, "05-causal", page.locator("#views"))
 
 
 def test_a_shared_url_opens_the_same_view(page, server, browser):
@@ -178,6 +179,8 @@ def test_a_shared_url_opens_the_same_view(page, server, browser):
         assert other.locator("#prompt").input_value() == "the river bank flooded"
         assert other.locator("#pooling").input_value() == "max"
         assert other.locator('#tokens .token[aria-selected="true"]').get_attribute("data-index") == "3"
+        open_panel(other, "pooled")
+        other.wait_for_selector('#pooled [data-field="strategy"]')
         assert other.locator('#pooled [data-field="strategy"]').text_content() == "max"
         np.testing.assert_array_equal(heatmap_z(other), heatmap_z(page))
     finally:
@@ -222,8 +225,9 @@ def test_errors_are_explained_in_plain_words(page, server):
     page.click("#run")
     wait_until(page, "document.querySelectorAll('#tokens .token').length === 512")
     assert page.locator("#error").is_hidden()
-    assert "only the first 512" in page.locator("#status").inner_text()
+    assert "first 512 tokens were analyzed" in page.locator("#status").inner_text()
     wait_view(page, "heatmap", 0, 0, 1)
+    open_panel(page, "grid")
     wait_view(page, "grid", 0, 0, 1)
     screenshot(page, "07-512-tokens")
 
@@ -254,11 +258,11 @@ def test_hiding_special_tokens_keeps_their_weight_as_a_sink(page, server, api, m
     page.check("#all-heads")
     wait_until(page, "document.querySelectorAll('#attends .legend-item').length === 12")
     assert page.locator('#attends [data-field="sink"] .sink-bar').count() == 12
-    screenshot(page, f"08-all-heads-{mode}", page.locator("section.attention"))
+    screenshot(page, f"08-all-heads-{mode}", page.locator("#views"))
 
 
 def test_pipeline_and_pooled_vector_show_the_apis_numbers(page, server, api):
-    open_lab(page, server, "?token=2")
+    open_lab(page, server, "?token=2&panel=pipeline")
     wait_view(page, "pipeline", 0, 0, 2)
     run = run_id(page)
     trace = api.get(f"/api/runs/{run}/tokens/2").json()
@@ -267,11 +271,12 @@ def test_pipeline_and_pooled_vector_show_the_apis_numbers(page, server, api):
     text = page.locator("#pipeline").inner_text()
     assert f"{np.linalg.norm(trace['embeddings']['word']):.3f}" in text
     assert f"{np.linalg.norm(trace['layers'][5]['output']):.3f}" in text
+    screenshot(page, "09-pipeline", page.locator("#pipeline"))
     analyzed = api.post("/api/analyze", json={"text": DEFAULT_TEXT}).json()
+    open_panel(page, "pooled")
+    page.wait_for_selector('#pooled [data-field="norm"]')
     norm = float(page.locator('#pooled [data-field="norm"]').get_attribute("data-value"))
     assert norm == pytest.approx(analyzed["pooled"]["norm"], rel=1e-6)
-    screenshot(page, "09-pipeline", page.locator("#pipeline"))
-    page.locator("#pooled").scroll_into_view_if_needed()
     page.wait_for_selector("#pooled .pooled-chart .main-svg")
     screenshot(page, "10-pooled", page.locator("#pooled"))
 
@@ -281,21 +286,23 @@ def test_exports_are_valid_files_with_the_views_numbers(page, server, api):
     wait_view(page, "heatmap", 1, 6, 1)
     weights = np.array(api_head(api, run_id(page), 1, 6)["weights"])
     with page.expect_download() as download:
-        page.click("#export-json")
+        save(page, "export-json")
+    assert download.value.suggested_filename == "attention-block1-head6.json"
     exported = json.loads(open(download.value.path()).read())
-    assert (exported["layer"], exported["head"], exported["mask"], exported["text"]) == (
+    assert (exported["view"]["layer"], exported["view"]["head"], exported["mask"], exported["text"]) == (
         1,
         6,
         "bidirectional",
         DEFAULT_TEXT,
     )
+    assert exported["view"]["name"] == "block 1, head 6 · bidirectional mask"
     np.testing.assert_allclose(exported["matrix"], weights, atol=1e-7)
     with page.expect_download() as download:
-        page.click("#export-csv")
+        save(page, "export-csv")
     rows = [row for row in csv.reader(io.StringIO(open(download.value.path()).read())) if not row[0].startswith("#")]
     np.testing.assert_allclose(np.array([r[1:] for r in rows[1:]], dtype=float), weights, atol=1e-7)
     with page.expect_download() as download:
-        page.click("#export-png")
+        save(page, "export-png")
     assert open(download.value.path(), "rb").read(8) == b"\x89PNG\r\n\x1a\n"
 
 
@@ -312,7 +319,7 @@ HOSTILE = "<img src=x onerror=alert(1)> <script>alert('x')</script> =SUM(A1) & \
 
 
 def test_html_and_formulas_in_a_prompt_stay_text_everywhere(page, server):
-    open_lab(page, server)
+    open_lab(page, server, "?panel=dissection")
     scripts_before = page.locator("script").count()
     page.fill("#prompt", HOSTILE)
     page.click("#run")
@@ -333,11 +340,11 @@ def test_html_and_formulas_in_a_prompt_stay_text_everywhere(page, server):
     assert "<" in page.locator("#dissection").text_content()
     assert page.locator("#prompt").input_value() == HOSTILE
     with page.expect_download() as download:
-        page.click("#export-csv")
+        save(page, "export-csv")
     rows = list(csv.reader(io.StringIO(open(download.value.path()).read())))
     assert rows[0] == [f"# prompt: {HOSTILE}"]  # one cell, commas and quotes kept inside it
     assert rows[2][1:3] == ["0:[CLS]", "1:<"]
     with page.expect_download() as download:
-        page.click("#export-json")
+        save(page, "export-json")
     assert json.loads(open(download.value.path()).read())["text"] == HOSTILE
-    screenshot(page, "12-hostile-prompt", page.locator("section.attention"))
+    screenshot(page, "12-hostile-prompt", page.locator("#views"))

@@ -2,8 +2,10 @@
 // colour scale that diverges from white at zero. Different lengths get a message, not a wrong picture.
 
 import * as api from "../api.js";
+import { numbersOf } from "../data.js";
 import { el, fixed } from "../format.js";
 import { Heatmap } from "../heatmap.js";
+import { viewName } from "../matrix.js";
 import { fillResult } from "./result.js";
 
 export function renderDifference(container, { text, model, current }) {
@@ -32,28 +34,27 @@ export function renderDifference(container, { text, model, current }) {
         api.analyze({ text: textA.value, mask: maskA.value }),
         api.analyze({ text: textB.value, mask: maskB.value }),
       ]);
-      await show(result, a, b, current(), model);
+      await show(result, { ...a, text: textA.value }, { ...b, text: textB.value }, current(), model);
     });
   });
   container.replaceChildren(
-    el("p", { class: "hint" }, "Subtract one run's attention from another's, for the block and head chosen above: red where A attends more, blue where B does."),
+    el(
+      "p",
+      { class: "hint" },
+      `Subtract one run's attention from another's, for the view chosen above (now ${viewName(current(), model)}): red where A attends more, blue where B does.`,
+    ),
     form,
     result,
   );
 }
 
-async function headWeights(run, layer, head, model) {
-  if (head !== "mean") return (await api.attention(run.run_id, { dtype: "float32", layer, head })).values;
-  const block = (await api.attention(run.run_id, { dtype: "float32", layer })).values;
-  const cells = block.length / model.heads;
-  return Float32Array.from({ length: cells }, (_, cell) => {
-    let sum = 0;
-    for (let h = 0; h < model.heads; h += 1) sum += block[h * cells + cell];
-    return sum / model.heads;
-  });
+// Each run's matrix for the page's view: its head or head set, its block or the mean of all blocks, its
+// sink filter (a segment filter needs a sentence pair, which these runs are not).
+function viewMatrix(run, view, model) {
+  return numbersOf(run.run_id).matrix({ ...view, segments: "all" }, run.tokens, model.layers);
 }
 
-async function show(result, a, b, { layer, head }, model) {
+async function show(result, a, b, view, model) {
   if (a.tokens.length !== b.tokens.length) {
     result.replaceChildren(
       el(
@@ -64,15 +65,20 @@ async function show(result, a, b, { layer, head }, model) {
     );
     return;
   }
-  const [weightsA, weightsB] = await Promise.all([headWeights(a, layer, head, model), headWeights(b, layer, head, model)]);
-  const difference = weightsA.map((value, cell) => value - weightsB[cell]);
-  const largest = difference.reduce((max, value) => Math.max(max, Math.abs(value)), 0);
+  const [weightsA, weightsB] = await Promise.all([viewMatrix(a, view, model), viewMatrix(b, view, model)]);
+  const difference = weightsA.matrix.map((value, cell) => value - weightsB.matrix[cell]);
+  const largest = difference.reduce((max, value) => (Number.isNaN(value) ? max : Math.max(max, Math.abs(value))), 0);
   const box = el("div", { class: "lesson-map", id: "difference-map" });
   result.replaceChildren(
-    el("p", { class: "caption", dataset: { field: "largest", value: String(largest) } }, `Largest |A − B| in this head: `, el("strong", {}, fixed(largest))),
+    el("p", { class: "caption", dataset: { field: "largest", value: String(largest) } }, `Largest |A − B| in this view: `, el("strong", {}, fixed(largest))),
     box,
   );
   const labels = a.tokens.map((token, index) => (token.text === b.tokens[index].text ? token.text : `${token.text}/${b.tokens[index].text}`));
-  const name = head === "mean" ? `block ${layer}, all heads averaged` : `block ${layer}, head ${head}`;
-  new Heatmap(box, () => {}, { signed: true, valueName: "A−B" }).draw({ matrix: difference, labels, selected: null, title: `A − B: ${name}` });
+  new Heatmap(box, () => {}, { signed: true, valueName: "A−B" }).draw({
+    matrix: difference,
+    labels,
+    selected: null,
+    title: `A − B: ${viewName(view, model)}`,
+    caption: `A: “${a.text}” (${a.mask}) − B: “${b.text}” (${b.mask})`,
+  });
 }

@@ -48,7 +48,7 @@ export async function renderHeads(container, { run, token, model, onOpen }) {
     el(
       "p",
       { class: "hint" },
-      `Each square: the head's role, named only when a share passes ${stats.threshold} (mean share of a query's attention on [CLS], [SEP], itself, the previous or the next token), the largest share, and the mean row entropy H in nats (low: focused; high: spread). Click a square to open that head.`,
+      `Each square: the head's role, named only when a share passes ${stats.threshold} (mean share of a query's attention on [CLS], [SEP] or itself, over all ${run.tokens.length} queries; on the previous token over the ${run.tokens.length - 1} queries that have one (all but the first); on the next token over the ${run.tokens.length - 1} that have one (all but the last)), the largest share, and the mean row entropy H in nats (low: focused; high: spread). Click a square to open that head.`,
     ),
     grid,
     flow === null ? el("p", { class: "hint" }, "Select a token to see its attention rollout.") : rolloutBars(flow, run.tokens),

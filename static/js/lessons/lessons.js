@@ -59,3 +59,22 @@ export async function renderLesson(panel, name, context) {
   }
   panel.dataset.view = `${name}:${context.run.run_id}:${context.token}`;
 }
+
+// The experiments panel: its tabs, and the open lesson drawn again when what that lesson follows changes.
+export const lessonsView = {
+  id: "lessons",
+  follows: (state) => ["run", "lesson", ...(state.lesson ? LESSONS[state.lesson].follows : [])],
+  shown: (state) => state.panel === "lessons",
+  render(state, _, lab) {
+    renderTabs(document.getElementById("lesson-tabs"), state.lesson, (lesson) => lab.setState({ lesson }));
+    if (!state.lesson) return;
+    renderLesson(document.getElementById("lesson-panel"), state.lesson, {
+      run: state.run,
+      text: state.text,
+      token: state.token,
+      current: lab.getState,
+      model: lab.model,
+      onOpen: (layer, head) => lab.setState({ layer, head }),
+    });
+  },
+};

@@ -1,0 +1,67 @@
+// The stage's heatmap: the matrix of the current view (matrix.js), as large a square as the stage leaves,
+// redrawn crisp whenever the window changes size. Selecting a token only moves its outline.
+
+import { Heatmap } from "./heatmap.js";
+import { viewName } from "./matrix.js";
+import { queries } from "./selection.js";
+
+const SIDE_MIN_REM = 19; // the side column (attends view, panels) keeps at least this much
+const SIDE_SHARE = 0.34; // … or this share of the stage's width, whichever is more
+const PHONE_HEIGHT_SHARE = 0.75; // on a phone the square takes at most this share of the window's height
+
+const $ = (id) => document.getElementById(id);
+
+function stageBounds() {
+  const views = $("views");
+  const column = document.querySelector(".heatmap-column");
+  const style = getComputedStyle(column);
+  const padding = parseFloat(style.paddingLeft) + parseFloat(style.paddingRight) + 2 * parseFloat(style.borderLeftWidth);
+  const oneColumn = getComputedStyle(views).flexDirection === "column";
+  if (oneColumn) return { width: column.clientWidth - padding, height: window.innerHeight * PHONE_HEIGHT_SHARE };
+  const rem = parseFloat(getComputedStyle(document.documentElement).fontSize);
+  const side = Math.max(SIDE_MIN_REM * rem, views.clientWidth * SIDE_SHARE);
+  return { width: views.clientWidth - side - padding - rem, height: document.querySelector(".heatmap-box").clientHeight };
+}
+
+function showSelection(heatmap, state) {
+  const [first = null, ...others] = queries(state);
+  heatmap.select(first, others);
+  if (state.token !== null) heatmap.reveal(state.token);
+}
+
+export function createAttentionView(lab) {
+  const heatmap = new Heatmap($("heatmap"), (index) => lab.setState({ token: index, also: [] }), {
+    bounds: stageBounds,
+    readout: $("heatmap-readout"),
+  });
+  heatmap.head.append($("export-menu-box")); // saving is about the heatmap: its menu sits on its title row
+  // The square follows the stage's size and the screen's pixel density.
+  new ResizeObserver(() => heatmap.fit()).observe($("views"));
+  new ResizeObserver(() => heatmap.fit()).observe(document.querySelector(".heatmap-box"));
+  matchMedia(`(resolution: ${window.devicePixelRatio}dppx)`).addEventListener("change", () => heatmap.fit());
+  return {
+    heatmap,
+    id: "heatmap",
+    follows: ["run", "layer", "head", "heads", "blockMean", "segments", "sinks", "scale", "present"],
+    moves: ["token", "also", "preview"],
+    load: (state, lab) => lab.numbers().matrix(state, state.run.tokens, lab.model.layers),
+    render(state, { matrix, sink }) {
+      const { run } = state;
+      const n = run.tokens.length;
+      $("attention-shape").textContent = `${n}×${n} per head · ${lab.model.heads} heads per block`;
+      const [first = null, ...others] = queries(state);
+      heatmap.draw({
+        matrix,
+        sink,
+        labels: run.tokens.map((token) => token.text),
+        selected: first,
+        also: others,
+        title: `${viewName(state, lab.model)} · ${run.mask} mask`,
+        caption: `“${state.text}”${run.text_pair ? ` + “${run.text_pair}”` : ""} · ${lab.model.name}`,
+        scale: state.scale,
+      });
+      if (state.token !== null) heatmap.reveal(state.token);
+    },
+    move: (state) => showSelection(heatmap, state),
+  };
+}

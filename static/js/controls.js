@@ -1,0 +1,213 @@
+// The page's controls: the prompt runs the model; the pickers, switches and keys change the state that the
+// views follow; the exports save what the heatmap draws.
+
+import * as api from "./api.js";
+import { SCALES } from "./colors.js";
+import { exportedView, saveCSV, saveImage, saveJSON } from "./export.js";
+import { gridPNG, gridSVG, showShares } from "./grid.js";
+import { renderHeadSet } from "./headset.js";
+import { viewFileName, viewName } from "./matrix.js";
+
+const $ = (id) => document.getElementById(id);
+
+// lab: {getState, setState, subscribe, model, numbers, showError}; heatmap: the stage's Heatmap.
+export function initControls(lab, heatmap) {
+  const { getState, setState, model } = lab;
+  fillPickers(model);
+  lab.subscribe((state, changed) => showControls(state, changed, lab));
+  showControls(getState(), new Set(["text", "pair", "head"]), lab);
+  bindPrompt(lab);
+  bindViewControls(lab);
+  bindExports(lab, heatmap);
+  bindKeys(lab);
+  $("present").addEventListener("click", () => setState({ present: !getState().present }));
+  $("share").addEventListener("click", async () => {
+    try {
+      await navigator.clipboard.writeText(window.location.href);
+      status("Link to this view copied.");
+    } catch {
+      status(`Share this link: ${window.location.href}`);
+    }
+  });
+}
+
+function fillPickers(model) {
+  $("layer").replaceChildren(...Array.from({ length: model.layers }, (_, layer) => new Option(`block ${layer}`, String(layer))));
+  $("head").replaceChildren(
+    ...Array.from({ length: model.heads }, (_, head) => new Option(`head ${head}`, String(head))),
+    new Option(`mean of ${model.heads} heads`, "mean"),
+  );
+  $("scale").replaceChildren(
+    ...Object.entries(SCALES).map(([name, { label }]) => Object.assign(new Option(name, name), { title: label })),
+  );
+}
+
+// The prompt box is only written when the state's text changes, never over what someone is typing.
+function showControls(state, changed, lab) {
+  if (changed.has("text")) $("prompt").value = state.text;
+  if (changed.has("pair")) {
+    $("prompt-pair").value = state.pair;
+    if (state.pair) $("pair-box").open = true;
+  }
+  $("segments").value = state.segments;
+  // Segments exist only in a sentence pair.
+  $("segments-control").hidden = !state.run?.text_pair && state.segments === "all";
+  $("block-mean").checked = state.blockMean;
+  $("layer").disabled = state.blockMean;
+  $("mask").value = state.mask;
+  $("pooling").value = state.pooling;
+  $("layer").value = String(state.layer);
+  $("head").value = String(state.head);
+  $("sinks").value = state.sinks;
+  $("scale").value = state.scale;
+  $("all-heads").checked = state.allHeads;
+  $("present").setAttribute("aria-pressed", String(state.present));
+  document.body.classList.toggle("present", state.present);
+  if (changed.has("head") || changed.has("heads")) {
+    renderHeadSet($("head-set"), state, lab.model.heads, (heads) => lab.setState({ heads }));
+  }
+}
+
+function setBusy(busy) {
+  document.body.dataset.busy = String(busy);
+  $("run").disabled = busy;
+  $("run").textContent = busy ? "Running…" : "Run";
+}
+
+export function showError(message) {
+  $("error").hidden = !message;
+  $("error").textContent = message ?? "";
+}
+
+function status(message) {
+  $("status").textContent = message;
+  $("status").title = message;
+}
+
+let runCounter = 0;
+
+export async function runPrompt(lab) {
+  const { text, pair, mask, pooling } = lab.getState();
+  if (!text.trim()) {
+    showError("Type some text first.");
+    return;
+  }
+  const mine = ++runCounter;
+  setBusy(true);
+  showError(null);
+  status("Running the model…");
+  try {
+    const run = await api.analyze({ text, textPair: pair, mask, pooling });
+    if (mine !== runCounter) return;
+    document.body.dataset.run = run.run_id;
+    const firstContent = run.tokens.find((token) => !token.special)?.index ?? 0;
+    const { token } = lab.getState();
+    lab.setState({ run, token: token !== null && token < run.tokens.length ? token : firstContent });
+    status(run.truncated ? `Only the first ${lab.model.max_tokens} tokens were analyzed (the model's limit).` : "");
+  } catch (error) {
+    if (mine !== runCounter) return;
+    showError(error.message);
+    status("");
+  } finally {
+    if (mine === runCounter) setBusy(false);
+  }
+}
+
+function bindPrompt(lab) {
+  $("prompt-form").addEventListener("submit", (event) => {
+    event.preventDefault();
+    lab.setState({ text: $("prompt").value, pair: $("prompt-pair").value.trim() ? $("prompt-pair").value : "", mask: $("mask").value, pooling: $("pooling").value });
+    runPrompt(lab);
+  });
+  for (const id of ["prompt", "prompt-pair"]) {
+    $(id).addEventListener("keydown", (event) => {
+      if (event.key === "Enter" && !event.shiftKey) {
+        event.preventDefault();
+        $("prompt-form").requestSubmit();
+      }
+    });
+  }
+  for (const id of ["mask", "pooling"]) $(id).addEventListener("change", () => $("prompt-form").requestSubmit());
+}
+
+function bindViewControls(lab) {
+  const { getState, setState } = lab;
+  $("layer").addEventListener("change", () => setState({ layer: Number($("layer").value) }));
+  $("head").addEventListener("change", () => setState({ head: $("head").value === "mean" ? "mean" : Number($("head").value) }));
+  $("sinks").addEventListener("change", () => setState({ sinks: $("sinks").value }));
+  $("segments").addEventListener("change", () => setState({ segments: $("segments").value }));
+  $("scale").addEventListener("change", () => setState({ scale: $("scale").value }));
+  $("block-mean").addEventListener("change", () => setState({ blockMean: $("block-mean").checked }));
+  $("all-heads").addEventListener("change", () => setState({ allHeads: $("all-heads").checked }));
+  $("grid-shares").addEventListener("change", () => {
+    if (getState().run) showShares($("grid"), getState(), lab).catch((error) => lab.showError(error.message));
+  });
+  $("token-search").addEventListener("submit", (event) => {
+    event.preventDefault();
+    findToken($("token-query").value, lab);
+  });
+}
+
+// The next token after the selected one whose piece contains the query (## and case ignored).
+function findToken(query, { getState, setState }) {
+  const { run, token } = getState();
+  const wanted = query.trim().toLowerCase();
+  if (!run || !wanted) return;
+  const n = run.tokens.length;
+  const start = token === null ? 0 : token + 1;
+  for (let step = 0; step < n; step += 1) {
+    const candidate = run.tokens[(start + step) % n];
+    if (candidate.text.replace(/^##/, "").toLowerCase().includes(wanted)) {
+      setState({ token: candidate.index, also: [] });
+      $("token-search-status").textContent = `“${candidate.text}”, token ${candidate.index} of ${n}`;
+      return;
+    }
+  }
+  $("token-search-status").textContent = `No token contains “${query.trim()}”.`;
+}
+
+// Saving what the heatmap draws: the picture as it is, the numbers from the same matrix (matrix.js).
+function bindExports(lab, heatmap) {
+  const { getState, model } = lab;
+  const fileName = () => viewFileName(getState(), model);
+  const numbers = async () => {
+    const state = getState();
+    const { matrix, sink } = await lab.numbers().matrix(state, state.run.tokens, model.layers);
+    return exportedView({ state, model, matrix, sink, name: `${viewName(state, model)} · ${state.run.mask} mask` });
+  };
+  const menu = $("export-menu-box");
+  const action = (id, save) =>
+    $(id).addEventListener("click", async () => {
+      if (!getState().run) return;
+      menu.open = false;
+      try {
+        await save();
+      } catch (error) {
+        lab.showError(error.message);
+      }
+    });
+  action("export-png", async () => saveImage(await heatmap.toPNG(), fileName(), "png"));
+  action("export-svg", async () => saveImage(heatmap.toSVG(), fileName(), "svg"));
+  action("export-json", async () => saveJSON(await numbers(), fileName()));
+  action("export-csv", async () => saveCSV(await numbers(), fileName()));
+  const gridTitle = () => `Every head: “${getState().text.slice(0, 60)}” · ${getState().run.mask} mask · ${model.name}`;
+  $("export-grid-png").addEventListener("click", async () => getState().run && saveImage(await gridPNG($("grid"), gridTitle()), "attention-grid", "png"));
+  $("export-grid-svg").addEventListener("click", () => getState().run && saveImage(gridSVG($("grid"), gridTitle()), "attention-grid", "svg"));
+}
+
+// Keys on the page itself: ← → move the selected token, Esc clears it. Text fields, pickers, tab lists and
+// the heatmap's own cursor keep their keys.
+function bindKeys({ getState, setState }) {
+  document.addEventListener("keydown", (event) => {
+    const own = event.target.closest("textarea, input, select, [role=tablist], .hm-plot, .menu");
+    const { run, token } = getState();
+    if (own || !run) return;
+    if (event.key === "Escape") setState({ token: null, also: [] });
+    else if (event.key === "ArrowRight" || event.key === "ArrowLeft") {
+      const step = event.key === "ArrowRight" ? 1 : -1;
+      const start = token === null ? (step > 0 ? -1 : run.tokens.length) : token;
+      setState({ token: Math.max(0, Math.min(run.tokens.length - 1, start + step)), also: [] });
+      event.preventDefault();
+    }
+  });
+}

@@ -1,0 +1,120 @@
+// Every attention matrix the page shows comes from this one function of the view: one head, a mean over
+// chosen heads, a mean over every block, with the sink columns hidden (and the rest renormalised) and a
+// segment filter. The heatmap, the attends view, the difference view, predict-first, the grid and the
+// exports all call viewMatrix, so two views of the same row can never disagree. Pure: no fetching, no DOM.
+//
+// blocks: per block, the model's float32 weights as one Float32Array [head, query, key] flattened, or as
+//   an array of per-head Float32Arrays [query, key] (then only the heads the view reads need be there).
+// tokens: the run's tokens ({special, start, end, segment}); n = tokens.length.
+// view: {layer, head (a number or "mean"), heads (the heads "mean" averages), blockMean, sinks, segments}
+//   sinks: "show" | "hide" | "renormalise"; segments: "all" | "AA" | "AB" | "BA" | "BB".
+
+// The tokens the sink controls hide: the ones the tokenizer adds around the text ([CLS]/[SEP], <s>/</s>),
+// which have no characters of their own. A special id typed in the text or an [UNK] keeps its place.
+export function isSink(token) {
+  return token.special && token.start === token.end;
+}
+
+function headWeights(block, head, n) {
+  return Array.isArray(block) ? block[head] : block.subarray(head * n * n, (head + 1) * n * n);
+}
+
+// The mean of the chosen heads of one block, [query, key], summed in float64.
+export function headMean(block, heads, n) {
+  if (heads.length === 1) return headWeights(block, heads[0], n);
+  const sum = new Float64Array(n * n);
+  for (const head of heads) headWeights(block, head, n).forEach((value, cell) => (sum[cell] += value));
+  return Float32Array.from(sum, (value) => value / heads.length);
+}
+
+// Which blocks and heads a view reads: the chosen block or all of them; one head or the head set.
+export function viewSources(view, nLayers) {
+  const layers = view.blockMean ? [...Array(nLayers).keys()] : [view.layer];
+  const heads = view.head === "mean" ? view.heads : [view.head];
+  return { layers, heads };
+}
+
+// The matrix a view shows: {matrix: Float32Array [query, key] with NaN for every cell the view leaves out,
+// sink: Float32Array per query row of the weight on the hidden sink columns, or null when none are hidden}.
+export function viewMatrix(blocks, tokens, view) {
+  const n = tokens.length;
+  const { layers, heads } = viewSources(view, blocks.length);
+  let matrix;
+  if (layers.length === 1) matrix = headMean(blocks[layers[0]], heads, n);
+  else {
+    const sum = new Float64Array(n * n);
+    for (const layer of layers) headMean(blocks[layer], heads, n).forEach((value, cell) => (sum[cell] += value));
+    matrix = Float32Array.from(sum, (value) => value / layers.length);
+  }
+  const { matrix: kept, sink } = withoutSinks(matrix, tokens, view.sinks);
+  return { matrix: filterSegments(kept, tokens, view.segments), sink };
+}
+
+// Sink columns blanked (NaN) and their weight per row returned as `sink`, so nothing is silently dropped.
+// "renormalise" divides each row's kept cells by their own sum (never by 1 − sink: a softmax row does not
+// sum to exactly 1, and a row that keeps almost nothing would be visibly off).
+export function withoutSinks(matrix, tokens, mode) {
+  if (mode === "show") return { matrix, sink: null };
+  const n = tokens.length;
+  const hidden = tokens.map(isSink);
+  const kept = new Float32Array(n * n);
+  const sink = new Float32Array(n);
+  for (let row = 0; row < n; row += 1) {
+    let sinkSum = 0;
+    let keptSum = 0;
+    for (let col = 0; col < n; col += 1) {
+      const value = matrix[row * n + col];
+      if (hidden[col]) sinkSum += value;
+      else keptSum += value;
+    }
+    sink[row] = sinkSum;
+    const scale = mode === "renormalise" && keptSum > 0 ? 1 / keptSum : 1;
+    for (let col = 0; col < n; col += 1) {
+      kept[row * n + col] = hidden[col] ? NaN : matrix[row * n + col] * scale;
+    }
+  }
+  return { matrix: kept, sink };
+}
+
+// Sentence pairs: "AB" keeps queries in segment A looking at keys in segment B (bertviz's sentence-A/B
+// view); every other cell is blanked (NaN), shown as empty, not as 0.
+export function segmentRule(segments) {
+  return segments === "all" ? null : { from: segments[0], to: segments[1] };
+}
+
+export function filterSegments(matrix, tokens, segments) {
+  const rule = segmentRule(segments);
+  if (rule === null) return matrix;
+  const n = tokens.length;
+  return matrix.map((value, cell) =>
+    tokens[Math.floor(cell / n)].segment === rule.from && tokens[cell % n].segment === rule.to ? value : NaN,
+  );
+}
+
+// Several selected queries: the mean of their rows (each row sums to 1 over what it keeps, so the mean does
+// too). A blanked cell stays blank.
+export function meanRow(matrix, n, rows) {
+  const sum = new Float64Array(n);
+  for (const row of rows) for (let key = 0; key < n; key += 1) sum[key] += matrix[row * n + key];
+  return Float32Array.from(sum, (value) => value / rows.length);
+}
+
+export function meanOf(values, rows) {
+  return rows.reduce((sum, row) => sum + values[row], 0) / rows.length;
+}
+
+// How the heatmap's title, the difference view, predict-first and the exports name a view.
+export function viewName(view, model) {
+  const block = view.blockMean ? `all ${model.layers} blocks averaged` : `block ${view.layer}`;
+  if (view.head !== "mean") return `${block}, head ${view.head}`;
+  const heads = view.heads.length === model.heads ? `all ${model.heads} heads averaged` : `heads ${view.heads.join(", ")} averaged`;
+  return `${block}, ${heads}`;
+}
+
+// The same, as a file name: attention-block2-head5, attention-blocks-mean-heads-1-4-9, …
+export function viewFileName(view, model) {
+  const block = view.blockMean ? "blocks-mean" : `block${view.layer}`;
+  const heads = view.head !== "mean" ? `head${view.head}` : view.heads.length === model.heads ? "heads-mean" : `heads-${view.heads.join("-")}-mean`;
+  const filters = [view.sinks !== "show" ? `sinks-${view.sinks}` : null, view.segments !== "all" ? view.segments : null];
+  return ["attention", block, heads, ...filters].filter(Boolean).join("-");
+}

@@ -1,0 +1,60 @@
+// The stage's switchable area: the views beyond the heatmap and the attends view, one tab each. The open
+// panel is state (and so in the URL); the open tab clicked again closes the area. "Enlarge" lays the open
+// panel over the whole stage for a while (an experiment read by a class), and back.
+
+import { el } from "./format.js";
+
+export const PANELS = {
+  dissection: "Worked example",
+  grid: "Every head",
+  pipeline: "Pipeline",
+  pooled: "Sentence vector",
+  lessons: "Experiments",
+};
+
+// lab: {getState, setState, subscribe}
+export function initPanels(lab) {
+  const tabs = document.getElementById("panel-tabs");
+  const names = Object.keys(PANELS);
+  tabs.replaceChildren(
+    ...names.map((name) =>
+      el("button", { type: "button", role: "tab", id: `panel-tab-${name}`, "aria-controls": `panel-${name}`, dataset: { panel: name } }, PANELS[name]),
+    ),
+  );
+  tabs.addEventListener("click", (event) => {
+    const tab = event.target.closest("[role=tab]");
+    if (tab) lab.setState({ panel: lab.getState().panel === tab.dataset.panel ? null : tab.dataset.panel });
+  });
+  // Arrow keys move between tabs (and open them), as in any tab list; only the current tab is a tab stop.
+  tabs.addEventListener("keydown", (event) => {
+    const step = { ArrowRight: 1, ArrowLeft: -1 }[event.key];
+    if (!step) return;
+    const current = names.indexOf(lab.getState().panel);
+    const next = names[(current + step + names.length) % names.length];
+    lab.setState({ panel: next });
+    document.getElementById(`panel-tab-${next}`).focus();
+    event.preventDefault();
+    event.stopPropagation();
+  });
+  const enlarge = document.getElementById("panel-enlarge");
+  const views = document.getElementById("views");
+  enlarge.addEventListener("click", () => {
+    const on = !views.classList.contains("enlarged");
+    views.classList.toggle("enlarged", on);
+    enlarge.setAttribute("aria-pressed", String(on));
+    enlarge.textContent = on ? "Back to the stage" : "Enlarge";
+  });
+  const show = ({ panel }) => {
+    document.querySelector(".panels").classList.toggle("open", panel !== null);
+    enlarge.hidden = panel === null;
+    if (panel === null && views.classList.contains("enlarged")) enlarge.click();
+    names.forEach((name, index) => {
+      const tab = document.getElementById(`panel-tab-${name}`);
+      tab.setAttribute("aria-selected", String(name === panel));
+      tab.tabIndex = name === panel || (panel === null && index === 0) ? 0 : -1;
+      document.getElementById(`panel-${name}`).hidden = name !== panel;
+    });
+  };
+  lab.subscribe((state, changed) => changed.has("panel") && show(state));
+  show(lab.getState());
+}

@@ -1,0 +1,54 @@
+// How the page's views are run. A view is a plain object:
+//   id        the element it draws into; once drawn, its data-view says what it shows (run:layer:head:token)
+//   follows   the state keys (or a function of the state giving them) whose change redraws it
+//   load      (state, lab) → a promise of the numbers it needs (optional)
+//   render    (state, data, lab) draws them
+//   moves     keys whose change calls move(state, lab) instead: a cheap update of what is drawn
+//   shown     (state) → whether it is on screen: a hidden view is drawn when it is next shown
+// A view is refreshed only when a key it follows changes, and only its newest request is drawn.
+// lab: {getState, setState, subscribe, model, numbers (the current run's RunNumbers), showError}.
+
+function viewKey({ run, layer, head, token }) {
+  return `${run.run_id}:${layer}:${head}:${token}`;
+}
+
+export function mountViews(views, lab) {
+  const latest = new Map(); // view → number of its newest request
+  const drawn = new Map(); // view → number of the request it last drew
+  const stale = new Set(views); // views with changes they have not drawn (hidden, or never drawn)
+  const element = (view) => document.getElementById(view.id);
+  const follows = (view, state) => (typeof view.follows === "function" ? view.follows(state) : view.follows);
+
+  async function refresh(view) {
+    const state = lab.getState();
+    if (view.shown && !view.shown(state)) {
+      stale.add(view);
+      return;
+    }
+    stale.delete(view);
+    const mine = (latest.get(view) ?? 0) + 1;
+    latest.set(view, mine);
+    try {
+      const data = view.load ? await view.load(state, lab) : null;
+      if (latest.get(view) !== mine) return;
+      // Any change the view follows starts a newer request, so the state now is the state it loaded for.
+      view.render(lab.getState(), data, lab);
+      drawn.set(view, mine);
+      element(view).dataset.view = viewKey(lab.getState());
+    } catch (error) {
+      if (latest.get(view) === mine) lab.showError(error.message);
+    }
+  }
+
+  lab.subscribe((state, changed) => {
+    if (!state.run) return;
+    for (const view of views) {
+      if (follows(view, state).some((key) => changed.has(key)) || (stale.has(view) && (!view.shown || view.shown(state)))) {
+        refresh(view);
+      } else if (view.moves?.some((key) => changed.has(key)) && drawn.has(view)) {
+        view.move(state, lab);
+        if (drawn.get(view) === latest.get(view)) element(view).dataset.view = viewKey(state);
+      }
+    }
+  });
+}
