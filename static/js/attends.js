@@ -16,7 +16,7 @@ async function attendRows(state, lab) {
   const n = state.run.tokens.length;
   const views = state.allHeads
     ? HEAD_COLORS.slice(0, lab.model.heads).map((color, head) => ({ name: `head ${head}`, color, view: { ...state, head } }))
-    : [{ name: state.head === "mean" ? "mean" : `head ${state.head}`, color: state.head === "mean" ? "#1965B0" : HEAD_COLORS[state.head % HEAD_COLORS.length], view: state }];
+    : [{ name: state.head === "mean" ? "mean" : `head ${state.head}`, color: state.head === "mean" ? "currentColor" : HEAD_COLORS[state.head % HEAD_COLORS.length], view: state }];
   return Promise.all(
     views.map(async ({ name, color, view }) => {
       const { matrix, sink } = await lab.numbers().matrix(view, state.run.tokens, lab.model.layers);
