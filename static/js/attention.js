@@ -35,6 +35,7 @@ export function createAttentionView(lab) {
     readout: $("heatmap-readout"),
   });
   heatmap.head.append($("export-menu-box")); // saving is about the heatmap: its menu sits on its title row
+  heatmap.fit();
   // The square follows the stage's size and the screen's pixel density.
   new ResizeObserver(() => heatmap.fit()).observe($("views"));
   new ResizeObserver(() => heatmap.fit()).observe(document.querySelector(".heatmap-box"));

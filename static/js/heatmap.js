@@ -226,14 +226,22 @@ export class Heatmap {
   // The largest square the bounds leave once the frame (title, labels, colour bar) is taken off. Drawn
   // again only when that changes: a ResizeObserver calls this on every resize.
   fit() {
-    if (!this.matrix) return;
     const frame = this.frame();
     const { width, height } = this.bounds();
     const room = Math.floor(Math.min(width - frame.width, height - frame.height, Number.isFinite(height) ? Infinity : MAX_SIDE));
     const side = Math.max(MIN_SIDE, room);
     if (side === this.side && window.devicePixelRatio === this.ratio) return;
     this.side = side;
-    this.render();
+    if (this.matrix) this.render();
+    else this.reserve(side);
+  }
+
+  // Before there is a matrix, the frame takes its place already, so drawing it shifts nothing.
+  reserve(side) {
+    Object.assign(this.canvas.style, { width: `${side}px`, height: `${side}px` });
+    this.yLabels.style.height = `${side}px`;
+    this.xLabels.style.width = `${side}px`;
+    this.colorbar.style.height = `${side}px`;
   }
 
   // What the heatmap needs beside and below its square: measured, since it is set in rem.

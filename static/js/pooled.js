@@ -1,6 +1,7 @@
 // The sentence vector: the pooled 384 numbers and the same vector divided by its norm.
 
 import { el, fixed, plotFont } from "./format.js";
+import { loadPlotly } from "./plotly.js";
 
 const STRATEGIES = {
   mean: "mean of every token's final vector",
@@ -23,7 +24,7 @@ export function renderPooled(container, pooled, model) {
     ),
     chart,
   );
-  drawChart(chart, pooled, model);
+  return drawChart(chart, pooled, model);
 }
 
 export const pooledView = {
@@ -33,9 +34,9 @@ export const pooledView = {
   render: (state, _, lab) => renderPooled(document.getElementById("pooled"), state.run.pooled, lab.model),
 };
 
-function drawChart(chart, pooled, model) {
+async function drawChart(chart, pooled, model) {
   const dims = [...pooled.vector.keys()];
-  Plotly.react(
+  (await loadPlotly()).react(
     chart,
     [
       { type: "bar", x: dims, y: pooled.vector, name: "pooled", marker: { color: "#1f77b4" }, hovertemplate: "dim %{x}: %{y:.4f}<extra>pooled</extra>" },

@@ -2,7 +2,7 @@
 //   id        the element it draws into; once drawn, its data-view says what it shows (run:layer:head:token)
 //   follows   the state keys (or a function of the state giving them) whose change redraws it
 //   load      (state, lab) → a promise of the numbers it needs (optional)
-//   render    (state, data, lab) draws them
+//   render    (state, data, lab) draws them (and may return a promise)
 //   moves     keys whose change calls move(state, lab) instead: a cheap update of what is drawn
 //   shown     (state) → whether it is on screen: a hidden view is drawn when it is next shown
 // A view is refreshed only when a key it follows changes, and only its newest request is drawn.
@@ -32,7 +32,7 @@ export function mountViews(views, lab) {
       const data = view.load ? await view.load(state, lab) : null;
       if (latest.get(view) !== mine) return;
       // Any change the view follows starts a newer request, so the state now is the state it loaded for.
-      view.render(lab.getState(), data, lab);
+      await view.render(lab.getState(), data, lab); // a render may wait too (a chart's library)
       drawn.set(view, mine);
       element(view).dataset.view = viewKey(lab.getState());
     } catch (error) {

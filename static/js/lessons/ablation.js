@@ -65,8 +65,10 @@ async function rerun(result, run, text, token, model) {
       el("h4", {}, "How much each block's attention moved: mean |A_original − A_ablated|"),
       change,
     );
-    stageChart(chart, compared.stages, [{ name: run.tokens[index].text, values: compared.cosines }]);
-    blockBars(change, compared.attention_change, "mean |ΔA|");
+    await Promise.all([
+      stageChart(chart, compared.stages, [{ name: run.tokens[index].text, values: compared.cosines }]),
+      blockBars(change, compared.attention_change, "mean |ΔA|"),
+    ]);
     result.dataset.attentionChange = JSON.stringify(compared.attention_change);
   });
 }

@@ -78,7 +78,7 @@ async function showToken(details, a, b, { token, other }, { model, layer, head }
     el("h4", {}, `Block ${layer}, head ${head === "mean" ? 0 : head}: where each “${token.text}” looks`),
     maps,
   );
-  stageChart(chart, compared.stages, [{ name: token.text, values: compared.cosines }]);
+  await stageChart(chart, compared.stages, [{ name: token.text, values: compared.cosines }]);
   const headIndex = head === "mean" ? 0 : head;
   const [rowsA, rowsB] = await Promise.all([
     api.attention(a.run_id, { dtype: "float32", layer, head: headIndex }),

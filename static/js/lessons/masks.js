@@ -29,12 +29,12 @@ export function renderMasks(container, { run, text, token, model }) {
         ["bidirectional", "causal"].map((mask) => api.analyze({ text, mask, pooling: run.pooled.strategy })),
       );
       const compared = await api.compare(runs[0].run_id, runs[1].run_id, token, token);
-      show(result, compared, run.tokens[token], model);
+      await show(result, compared, run.tokens[token], model);
     });
   });
 }
 
-function show(result, compared, token, model) {
+async function show(result, compared, token, model) {
   const chart = el("div", { class: "lesson-chart", role: "img", "aria-label": "Cosine between the bidirectional and causal vectors" });
   const change = el("div", { class: "lesson-chart", role: "img", "aria-label": "Mean change of attention per block" });
   result.replaceChildren(
@@ -51,6 +51,8 @@ function show(result, compared, token, model) {
     el("h4", {}, "Mean |A_bidirectional − A_causal| per block"),
     change,
   );
-  stageChart(chart, compared.stages, [{ name: token.text, values: compared.cosines }]);
-  blockBars(change, compared.attention_change, "mean |ΔA|");
+  await Promise.all([
+    stageChart(chart, compared.stages, [{ name: token.text, values: compared.cosines }]),
+    blockBars(change, compared.attention_change, "mean |ΔA|"),
+  ]);
 }
