@@ -11,6 +11,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+import redis
 import torch
 from fastapi.testclient import TestClient
 from transformers import BertConfig, BertModel
@@ -26,6 +27,50 @@ def run_async(coroutine):
     thread for the rest of the session, and asyncio.run refuses to start inside it."""
     with ThreadPoolExecutor(1) as thread:
         return thread.submit(asyncio.run, coroutine).result()
+
+
+REDIS_SERVER = "/usr/bin/redis-server"
+
+
+class RedisServer:
+    """Debian's redis-server on a 127.0.0.1 port, writing nothing to disk; stop() and start() again on the
+    same port are an operator's restart."""
+
+    def __init__(self, port: int):
+        self.port = port
+        self.url = f"redis://127.0.0.1:{port}/0"
+        self.process: subprocess.Popen | None = None
+
+    def start(self) -> None:
+        if not Path(REDIS_SERVER).exists():
+            pytest.fail(f"{REDIS_SERVER} is missing: `make test` installs Debian's redis-server")
+        self.process = subprocess.Popen(
+            [REDIS_SERVER, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"],
+            stdout=subprocess.DEVNULL,
+        )
+        client = redis.Redis.from_url(self.url)
+        deadline = time.monotonic() + 10
+        while True:
+            try:
+                client.ping()
+                break
+            except redis.ConnectionError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.05)
+        client.close()
+
+    def stop(self) -> None:
+        self.process.terminate()
+        self.process.wait(timeout=10)
+
+
+@pytest.fixture(scope="session")
+def redis_server():
+    server = RedisServer(free_port())
+    server.start()
+    yield server
+    server.stop()
 
 
 TOKENIZER_FILES = ("vocab.txt", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json")
