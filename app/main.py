@@ -1,4 +1,5 @@
-"""Builds the ASGI app: the model is loaded once, in the lifespan, and shared by every request."""
+"""Builds the ASGI app: the model is loaded and the spec store opened once per server process, in the
+lifespan, and shared by every request of that process."""
 
 from contextlib import asynccontextmanager
 
@@ -15,18 +16,29 @@ from app.lab import InvalidInput, Lab, OutOfRange, PassFailed, RunNotFound, Text
 from app.middleware import HeadAsGet, LimitBody, SecurityHeaders
 from app.model import LoadedModel, load_model
 from app.settings import get_settings
+from app.specs import SpecStore, StoreError, open_spec_store
 
 
-def create_app(model: LoadedModel | None = None) -> FastAPI:
-    """The lab's app; `model` is loaded in the lifespan unless given (the CLI preloads it to fail early)."""
+def create_app(model: LoadedModel | None = None, specs: SpecStore | None = None) -> FastAPI:
+    """The lab's app; `model` is loaded and `specs` opened in the lifespan unless given (the CLI opens
+    both first, to fail early)."""
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
         settings = get_settings()
         loaded = model or load_model(settings.model_path)
+        store = specs or open_spec_store(settings)
         gate = PassGate(settings.max_concurrent_passes, settings.max_waiting, settings.max_wait_seconds)
-        app.state.lab = Lab(loaded, settings.max_chars, settings.max_runs, settings.max_store_bytes, gate)
+        app.state.lab = Lab(
+            loaded,
+            store,
+            gate,
+            max_chars=settings.max_chars,
+            max_runs=settings.max_runs,
+            max_cache_bytes=settings.max_store_bytes,
+        )
         yield
+        store.close()
 
     # No /docs or /redoc: FastAPI serves them from a CDN, and the lab makes no request beyond itself.
     # The schema stays at /openapi.json.
@@ -51,6 +63,7 @@ def create_app(model: LoadedModel | None = None) -> FastAPI:
     app.add_exception_handler(StarletteHTTPException, unreadable_body)
     app.add_exception_handler(Busy, busy)
     app.add_exception_handler(PassFailed, _error(503))
+    app.add_exception_handler(StoreError, _error(503))
     # Last resort: whatever else goes wrong answers as a clear 503 (the server still logs the traceback).
     app.add_exception_handler(Exception, unexpected)
     return app

@@ -20,6 +20,8 @@ from app.gate import PassGate
 from app.lab import Lab
 from app.main import create_app
 from app.model import load_model, packaged_model_path
+from app.settings import get_settings
+from app.specs import SqliteSpecStore
 
 
 def run_async(coroutine):
@@ -76,6 +78,30 @@ def redis_server():
 TOKENIZER_FILES = ("vocab.txt", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json")
 
 
+@pytest.fixture(scope="session", autouse=True)
+def data_dir(tmp_path_factory) -> Path:
+    """Every app and lab process of the session keeps its run store here, never in the checkout's data/."""
+    folder = tmp_path_factory.mktemp("data")
+    os.environ["ATTENTION_LAB_DATA_DIR"] = str(folder)
+    get_settings.cache_clear()
+    return folder
+
+
+def spec_store(folder: Path, max_specs: int = 1000) -> SqliteSpecStore:
+    return SqliteSpecStore(folder / "runs.sqlite3", max_specs=max_specs, max_age_seconds=86_400, timeout_seconds=2)
+
+
+def make_lab(model, folder: Path, max_runs: int = 8, max_chars: int = 1000, passes: int = 1) -> Lab:
+    return Lab(
+        model,
+        spec_store(folder),
+        PassGate(passes, 64, 30),
+        max_chars=max_chars,
+        max_runs=max_runs,
+        max_cache_bytes=10**9,
+    )
+
+
 @pytest.fixture(scope="session")
 def minilm():
     """The real packaged all-MiniLM-L6-v2."""
@@ -83,8 +109,8 @@ def minilm():
 
 
 @pytest.fixture(scope="session")
-def lab(minilm):
-    return Lab(minilm, max_chars=20_000, max_runs=64, max_store_bytes=2 * 1024**3, gate=PassGate(1, 64, 30))
+def lab(minilm, tmp_path_factory):
+    return make_lab(minilm, tmp_path_factory.mktemp("lab"), max_runs=64, max_chars=20_000)
 
 
 @pytest.fixture(scope="session")

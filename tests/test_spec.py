@@ -9,6 +9,9 @@ import subprocess
 import sys
 from dataclasses import replace
 
+import pytest
+
+from app.lab import InvalidInput, TextTooLong
 from app.model import load_model
 from app.spec import RUN_ID, RunSpec
 
@@ -56,6 +59,23 @@ def test_every_field_changes_the_id():
 
 def test_text_and_pair_are_not_one_string():
     assert RunSpec("m", "d", "a b", text_pair="c").run_id != RunSpec("m", "d", "a", text_pair="b c").run_id
+
+
+def test_equivalent_requests_name_one_run(lab):
+    mean = lab.spec("the river bank", pooling="mean")
+    assert lab.spec("the river bank").run_id == mean.run_id  # the model's own pooling, resolved
+    assert lab.spec("the river bank", pooling="cls").run_id != mean.run_id
+    ablated = lab.spec("the river bank", ablate=[[4, 1], [4, 0], [4, 1]])
+    assert ablated.ablated == ((4, 0), (4, 1))
+    assert lab.spec("the river bank", ablate=[(4, 0), (4, 1)]).run_id == ablated.run_id
+    assert lab.spec("the river bank", ablate=[]).run_id == mean.run_id
+
+
+def test_a_spec_is_checked_before_it_is_made(lab):
+    with pytest.raises(InvalidInput, match="no head"):
+        lab.spec("ok", ablate=[(6, 0)])
+    with pytest.raises(TextTooLong, match="20,001 characters"):
+        lab.spec("a" * 10_000, text_pair="b" * 10_001)
 
 
 def test_the_model_digest_is_the_models_not_its_folders(tiny, tiny_model_dir, minilm, tmp_path):
