@@ -13,8 +13,8 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from app import api, pages
 from app.gate import Busy, PassGate
 from app.lab import InvalidInput, Lab, OutOfRange, PassFailed, RunNotFound, TextTooLong
-from app.middleware import HeadAsGet, LimitBody, SecurityHeaders
-from app.model import LoadedModel, load_model
+from app.middleware import HeadAsGet, LimitBody, OneLineStartupFailure, SecurityHeaders
+from app.model import LoadedModel, ModelLoadError, load_model
 from app.settings import get_settings
 from app.specs import SpecStore, StoreError, open_spec_store
 
@@ -52,6 +52,7 @@ def create_app(model: LoadedModel | None = None, specs: SpecStore | None = None)
     app.add_middleware(LimitBody, max_bytes=get_settings().max_body_bytes)
     app.add_middleware(HeadAsGet)
     app.add_middleware(SecurityHeaders)
+    app.add_middleware(OneLineStartupFailure, errors=(ModelLoadError, StoreError))
     app.include_router(api.router)
     app.include_router(pages.router)
     app.mount("/static", StaticFiles(directory=pages.ROOT / "static"), name="static")

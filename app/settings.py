@@ -36,6 +36,8 @@ class Settings(BaseSettings):
     max_body_bytes: int = 512 * 1024
     host: str = "127.0.0.1"
     port: int = 8000
+    # Server processes `python -m app` starts; each loads its own copy of the model (about 0.5 GB).
+    workers: int = 1
 
 
 @lru_cache
