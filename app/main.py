@@ -10,7 +10,7 @@ from fastapi.responses import JSONResponse
 from fastapi.staticfiles import StaticFiles
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from app import api, pages
+from app import api, docs, pages
 from app.gate import Busy, PassGate
 from app.lab import InvalidInput, Lab, OutOfRange, PassFailed, RunNotFound, TextTooLong
 from app.middleware import HeadAsGet, LimitBody, OneLineStartupFailure, SecurityHeaders
@@ -40,8 +40,8 @@ def create_app(model: LoadedModel | None = None, specs: SpecStore | None = None)
         yield
         store.close()
 
-    # No /docs or /redoc: FastAPI serves them from a CDN, and the lab makes no request beyond itself.
-    # The schema stays at /openapi.json.
+    # FastAPI's own /docs and /redoc load their scripts from a CDN; app.docs serves Swagger UI from the
+    # installed fastapi-offline package instead, so the lab makes no request beyond itself.
     app = FastAPI(
         title="Attention Lab",
         summary="Every step of a real transformer's attention, with the real numbers.",
@@ -55,6 +55,8 @@ def create_app(model: LoadedModel | None = None, specs: SpecStore | None = None)
     app.add_middleware(OneLineStartupFailure, errors=(ModelLoadError, StoreError))
     app.include_router(api.router)
     app.include_router(pages.router)
+    app.include_router(docs.router)
+    app.mount(docs.ASSETS_URL, StaticFiles(directory=docs.SWAGGER_UI), name="docs-assets")
     app.mount("/static", StaticFiles(directory=pages.ROOT / "static"), name="static")
     app.add_exception_handler(TextTooLong, _error(413))
     app.add_exception_handler(InvalidInput, _error(422))
