@@ -1,5 +1,7 @@
 """The JSON API: parse the request, ask the lab, return its numbers. No model code here."""
 
+import os
+import socket
 from typing import Annotated
 
 import numpy as np
@@ -76,7 +78,13 @@ def numbers(tensors: dict) -> dict:
 async def health(lab: LabDep):
     problem = await lab.store_problem()
     store = {"name": lab.specs.name, "answering": problem is None, "detail": problem}
-    return {"status": "ok", "model": lab.info["name"], "runs": len(lab.runs), "store": store}
+    return {
+        "status": "ok",
+        "model": lab.info["name"],
+        "server": f"{socket.gethostname()}:{os.getpid()}",
+        "runs": len(lab.runs),
+        "store": store,
+    }
 
 
 @router.get("/model", response_model=ModelInfo)

@@ -238,6 +238,7 @@ class StoreHealth(BaseModel):
 class Health(BaseModel):
     status: Literal["ok"]
     model: str
+    server: str = Field(description="host:pid of the process that answered: which replica and worker")
     runs: int = Field(description="Runs this server process holds in memory")
     store: StoreHealth
 

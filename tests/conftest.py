@@ -6,7 +6,6 @@ import subprocess
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
@@ -149,35 +148,48 @@ def free_port() -> int:
         return probe.getsockname()[1]
 
 
-@dataclass
-class LiveLab:
-    url: str
-    process: subprocess.Popen
+class LabProcess:
+    """The lab as an operator starts it, in its own process on a free 127.0.0.1 port: `python -m app`
+    unless another command is given. stop() and then start() on the same port are a restart."""
+
+    def __init__(self, folder: Path, command: tuple[str, ...] = ("-m", "app"), env=None, workers: int = 1):
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.command = [sys.executable, *command, "--host", "127.0.0.1", "--port", str(self.port)]
+        self.env = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
+        self.workers = workers
+        self.log = folder / "server.log"
+        self.log.touch()
+        self.process: subprocess.Popen | None = None
+
+    def start(self) -> None:
+        """Starts the server and returns once every worker has started and the lab answers."""
+        seen = self.log.stat().st_size
+        with self.log.open("a") as log:  # a file, not a pipe: a full pipe would stall a server nobody reads
+            self.process = subprocess.Popen(self.command, env=self.env, stdout=log, stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + 180
+        while not self._started(seen):
+            if self.process.poll() is not None or time.monotonic() > deadline:
+                self.process.kill()
+                raise RuntimeError(f"the lab did not start:\n{self.log.read_bytes()[seen:].decode()}")
+            time.sleep(0.3)
+
+    def _started(self, seen: int) -> bool:
+        workers = self.log.read_bytes()[seen:].count(b"Application startup complete")
+        return workers >= self.workers and _answers(self.url)
+
+    def stop(self) -> None:
+        self.process.terminate()
+        self.process.wait(timeout=60)
 
 
 @pytest.fixture(scope="session")
 def live_lab(tmp_path_factory):
     """The lab as a user runs it, `python -m app`, on a free 127.0.0.1 port."""
-    port = free_port()
-    log = (tmp_path_factory.mktemp("live-lab") / "server.log").open("w+")
-    process = subprocess.Popen(
-        [sys.executable, "-m", "app", "--host", "127.0.0.1", "--port", str(port)],
-        env={**os.environ, "PYTHONUNBUFFERED": "1"},
-        stdout=log,  # a file, not a pipe: a full pipe would stall a server nobody reads
-        stderr=subprocess.STDOUT,
-    )
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 120
-    while not _answers(url):
-        if process.poll() is not None or time.monotonic() > deadline:
-            process.kill()
-            log.seek(0)
-            raise RuntimeError(f"the lab did not start:\n{log.read()}")
-        time.sleep(0.3)
-    yield LiveLab(url, process)
-    process.terminate()
-    process.wait(timeout=30)
-    log.close()
+    lab = LabProcess(tmp_path_factory.mktemp("live-lab"))
+    lab.start()
+    yield lab
+    lab.stop()
 
 
 def _answers(url: str) -> bool:

@@ -1,5 +1,8 @@
 """The HTTP API through the real app (TestClient runs the lifespan with the packaged MiniLM)."""
 
+import os
+import socket
+
 import numpy as np
 import pytest
 
@@ -167,7 +170,7 @@ def test_causal_and_pooling_through_http(client):
 
 def test_health_and_model(client, data_dir):
     health = client.get("/api/health").json()
-    assert health["status"] == "ok"
+    assert health["status"] == "ok" and health["server"] == f"{socket.gethostname()}:{os.getpid()}"
     assert health["store"] == {"name": f"sqlite {data_dir / 'runs.sqlite3'}", "answering": True, "detail": None}
     assert client.get("/api/model").json()["layers"] == 6
 
