@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 TORCH := torch==2.13.0
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: install install-test chromium run test bench load clean
+.PHONY: install install-test chromium redis-server run test bench load clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -23,10 +23,14 @@ install-test: install
 chromium:
 	@command -v chromium >/dev/null || { $(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq chromium; }
 
+# The run store's tests start Debian's redis-server on a free loopback port (and stop it after).
+redis-server:
+	@test -x /usr/bin/redis-server || { $(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq redis-server; }
+
 run: install
 	$(BIN)/python -m app
 
-test: install-test chromium
+test: install-test chromium redis-server
 	$(BIN)/ruff check app tests bench
 	$(BIN)/python -m pytest
 

@@ -1,4 +1,5 @@
-"""`python -m app`: load the model (or exit with one line saying why), then serve the lab."""
+"""`python -m app`: load the model and open the run store (or exit with one line saying why), then serve
+the lab."""
 
 import argparse
 import sys
@@ -8,6 +9,7 @@ import uvicorn
 from app.main import create_app
 from app.model import ModelLoadError, load_model
 from app.settings import get_settings
+from app.specs import StoreError, open_spec_store
 
 
 def main() -> None:
@@ -15,12 +17,23 @@ def main() -> None:
     parser = argparse.ArgumentParser(prog="attention-lab", description=__doc__)
     parser.add_argument("--host", default=settings.host, help="127.0.0.1 by default; 0.0.0.0 opens it to the network")
     parser.add_argument("--port", type=int, default=settings.port)
+    parser.add_argument(
+        "--workers", type=int, default=settings.workers, help="server processes; each holds its own model copy"
+    )
     args = parser.parse_args()
     try:
+        specs = open_spec_store(settings)
         model = load_model(settings.model_path)
-    except ModelLoadError as error:
+    except (ModelLoadError, StoreError) as error:
         sys.exit(f"attention-lab: {error}")
-    uvicorn.run(create_app(model), host=args.host, port=args.port)
+    if args.workers == 1:
+        uvicorn.run(create_app(model, specs), host=args.host, port=args.port)
+        return
+    # Each worker loads its own model and opens its own store: these two only made a bad setting fail here,
+    # in one line and with an exit status (uvicorn's supervisor exits 0 when a worker fails to start).
+    del model
+    specs.close()
+    uvicorn.run("app.main:app", host=args.host, port=args.port, workers=args.workers)
 
 
 if __name__ == "__main__":

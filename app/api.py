@@ -1,5 +1,7 @@
 """The JSON API: parse the request, ask the lab, return its numbers. No model code here."""
 
+import os
+import socket
 from typing import Annotated
 
 import numpy as np
@@ -34,7 +36,10 @@ router = APIRouter(
     prefix="/api",
     responses={422: {"model": ValidationErrorResponse, "description": "The request is not one the API takes"}},
 )
-NOT_FOUND = {404: {"model": ErrorResponse, "description": "Unknown or evicted run, or layer/head out of range"}}
+NOT_FOUND = {
+    404: {"model": ErrorResponse, "description": "Unknown or expired run, or layer/head out of range"},
+    503: {"model": ErrorResponse, "description": "The run store is not answering, or the model is busy"},
+}
 
 
 class NumbersResponse(Response):
@@ -46,11 +51,21 @@ class NumbersResponse(Response):
         return orjson.dumps(content, option=orjson.OPT_SERIALIZE_NUMPY)
 
 
-def get_run(run_id: str, lab: LabDep) -> Run:
-    return lab.run(run_id)
+async def get_run(run_id: str, lab: LabDep) -> Run:
+    return await lab.run(run_id)
+
+
+async def get_run_a(a: str, lab: LabDep) -> Run:
+    return await lab.run(a)
+
+
+async def get_run_b(b: str, lab: LabDep) -> Run:
+    return await lab.run(b)
 
 
 RunDep = Annotated[Run, Depends(get_run)]
+RunADep = Annotated[Run, Depends(get_run_a)]
+RunBDep = Annotated[Run, Depends(get_run_b)]
 
 
 def numbers(tensors: dict) -> dict:
@@ -61,7 +76,15 @@ def numbers(tensors: dict) -> dict:
 # Health and model are async: they answer on the event loop even while every worker thread is busy.
 @router.get("/health", response_model=Health)
 async def health(lab: LabDep):
-    return {"status": "ok", "model": lab.info["name"], "runs": len(lab.runs)}
+    problem = await lab.store_problem()
+    store = {"name": lab.specs.name, "answering": problem is None, "detail": problem}
+    return {
+        "status": "ok",
+        "model": lab.info["name"],
+        "server": f"{socket.gethostname()}:{os.getpid()}",
+        "runs": len(lab.runs),
+        "store": store,
+    }
 
 
 @router.get("/model", response_model=ModelInfo)
@@ -74,21 +97,25 @@ async def model(lab: LabDep):
     response_model=AnalyzeResponse,
     responses={
         413: {"model": ErrorResponse, "description": "Text over the character cap"},
-        503: {"model": ErrorResponse, "description": "Too many requests waiting for the model; see Retry-After"},
+        503: {
+            "model": ErrorResponse,
+            "description": "Too many requests waiting for the model (see Retry-After), or the run store is down",
+        },
     },
 )
 async def analyze(body: AnalyzeRequest, lab: LabDep):
-    run = await lab.submit(body.text, body.mask, body.pooling, body.ablate, text_pair=body.text_pair)
+    spec = lab.spec(body.text, body.text_pair, body.mask, body.pooling, body.ablate)
+    run = await lab.submit(spec)
     return NumbersResponse(
         {
             "run_id": run.run_id,
             "model": lab.info,
-            "text_pair": run.text_pair,
+            "text_pair": spec.text_pair,
             "tokens": [token.__dict__ for token in run.tokens],
             "truncated": run.truncated,
-            "mask": run.mask,
-            "pooled": pooled(run.pooling, run.pooled),
-            "ablated": run.ablated,
+            "mask": spec.mask,
+            "pooled": pooled(spec.pooling, run.pooled),
+            "ablated": spec.ablated,
         }
     )
 
@@ -99,13 +126,18 @@ def pooled(strategy: str, vector) -> dict:
 
 
 @router.get("/compare", response_model=CompareResponse, responses=NOT_FOUND)
-def compare(lab: LabDep, a: str, b: str, token_a: int, token_b: int):
+def compare(run_a: RunADep, run_b: RunBDep, token_a: int, token_b: int):
     """One token's vector in run a against one in run b (the same word in two prompts, the same prompt
     under two masks, or a run against its ablated twin)."""
-    run_a, run_b = lab.run(a), lab.run(b)
     run_a.check_token(token_a)
     run_b.check_token(token_b)
-    return {"a": a, "b": b, "token_a": token_a, "token_b": token_b, **lessons.compare(run_a, token_a, run_b, token_b)}
+    return {
+        "a": run_a.run_id,
+        "b": run_b.run_id,
+        "token_a": token_a,
+        "token_b": token_b,
+        **lessons.compare(run_a, token_a, run_b, token_b),
+    }
 
 
 @router.get("/runs/{run_id}/head-stats", response_model=HeadStatsResponse, responses=NOT_FOUND)
@@ -131,8 +163,8 @@ def nearest(run: RunDep, lab: LabDep, token: int, k: Annotated[int, Query(ge=1, 
 @router.post("/pooling", response_model=PoolingResponse)
 async def pooling(body: PoolingRequest, lab: LabDep):
     """CLS, mean and max pooling of one prompt side by side, and how an instruction prefix moves it."""
-    run = await lab.submit(body.text, body.mask)
-    prefixed = await lab.submit(body.prefix + body.text, body.mask)
+    run = await lab.submit(lab.spec(body.text, mask=body.mask))
+    prefixed = await lab.submit(lab.spec(body.prefix + body.text, mask=body.mask))
     vectors = lessons.pooling_strategies(run)
     names = list(vectors)
     return NumbersResponse(

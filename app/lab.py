@@ -1,21 +1,20 @@
-"""The lab's engine: tokenize a text, capture one forward pass, keep the run, serve its numbers."""
+"""The lab's engine: tokenize a text, capture one forward pass, keep the run, serve its numbers. A run is
+named by its spec; a worker that does not hold a run recomputes it from the spec in the shared store."""
 
-import threading
-import uuid
-from collections import OrderedDict
-from concurrent.futures import Future
+import asyncio
 from dataclasses import dataclass, field
 from functools import cached_property
 
 import torch
-from starlette.concurrency import run_in_threadpool
 from torch import Tensor
 
+from app.cache import RunCache
 from app.capture import additive_mask, attention_scores, capture, pool
 from app.gate import PassGate
 from app.memory import trim_if_over
 from app.model import LoadedModel
-from app.store import RunStore
+from app.spec import RUN_ID, RunSpec
+from app.specs import SpecStore, StoreError
 
 # The model, torch and the server besides the runs: about 0.45 GB measured, with room for a pass in flight.
 RUNTIME_BYTES = 1024**3
@@ -42,6 +41,17 @@ class RunNotFound(KeyError):
         return f"run {self.args[0]} is not kept any more (or never was): analyze the text again"
 
 
+class ForeignRun(RunNotFound):
+    """The spec names another model than the one this lab serves: recomputing it would give other numbers."""
+
+    def __str__(self) -> str:
+        run_id, spec, loaded = self.args
+        return (
+            f"run {run_id} was made by {spec.model} (weights {spec.model_digest[:12]}) and this lab serves "
+            f"{loaded.name} (weights {loaded.digest[:12]}): analyze the text again"
+        )
+
+
 class OutOfRange(LookupError):
     pass
 
@@ -60,12 +70,7 @@ class Token:
 
 @dataclass
 class Run:
-    run_id: str
-    text: str
-    text_pair: str | None  # segment B, if the text was read as a pair
-    mask: str
-    pooling: str
-    ablated: tuple[tuple[int, int], ...]  # (layer, head) pairs switched off
+    spec: RunSpec  # what was run: the numbers below follow from it and the model
     tokens: list[Token]
     truncated: bool
     activations: dict[str, Tensor]  # float32, named as in app.capture
@@ -77,10 +82,14 @@ class Run:
     def __post_init__(self):
         self.nbytes = sum(a.numel() * a.element_size() for a in self.activations.values())
 
+    @property
+    def run_id(self) -> str:
+        return self.spec.run_id
+
     def head(self, layer: int, head: int) -> dict[str, Tensor]:
         self._check(layer, head)
         attn = {name: self.activations[f"blocks.{layer}.attn.{name}"][head] for name in ("q", "k", "v")}
-        mask = additive_mask(self.mask, len(self.tokens))
+        mask = additive_mask(self.spec.mask, len(self.tokens))
         return {
             **attn,
             "scores": attention_scores(attn["q"], attn["k"], mask),  # [query_pos, key_pos]
@@ -153,16 +162,23 @@ def segments(sequence_ids: list[int | None]) -> list[str]:
 
 
 class Lab:
-    def __init__(self, loaded: LoadedModel, max_chars: int, max_runs: int, max_store_bytes: int, gate: PassGate):
+    def __init__(
+        self,
+        loaded: LoadedModel,
+        specs: SpecStore,
+        gate: PassGate,
+        *,
+        max_chars: int,
+        max_runs: int,
+        max_cache_bytes: int,
+    ):
         self.loaded = loaded
-        self.max_chars = max_chars
-        self.runs: RunStore[Run] = RunStore(max_runs, max_store_bytes)
-        # _key(request) -> run id: a class typing the same prompt gets the kept run back.
-        self._run_ids: OrderedDict[tuple, str] = OrderedDict()
-        # Requests being run, by key: an identical request arriving meanwhile waits for the same run.
-        self._pending: dict[tuple, Future] = {}
-        self._lock = threading.Lock()  # guards the two dicts above
+        self.specs = specs
         self.gate = gate
+        self.max_chars = max_chars
+        self.runs: RunCache[Run] = RunCache(max_runs, max_cache_bytes)
+        # Passes under way, by run id: a request for the same run meanwhile awaits that pass.
+        self._passes: dict[str, asyncio.Task] = {}
 
     @property
     def info(self) -> dict:
@@ -178,51 +194,18 @@ class Lab:
             "max_tokens": self.loaded.max_tokens,
         }
 
-    def _key(self, text: str, text_pair: str | None, mask: str, pooling: str | None, ablate) -> tuple:
-        """What makes two requests the same run: the lab holds one model, so it is implied."""
-        ablated = tuple(sorted({tuple(pair) for pair in ablate}))
-        return (text, text_pair, mask, pooling or self.loaded.default_pooling, ablated)
-
-    def kept(
+    def spec(
         self,
         text: str,
+        text_pair: str | None = None,
         mask: str = "bidirectional",
         pooling: str | None = None,
         ablate=(),
-        *,
-        text_pair: str | None = None,
-    ) -> Run | None:
-        """The kept run of this exact request, if there is one: no forward pass needed."""
-        with self._lock:
-            return self.runs.get(self._run_ids.get(self._key(text, text_pair, mask, pooling, ablate), ""))
-
-    async def submit(
-        self,
-        text: str,
-        mask: str = "bidirectional",
-        pooling: str | None = None,
-        ablate=(),
-        *,
-        text_pair: str | None = None,
-    ) -> Run:
-        """analyze() for the server: a kept run at once; otherwise a turn at the gate, then a worker thread."""
-        run = self.kept(text, mask, pooling, ablate, text_pair=text_pair)
-        if run is not None:
-            return run
-        async with self.gate.admit():
-            return await run_in_threadpool(self.analyze, text, mask, pooling, ablate, text_pair=text_pair)
-
-    def analyze(
-        self,
-        text: str,
-        mask: str = "bidirectional",
-        pooling: str | None = None,
-        ablate=(),
-        *,
-        text_pair: str | None = None,
-    ) -> Run:
-        """One forward pass (or the kept one). `ablate`: (layer, head) pairs whose context is zeroed.
-        `text_pair`: segment B, read with `text` as one input, [CLS] text [SEP] text_pair [SEP]."""
+    ) -> RunSpec:
+        """The run a request asks for, checked (its length, the heads it switches off), with the pooling
+        resolved and the heads sorted without repeats, so that equivalent requests name one run.
+        `text_pair`: segment B, read with `text` as one input, [CLS] text [SEP] text_pair [SEP].
+        `ablate`: (layer, head) pairs whose context is zeroed."""
         n_chars = len(text) + len(text_pair or "")
         if n_chars > self.max_chars:
             texts = "the text has" if text_pair is None else "text and text_pair have"
@@ -234,73 +217,101 @@ class Lab:
                     f"no head ({layer}, {head}) to switch off: layers are 0 to {config.num_hidden_layers - 1}, "
                     f"heads 0 to {config.num_attention_heads - 1}"
                 )
-        tokens, truncated = self.tokenize(text, text_pair)
+        return RunSpec(
+            model=self.loaded.name,
+            model_digest=self.loaded.digest,
+            text=text,
+            text_pair=text_pair,
+            mask=mask,
+            pooling=pooling or self.loaded.default_pooling,
+            ablated=tuple(sorted({(layer, head) for layer, head in ablate})),
+        )
+
+    def kept(self, spec: RunSpec) -> Run | None:
+        """This worker's run of the spec, if it holds one: no forward pass needed."""
+        return self.runs.get(spec.run_id)
+
+    async def submit(self, spec: RunSpec) -> Run:
+        """analyze() for the server: the run (kept, or computed once however many ask for it at a time),
+        then its spec in the shared store, so that every worker can serve the id the client receives."""
+        run = await self._computed(spec)
+        await asyncio.to_thread(self.specs.put, spec)
+        return run
+
+    async def run(self, run_id: str) -> Run:
+        """A run by id: from this worker's cache, or recomputed from the spec in the shared store."""
+        run = self.runs.get(run_id)
+        if run is not None:
+            return run
+        spec = await asyncio.to_thread(self.specs.get, run_id) if RUN_ID.fullmatch(run_id) else None
+        if spec is None:
+            raise RunNotFound(run_id)
+        if (spec.model, spec.model_digest) != (self.loaded.name, self.loaded.digest):
+            raise ForeignRun(run_id, spec, self.loaded)
+        return await self._computed(spec)
+
+    async def store_problem(self) -> str | None:
+        """Why the shared spec store is not answering, or None if it is."""
+        try:
+            await asyncio.to_thread(self.specs.ping)
+        except StoreError as error:
+            return str(error)
+        return None
+
+    async def _computed(self, spec: RunSpec) -> Run:
+        """The kept run, or the one pass under way for it, or a new pass: a turn at the gate, then a thread."""
+        run = self.kept(spec)
+        if run is not None:
+            return run
+        underway = self._passes.get(spec.run_id)
+        if underway is None:
+            underway = self._passes[spec.run_id] = asyncio.create_task(self._pass(spec))
+        # A client that goes away cancels its wait, not the pass the others are waiting for.
+        return await asyncio.shield(underway)
+
+    async def _pass(self, spec: RunSpec) -> Run:
+        try:
+            async with self.gate.admit():
+                return await asyncio.to_thread(self.analyze, spec)
+        finally:
+            del self._passes[spec.run_id]
+
+    def analyze(self, spec: RunSpec) -> Run:
+        """One forward pass of the spec, or the kept run."""
+        kept = self.kept(spec)
+        if kept is not None:
+            return kept
+        tokens, truncated = self.tokenize(spec.text, spec.text_pair)
         read = {token.segment for token in tokens if token.end > token.start}
         unreadable = "has no characters the tokenizer keeps (only control or invisible ones)"
         if "A" not in read:
             raise NothingToRead(f"the text {unreadable}")
-        if text_pair is not None and "B" not in read:
+        if spec.text_pair is not None and "B" not in read:
             raise NothingToRead(f"text_pair {unreadable}")
         # A BERT tokenizer makes B tokens type 1 even for a model folder trained with one token type.
-        if max(token.token_type for token in tokens) >= config.type_vocab_size:
+        if max(token.token_type for token in tokens) >= self.loaded.model.config.type_vocab_size:
             raise InvalidInput("this model was trained without a segment B (one token type): analyze the text alone")
-        key = self._key(text, text_pair, mask, pooling, ablate)
-        _, _, _, pooling, ablate = key
-        with self._lock:
-            kept = self.runs.get(self._run_ids.get(key, ""))
-            if kept is not None:
-                return kept
-            pending = self._pending.get(key)
-            owner = pending is None
-            if owner:
-                pending = self._pending[key] = Future()
-        if not owner:  # the same request is being run: share its pass
-            return pending.result()
         try:
-            run = self._forward(text, text_pair, mask, pooling, ablate, tokens, truncated)
+            run = self._forward(spec, tokens, truncated)
         except Exception as error:
-            failure = PassFailed(
+            raise PassFailed(
                 f"the model failed on this text ({type(error).__name__}); try again or change the text"
-            )
-            with self._lock:
-                del self._pending[key]
-            pending.set_exception(failure)
-            raise failure from error
-        with self._lock:
-            self.runs.put(run.run_id, run)
-            self._run_ids[key] = run.run_id
-            while len(self._run_ids) > self.runs.max_runs:
-                self._run_ids.popitem(last=False)
-            del self._pending[key]
-        pending.set_result(run)
+            ) from error
+        self.runs.put(spec.run_id, run)
         trim_if_over(self.runs.max_bytes + RUNTIME_BYTES)
         return run
 
-    def _forward(
-        self,
-        text: str,
-        text_pair: str | None,
-        mask: str,
-        pooling: str,
-        ablate: tuple,
-        tokens: list[Token],
-        truncated: bool,
-    ) -> Run:
+    def _forward(self, spec: RunSpec, tokens: list[Token], truncated: bool) -> Run:
         input_ids = torch.tensor([token.id for token in tokens])
         token_type_ids = torch.tensor([token.token_type for token in tokens])
-        activations = capture(self.loaded.model, input_ids, token_type_ids, mask, ablate)
+        activations = capture(self.loaded.model, input_ids, token_type_ids, spec.mask, spec.ablated)
         config = self.loaded.model.config
         return Run(
-            run_id=uuid.uuid4().hex,
-            text=text,
-            text_pair=text_pair,
-            mask=mask,
-            pooling=pooling,
-            ablated=ablate,
+            spec=spec,
             tokens=tokens,
             truncated=truncated,
             activations=activations,
-            pooled=pool(activations[f"blocks.{config.num_hidden_layers - 1}.output"], pooling),
+            pooled=pool(activations[f"blocks.{config.num_hidden_layers - 1}.output"], spec.pooling),
             n_layers=config.num_hidden_layers,
             n_heads=config.num_attention_heads,
         )
@@ -343,9 +354,3 @@ class Lab:
         """The word-embedding table with rows scaled to length 1: cosines to it are one matrix product."""
         table = self.loaded.model.get_input_embeddings().weight.detach()
         return table / table.norm(dim=1, keepdim=True)
-
-    def run(self, run_id: str) -> Run:
-        run = self.runs.get(run_id)
-        if run is None:
-            raise RunNotFound(run_id)
-        return run

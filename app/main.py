@@ -1,4 +1,5 @@
-"""Builds the ASGI app: the model is loaded once, in the lifespan, and shared by every request."""
+"""Builds the ASGI app: the model is loaded and the spec store opened once per server process, in the
+lifespan, and shared by every request of that process."""
 
 from contextlib import asynccontextmanager
 
@@ -9,27 +10,38 @@ from fastapi.responses import JSONResponse
 from fastapi.staticfiles import StaticFiles
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from app import api, pages
+from app import api, docs, pages
 from app.gate import Busy, PassGate
 from app.lab import InvalidInput, Lab, OutOfRange, PassFailed, RunNotFound, TextTooLong
-from app.middleware import HeadAsGet, LimitBody, SecurityHeaders
-from app.model import LoadedModel, load_model
+from app.middleware import HeadAsGet, LimitBody, OneLineStartupFailure, SecurityHeaders
+from app.model import LoadedModel, ModelLoadError, load_model
 from app.settings import get_settings
+from app.specs import SpecStore, StoreError, open_spec_store
 
 
-def create_app(model: LoadedModel | None = None) -> FastAPI:
-    """The lab's app; `model` is loaded in the lifespan unless given (the CLI preloads it to fail early)."""
+def create_app(model: LoadedModel | None = None, specs: SpecStore | None = None) -> FastAPI:
+    """The lab's app; `model` is loaded and `specs` opened in the lifespan unless given (the CLI opens
+    both first, to fail early)."""
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
         settings = get_settings()
         loaded = model or load_model(settings.model_path)
+        store = specs or open_spec_store(settings)
         gate = PassGate(settings.max_concurrent_passes, settings.max_waiting, settings.max_wait_seconds)
-        app.state.lab = Lab(loaded, settings.max_chars, settings.max_runs, settings.max_store_bytes, gate)
+        app.state.lab = Lab(
+            loaded,
+            store,
+            gate,
+            max_chars=settings.max_chars,
+            max_runs=settings.max_runs,
+            max_cache_bytes=settings.max_store_bytes,
+        )
         yield
+        store.close()
 
-    # No /docs or /redoc: FastAPI serves them from a CDN, and the lab makes no request beyond itself.
-    # The schema stays at /openapi.json.
+    # FastAPI's own /docs and /redoc load their scripts from a CDN; app.docs serves Swagger UI from the
+    # installed fastapi-offline package instead, so the lab makes no request beyond itself.
     app = FastAPI(
         title="Attention Lab",
         summary="Every step of a real transformer's attention, with the real numbers.",
@@ -40,8 +52,11 @@ def create_app(model: LoadedModel | None = None) -> FastAPI:
     app.add_middleware(LimitBody, max_bytes=get_settings().max_body_bytes)
     app.add_middleware(HeadAsGet)
     app.add_middleware(SecurityHeaders)
+    app.add_middleware(OneLineStartupFailure, errors=(ModelLoadError, StoreError))
     app.include_router(api.router)
     app.include_router(pages.router)
+    app.include_router(docs.router)
+    app.mount(docs.ASSETS_URL, StaticFiles(directory=docs.SWAGGER_UI), name="docs-assets")
     app.mount("/static", StaticFiles(directory=pages.ROOT / "static"), name="static")
     app.add_exception_handler(TextTooLong, _error(413))
     app.add_exception_handler(InvalidInput, _error(422))
@@ -51,6 +66,7 @@ def create_app(model: LoadedModel | None = None) -> FastAPI:
     app.add_exception_handler(StarletteHTTPException, unreadable_body)
     app.add_exception_handler(Busy, busy)
     app.add_exception_handler(PassFailed, _error(503))
+    app.add_exception_handler(StoreError, _error(503))
     # Last resort: whatever else goes wrong answers as a clear 503 (the server still logs the traceback).
     app.add_exception_handler(Exception, unexpected)
     return app

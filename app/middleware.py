@@ -1,5 +1,5 @@
-"""ASGI middleware the whole app shares: a cap on request bodies, HEAD on every GET route, and the
-headers that keep the page's content from being run or framed elsewhere."""
+"""ASGI middleware the whole app shares: a cap on request bodies, HEAD on every GET route, the headers
+that keep the page's content from being run or framed elsewhere, and a one-line start-up failure."""
 
 import json
 
@@ -97,3 +97,34 @@ class SecurityHeaders:
             await send(message)
 
         await self.app(scope, receive, with_headers)
+
+
+class OneLineStartupFailure:
+    """A start-up that fails for a reason the operator can fix (the model folder, the run store) is told
+    to the server as one line, `attention-lab: …`, as `python -m app` says it, not as a traceback. The
+    server prints it and stops: uvicorn stops every worker when one fails to start."""
+
+    def __init__(self, app, errors: tuple[type[Exception], ...]):
+        self.app = app
+        self.errors = errors
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "lifespan":
+            return await self.app(scope, receive, send)
+        held = []
+
+        async def holding_failure(message):
+            if message["type"] == "lifespan.startup.failed":
+                held.append(message)  # the traceback Starlette formatted: sent on only for other errors
+            else:
+                await send(message)
+
+        try:
+            await self.app(scope, receive, holding_failure)
+        except BaseException as error:
+            if held and isinstance(error, self.errors):
+                await send({"type": "lifespan.startup.failed", "message": f"attention-lab: {error}"})
+                return
+            for message in held:
+                await send(message)
+            raise

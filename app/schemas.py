@@ -229,10 +229,18 @@ class TokenTraceResponse(BaseModel):
     layers: list[TokenLayer]
 
 
+class StoreHealth(BaseModel):
+    name: str = Field(description="Where run specs are shared: sqlite and its file, or the Redis URL")
+    answering: bool
+    detail: str | None = Field(description="Why it is not answering; null when it is")
+
+
 class Health(BaseModel):
     status: Literal["ok"]
     model: str
-    runs: int
+    server: str = Field(description="host:pid of the process that answered: which replica and worker")
+    runs: int = Field(description="Runs this server process holds in memory")
+    store: StoreHealth
 
 
 class ErrorResponse(BaseModel):

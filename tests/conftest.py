@@ -6,11 +6,11 @@ import subprocess
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
 import pytest
+import redis
 import torch
 from fastapi.testclient import TestClient
 from transformers import BertConfig, BertModel
@@ -19,6 +19,8 @@ from app.gate import PassGate
 from app.lab import Lab
 from app.main import create_app
 from app.model import load_model, packaged_model_path
+from app.settings import get_settings
+from app.specs import SqliteSpecStore
 
 
 def run_async(coroutine):
@@ -28,7 +30,75 @@ def run_async(coroutine):
         return thread.submit(asyncio.run, coroutine).result()
 
 
+REDIS_SERVER = "/usr/bin/redis-server"
+
+
+class RedisServer:
+    """Debian's redis-server on a 127.0.0.1 port, writing nothing to disk; stop() and start() again on the
+    same port are an operator's restart."""
+
+    def __init__(self, port: int):
+        self.port = port
+        self.url = f"redis://127.0.0.1:{port}/0"
+        self.process: subprocess.Popen | None = None
+
+    def start(self) -> None:
+        if not Path(REDIS_SERVER).exists():
+            pytest.fail(f"{REDIS_SERVER} is missing: `make test` installs Debian's redis-server")
+        self.process = subprocess.Popen(
+            [REDIS_SERVER, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"],
+            stdout=subprocess.DEVNULL,
+        )
+        client = redis.Redis.from_url(self.url)
+        deadline = time.monotonic() + 10
+        while True:
+            try:
+                client.ping()
+                break
+            except redis.ConnectionError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.05)
+        client.close()
+
+    def stop(self) -> None:
+        self.process.terminate()
+        self.process.wait(timeout=10)
+
+
+@pytest.fixture(scope="session")
+def redis_server():
+    server = RedisServer(free_port())
+    server.start()
+    yield server
+    server.stop()
+
+
 TOKENIZER_FILES = ("vocab.txt", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json")
+
+
+@pytest.fixture(scope="session", autouse=True)
+def data_dir(tmp_path_factory) -> Path:
+    """Every app and lab process of the session keeps its run store here, never in the checkout's data/."""
+    folder = tmp_path_factory.mktemp("data")
+    os.environ["ATTENTION_LAB_DATA_DIR"] = str(folder)
+    get_settings.cache_clear()
+    return folder
+
+
+def spec_store(folder: Path, max_specs: int = 1000) -> SqliteSpecStore:
+    return SqliteSpecStore(folder / "runs.sqlite3", max_specs=max_specs, max_age_seconds=86_400, timeout_seconds=2)
+
+
+def make_lab(model, folder: Path, max_runs: int = 8, max_chars: int = 1000, passes: int = 1) -> Lab:
+    return Lab(
+        model,
+        spec_store(folder),
+        PassGate(passes, 64, 30),
+        max_chars=max_chars,
+        max_runs=max_runs,
+        max_cache_bytes=10**9,
+    )
 
 
 @pytest.fixture(scope="session")
@@ -38,8 +108,8 @@ def minilm():
 
 
 @pytest.fixture(scope="session")
-def lab(minilm):
-    return Lab(minilm, max_chars=20_000, max_runs=64, max_store_bytes=2 * 1024**3, gate=PassGate(1, 64, 30))
+def lab(minilm, tmp_path_factory):
+    return make_lab(minilm, tmp_path_factory.mktemp("lab"), max_runs=64, max_chars=20_000)
 
 
 @pytest.fixture(scope="session")
@@ -78,35 +148,48 @@ def free_port() -> int:
         return probe.getsockname()[1]
 
 
-@dataclass
-class LiveLab:
-    url: str
-    process: subprocess.Popen
+class LabProcess:
+    """The lab as an operator starts it, in its own process on a free 127.0.0.1 port: `python -m app`
+    unless another command is given. stop() and then start() on the same port are a restart."""
+
+    def __init__(self, folder: Path, command: tuple[str, ...] = ("-m", "app"), env=None, workers: int = 1):
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.command = [sys.executable, *command, "--host", "127.0.0.1", "--port", str(self.port)]
+        self.env = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
+        self.workers = workers
+        self.log = folder / "server.log"
+        self.log.touch()
+        self.process: subprocess.Popen | None = None
+
+    def start(self) -> None:
+        """Starts the server and returns once every worker has started and the lab answers."""
+        seen = self.log.stat().st_size
+        with self.log.open("a") as log:  # a file, not a pipe: a full pipe would stall a server nobody reads
+            self.process = subprocess.Popen(self.command, env=self.env, stdout=log, stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + 180
+        while not self._started(seen):
+            if self.process.poll() is not None or time.monotonic() > deadline:
+                self.process.kill()
+                raise RuntimeError(f"the lab did not start:\n{self.log.read_bytes()[seen:].decode()}")
+            time.sleep(0.3)
+
+    def _started(self, seen: int) -> bool:
+        workers = self.log.read_bytes()[seen:].count(b"Application startup complete")
+        return workers >= self.workers and _answers(self.url)
+
+    def stop(self) -> None:
+        self.process.terminate()
+        self.process.wait(timeout=60)
 
 
 @pytest.fixture(scope="session")
 def live_lab(tmp_path_factory):
     """The lab as a user runs it, `python -m app`, on a free 127.0.0.1 port."""
-    port = free_port()
-    log = (tmp_path_factory.mktemp("live-lab") / "server.log").open("w+")
-    process = subprocess.Popen(
-        [sys.executable, "-m", "app", "--host", "127.0.0.1", "--port", str(port)],
-        env={**os.environ, "PYTHONUNBUFFERED": "1"},
-        stdout=log,  # a file, not a pipe: a full pipe would stall a server nobody reads
-        stderr=subprocess.STDOUT,
-    )
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 120
-    while not _answers(url):
-        if process.poll() is not None or time.monotonic() > deadline:
-            process.kill()
-            log.seek(0)
-            raise RuntimeError(f"the lab did not start:\n{log.read()}")
-        time.sleep(0.3)
-    yield LiveLab(url, process)
-    process.terminate()
-    process.wait(timeout=30)
-    log.close()
+    lab = LabProcess(tmp_path_factory.mktemp("live-lab"))
+    lab.start()
+    yield lab
+    lab.stop()
 
 
 def _answers(url: str) -> bool:

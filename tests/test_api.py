@@ -1,5 +1,8 @@
 """The HTTP API through the real app (TestClient runs the lifespan with the packaged MiniLM)."""
 
+import os
+import socket
+
 import numpy as np
 import pytest
 
@@ -72,7 +75,7 @@ def test_query_row_is_the_heads_row(client, bank):
 
 def test_json_floats_are_the_exact_float32_values(client, lab):
     run_id = client.post("/api/analyze", json={"text": "exact numbers"}).json()["run_id"]
-    served = client.app.state.lab.run(run_id)
+    served = client.app.state.lab.runs.get(run_id)
     q = np.array(client.get(f"/api/runs/{run_id}/layers/0/heads/0").json()["q"], dtype=np.float32)
     assert np.array_equal(q, served.head(0, 0)["q"].numpy())
 
@@ -165,8 +168,10 @@ def test_causal_and_pooling_through_http(client):
     assert np.all(scores[np.triu_indices(len(weights), 1)] < -1e30)  # the mask is in the scores, finite
 
 
-def test_health_and_model(client):
-    assert client.get("/api/health").json()["status"] == "ok"
+def test_health_and_model(client, data_dir):
+    health = client.get("/api/health").json()
+    assert health["status"] == "ok" and health["server"] == f"{socket.gethostname()}:{os.getpid()}"
+    assert health["store"] == {"name": f"sqlite {data_dir / 'runs.sqlite3'}", "answering": True, "detail": None}
     assert client.get("/api/model").json()["layers"] == 6
 
 
@@ -251,10 +256,14 @@ def test_path_tricks_in_run_id_are_404(client):
     assert client.get("/api/runs/..%2F..%2Fetc/embeddings").status_code == 404
 
 
-def test_evicted_run_is_404(client):
+def test_an_evicted_run_is_recomputed_with_the_same_numbers(client):
     lab = client.app.state.lab
     first = client.post("/api/analyze", json={"text": "soon forgotten"}).json()["run_id"]
+    before = client.get(f"/api/runs/{first}/layers/0/heads/0").json()
     for i in range(lab.runs.max_runs):
         client.post("/api/analyze", json={"text": f"filler {i}"})
-    response = client.get(f"/api/runs/{first}/layers/0/heads/0")
-    assert response.status_code == 404 and "analyze the text again" in response.json()["detail"]
+    assert lab.runs.get(first) is None
+    after = client.get(f"/api/runs/{first}/layers/0/heads/0")
+    assert after.status_code == 200
+    for name, value in before.items():
+        np.testing.assert_allclose(after.json()[name], value, atol=1e-5)

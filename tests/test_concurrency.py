@@ -110,22 +110,23 @@ def test_a_forward_pass_that_raises_fails_only_its_request(monkeypatch, tiny):
 def test_an_unexpected_error_anywhere_is_not_a_500(monkeypatch, tiny):
     with TestClient(create_app(tiny), raise_server_exceptions=False) as client:
         run_id = client.post("/api/analyze", json={"text": "fine"}).json()["run_id"]
-        run = client.app.state.lab.run(run_id)
+        run = client.app.state.lab.runs.get(run_id)
         monkeypatch.setattr(type(run), "embeddings", lambda self: 1 / 0)
         response = client.get(f"/api/runs/{run_id}/embeddings")
         assert response.status_code == 503 and "unexpected" in response.json()["detail"]
         assert client.get("/api/health").status_code == 200
 
 
-def test_runs_evicted_for_memory_answer_404_with_guidance(monkeypatch, tiny):
+def test_runs_evicted_for_memory_are_computed_again_when_asked_for(monkeypatch, tiny):
     monkeypatch.setenv("ATTENTION_LAB_MAX_STORE_BYTES", "1")  # every new run pushes the previous one out
     get_settings.cache_clear()
     try:
         with TestClient(create_app(tiny)) as client:
             first = client.post("/api/analyze", json={"text": "first"}).json()["run_id"]
+            before = client.get(f"/api/runs/{first}/embeddings").json()
             second = client.post("/api/analyze", json={"text": "second"}).json()["run_id"]
-            gone = client.get(f"/api/runs/{first}/embeddings")
-            assert gone.status_code == 404 and "analyze the text again" in gone.json()["detail"]
-            assert client.get(f"/api/runs/{second}/embeddings").status_code == 200
+            assert client.app.state.lab.runs.get(first) is None
+            assert client.get(f"/api/runs/{first}/embeddings").json() == before
+            assert client.app.state.lab.runs.get(second) is None  # the memory bound still holds
     finally:
         get_settings.cache_clear()

@@ -1,16 +1,22 @@
-"""The engine's run cache, on the tiny random BERT."""
+"""The engine's run cache, its sharing of passes and its recomputation from the spec store, on the tiny
+random BERT."""
 
+import asyncio
 import threading
 
 import pytest
 
 import app.lab
-from app.gate import PassGate
-from app.lab import Lab
+from app.lab import ForeignRun, RunNotFound
+from tests.conftest import make_lab, run_async
+
+
+def same_numbers(a, b) -> bool:
+    return all((x - y).abs().max() <= 1e-6 for x, y in zip(a.attention(), b.attention(), strict=True))
 
 
 @pytest.fixture
-def counted(monkeypatch, tiny):
+def counted(monkeypatch, tiny, tmp_path):
     calls = []
     real_capture = app.lab.capture
 
@@ -19,53 +25,94 @@ def counted(monkeypatch, tiny):
         return real_capture(*args, **kwargs)
 
     monkeypatch.setattr(app.lab, "capture", counting_capture)
-    return Lab(tiny, max_chars=1000, max_runs=3, max_store_bytes=10**9, gate=PassGate(2, 4, 5)), calls
+    return make_lab(tiny, tmp_path, max_runs=3, passes=2), calls
 
 
 def test_a_repeated_prompt_is_answered_without_a_second_forward_pass(counted):
     lab, calls = counted
-    first = lab.analyze("the same prompt")
-    assert lab.analyze("the same prompt") is first
+    first = lab.analyze(lab.spec("the same prompt"))
+    assert lab.analyze(lab.spec("the same prompt")) is first
     assert len(calls) == 1
-    assert lab.analyze("the same prompt", mask="causal") is not first
-    assert lab.analyze("the same prompt", pooling="max") is not first
+    assert lab.analyze(lab.spec("the same prompt", mask="causal")) is not first
+    assert lab.analyze(lab.spec("the same prompt", pooling="max")) is not first
     assert len(calls) == 3
 
 
-def test_an_evicted_prompt_runs_again(counted):
+def test_an_evicted_run_is_recomputed_from_its_stored_spec(counted):
     lab, calls = counted
-    first = lab.analyze("kept for a while")
+    first = run_async(lab.submit(lab.spec("kept for a while")))
     for i in range(3):
-        lab.analyze(f"pushes it out {i}")
-    again = lab.analyze("kept for a while")
-    assert again.run_id != first.run_id and len(calls) == 5
-    assert lab.run(again.run_id) is again
+        run_async(lab.submit(lab.spec(f"pushes it out {i}")))
+    assert lab.kept(first.spec) is None and len(calls) == 4
+    again = run_async(lab.run(first.run_id))
+    assert again is not first and again.spec == first.spec and len(calls) == 5
+    assert same_numbers(again, first)
+    assert run_async(lab.run(first.run_id)) is again
 
 
 def test_identical_concurrent_requests_share_one_pass(counted):
     lab, calls = counted
-    results = []
-    threads = [threading.Thread(target=lambda: results.append(lab.analyze("everyone types this"))) for _ in range(8)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    assert len(calls) == 1
-    assert len({run.run_id for run in results}) == 1
+
+    async def a_class_types_the_same_prompt():
+        return await asyncio.gather(*(lab.submit(lab.spec("everyone types this")) for _ in range(8)))
+
+    runs = run_async(a_class_types_the_same_prompt())
+    assert len(calls) == 1 and all(run is runs[0] for run in runs)
 
 
-def test_passes_on_two_threads_at_once_record_only_their_own(tiny):
+def test_concurrent_requests_for_an_evicted_run_share_one_recomputation(counted):
+    lab, calls = counted
+    first = run_async(lab.submit(lab.spec("asked for by many")))
+    for i in range(3):
+        run_async(lab.submit(lab.spec(f"pushes it out {i}")))
+
+    async def many_ask_by_id():
+        return await asyncio.gather(*(lab.run(first.run_id) for _ in range(6)))
+
+    runs = run_async(many_ask_by_id())
+    assert len(calls) == 5 and all(run is runs[0] for run in runs) and same_numbers(runs[0], first)
+
+
+@pytest.mark.parametrize("run_id", ["a" * 26, "A" * 26, "../etc/passwd", "", "a" * 5000])
+def test_an_id_the_store_does_not_hold_is_not_found(counted, run_id):
+    lab, calls = counted
+    with pytest.raises(RunNotFound, match="analyze the text again"):
+        run_async(lab.run(run_id))
+    assert calls == []
+
+
+def test_a_second_lab_on_the_same_store_serves_the_first_ones_runs(tiny, tmp_path):
+    """Two labs on one SQLite file: two workers of one server, or one server before and after a restart."""
+    first, second = make_lab(tiny, tmp_path), make_lab(tiny, tmp_path)
+    run = run_async(first.submit(first.spec("shared between workers", text_pair="and kept", ablate=[(1, 2)])))
+    served = run_async(second.run(run.run_id))
+    assert served.spec == run.spec and [t.text for t in served.tokens] == [t.text for t in run.tokens]
+    assert same_numbers(served, run)
+
+
+def test_a_run_of_another_model_is_not_recomputed_with_this_one(tiny, minilm, tmp_path):
+    made_by_tiny = make_lab(tiny, tmp_path)
+    run = run_async(made_by_tiny.submit(made_by_tiny.spec("a tiny model's run")))
+    with pytest.raises(ForeignRun) as refused:
+        run_async(make_lab(minilm, tmp_path).run(run.run_id))
+    message = str(refused.value)
+    assert "tiny-bert" in message and "sentence-transformers/all-MiniLM-L6-v2" in message
+    assert tiny.digest[:12] in message and "analyze the text again" in message
+
+
+def test_passes_on_two_threads_at_once_record_only_their_own(tiny, tmp_path):
     """Hooks see every thread's pass; each recording must keep only its own thread's numbers."""
-    lab = Lab(tiny, max_chars=1000, max_runs=8, max_store_bytes=10**9, gate=PassGate(2, 4, 5))
+    lab = make_lab(tiny, tmp_path / "both")
     texts = ["one short text", "a rather different and longer sentence for the other thread"]
-    expected = {text: Lab(tiny, 1000, 8, 10**9, PassGate(1, 1, 5)).analyze(text).attention() for text in texts}
+    alone = make_lab(tiny, tmp_path / "alone")
+    expected = {text: alone.analyze(alone.spec(text)).attention() for text in texts}
     barrier = threading.Barrier(2)
     results = {}
 
     def run(text):
         barrier.wait()
         for _ in range(5):
-            results[text] = lab.analyze(text + " " * _).attention()
+            results[text] = lab.analyze(lab.spec(text + " " * _)).attention()
 
     threads = [threading.Thread(target=run, args=(text,)) for text in texts]
     for thread in threads:

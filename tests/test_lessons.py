@@ -64,9 +64,9 @@ def test_bidirectional_against_causal(client, minilm):
 
 def test_ablating_a_head_changes_only_what_follows_it(client, lab, minilm):
     text = "switching off one head changes only what comes after it"
-    original = lab.analyze(text)
-    ablated = lab.analyze(text, ablate=[(2, 5)])
-    assert ablated.ablated == ((2, 5),)
+    original = lab.analyze(lab.spec(text))
+    ablated = lab.analyze(lab.spec(text, ablate=[(2, 5)]))
+    assert ablated.spec.ablated == ((2, 5),)
     for name, value in original.activations.items():
         layer = int(name.split(".")[1]) if name.startswith("blocks.") else -1
         same = torch.equal(value, ablated.activations[name])

@@ -10,6 +10,7 @@ from fastapi.testclient import TestClient
 from app.main import create_app
 from app.model import ModelLoadError, load_model
 from app.settings import get_settings
+from tests.conftest import free_port
 
 
 def start(model_path):
@@ -50,3 +51,45 @@ def test_setting_points_the_app_at_another_local_folder(monkeypatch, tiny_model_
             assert len(head["q"][0]) == 12
     finally:
         get_settings.cache_clear()
+
+
+def damaged_store(folder):
+    (folder / "runs.sqlite3").write_text("not a database " * 100)
+    return (
+        f"attention-lab: the run store (sqlite {folder / 'runs.sqlite3'}) could not be opened: file is not a database"
+    )
+
+
+def test_a_damaged_store_file_stops_python_m_app_with_one_line(tmp_path):
+    expected = damaged_store(tmp_path)
+    env = {**os.environ, "ATTENTION_LAB_DATA_DIR": str(tmp_path)}
+    result = subprocess.run([sys.executable, "-m", "app"], env=env, capture_output=True, text=True, timeout=120)
+    assert result.returncode != 0
+    assert result.stderr.strip().splitlines() == [expected]
+
+
+def test_a_damaged_store_file_stops_uvicorn_with_one_line_not_a_traceback(tmp_path):
+    expected = damaged_store(tmp_path)
+    result = subprocess.run(
+        [sys.executable, "-m", "uvicorn", "app.main:app", "--port", str(free_port())],
+        env={**os.environ, "ATTENTION_LAB_DATA_DIR": str(tmp_path)},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode != 0
+    assert [line for line in result.stderr.splitlines() if "attention-lab" in line] == [f"ERROR:    {expected}"]
+    assert "Traceback" not in result.stderr
+
+
+def test_python_m_app_with_workers_checks_the_model_folder_before_starting_them(tmp_path):
+    missing = tmp_path / "no-such-model"
+    result = subprocess.run(
+        [sys.executable, "-m", "app", "--workers", "2", "--port", str(free_port())],
+        env={**os.environ, "ATTENTION_LAB_MODEL_PATH": str(missing)},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode != 0
+    assert result.stderr.strip().splitlines() == [f"attention-lab: model folder {missing} does not exist"]

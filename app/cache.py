@@ -1,4 +1,5 @@
-"""A least-recently-used store of runs, bounded both in count and in bytes."""
+"""Each worker's least-recently-used cache of runs, bounded both in count and in bytes. Only a cache: a run
+it no longer holds is recomputed from its spec."""
 
 import threading
 from collections import OrderedDict
@@ -12,7 +13,7 @@ class Sized(Protocol):
 T = TypeVar("T", bound=Sized)
 
 
-class RunStore(Generic[T]):
+class RunCache(Generic[T]):
     def __init__(self, max_runs: int, max_bytes: int):
         self.max_runs = max_runs
         self.max_bytes = max_bytes

@@ -1,0 +1,39 @@
+"""A run named by what it is: everything that changes its numbers in one frozen spec, whose hash is the id."""
+
+import base64
+import hashlib
+import json
+import re
+from dataclasses import asdict, dataclass
+from functools import cached_property
+
+# 128 bits of sha256 in lowercase base32 without padding: 26 characters, safe in a URL path.
+RUN_ID = re.compile(r"[a-z2-7]{26}")
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    """The only description of a run. Two requests with the same spec are the same run, on any worker,
+    replica or restart: the lab recomputes the numbers from it whenever it does not hold them."""
+
+    model: str  # the model's name, e.g. sentence-transformers/all-MiniLM-L6-v2
+    model_digest: str  # sha256 of its weights, config and tokenizer: the name alone does not fix the numbers
+    text: str
+    text_pair: str | None = None  # segment B, read with `text` as one input
+    mask: str = "bidirectional"
+    pooling: str = "mean"  # resolved: never "the model's default"
+    ablated: tuple[tuple[int, int], ...] = ()  # (layer, head) pairs switched off, sorted, no repeats
+
+    @cached_property
+    def run_id(self) -> str:
+        digest = hashlib.sha256(self.canonical().encode()).digest()[:16]
+        return base64.b32encode(digest).decode().rstrip("=").lower()
+
+    def canonical(self) -> str:
+        """Sorted-keys JSON of every field: the text its id is the hash of, and what the store keeps."""
+        return json.dumps(asdict(self), sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+    @classmethod
+    def from_canonical(cls, canonical: str) -> "RunSpec":
+        fields = json.loads(canonical)
+        return cls(**{**fields, "ablated": tuple(tuple(pair) for pair in fields["ablated"])})

@@ -1,0 +1,185 @@
+"""The shared spec store, one contract for both backends: SQLite in a file and a real redis-server."""
+
+import subprocess
+import sys
+
+import pytest
+import redis
+
+from app.settings import Settings
+from app.spec import RunSpec
+from app.specs import RedisSpecStore, SqliteSpecStore, StoreError, open_spec_store
+from tests.conftest import RedisServer, free_port
+
+
+def spec(text: str, **fields) -> RunSpec:
+    return RunSpec("sentence-transformers/all-MiniLM-L6-v2", "d" * 64, text, **fields)
+
+
+class Clock:
+    def __init__(self):
+        self.now = 1_000_000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.fixture(params=["sqlite", "redis"])
+def open_store(request, tmp_path):
+    """Opens stores on one backend, as several workers would; each test starts with it empty."""
+    opened = []
+    url = request.getfixturevalue("redis_server").url if request.param == "redis" else None
+
+    def open_one(max_specs=100, max_age_seconds=3600.0, clock=None):
+        bounds = {"max_specs": max_specs, "max_age_seconds": max_age_seconds, "timeout_seconds": 2}
+        if clock is not None:
+            bounds["clock"] = clock
+        if url is None:
+            store = SqliteSpecStore(tmp_path / "runs.sqlite3", **bounds)
+        else:
+            store = RedisSpecStore(url, **bounds)
+        opened.append(store)
+        return store
+
+    yield open_one
+    if url is not None:
+        redis.Redis.from_url(url).delete(RedisSpecStore.SPECS, RedisSpecStore.ANALYZED)
+    for store in opened:
+        store.close()
+
+
+def test_a_spec_comes_back_by_its_id(open_store):
+    store = open_store()
+    pair = spec("東京 🙂 the river bank", text_pair="it was steep", mask="causal", pooling="max", ablated=((0, 1),))
+    store.put(pair)
+    assert store.get(pair.run_id) == pair
+    assert store.get(spec("never stored").run_id) is None
+    store.ping()
+
+
+def test_every_worker_sees_every_workers_specs(open_store):
+    first, second = open_store(), open_store()
+    one, other = spec("written by the first"), spec("written by the second")
+    first.put(one)
+    second.put(other)
+    assert second.get(one.run_id) == one and first.get(other.run_id) == other
+
+
+def test_the_least_recently_analyzed_go_first_past_the_count(open_store):
+    clock = Clock()
+    store = open_store(max_specs=3, clock=clock)
+    specs = {name: spec(name) for name in "abcd"}
+    for name in "abc":
+        clock.now += 1
+        store.put(specs[name])
+    clock.now += 1
+    store.put(specs["a"])  # analyzed again: now the newest
+    clock.now += 1
+    store.put(specs["d"])
+    assert [name for name in "abcd" if store.get(specs[name].run_id)] == ["a", "c", "d"]
+
+
+def test_specs_older_than_the_age_bound_are_gone(open_store):
+    clock = Clock()
+    store = open_store(max_age_seconds=60, clock=clock)
+    old, renewed, new = spec("old"), spec("renewed"), spec("new")
+    store.put(old)
+    store.put(renewed)
+    clock.now += 50
+    store.put(renewed)
+    clock.now += 20  # old was analyzed 70 s ago, renewed 20 s ago
+    assert store.get(old.run_id) is None and store.get(renewed.run_id) == renewed
+    store.put(new)  # a write evicts what has expired
+    clock.now -= 20  # even seen from before it expired, old is no longer there
+    assert store.get(old.run_id) is None and store.get(new.run_id) == new
+
+
+def test_many_at_once_past_the_bound_leave_in_one_write(open_store):
+    clock = Clock()
+    store = open_store(max_specs=5000, max_age_seconds=10, clock=clock)
+    for i in range(2500):
+        store.put(spec(f"text {i}"))
+    clock.now += 60
+    latest = spec("after a quiet minute")
+    store.put(latest)
+    assert store.get(latest.run_id) == latest
+    assert all(store.get(spec(f"text {i}").run_id) is None for i in range(0, 2500, 250))
+
+
+def test_sqlite_workers_on_one_machine_write_at_once(tmp_path):
+    """Three processes writing the same file: WAL and the busy timeout let every write through."""
+    script = (
+        "import sys; from pathlib import Path; from app.spec import RunSpec; from app.specs import SqliteSpecStore\n"
+        "store = SqliteSpecStore(Path(sys.argv[1]), max_specs=10_000, max_age_seconds=3600, timeout_seconds=10)\n"
+        "for i in range(200): store.put(RunSpec('m', 'd', f'{sys.argv[2]} {i}'))\n"
+    )
+    path = tmp_path / "runs.sqlite3"
+    writers = [
+        subprocess.Popen([sys.executable, "-c", script, str(path), f"worker {n}"], stderr=subprocess.PIPE)
+        for n in range(3)
+    ]
+    assert [writer.wait(timeout=120) for writer in writers] == [0, 0, 0], [w.stderr.read() for w in writers]
+    store = SqliteSpecStore(path, max_specs=10_000, max_age_seconds=3600, timeout_seconds=2)
+    assert all(store.get(RunSpec("m", "d", f"worker {n} {i}").run_id) for n in range(3) for i in range(200))
+    assert store._db.execute("PRAGMA journal_mode").fetchone() == ("wal",)
+
+
+def damaged_pages(path):
+    """A real store file whose pages past the first two are overwritten: the header still reads."""
+    store = SqliteSpecStore(path, max_specs=10_000, max_age_seconds=60, timeout_seconds=1)
+    for i in range(2000):
+        store.put(spec(f"text {i}"))
+    store._db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    store.close()
+    content = bytearray(path.read_bytes())
+    content[8192:11192] = b"\x07" * 3000
+    return bytes(content)
+
+
+@pytest.mark.parametrize(
+    "damage, reason",
+    [
+        (lambda path: b"this is not a database, just text " * 200, "could not be opened: file is not a database"),
+        (lambda path: b"SQLite format 3\x00" + b"\xff" * 4000, "could not be opened: file is not a database"),
+        (damaged_pages, "is damaged (Page "),
+    ],
+    ids=["text", "bad-header", "damaged-pages"],
+)
+def test_a_damaged_sqlite_file_is_refused_in_one_line(tmp_path, damage, reason):
+    path = tmp_path / "runs.sqlite3"
+    path.write_bytes(damage(path))
+    with pytest.raises(StoreError) as refused:
+        SqliteSpecStore(path, max_specs=10, max_age_seconds=60, timeout_seconds=1)
+    message = str(refused.value)
+    assert message.startswith(f"the run store (sqlite {path}) {reason}") and "\n" not in message
+
+
+def test_a_redis_that_stops_answers_with_its_name_and_is_used_again_when_back():
+    server = RedisServer(free_port())
+    server.start()
+    store = RedisSpecStore(server.url, max_specs=10, max_age_seconds=60, timeout_seconds=1)
+    before = spec("before the outage")
+    store.put(before)
+    server.stop()
+    try:
+        with pytest.raises(StoreError, match=rf"the run store \({server.url}\) is not answering: .*refused"):
+            store.put(spec("during the outage"))
+        with pytest.raises(StoreError, match="is not answering"):
+            store.get(before.run_id)
+    finally:
+        server.start()  # an empty server: nothing was saved
+    after = spec("after the outage")
+    store.put(after)
+    assert store.get(after.run_id) == after and store.get(before.run_id) is None
+    store.close()
+    server.stop()
+
+
+def test_the_setting_chooses_the_store_and_its_name_hides_a_password(tmp_path):
+    sqlite = open_spec_store(Settings(data_dir=tmp_path / "new" / "folder"))
+    assert sqlite.name == f"sqlite {tmp_path / 'new' / 'folder' / 'runs.sqlite3'}"
+    sqlite.close()
+    remote = open_spec_store(Settings(store="redis://:s3cret@10.0.0.7:6380/2"))
+    assert remote.name == "redis://10.0.0.7:6380/2"
+    with pytest.raises(StoreError, match="give sqlite or a redis:// URL"):
+        open_spec_store(Settings(store="postgres://db"))
