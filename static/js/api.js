@@ -28,7 +28,10 @@ async function explain(response) {
   if (response.status === 422 && detail.includes("no characters")) {
     return "The model cannot read any of those characters. Try ordinary words.";
   }
-  if (response.status === 503) return "The lab is busy with other people's prompts. Try again in a moment.";
+  // 503 with Retry-After: the model's queue is full; without it, something the lab needs is down (its
+  // run store, say), and the server's sentence says what.
+  if (response.status === 503 && response.headers.has("Retry-After")) return "The lab is busy with other people's prompts. Try again in a moment.";
+  if (response.status === 503 && detail) return `The lab cannot answer just now: ${detail}.`;
   if (response.status >= 500) return "The lab hit a problem with that request. Try again, or try another text.";
   return detail ? `The lab could not do that: ${detail}.` : `The lab could not do that (error ${response.status}).`;
 }
