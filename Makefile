@@ -34,10 +34,17 @@ test: install-test chromium redis-server
 	$(BIN)/ruff check app tests bench
 	$(BIN)/python -m pytest
 
-# The lab against a raw forward pass and bertviz, and the page in chromium; writes bench/results.{json,md}.
-bench: install chromium
+# The lab against a raw forward pass and bertviz, the page in chromium, and Lighthouse on the default
+# page (the npm package, kept in bench/.lighthouse); writes bench/results.{json,md}.
+LIGHTHOUSE := bench/.lighthouse/node_modules/.bin/lighthouse
+$(LIGHTHOUSE):
+	@command -v npm >/dev/null || { $(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq nodejs npm; }
+	npm install --prefix bench/.lighthouse --no-audit --no-fund --silent lighthouse@12
+
+bench: install chromium $(LIGHTHOUSE)
 	$(BIN)/pip install --quiet -e '.[bench]'
 	$(BIN)/python bench/bench.py
+	$(BIN)/python bench/lighthouse.py
 
 # The long classroom load test (50 learners for 60 s) against a lab started here on port 8765.
 LOAD_PORT := 8765

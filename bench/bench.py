@@ -526,7 +526,11 @@ def write_markdown(path: Path, rows: list[dict], memory: dict, machine: dict, re
         f"{OVERVIEW_SIZE}×{OVERVIEW_SIZE} by block maxima). first-heatmap bytes, Enter→heatmap, click→view: Debian's "
         "chromium, 1280×720, timed in the page with `performance.now()` up to the frame after the view updates."
     )
-    path.write_text(f"{markdown_table(rows)}\n\n{memory_line(memory)}\n\n{machine_line(machine, reps)}\n\n{notes}\n")
+    # bench/lighthouse.py keeps its own section at the end of the file.
+    old = path.read_text() if path.exists() else ""
+    lighthouse = old[old.index("<!-- lighthouse -->") :] if "<!-- lighthouse -->" in old else ""
+    body = f"{markdown_table(rows)}\n\n{memory_line(memory)}\n\n{machine_line(machine, reps)}\n\n{notes}\n"
+    path.write_text(f"{body}\n{lighthouse}" if lighthouse else body)
 
 
 # ---- main -----------------------------------------------------------------------------------------

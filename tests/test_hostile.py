@@ -3,8 +3,10 @@
 import numpy as np
 import pytest
 
-ROUTES = ["/", "/api/health", "/api/model", "/api/analyze", "/vendor/plotly.min.js", "/static/lab.css", "/docs",
-          "/docs/start.js", "/docs/assets/swagger-ui.css"]  # fmt: skip
+from app.pages import ASSETS_URL, PLOTLY_URL
+
+ROUTES = ["/", "/api/health", "/api/model", "/api/analyze", PLOTLY_URL, "/static/lab.css", f"{ASSETS_URL}/lab.css",
+          "/docs", "/docs/start.js", "/docs/assets/swagger-ui.css"]  # fmt: skip
 
 
 @pytest.fixture(scope="module")
@@ -131,7 +133,7 @@ def test_every_route_answers_head_options_and_put_without_a_500(client, run_id):
 
 
 def test_security_headers_on_every_kind_of_response(client, run_id):
-    routes = ["/", "/api/health", "/static/js/main.js", "/vendor/plotly.min.js", "/nope", "/docs"]
+    routes = ["/", "/api/health", "/static/js/main.js", PLOTLY_URL, "/nope", "/docs"]
     for route in [*routes, run_routes(run_id)[3]]:
         headers = client.get(route).headers
         assert headers["content-security-policy"].startswith("default-src 'self'")

@@ -5,8 +5,6 @@ import { Heatmap } from "./heatmap.js";
 import { viewName } from "./matrix.js";
 import { queries } from "./selection.js";
 
-const SIDE_MIN_REM = 19; // the side column (attends view, panels) keeps at least this much
-const SIDE_SHARE = 0.34; // … or this share of the stage's width, whichever is more
 const PHONE_HEIGHT_SHARE = 0.75; // on a phone the square takes at most this share of the window's height
 
 const $ = (id) => document.getElementById(id);
@@ -17,10 +15,8 @@ function stageBounds() {
   const style = getComputedStyle(column);
   const padding = parseFloat(style.paddingLeft) + parseFloat(style.paddingRight) + 2 * parseFloat(style.borderLeftWidth);
   const oneColumn = getComputedStyle(views).flexDirection === "column";
-  if (oneColumn) return { width: column.clientWidth - padding, height: window.innerHeight * PHONE_HEIGHT_SHARE };
-  const rem = parseFloat(getComputedStyle(document.documentElement).fontSize);
-  const side = Math.max(SIDE_MIN_REM * rem, views.clientWidth * SIDE_SHARE);
-  return { width: views.clientWidth - side - padding - rem, height: document.querySelector(".heatmap-box").clientHeight };
+  const height = oneColumn ? window.innerHeight * PHONE_HEIGHT_SHARE : document.querySelector(".heatmap-box").clientHeight;
+  return { width: column.clientWidth - padding, height };
 }
 
 function showSelection(heatmap, state) {
@@ -34,7 +30,9 @@ export function createAttentionView(lab) {
     bounds: stageBounds,
     readout: $("heatmap-readout"),
   });
-  heatmap.head.append($("export-menu-box")); // saving is about the heatmap: its menu sits on its title row
+  // Saving is about the heatmap: its menu sits on the heatmap's title row (and shows only once there).
+  heatmap.head.append($("export-menu-box"));
+  $("export-menu-box").hidden = false;
   heatmap.fit();
   // The square follows the stage's size and the screen's pixel density.
   new ResizeObserver(() => heatmap.fit()).observe($("views"));

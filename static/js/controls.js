@@ -13,7 +13,7 @@ const $ = (id) => document.getElementById(id);
 // lab: {getState, setState, subscribe, model, numbers, showError}; heatmap: the stage's Heatmap.
 export function initControls(lab, heatmap) {
   const { getState, setState, model } = lab;
-  fillPickers(model);
+  fillPickers();
   lab.subscribe((state, changed) => showControls(state, changed, lab));
   showControls(getState(), new Set(["text", "pair", "head"]), lab);
   bindPrompt(lab);
@@ -31,12 +31,8 @@ export function initControls(lab, heatmap) {
   });
 }
 
-function fillPickers(model) {
-  $("layer").replaceChildren(...Array.from({ length: model.layers }, (_, layer) => new Option(`block ${layer}`, String(layer))));
-  $("head").replaceChildren(
-    ...Array.from({ length: model.heads }, (_, head) => new Option(`head ${head}`, String(head))),
-    new Option(`mean of ${model.heads} heads`, "mean"),
-  );
+// The block and head pickers come with the page (the model's own counts); the colour scales are listed here.
+function fillPickers() {
   $("scale").replaceChildren(
     ...Object.entries(SCALES).map(([name, { label }]) => Object.assign(new Option(name, name), { title: label })),
   );

@@ -6,7 +6,7 @@ import { argmax, el, fixed, numberList, vectorStrip } from "./format.js";
 const SHOWN_KEYS = 12;
 
 function step(title, shape, ...body) {
-  return el("div", { class: "step" }, el("h4", {}, title, shape ? el("span", { class: "shape" }, shape) : null), ...body);
+  return el("div", { class: "step" }, el("h3", {}, title, shape ? el("span", { class: "shape" }, shape) : null), ...body);
 }
 
 // numbers: this query's row of the head (api.query): q, every k and v, scores, weights, context.

@@ -48,7 +48,7 @@ export class Heatmap {
       { class: "hm-zoom", role: "group", "aria-label": "Zoom" },
       button("+", "Zoom in", () => this.zoom(2)),
       button("−", "Zoom out", () => this.zoom(0.5)),
-      button("Reset", "Show the whole matrix", () => this.reset()),
+      button("Reset", "Reset: show the whole matrix", () => this.reset()),
       this.zoomLabel,
     );
     this.extraOutlines = el("div", { class: "hm-extra-outlines" });
@@ -218,6 +218,7 @@ export class Heatmap {
     // Blanked cells (NaN: outside a segment filter) take no part in the scale.
     this.zmax = matrix.reduce((max, value) => (Number.isNaN(value) ? max : Math.max(max, this.signed ? Math.abs(value) : value)), 1e-9);
     this.title.textContent = title;
+    this.title.title = title; // the whole title, where a narrow column cuts it short
     this.side = null;
     this.fit();
     this.container.setAttribute("aria-label", `${title}: ${n} by ${n} ${this.signed ? "differences" : "attention weights"}`);

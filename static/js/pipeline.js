@@ -6,7 +6,7 @@ import { el, fixed, norm, vectorStrip } from "./format.js";
 const TOP_NEURONS = 5;
 
 function stage(title, shape, ...body) {
-  return el("div", { class: "stage-row" }, el("h4", {}, title, el("span", { class: "shape" }, shape)), ...body);
+  return el("div", { class: "stage-row" }, el("h3", {}, title, el("span", { class: "shape" }, shape)), ...body);
 }
 
 function row(values, label, field) {

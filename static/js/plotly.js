@@ -2,9 +2,12 @@
 
 let loading = null;
 
+// The page's configuration names plotly.js's URL (it carries the version, so it is cached for good).
+const URL = JSON.parse(document.getElementById("lab-config").textContent).plotly;
+
 export function loadPlotly() {
   loading ??= new Promise((resolve, reject) => {
-    const script = Object.assign(document.createElement("script"), { src: "/vendor/plotly.min.js" });
+    const script = Object.assign(document.createElement("script"), { src: URL });
     script.addEventListener("load", () => resolve(window.Plotly));
     script.addEventListener("error", () => {
       loading = null; // a failed fetch may be tried again

@@ -62,13 +62,13 @@ async function rerun(result, run, text, token, model) {
         ".",
       ),
       el("div", { class: "lesson-pair" }, chart, stageTable(compared)),
-      el("h4", {}, "How much each block's attention moved: mean |A_original − A_ablated|"),
+      el("h3", {}, "How much each block's attention moved: mean |A_original − A_ablated|"),
       change,
     );
+    result.dataset.attentionChange = JSON.stringify(compared.attention_change); // with the numbers, before the charts
     await Promise.all([
       stageChart(chart, compared.stages, [{ name: run.tokens[index].text, values: compared.cosines }]),
       blockBars(change, compared.attention_change, "mean |ΔA|"),
     ]);
-    result.dataset.attentionChange = JSON.stringify(compared.attention_change);
   });
 }

@@ -75,7 +75,7 @@ async function showToken(details, a, b, { token, other }, { model, layer, head }
       `; the two sentence vectors: ${fixed(compared.pooled_cosine)}.`,
     ),
     el("div", { class: "lesson-pair" }, chart, stageTable(compared)),
-    el("h4", {}, `Block ${layer}, head ${head === "mean" ? 0 : head}: where each “${token.text}” looks`),
+    el("h3", {}, `Block ${layer}, head ${head === "mean" ? 0 : head}: where each “${token.text}” looks`),
     maps,
   );
   await stageChart(chart, compared.stages, [{ name: token.text, values: compared.cosines }]);

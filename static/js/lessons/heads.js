@@ -61,7 +61,7 @@ function rolloutBars(flow, tokens) {
     "div",
     { class: "rollout", dataset: { field: "rollout" } },
     el(
-      "h4",
+      "h3",
       {},
       `Attention rollout into “${tokens[flow.index].text}” (token ${flow.index}): the heads averaged, 0.5·A + 0.5·I for the residual path, multiplied through the ${"blocks"} (Abnar & Zuidema 2020)`,
     ),

@@ -48,7 +48,7 @@ async function show(result, compared, token, model) {
       ". Before block 0 nothing differs: the mask only acts inside attention.",
     ),
     el("div", { class: "lesson-pair" }, chart, stageTable(compared)),
-    el("h4", {}, "Mean |A_bidirectional − A_causal| per block"),
+    el("h3", {}, "Mean |A_bidirectional − A_causal| per block"),
     change,
   );
   await Promise.all([
