@@ -20,7 +20,7 @@ import { mountViews } from "./views.js";
 const config = JSON.parse(document.getElementById("lab-config").textContent);
 const model = config.model;
 
-initState(
+await initState(
   {
     text: config.defaultText, mask: "bidirectional", pooling: "mean", layer: 0, head: 0, token: null, present: false,
     sinks: "show", pair: "", segments: "all", also: [], preview: null, heads: [...Array(model.heads).keys()], blockMean: false,

@@ -1,17 +1,22 @@
 // The one place view state lives. Every change is mirrored into the URL, so a shared link opens the
 // same view; `run` holds the current run's data and `guesses` the predict-first answers (keyed by
 // run:layer:head:token); neither is part of the URL.
+// A short view is a readable query (?text=…&layer=…). A long one (a long prompt) goes compressed into
+// the fragment (#z=…), which browsers do not send to the server: a 20,000-character prompt still makes
+// a link of a few kilobytes, under every server's limit on request lines.
 
 const URL_KEYS = ["text", "mask", "pooling", "layer", "head", "token", "present", "predict", "tour", "lesson", "sinks", "pair", "segments", "also", "heads", "blockMean", "panel", "scale"];
+const LONGEST_QUERY = 2000; // characters; a longer view is written compressed into the fragment
+const COMPRESSED = "#z=";
 const listeners = new Set();
 let headCount = 0; // the model's heads: a mean over all of them needs no "heads" in the URL
 let state = {};
 
 // limits: {layers, heads, tourSteps, lessons, panels, scales}, to refuse a URL that names a block, head,
 // tour step, lesson, panel or colour scale that does not exist.
-export function initState(defaults, limits) {
+export async function initState(defaults, limits) {
   headCount = limits.heads;
-  state = { ...defaults, ...readURL(limits), run: null, guesses: new Map() };
+  state = { ...defaults, ...readView(await linkParams(), limits), run: null, guesses: new Map() };
   return state;
 }
 
@@ -31,8 +36,18 @@ export function subscribe(listener) {
   listeners.add(listener);
 }
 
-function readURL(limits) {
-  const params = new URLSearchParams(window.location.search);
+async function linkParams() {
+  if (window.location.hash.startsWith(COMPRESSED)) {
+    try {
+      return new URLSearchParams(JSON.parse(await inflate(window.location.hash.slice(COMPRESSED.length))));
+    } catch {
+      // A link cut short in copying: the lab opens as if the link carried no view.
+    }
+  }
+  return new URLSearchParams(window.location.search);
+}
+
+function readView(params, limits) {
   const view = {};
   if (params.has("text")) view.text = params.get("text");
   if (params.has("pair")) view.pair = params.get("pair");
@@ -65,7 +80,19 @@ function wholeNumber(value) {
   return value !== null && /^\d+$/.test(value) ? Number(value) : null;
 }
 
-function writeURL() {
+let urlsWritten = 0;
+
+async function writeURL() {
+  const ticket = ++urlsWritten;
+  const params = viewParams();
+  const query = params.toString();
+  // Compressed as JSON pairs, not as the query: percent-encoding triples the bytes of non-Latin text.
+  const url = query.length <= LONGEST_QUERY ? `?${query}` : `${COMPRESSED}${await deflate(JSON.stringify([...params]))}`;
+  // Compression is asynchronous: only the latest view's URL is written.
+  if (ticket === urlsWritten) window.history.replaceState(null, "", `${window.location.pathname}${url}`);
+}
+
+function viewParams() {
   const params = new URLSearchParams();
   params.set("text", state.text);
   if (state.pair) params.set("pair", state.pair);
@@ -85,5 +112,23 @@ function writeURL() {
   if (state.panel !== null) params.set("panel", state.panel);
   if (state.scale !== "blues") params.set("scale", state.scale);
   if (state.sinks !== "show") params.set("sinks", state.sinks);
-  window.history.replaceState(null, "", `${window.location.pathname}?${params}`);
+  return params;
+}
+
+// deflate-raw, then base64url: the URL-safe alphabet, without padding.
+async function deflate(text) {
+  const stream = new Blob([text]).stream().pipeThrough(new CompressionStream("deflate-raw"));
+  const bytes = new Uint8Array(await new Response(stream).arrayBuffer());
+  let binary = "";
+  for (let start = 0; start < bytes.length; start += 0x8000) {
+    binary += String.fromCharCode(...bytes.subarray(start, start + 0x8000));
+  }
+  return btoa(binary).replaceAll("+", "-").replaceAll("/", "_").replace(/=+$/, "");
+}
+
+async function inflate(encoded) {
+  const binary = atob(encoded.replaceAll("-", "+").replaceAll("_", "/"));
+  const bytes = Uint8Array.from(binary, (char) => char.charCodeAt(0));
+  const stream = new Blob([bytes]).stream().pipeThrough(new DecompressionStream("deflate-raw"));
+  return new Response(stream).text();
 }
