@@ -1,5 +1,5 @@
-"""`python -m app`: load the model and open the run store (or exit with one line saying why), then serve
-the lab."""
+"""`python -m app`: check the settings, load the model and open the run store (or exit with one line
+saying why), then serve the lab with its HTTP limits (app.server)."""
 
 import argparse
 import sys
@@ -8,12 +8,16 @@ import uvicorn
 
 from app.main import create_app
 from app.model import ModelLoadError, load_model
-from app.settings import get_settings
+from app.server import server_options
+from app.settings import SettingsError, get_settings
 from app.specs import StoreError, open_spec_store
 
 
 def main() -> None:
-    settings = get_settings()
+    try:
+        settings = get_settings()
+    except SettingsError as error:
+        sys.exit(f"attention-lab: {error}")
     parser = argparse.ArgumentParser(prog="attention-lab", description=__doc__)
     parser.add_argument("--host", default=settings.host, help="127.0.0.1 by default; 0.0.0.0 opens it to the network")
     parser.add_argument("--port", type=int, default=settings.port)
@@ -27,13 +31,13 @@ def main() -> None:
     except (ModelLoadError, StoreError) as error:
         sys.exit(f"attention-lab: {error}")
     if args.workers == 1:
-        uvicorn.run(create_app(model, specs), host=args.host, port=args.port)
+        uvicorn.run(create_app(model, specs), host=args.host, port=args.port, **server_options(settings))
         return
     # Each worker loads its own model and opens its own store: these two only made a bad setting fail here,
     # in one line and with an exit status (uvicorn's supervisor exits 0 when a worker fails to start).
     del model
     specs.close()
-    uvicorn.run("app.main:app", host=args.host, port=args.port, workers=args.workers)
+    uvicorn.run("app.main:app", host=args.host, port=args.port, workers=args.workers, **server_options(settings))
 
 
 if __name__ == "__main__":

@@ -7,9 +7,10 @@ from typing import Annotated
 import numpy as np
 import orjson
 from fastapi import APIRouter, Depends, Query, Response
+from fastapi.responses import StreamingResponse
 
 from app import lessons
-from app.deps import LabDep
+from app.deps import ClientDep, LabDep
 from app.encoding import MEDIA_TYPE, AttentionDtype, encode_attention
 from app.lab import Run
 from app.schemas import (
@@ -51,16 +52,16 @@ class NumbersResponse(Response):
         return orjson.dumps(content, option=orjson.OPT_SERIALIZE_NUMPY)
 
 
-async def get_run(run_id: str, lab: LabDep) -> Run:
-    return await lab.run(run_id)
+async def get_run(run_id: str, lab: LabDep, client: ClientDep) -> Run:
+    return await lab.run(run_id, client)
 
 
-async def get_run_a(a: str, lab: LabDep) -> Run:
-    return await lab.run(a)
+async def get_run_a(a: str, lab: LabDep, client: ClientDep) -> Run:
+    return await lab.run(a, client)
 
 
-async def get_run_b(b: str, lab: LabDep) -> Run:
-    return await lab.run(b)
+async def get_run_b(b: str, lab: LabDep, client: ClientDep) -> Run:
+    return await lab.run(b, client)
 
 
 RunDep = Annotated[Run, Depends(get_run)]
@@ -103,9 +104,9 @@ async def model(lab: LabDep):
         },
     },
 )
-async def analyze(body: AnalyzeRequest, lab: LabDep):
+async def analyze(body: AnalyzeRequest, lab: LabDep, client: ClientDep):
     spec = lab.spec(body.text, body.text_pair, body.mask, body.pooling, body.ablate)
-    run = await lab.submit(spec)
+    run = await lab.submit(spec, client)
     return NumbersResponse(
         {
             "run_id": run.run_id,
@@ -161,10 +162,10 @@ def nearest(run: RunDep, lab: LabDep, token: int, k: Annotated[int, Query(ge=1, 
 
 
 @router.post("/pooling", response_model=PoolingResponse)
-async def pooling(body: PoolingRequest, lab: LabDep):
+async def pooling(body: PoolingRequest, lab: LabDep, client: ClientDep):
     """CLS, mean and max pooling of one prompt side by side, and how an instruction prefix moves it."""
-    run = await lab.submit(lab.spec(body.text, mask=body.mask))
-    prefixed = await lab.submit(lab.spec(body.prefix + body.text, mask=body.mask))
+    run = await lab.submit(lab.spec(body.text, mask=body.mask), client)
+    prefixed = await lab.submit(lab.spec(body.prefix + body.text, mask=body.mask), client)
     vectors = lessons.pooling_strategies(run)
     names = list(vectors)
     return NumbersResponse(
@@ -234,5 +235,5 @@ def attention(
         Query(ge=1, description="Shrink each matrix to at most size×size, keeping each block's largest weight"),
     ] = None,
 ):
-    body, headers = encode_attention(run.attention(layer, head), dtype, size)
-    return Response(body, media_type=MEDIA_TYPE, headers=headers)
+    pieces, headers = encode_attention(run.attention(layer, head), dtype, size)
+    return StreamingResponse(pieces, media_type=MEDIA_TYPE, headers=headers)

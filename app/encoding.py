@@ -7,40 +7,47 @@ own; the response headers carry the shape and the dtype:
 - float32: the exact weights.
 """
 
+from collections.abc import Iterator
+from math import prod
 from typing import Literal
 
 import numpy as np
 import torch
 
 AttentionDtype = Literal["uint8", "float16", "float32"]
+ITEM_BYTES = {"uint8": 1, "float16": 2, "float32": 4}
 UINT8_SCALE = 255
 MEDIA_TYPE = "application/octet-stream"
 
 
 def encode_attention(
     blocks: list[torch.Tensor], dtype: AttentionDtype, size: int | None = None
-) -> tuple[bytes, dict[str, str]]:
+) -> tuple[Iterator[bytes], dict[str, str]]:
     """blocks: one [head, query_pos, key_pos] float32 tensor per layer, weights in [0, 1].
 
+    The body comes as one piece per head, encoded as it is sent: a 512-token run in float32 (75 MB) is
+    never held whole, and a client that reads slowly holds back the encoding of the rest.
     With `size`, each matrix larger than size×size is shrunk to it by keeping the largest weight of each
     block of cells: what an overview of small pictures draws, so nothing strong disappears.
     """
     if size is not None and blocks[0].shape[-1] > size:
         blocks = [torch.nn.functional.adaptive_max_pool2d(block, size) for block in blocks]
-    # One block at a time, so a 512-token run never holds a second float copy of all its weights.
-    body = b"".join(_encode_block(block, dtype) for block in blocks)
     shape = (len(blocks), *blocks[0].shape)
-    headers = {"X-Attention-Shape": ",".join(map(str, shape)), "X-Attention-Dtype": dtype}
+    headers = {
+        "X-Attention-Shape": ",".join(map(str, shape)),
+        "X-Attention-Dtype": dtype,
+        "Content-Length": str(prod(shape) * ITEM_BYTES[dtype]),
+    }
     if dtype == "uint8":
         headers["X-Attention-Scale"] = str(UINT8_SCALE)
-    return body, headers
+    return (_encode_matrix(matrix, dtype) for block in blocks for matrix in block), headers
 
 
-def _encode_block(block: torch.Tensor, dtype: AttentionDtype) -> bytes:
+def _encode_matrix(matrix: torch.Tensor, dtype: AttentionDtype) -> bytes:
     if dtype == "uint8":
         # +0.5 then truncation rounds half up for weights >= 0, faster than a separate round.
-        return block.mul(UINT8_SCALE).add_(0.5).to(torch.uint8).numpy().tobytes()
-    return block.numpy().astype("<f2" if dtype == "float16" else "<f4", copy=False).tobytes()
+        return matrix.mul(UINT8_SCALE).add_(0.5).to(torch.uint8).numpy().tobytes()
+    return matrix.numpy().astype("<f2" if dtype == "float16" else "<f4", copy=False).tobytes()
 
 
 def decode_attention(body: bytes, headers: dict[str, str]) -> np.ndarray:

@@ -1,39 +1,135 @@
-"""Admission to forward passes: a bounded number run at once, a bounded number wait, the rest are told
-to come back. Waiting happens on the event loop, so a full queue never ties up the server's threads."""
+"""Admission to forward passes: a bounded number run at once; the requests that wait are served in turn
+by client, so one client's flood waits behind its own requests and not in front of everyone else's.
+
+A client is its network address and, within an address (learners behind one NAT, or behind the lab's own
+proxy), its `lab_client` cookie. Turns go round the addresses, and within an address round its clients:
+a client that floods, whether from many connections or under many cookies, gets one turn in each round
+like any other. Past its own bound of waiting requests a client is refused alone (429); past the bound
+for everyone, or after the longest wait, a request is told to come back (503). Waiting happens on the
+event loop, so a full queue never ties up the server's threads, and a request cancelled while it waits
+(its client went away) leaves the queue at once."""
 
 import asyncio
+from collections import deque
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from dataclasses import dataclass
 
 
 class Busy(RuntimeError):
-    """No room: the client should retry after `retry_after` seconds."""
+    """No room: the client should retry after `retry_after` seconds (503)."""
 
     def __init__(self, message: str, retry_after: int):
         super().__init__(message)
         self.retry_after = retry_after
 
 
+class TooManyWaiting(Busy):
+    """This client alone has too many requests waiting (429); everyone else is still served."""
+
+
+@dataclass(frozen=True)
+class Client:
+    address: str
+    cookie: str = ""
+
+
+ANYONE = Client("")  # a caller with no client of its own (the engine used directly, as in tests)
+
+
+class Rotation:
+    """Queues by key, served round the keys in turn: the key served goes to the back of the round."""
+
+    def __init__(self):
+        self._queues: dict = {}  # key -> deque or Rotation; insertion order is the order of turns
+
+    def __len__(self) -> int:
+        return len(self._queues)
+
+    def append(self, keys: tuple, item) -> None:
+        key, *inner = keys
+        if inner:
+            self._queues.setdefault(key, Rotation()).append(tuple(inner), item)
+        else:
+            self._queues.setdefault(key, deque()).append(item)
+
+    def count(self, keys: tuple) -> int:
+        key, *inner = keys
+        queue = self._queues.get(key)
+        if queue is None:
+            return 0
+        return queue.count(tuple(inner)) if inner else len(queue)
+
+    def popleft(self):
+        key, queue = next(iter(self._queues.items()))
+        item = queue.popleft()
+        del self._queues[key]
+        if queue:
+            self._queues[key] = queue
+        return item
+
+    def remove(self, keys: tuple, item) -> None:
+        key, *inner = keys
+        queue = self._queues[key]
+        if inner:
+            queue.remove(tuple(inner), item)
+        else:
+            queue.remove(item)
+        if not queue:
+            del self._queues[key]
+
+
 class PassGate:
-    def __init__(self, max_passes: int, max_waiting: int, max_wait_seconds: float):
+    def __init__(self, max_passes: int, max_waiting: int, max_waiting_per_client: int, max_wait_seconds: float):
         self.max_passes = max_passes
         self.max_waiting = max_waiting
+        self.max_waiting_per_client = max_waiting_per_client
         self.max_wait_seconds = max_wait_seconds
-        self._slots = asyncio.Semaphore(max_passes)
+        self.running = 0
         self.waiting = 0
+        self._turns = Rotation()  # futures of waiting requests, by address, then by cookie
 
     @asynccontextmanager
-    async def admit(self) -> AsyncIterator[None]:
-        if self._slots.locked() and self.waiting >= self.max_waiting:
-            raise Busy(f"{self.waiting} requests are already waiting for the model: try again in a moment", 2)
-        self.waiting += 1
-        try:
-            await asyncio.wait_for(self._slots.acquire(), self.max_wait_seconds)
-        except TimeoutError:
-            raise Busy(f"waited {self.max_wait_seconds:g} s for the model: try again in a moment", 5) from None
-        finally:
-            self.waiting -= 1
+    async def admit(self, client: Client = ANYONE) -> AsyncIterator[None]:
+        if self.running < self.max_passes and self.waiting == 0:
+            self.running += 1
+        else:
+            await self._wait_for_turn((client.address, client.cookie))
         try:
             yield
         finally:
-            self._slots.release()
+            self._pass_on()
+
+    async def _wait_for_turn(self, keys: tuple[str, str]) -> None:
+        if self._turns.count(keys) >= self.max_waiting_per_client:
+            raise TooManyWaiting(
+                f"you already have {self.max_waiting_per_client} requests waiting for the model: "
+                "wait for them, then try again",
+                2,
+            )
+        if self.waiting >= self.max_waiting:
+            raise Busy(f"{self.waiting} requests are already waiting for the model: try again in a moment", 2)
+        turn = asyncio.get_running_loop().create_future()
+        self._turns.append(keys, turn)
+        self.waiting += 1
+        try:
+            async with asyncio.timeout(self.max_wait_seconds):
+                await asyncio.shield(turn)
+        except BaseException as error:
+            if turn.done():  # the turn came as the wait ended: give it to the next in line
+                self._pass_on()
+            else:
+                turn.cancel()
+                self._turns.remove(keys, turn)
+                self.waiting -= 1
+            if isinstance(error, TimeoutError):
+                raise Busy(f"waited {self.max_wait_seconds:g} s for the model: try again in a moment", 5) from None
+            raise
+
+    def _pass_on(self) -> None:
+        """A pass ended: its slot goes to whoever's turn it is, or is freed."""
+        if self._turns:
+            self.waiting -= 1
+            self._turns.popleft().set_result(None)
+        else:
+            self.running -= 1

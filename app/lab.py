@@ -10,7 +10,7 @@ from torch import Tensor
 
 from app.cache import RunCache
 from app.capture import additive_mask, attention_scores, capture, pool
-from app.gate import PassGate
+from app.gate import ANYONE, Client, PassGate
 from app.memory import trim_if_over
 from app.model import LoadedModel
 from app.spec import RUN_ID, RunSpec
@@ -177,8 +177,11 @@ class Lab:
         self.gate = gate
         self.max_chars = max_chars
         self.runs: RunCache[Run] = RunCache(max_runs, max_cache_bytes)
-        # Passes under way, by run id: a request for the same run meanwhile awaits that pass.
+        # Passes under way, by run id: a request for the same run meanwhile awaits that pass. A pass whose
+        # waiters have all gone (their clients disconnected) before it started is called off.
         self._passes: dict[str, asyncio.Task] = {}
+        self._waiters: dict[str, int] = {}
+        self._started: set[str] = set()
 
     @property
     def info(self) -> dict:
@@ -231,14 +234,15 @@ class Lab:
         """This worker's run of the spec, if it holds one: no forward pass needed."""
         return self.runs.get(spec.run_id)
 
-    async def submit(self, spec: RunSpec) -> Run:
+    async def submit(self, spec: RunSpec, client: Client = ANYONE) -> Run:
         """analyze() for the server: the run (kept, or computed once however many ask for it at a time),
-        then its spec in the shared store, so that every worker can serve the id the client receives."""
-        run = await self._computed(spec)
+        then its spec in the shared store, so that every worker can serve the id the client receives.
+        `client` is whose turn at the gate this request takes."""
+        run = await self._computed(spec, client)
         await asyncio.to_thread(self.specs.put, spec)
         return run
 
-    async def run(self, run_id: str) -> Run:
+    async def run(self, run_id: str, client: Client = ANYONE) -> Run:
         """A run by id: from this worker's cache, or recomputed from the spec in the shared store."""
         run = self.runs.get(run_id)
         if run is not None:
@@ -248,7 +252,7 @@ class Lab:
             raise RunNotFound(run_id)
         if (spec.model, spec.model_digest) != (self.loaded.name, self.loaded.digest):
             raise ForeignRun(run_id, spec, self.loaded)
-        return await self._computed(spec)
+        return await self._computed(spec, client)
 
     async def store_problem(self) -> str | None:
         """Why the shared spec store is not answering, or None if it is."""
@@ -258,23 +262,40 @@ class Lab:
             return str(error)
         return None
 
-    async def _computed(self, spec: RunSpec) -> Run:
+    async def _computed(self, spec: RunSpec, client: Client) -> Run:
         """The kept run, or the one pass under way for it, or a new pass: a turn at the gate, then a thread."""
         run = self.kept(spec)
         if run is not None:
             return run
-        underway = self._passes.get(spec.run_id)
+        run_id = spec.run_id
+        underway = self._passes.get(run_id)
         if underway is None:
-            underway = self._passes[spec.run_id] = asyncio.create_task(self._pass(spec))
-        # A client that goes away cancels its wait, not the pass the others are waiting for.
-        return await asyncio.shield(underway)
-
-    async def _pass(self, spec: RunSpec) -> Run:
+            underway = self._passes[run_id] = asyncio.create_task(self._pass(spec, client))
+        self._waiters[run_id] = self._waiters.get(run_id, 0) + 1
         try:
-            async with self.gate.admit():
+            # A client that goes away cancels its wait, not the pass the others are waiting for.
+            return await asyncio.shield(underway)
+        except asyncio.CancelledError:
+            if self._waiters[run_id] == 1 and run_id not in self._started:
+                # Nobody waits for it and it has not begun: its turn at the gate is given up, and a request
+                # for the same run from now on starts a pass of its own.
+                underway.cancel()
+                del self._passes[run_id]
+            raise
+        finally:
+            self._waiters[run_id] -= 1
+            if not self._waiters[run_id]:
+                del self._waiters[run_id]
+
+    async def _pass(self, spec: RunSpec, client: Client) -> Run:
+        try:
+            async with self.gate.admit(client):
+                self._started.add(spec.run_id)
                 return await asyncio.to_thread(self.analyze, spec)
         finally:
-            del self._passes[spec.run_id]
+            self._started.discard(spec.run_id)
+            if self._passes.get(spec.run_id) is asyncio.current_task():
+                del self._passes[spec.run_id]
 
     def analyze(self, spec: RunSpec) -> Run:
         """One forward pass of the spec, or the kept run."""

@@ -12,11 +12,19 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette_compress import CompressMiddleware
 
 from app import api, docs, pages
-from app.gate import Busy, PassGate
+from app.gate import Busy, PassGate, TooManyWaiting
 from app.lab import InvalidInput, Lab, OutOfRange, PassFailed, RunNotFound, TextTooLong
-from app.middleware import HeadAsGet, LimitBody, OneLineStartupFailure, SecurityHeaders
+from app.middleware import (
+    BoundedSend,
+    CancelOnDisconnect,
+    ClientCookie,
+    HeadAsGet,
+    LimitBody,
+    OneLineStartupFailure,
+    SecurityHeaders,
+)
 from app.model import LoadedModel, ModelLoadError, load_model
-from app.settings import get_settings
+from app.settings import SettingsError, get_settings
 from app.specs import SpecStore, StoreError, open_spec_store
 
 
@@ -26,10 +34,15 @@ def create_app(model: LoadedModel | None = None, specs: SpecStore | None = None)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
-        settings = get_settings()
+        settings = app.state.settings = get_settings()
         loaded = model or load_model(settings.model_path)
         store = specs or open_spec_store(settings)
-        gate = PassGate(settings.max_concurrent_passes, settings.max_waiting, settings.max_wait_seconds)
+        gate = PassGate(
+            settings.max_concurrent_passes,
+            settings.max_waiting,
+            settings.max_waiting_per_client,
+            settings.max_wait_seconds,
+        )
         app.state.lab = Lab(
             loaded,
             store,
@@ -50,13 +63,17 @@ def create_app(model: LoadedModel | None = None, specs: SpecStore | None = None)
         docs_url=None,
         redoc_url=None,
     )
-    app.add_middleware(LimitBody, max_bytes=get_settings().max_body_bytes)
+    # From the innermost out: the last one added sees a request first.
+    app.add_middleware(LimitBody)
     app.add_middleware(HeadAsGet)
     app.add_middleware(SecurityHeaders)
-    app.add_middleware(OneLineStartupFailure, errors=(ModelLoadError, StoreError))
+    app.add_middleware(OneLineStartupFailure, errors=(ModelLoadError, StoreError, SettingsError))
+    app.add_middleware(ClientCookie)
+    app.add_middleware(CancelOnDisconnect)
     # Text (the page, scripts, styles, JSON) goes out compressed to a client that accepts it: plotly.js
     # is 4.7 MB as it is and about 1 MB with brotli.
     app.add_middleware(CompressMiddleware)
+    app.add_middleware(BoundedSend)
     app.include_router(api.router)
     app.include_router(pages.router)
     app.include_router(docs.router)
@@ -97,7 +114,9 @@ async def unexpected(request: Request, error: Exception) -> JSONResponse:
 
 
 async def busy(request: Request, error: Busy) -> JSONResponse:
-    return JSONResponse({"detail": str(error)}, status_code=503, headers={"Retry-After": str(error.retry_after)})
+    """503 when the lab is full for everyone; 429 when this client alone has too much waiting."""
+    status = 429 if isinstance(error, TooManyWaiting) else 503
+    return JSONResponse({"detail": str(error)}, status_code=status, headers={"Retry-After": str(error.retry_after)})
 
 
 async def readable_validation_error(request: Request, error: RequestValidationError) -> JSONResponse:

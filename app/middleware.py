@@ -1,7 +1,14 @@
 """ASGI middleware the whole app shares: a cap on request bodies, HEAD on every GET route, the headers
-that keep the page's content from being run or framed elsewhere, and a one-line start-up failure."""
+that keep the page's content from being run or framed elsewhere, a one-line start-up failure, the client
+cookie that fair queuing goes by, the end of work nobody waits for, and answers sent in bounded pieces.
 
+Settings are read from the app's state, which the lifespan fills: building the app reads none, so a bad
+setting fails at start-up, in one line, however the server is started."""
+
+import asyncio
 import json
+import logging
+import secrets
 
 # Plotly and the page set inline styles (element style attributes), hence 'unsafe-inline' for styles
 # only; no inline or eval'd script is allowed. Images: Plotly renders PNG exports through data: URLs.
@@ -18,20 +25,31 @@ SECURITY_HEADERS = [
 ]
 
 
-class LimitBody:
-    """413 for a body over `max_bytes`: at once when Content-Length says so, else as soon as the bytes
-    read pass the cap, so an oversized body is never read whole."""
+CLIENT_COOKIE = "lab_client"
+# Each piece of an answer must be taken by the client within the slow-reader timeout; the transport
+# holds at most about one piece for a reader that stalls.
+SEND_PIECE_BYTES = 256 * 1024
+log = logging.getLogger("uvicorn.error")
 
-    def __init__(self, app, max_bytes: int):
+
+class SlowReader(Exception):
+    """The client took no piece of its answer within the slow-reader timeout."""
+
+
+class LimitBody:
+    """413 for a body over the max_body_bytes setting: at once when Content-Length says so, else as soon
+    as the bytes read pass the cap, so an oversized body is never read whole."""
+
+    def __init__(self, app):
         self.app = app
-        self.max_bytes = max_bytes
 
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
+        max_bytes = scope["app"].state.settings.max_body_bytes
         declared = dict(scope["headers"]).get(b"content-length", b"0")
-        if not declared.isdigit() or int(declared) > self.max_bytes:
-            return await self.refuse(send)
+        if not declared.isdigit() or int(declared) > max_bytes:
+            return await self.refuse(send, max_bytes)
         seen = 0
         over = False
 
@@ -43,7 +61,7 @@ class LimitBody:
                 return {"type": "http.disconnect"}
             message = await receive()
             seen += len(message.get("body", b""))
-            if seen > self.max_bytes:
+            if seen > max_bytes:
                 over = True
                 return {"type": "http.request", "body": b"", "more_body": False}
             return message
@@ -52,12 +70,12 @@ class LimitBody:
             if not over:
                 await send(message)
             elif message["type"] == "http.response.start":
-                await self.refuse(send)
+                await self.refuse(send, max_bytes)
 
         await self.app(scope, counting_receive, refusing_send)
 
-    async def refuse(self, send):
-        body = json.dumps({"detail": f"the request body is larger than {self.max_bytes:,} bytes"}).encode()
+    async def refuse(self, send, max_bytes: int):
+        body = json.dumps({"detail": f"the request body is larger than {max_bytes:,} bytes"}).encode()
         headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
         await send({"type": "http.response.start", "status": 413, "headers": headers})
         await send({"type": "http.response.body", "body": body})
@@ -128,3 +146,115 @@ class OneLineStartupFailure:
             for message in held:
                 await send(message)
             raise
+
+
+class ClientCookie:
+    """Gives a browser without one a random `lab_client` cookie: learners behind one address (a school's
+    NAT, the lab's own proxy) then take separate turns at the model."""
+
+    def __init__(self, app):
+        self.app = app
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http" or f"{CLIENT_COOKIE}=".encode() in dict(scope["headers"]).get(b"cookie", b""):
+            return await self.app(scope, receive, send)
+        cookie = f"{CLIENT_COOKIE}={secrets.token_urlsafe(12)}; Path=/; Max-Age=31536000; HttpOnly; SameSite=Strict"
+
+        async def with_cookie(message):
+            if message["type"] == "http.response.start":
+                message = {**message, "headers": [*message.get("headers", []), (b"set-cookie", cookie.encode())]}
+            await send(message)
+
+        await self.app(scope, receive, with_cookie)
+
+
+class CancelOnDisconnect:
+    """A request whose client disconnects before its answer is complete is cancelled: if it waits for the
+    model, it leaves the queue, and a pass nobody else waits for is called off (app.lab).
+
+    Once the request's body is read, the next message from the server is the disconnect; a watcher waits
+    for it beside the app. A request without a body is read by the watcher at once."""
+
+    def __init__(self, app):
+        self.app = app
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        headers = dict(scope["headers"])
+        has_body = headers.get(b"content-length", b"0") != b"0" or b"transfer-encoding" in headers
+        body_read = asyncio.Event()
+        gone = asyncio.Event()
+        first: list[dict] = []  # the bodiless request's one message, read by the watcher, for the app
+
+        async def app_receive():
+            if not has_body:
+                await body_read.wait()  # the watcher reads the one message
+            if first:
+                return first.pop()
+            if body_read.is_set():
+                await gone.wait()
+                return {"type": "http.disconnect"}
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                gone.set()
+            elif not message.get("more_body", False):
+                body_read.set()
+            return message
+
+        async def watch():
+            if not has_body:
+                first.append(await receive())
+                body_read.set()
+            await body_read.wait()
+            if (await receive())["type"] == "http.disconnect":
+                gone.set()
+
+        app = asyncio.ensure_future(self.app(scope, app_receive, send))
+        watcher = asyncio.ensure_future(watch())
+        disconnected = asyncio.ensure_future(gone.wait())
+        try:
+            await asyncio.wait({app, disconnected}, return_when=asyncio.FIRST_COMPLETED)
+            if not app.done():
+                app.cancel()
+            await asyncio.gather(app, return_exceptions=True)
+            if not app.cancelled() and app.exception() is not None:
+                raise app.exception()
+        finally:
+            watcher.cancel()
+            disconnected.cancel()
+
+
+class BoundedSend:
+    """Sends each answer in pieces of at most SEND_PIECE_BYTES, each of which the client must take within
+    the slow_reader_seconds setting (the server waits for a reader's socket to drain before the next
+    piece): a reader that stalls holds one piece, not the whole answer, and is then dropped."""
+
+    def __init__(self, app):
+        self.app = app
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        timeout = scope["app"].state.settings.slow_reader_seconds
+
+        async def send_in_pieces(message):
+            if message["type"] != "http.response.body":
+                return await send(message)
+            body = message.get("body", b"")
+            more = message.get("more_body", False)
+            for start in range(0, max(len(body), 1), SEND_PIECE_BYTES):
+                last = start + SEND_PIECE_BYTES >= len(body)
+                piece = body[start : start + SEND_PIECE_BYTES]
+                try:
+                    async with asyncio.timeout(timeout):
+                        await send({"type": "http.response.body", "body": piece, "more_body": more or not last})
+                except TimeoutError:
+                    raise SlowReader from None
+
+        try:
+            await self.app(scope, receive, send_in_pieces)
+        except SlowReader:
+            # The answer is left incomplete: the server closes the connection.
+            client = "{}:{}".format(*scope["client"]) if scope.get("client") else "a client"
+            log.warning("dropped %s, which took nothing of its answer for %g s", client, timeout)

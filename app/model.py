@@ -88,7 +88,10 @@ def _default_pooling(path: Path) -> str:
     config_file = path / "1_Pooling" / "config.json"
     if not config_file.is_file():
         return "mean"
-    config = json.loads(config_file.read_text())
+    try:
+        config = json.loads(config_file.read_text())
+    except (OSError, ValueError) as error:
+        raise ModelLoadError(f"{config_file} could not be read: {error}") from error
     flags = {"mean": "pooling_mode_mean_tokens", "cls": "pooling_mode_cls_token", "max": "pooling_mode_max_tokens"}
     return next((strategy for strategy, flag in flags.items() if config.get(flag)), "mean")
 

@@ -1,45 +1,93 @@
-"""Every setting of the lab, read from ATTENTION_LAB_* environment variables and nowhere else."""
+"""Every setting of the lab, read from ATTENTION_LAB_* environment variables and nowhere else. Each number
+has its valid range here; a value outside it, or one that is not a number, stops the lab at start-up with
+one line naming the setting and the range."""
 
 from functools import lru_cache
 from pathlib import Path
+from typing import Annotated
 
+import annotated_types
+from pydantic import Field, ValidationError
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+ENV_PREFIX = "ATTENTION_LAB_"
+KIB = 1024
+GIB = 1024**3
+
+
+def between(low, high):
+    return Field(ge=low, le=high)
+
+
+class SettingsError(ValueError):
+    """A setting has a value the lab cannot run with."""
 
 
 class Settings(BaseSettings):
-    model_config = SettingsConfigDict(env_prefix="ATTENTION_LAB_")
+    # An empty variable means "not set": ATTENTION_LAB_MODEL_PATH= is the packaged model, not ".".
+    model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, env_ignore_empty=True)
 
-    # A local BERT-family folder (config.json, tokenizer, weights); empty means the packaged MiniLM.
+    # A local BERT-family folder (config.json, tokenizer, weights); unset means the packaged MiniLM.
     model_path: Path | None = None
     # Runs each worker keeps in memory for the per-head and per-layer endpoints: the cache evicts the
     # least recently used run once either bound is passed (and recomputes it from its spec if asked again).
-    max_runs: int = 64
-    max_store_bytes: int = 2 * 1024**3
+    max_runs: Annotated[int, between(1, 100_000)] = 64
+    max_store_bytes: Annotated[int, between(1, 1024 * GIB)] = 2 * GIB
     # Where run specs are shared between workers, replicas and restarts: "sqlite" (a file in data_dir,
     # nothing to install; the workers of one machine) or a Redis URL, redis://host:port/db (many machines).
     store: str = "sqlite"
     data_dir: Path = Path("data")
     # Specs kept: at most this many, none analyzed longer ago than this; the oldest go first.
-    max_specs: int = 100_000
-    max_spec_age_days: float = 30.0
+    max_specs: Annotated[int, between(1, 100_000_000)] = 100_000
+    max_spec_age_days: Annotated[float, between(0.01, 36_500)] = 30.0
     # How long a request waits for the store (a Redis socket, another worker's SQLite write) before 503.
-    store_timeout_seconds: float = 2.0
+    store_timeout_seconds: Annotated[float, between(0.05, 60)] = 2.0
     # Forward passes run at once (each uses every core torch is given), and requests that may wait for
-    # one; past that, or after max_wait_seconds, the API answers 503 with Retry-After.
-    max_concurrent_passes: int = 1
-    max_waiting: int = 64
-    max_wait_seconds: float = 30.0
+    # one, in turn by client; past that, or after max_wait_seconds, the API answers 503 with Retry-After.
+    # One client (an address, and a browser's cookie within it) past max_waiting_per_client gets 429.
+    max_concurrent_passes: Annotated[int, between(1, 64)] = 1
+    max_waiting: Annotated[int, between(0, 10_000)] = 64
+    max_waiting_per_client: Annotated[int, between(1, 1_000)] = 4
+    max_wait_seconds: Annotated[float, between(0.1, 600)] = 30.0
     # Longer texts answer 413; the tokenizer truncates to the model's 512 positions anyway.
-    max_chars: int = 20_000
+    max_chars: Annotated[int, between(1, 1_000_000)] = 20_000
     # Request bodies past this answer 413 before they are read whole (20,000 characters escaped as
     # JSON \uXXXX pairs need 240 kB).
-    max_body_bytes: int = 512 * 1024
+    max_body_bytes: Annotated[int, between(1 * KIB, 64 * 1024**2)] = 512 * KIB
+    # A client must take each 256 KiB piece of an answer within this, or it is dropped.
+    slow_reader_seconds: Annotated[float, between(1, 600)] = 30.0
+    # HTTP limits of `python -m app` (app.server): the request line and headers together (431 past it),
+    # the time to send a whole request (408 past it), idle keep-alive, and open connections per process
+    # (503 past it).
+    max_header_bytes: Annotated[int, between(4 * KIB, 1024 * KIB)] = 64 * KIB
+    request_timeout_seconds: Annotated[float, between(1, 600)] = 20.0
+    keep_alive_seconds: Annotated[float, between(1, 600)] = 5.0
+    max_connections: Annotated[int, between(8, 100_000)] = 500
     host: str = "127.0.0.1"
-    port: int = 8000
+    port: Annotated[int, between(1, 65_535)] = 8000
     # Server processes `python -m app` starts; each loads its own copy of the model (about 0.5 GB).
-    workers: int = 1
+    workers: Annotated[int, between(1, 64)] = 1
+
+
+def explain(error: ValidationError) -> str:
+    """pydantic's errors as one line: each bad variable, what it was given and the valid range."""
+    problems = []
+    for item in error.errors():
+        name = str(item["loc"][0]) if item["loc"] else ""
+        field = Settings.model_fields.get(name)
+        bounds = {type(rule).__name__: rule for rule in (field.metadata if field else [])}
+        valid = (
+            f"valid: {bounds['Ge'].ge:,} to {bounds['Le'].le:,}"
+            if isinstance(bounds.get("Ge"), annotated_types.Ge) and "Le" in bounds
+            else item["msg"]
+        )
+        problems.append(f"{ENV_PREFIX}{name.upper()}={item.get('input')!s}: {valid}")
+    return "bad setting " + "; ".join(problems)
 
 
 @lru_cache
 def get_settings() -> Settings:
-    return Settings()
+    try:
+        return Settings()
+    except ValidationError as error:
+        raise SettingsError(explain(error)) from None

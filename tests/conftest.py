@@ -94,7 +94,7 @@ def make_lab(model, folder: Path, max_runs: int = 8, max_chars: int = 1000, pass
     return Lab(
         model,
         spec_store(folder),
-        PassGate(passes, 64, 30),
+        PassGate(passes, 64, 4, 30),
         max_chars=max_chars,
         max_runs=max_runs,
         max_cache_bytes=10**9,

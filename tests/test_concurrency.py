@@ -15,7 +15,7 @@ from tests.conftest import run_async
 
 def test_gate_admits_queues_and_refuses():
     async def scenario():
-        gate = PassGate(max_passes=1, max_waiting=1, max_wait_seconds=5)
+        gate = PassGate(max_passes=1, max_waiting=1, max_waiting_per_client=4, max_wait_seconds=5)
         release = asyncio.Event()
         order = []
 
@@ -41,7 +41,7 @@ def test_gate_admits_queues_and_refuses():
 
 def test_gate_gives_up_after_the_longest_wait():
     async def scenario():
-        gate = PassGate(max_passes=1, max_waiting=5, max_wait_seconds=0.05)
+        gate = PassGate(max_passes=1, max_waiting=5, max_waiting_per_client=4, max_wait_seconds=0.05)
         async with gate.admit():
             with pytest.raises(Busy, match="waited"):
                 async with gate.admit():
@@ -77,7 +77,7 @@ def test_a_full_queue_answers_503_with_retry_after_and_health_stays_up(slow_clie
     first = threading.Thread(target=lambda: answers.append(client.post("/api/analyze", json={"text": "first"})))
     first.start()
     deadline = time.monotonic() + 10
-    while not client.app.state.lab.gate._slots.locked() and time.monotonic() < deadline:
+    while not client.app.state.lab.gate.running and time.monotonic() < deadline:
         time.sleep(0.01)
     refused = client.post("/api/analyze", json={"text": "second"})
     assert refused.status_code == 503

@@ -44,7 +44,7 @@ async def learner(client: httpx.AsyncClient, number: int, deadline: float, tally
         response = await timed(client, tally, "analyze", "POST", "/api/analyze", json={"text": text})
         if response is None:
             continue
-        if response.status_code == 503:
+        if response.status_code in (429, 503):
             await asyncio.sleep(
                 min(float(response.headers.get("Retry-After", 1)), max(0.0, deadline - time.monotonic()))
             )
@@ -90,15 +90,21 @@ async def simulate(base_url: str, learners: int, seconds: float, server_pid: int
     if host not in ("127.0.0.1", "localhost", "::1"):
         raise ValueError(f"load goes to this machine's loopback only, not {host}")
     tally = Tally()
-    limits = httpx.Limits(max_connections=learners, max_keepalive_connections=learners)
-    async with httpx.AsyncClient(base_url=base_url, timeout=60, limits=limits) as client:
+    # Each learner is a browser of its own, with its own connection and its own lab_client cookie.
+    clients = [httpx.AsyncClient(base_url=base_url, timeout=60) for _ in range(learners)]
+    try:
         start = time.monotonic()
         deadline = start + seconds
         rng = random.Random(seed)
         await asyncio.gather(
-            *(learner(client, number, deadline, tally, random.Random(rng.random())) for number in range(learners))
+            *(
+                learner(client, number, deadline, tally, random.Random(rng.random()))
+                for number, client in enumerate(clients)
+            )
         )
         elapsed = time.monotonic() - start
+    finally:
+        await asyncio.gather(*(client.aclose() for client in clients))
     every = [seconds for values in tally.latencies.values() for seconds in values]
     return {
         "learners": learners,
@@ -119,6 +125,7 @@ async def simulate(base_url: str, learners: int, seconds: float, server_pid: int
         "server_errors_other_than_503": sum(
             n for status, n in tally.statuses.items() if status >= 500 and status != 503
         ),
+        "refused_429": tally.statuses.get(429, 0),
         "transport_failures": dict(tally.failures),
         "peak_rss_mb": peak_rss_mb(server_pid),
     }
