@@ -17,6 +17,7 @@ import torch
 AttentionDtype = Literal["uint8", "float16", "float32"]
 ITEM_BYTES = {"uint8": 1, "float16": 2, "float32": 4}
 UINT8_SCALE = 255
+PIECE_BYTES = 1024 * 1024  # heads are sent in pieces of about this size: few for a small body, bounded for a large
 MEDIA_TYPE = "application/octet-stream"
 
 
@@ -25,8 +26,9 @@ def encode_attention(
 ) -> tuple[Iterator[bytes], dict[str, str]]:
     """blocks: one [head, query_pos, key_pos] float32 tensor per layer, weights in [0, 1].
 
-    The body comes as one piece per head, encoded as it is sent: a 512-token run in float32 (75 MB) is
-    never held whole, and a client that reads slowly holds back the encoding of the rest.
+    The body comes in pieces of whole heads of about PIECE_BYTES, encoded as they are sent: a 512-token
+    run in float32 (75 MB) is never held whole, and a client that reads slowly holds back the encoding
+    of the rest.
     With `size`, each matrix larger than size×size is shrunk to it by keeping the largest weight of each
     block of cells: what an overview of small pictures draws, so nothing strong disappears.
     """
@@ -40,7 +42,18 @@ def encode_attention(
     }
     if dtype == "uint8":
         headers["X-Attention-Scale"] = str(UINT8_SCALE)
-    return (_encode_matrix(matrix, dtype) for block in blocks for matrix in block), headers
+    return _pieces((matrix for block in blocks for matrix in block), dtype), headers
+
+
+def _pieces(matrices: Iterator[torch.Tensor], dtype: AttentionDtype) -> Iterator[bytes]:
+    piece = []
+    for matrix in matrices:
+        piece.append(_encode_matrix(matrix, dtype))
+        if len(piece) * len(piece[0]) >= PIECE_BYTES:
+            yield b"".join(piece)
+            piece = []
+    if piece:
+        yield b"".join(piece)
 
 
 def _encode_matrix(matrix: torch.Tensor, dtype: AttentionDtype) -> bytes:

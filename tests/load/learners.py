@@ -36,7 +36,9 @@ def own_prompt(learner: int, step: int) -> str:
 
 
 async def learner(client: httpx.AsyncClient, number: int, deadline: float, tally: Tally, rng: random.Random):
-    """Analyse a prompt (most of a class types the default one), look at a few heads, think, repeat."""
+    """Open the page (which gives the browser its lab_client cookie), then analyse a prompt (most of a
+    class types the default one), look at a few heads, think, repeat."""
+    await timed(client, tally, "page", "GET", "/")
     for step in range(MAX_REQUESTS_PER_LEARNER):
         if time.monotonic() >= deadline:
             return
