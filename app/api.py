@@ -115,15 +115,21 @@ async def analyze(body: AnalyzeRequest, lab: LabDep, client: ClientDep):
             "tokens": [token.__dict__ for token in run.tokens],
             "truncated": run.truncated,
             "mask": spec.mask,
-            "pooled": pooled(spec.pooling, run.pooled),
+            "pooled": pooled(spec.pooling, run.pooled, run.pooled_tokens),
             "ablated": spec.ablated,
         }
     )
 
 
-def pooled(strategy: str, vector) -> dict:
+def pooled(strategy: str, vector, tokens: int) -> dict:
     norm = vector.norm()
-    return {"strategy": strategy, "vector": vector.numpy(), "norm": float(norm), "normalized": (vector / norm).numpy()}
+    return {
+        "strategy": strategy,
+        "tokens": tokens,
+        "vector": vector.numpy(),
+        "norm": float(norm),
+        "normalized": (vector / norm).numpy(),
+    }
 
 
 @router.get("/compare", response_model=CompareResponse, responses=NOT_FOUND)
@@ -143,7 +149,7 @@ def compare(run_a: RunADep, run_b: RunBDep, token_a: int, token_b: int):
 
 @router.get("/runs/{run_id}/head-stats", response_model=HeadStatsResponse, responses=NOT_FOUND)
 def head_stats(run: RunDep):
-    return {"threshold": lessons.LABEL_THRESHOLD, "heads": lessons.head_stats(run)}
+    return {"threshold": lessons.LABEL_THRESHOLD, "added": lessons.added_names(run), "heads": lessons.head_stats(run)}
 
 
 @router.get("/runs/{run_id}/tokens/{token}/rollout", response_model=RolloutResponse, responses=NOT_FOUND)
@@ -171,7 +177,11 @@ async def pooling(body: PoolingRequest, lab: LabDep, client: ClientDep):
     return NumbersResponse(
         {
             "run_id": run.run_id,
-            "strategies": {name: pooled(name, vector) for name, vector in vectors.items()},
+            "strategies": {name: pooled(name, vector, run.pooled_tokens) for name, vector in vectors.items()},
+            "whole_input": {
+                **pooled(run.spec.pooling, lessons.whole_input_vector(run), len(run.tokens)),
+                "cosine": lessons.cosine(run.pooled, lessons.whole_input_vector(run)),
+            },
             "cosines": {
                 f"{x}/{y}": lessons.cosine(vectors[x], vectors[y]) for i, x in enumerate(names) for y in names[i + 1 :]
             },
@@ -186,14 +196,16 @@ async def pooling(body: PoolingRequest, lab: LabDep, client: ClientDep):
 
 @router.get("/runs/{run_id}/layers/{layer}/heads/{head}", response_model=HeadResponse, responses=NOT_FOUND)
 def head(run: RunDep, layer: int, head: int):
-    return NumbersResponse({"layer": layer, "head": head, **numbers(run.head(layer, head))})
+    matrices = numbers(run.head(layer, head))
+    return NumbersResponse({"layer": layer, "head": head, "ablated": run.ablated(layer, head), **matrices})
 
 
 @router.get(
     "/runs/{run_id}/layers/{layer}/heads/{head}/queries/{query}", response_model=QueryResponse, responses=NOT_FOUND
 )
 def query(run: RunDep, layer: int, head: int, query: int):
-    return NumbersResponse({"layer": layer, "head": head, "query": query, **numbers(run.query(layer, head, query))})
+    row = numbers(run.query(layer, head, query))
+    return NumbersResponse({"layer": layer, "head": head, "query": query, "ablated": run.ablated(layer, head), **row})
 
 
 @router.get("/runs/{run_id}/layers/{layer}", response_model=LayerResponse, responses=NOT_FOUND)

@@ -136,8 +136,9 @@ def capture(
     n_tokens = input_ids.shape[-1]
     # A prepared 4-D mask is used by the model as it is: this is how "causal" runs inside the same model.
     attention_mask = additive_mask(mask, n_tokens)[None, None]  # [batch, 1, query_pos, key_pos]
-    # Ablation hooks go first, so the recording hooks see the zeroed context.
-    with torch.inference_mode(), ablating(model, ablate), recording(model) as activations:
+    # Recording hooks go first: a switched-off head's context is recorded as it computed it (weights·V),
+    # and only then zeroed for the rest of the model.
+    with torch.inference_mode(), recording(model) as activations, ablating(model, ablate):
         model(input_ids=input_ids[None], token_type_ids=token_type_ids[None], attention_mask=attention_mask)
     return activations
 

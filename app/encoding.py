@@ -2,8 +2,10 @@
 
 The body is the C-order array [layer, head, query_pos, key_pos], little-endian, with no header of its
 own; the response headers carry the shape and the dtype:
-- uint8: byte = round(weight * 255); weight = byte / 255, off by at most 1/510.
-- float16: IEEE half precision; off by at most 2^-11 relative (under 0.0005 for a weight in [0, 1]).
+- uint8: byte = round(weight * 255), rounded in float64; weight = byte / 255, off by at most 1/510.
+- float16: IEEE half precision; off by at most 2^-12 (absolute) for a weight in [0, 1]. Relative precision
+  holds only down to 6.1e-5, float16's smallest normal number: below it fewer bits remain, and a weight
+  under 3e-8 (half the smallest subnormal) becomes 0.
 - float32: the exact weights.
 """
 
@@ -58,8 +60,9 @@ def _pieces(matrices: Iterator[torch.Tensor], dtype: AttentionDtype) -> Iterator
 
 def _encode_matrix(matrix: torch.Tensor, dtype: AttentionDtype) -> bytes:
     if dtype == "uint8":
-        # +0.5 then truncation rounds half up for weights >= 0, faster than a separate round.
-        return matrix.mul(UINT8_SCALE).add_(0.5).to(torch.uint8).numpy().tobytes()
+        # +0.5 then truncation rounds half up for weights >= 0. In float64: in float32, w·255 + 0.5 can round
+        # up past a half-step (0.8215686082839966 gave byte 210, 1.96e-3 off).
+        return matrix.double().mul_(UINT8_SCALE).add_(0.5).to(torch.uint8).numpy().tobytes()
     return matrix.numpy().astype("<f2" if dtype == "float16" else "<f4", copy=False).tobytes()
 
 

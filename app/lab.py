@@ -61,7 +61,8 @@ class Token:
     index: int
     text: str
     id: int
-    special: bool
+    special: bool  # any of the tokenizer's special ids, typed ones ([SEP], [MASK]) and [UNK] included
+    added: bool  # put in by the tokenizer around the text ([CLS]/[SEP], <s>/</s>), not read from it
     start: int  # offsets are Unicode code points into the token's own segment: text (A) or text_pair (B)
     end: int
     token_type: int
@@ -74,7 +75,9 @@ class Run:
     tokens: list[Token]
     truncated: bool
     activations: dict[str, Tensor]  # float32, named as in app.capture
-    pooled: Tensor  # [d_model]
+    # The last block's output for the input the model's pooling reads: the whole input, or its first
+    # max_seq_length tokens as their own pass. [pooled_tokens, d_model]
+    pooled_output: Tensor
     n_layers: int
     n_heads: int
     nbytes: int = field(init=False)
@@ -86,19 +89,36 @@ class Run:
     def run_id(self) -> str:
         return self.spec.run_id
 
+    @property
+    def pooled(self) -> Tensor:
+        """The sentence vector: [d_model]."""
+        return pool(self.pooled_output, self.spec.pooling)
+
+    @property
+    def pooled_tokens(self) -> int:
+        return len(self.pooled_output)
+
+    def ablated(self, layer: int, head: int) -> bool:
+        return (layer, head) in self.spec.ablated
+
     def head(self, layer: int, head: int) -> dict[str, Tensor]:
+        """q, k, v, scores, weights and context (weights·V, what the head computes), and what W_O receives
+        from it: the context, or zeros for a head switched off."""
         self._check(layer, head)
         attn = {name: self.activations[f"blocks.{layer}.attn.{name}"][head] for name in ("q", "k", "v")}
         mask = additive_mask(self.spec.mask, len(self.tokens))
+        context = self.activations[f"blocks.{layer}.attn.context"][head]
         return {
             **attn,
             "scores": attention_scores(attn["q"], attn["k"], mask),  # [query_pos, key_pos]
             "weights": self.activations[f"blocks.{layer}.attn.weights"][head],
-            "context": self.activations[f"blocks.{layer}.attn.context"][head],
+            "context": context,
+            "context_to_output": torch.zeros_like(context) if self.ablated(layer, head) else context,
         }
 
     def query(self, layer: int, head: int, index: int) -> dict[str, Tensor]:
-        """One query token's view of one head: its q, every k and v, its scores and weights rows, its context."""
+        """One query token's view of one head: its q, every k and v, its scores and weights rows, its context
+        and what of it reaches W_O."""
         numbers = self.head(layer, head)
         self.check_token(index)
         return {
@@ -108,6 +128,7 @@ class Run:
             "scores": numbers["scores"][index],
             "weights": numbers["weights"][index],
             "context": numbers["context"][index],
+            "context_to_output": numbers["context_to_output"][index],
         }
 
     def layer(self, layer: int) -> dict[str, Tensor]:
@@ -195,6 +216,7 @@ class Lab:
             "intermediate_size": config.intermediate_size,
             "vocab_size": config.vocab_size,
             "max_tokens": self.loaded.max_tokens,
+            "max_seq_length": self.loaded.max_seq_length,
         }
 
     def spec(
@@ -323,29 +345,42 @@ class Lab:
         return run
 
     def _forward(self, spec: RunSpec, tokens: list[Token], truncated: bool) -> Run:
-        input_ids = torch.tensor([token.id for token in tokens])
-        token_type_ids = torch.tensor([token.token_type for token in tokens])
-        activations = capture(self.loaded.model, input_ids, token_type_ids, spec.mask, spec.ablated)
+        activations = self._capture(spec, tokens)
+        last = f"blocks.{self.loaded.model.config.num_hidden_layers - 1}.output"
+        pooled_output = activations[last]
+        if len(tokens) > self.loaded.max_seq_length:
+            # The sentence vector reads the input cut where the model's own pooling cuts it (its
+            # max_seq_length), as sentence-transformers encodes it: a second, shorter pass of the cut input.
+            cut, _ = self.tokenize(spec.text, spec.text_pair, self.loaded.max_seq_length)
+            pooled_output = self._capture(spec, cut)[last]
         config = self.loaded.model.config
         return Run(
             spec=spec,
             tokens=tokens,
             truncated=truncated,
             activations=activations,
-            pooled=pool(activations[f"blocks.{config.num_hidden_layers - 1}.output"], spec.pooling),
+            pooled_output=pooled_output,
             n_layers=config.num_hidden_layers,
             n_heads=config.num_attention_heads,
         )
 
-    def tokenize(self, text: str, text_pair: str | None = None) -> tuple[list[Token], bool]:
+    def _capture(self, spec: RunSpec, tokens: list[Token]) -> dict[str, Tensor]:
+        input_ids = torch.tensor([token.id for token in tokens])
+        token_type_ids = torch.tensor([token.token_type for token in tokens])
+        return capture(self.loaded.model, input_ids, token_type_ids, spec.mask, spec.ablated)
+
+    def tokenize(
+        self, text: str, text_pair: str | None = None, max_length: int | None = None
+    ) -> tuple[list[Token], bool]:
         """[CLS] text [SEP], or [CLS] text [SEP] text_pair [SEP] with token types 0 then 1, as the tokenizer
-        makes them. A pair too long loses tokens from the end of whichever side is longer ("longest_first")."""
+        makes them, cut at max_length tokens (the model's positions by default). A pair too long loses
+        tokens from the end of whichever side is longer ("longest_first")."""
         tokenizer = self.loaded.tokenizer
         encoding = tokenizer(
             text,
             text_pair,
             truncation=True,
-            max_length=self.loaded.max_tokens,
+            max_length=max_length or self.loaded.max_tokens,
             return_offsets_mapping=True,
             # More than one window means something was cut; the fast tokenizer makes windows for pairs too,
             # and the first is the same encoding as without this flag.
@@ -354,16 +389,18 @@ class Lab:
         )
         ids = encoding["input_ids"][0]
         special_ids = set(tokenizer.all_special_ids)
+        sequence_ids = encoding.sequence_ids(0)  # None for the tokens the tokenizer added around the texts
         # Offsets of B tokens index text_pair: the fast tokenizer gives offsets per sequence.
         tokens = [
-            Token(index, piece, token_id, token_id in special_ids, start, end, token_type, segment)
-            for index, (piece, token_id, (start, end), token_type, segment) in enumerate(
+            Token(index, piece, token_id, token_id in special_ids, sequence_id is None, start, end, token_type, segment)
+            for index, (piece, token_id, sequence_id, (start, end), token_type, segment) in enumerate(
                 zip(
                     tokenizer.convert_ids_to_tokens(ids),
                     ids,
+                    sequence_ids,
                     encoding["offset_mapping"][0],
                     encoding["token_type_ids"][0],
-                    segments(encoding.sequence_ids(0)),
+                    segments(sequence_ids),
                     strict=True,
                 )
             )

@@ -8,17 +8,12 @@ from app.capture import pool
 
 # A head is labelled by what it does only when the measured share passes this.
 LABEL_THRESHOLD = 0.5
-HEAD_LABELS = {
-    "cls": "[CLS] head",
-    "sep": "[SEP] head",
-    "self": "self head",
-    "previous": "previous-token head",
-    "next": "next-token head",
-}
+ROLE_LABELS = {"self": "self head", "previous": "previous-token head", "next": "next-token head"}
 
 
 def cosine(a: Tensor, b: Tensor) -> float:
-    return float(torch.nn.functional.cosine_similarity(a.double(), b.double(), dim=0))
+    # Rounding can carry the cosine of two equal vectors just past 1.
+    return min(1.0, max(-1.0, float(torch.nn.functional.cosine_similarity(a.double(), b.double(), dim=0))))
 
 
 def token_stages(run, index: int) -> dict[str, Tensor]:
@@ -50,12 +45,26 @@ def compare(run_a, token_a: int, run_b, token_b: int) -> dict:
     }
 
 
+def added_names(run) -> dict[str, str]:
+    """The tokens the tokenizer added, by role: "cls" the one that opens the input ([CLS], <s>), "sep"
+    those that close its segments ([SEP], </s>); each named as it is written, "+" between kinds."""
+    names = {"cls": [], "sep": []}
+    for token in run.tokens:
+        if token.added:
+            names["cls" if token.index == 0 else "sep"].append(token.text)
+    return {role: "+".join(dict.fromkeys(found)) for role, found in names.items()}
+
+
 def head_stats(run) -> list[dict]:
-    """Per head: mean row entropy (nats) and the mean share of attention each query gives to [CLS], to
-    [SEP], to itself, to the previous token, to the next one, and to "." tokens."""
-    cls_keys = torch.tensor([token.special and token.text == "[CLS]" for token in run.tokens])
-    sep_keys = torch.tensor([token.special and token.text == "[SEP]" for token in run.tokens])
+    """Per head: mean row entropy (nats) and the mean share of attention each query gives to the token the
+    tokenizer put first ([CLS]), to those it put at the ends of the segments ([SEP]), to itself, to the
+    previous token, to the next one, and to "." tokens. Only tokens the tokenizer added count as [CLS] or
+    [SEP]: one typed in the text is text."""
+    cls_keys = torch.tensor([token.added and token.index == 0 for token in run.tokens])
+    sep_keys = torch.tensor([token.added and token.index > 0 for token in run.tokens])
     period_keys = torch.tensor([token.text == "." for token in run.tokens])
+    names = added_names(run)
+    labels = {**{role: f"{name} head" for role, name in names.items()}, **ROLE_LABELS}
     stats = []
     for layer, weights in enumerate(run.attention()):  # [head, query, key]
         entropy = -(weights * weights.clamp_min(1e-30).log()).sum(-1).mean(-1)
@@ -77,7 +86,7 @@ def head_stats(run) -> list[dict]:
                     "entropy": float(entropy[head]),
                     **values,
                     "period": float(period[head]),
-                    "label": HEAD_LABELS[strongest] if values[strongest] >= LABEL_THRESHOLD else None,
+                    "label": labels[strongest] if values[strongest] >= LABEL_THRESHOLD else None,
                 }
             )
     return stats
@@ -117,5 +126,10 @@ def nearest_rows(run, index: int, table: Tensor, tokenizer, k: int) -> list[dict
 
 
 def pooling_strategies(run) -> dict[str, Tensor]:
-    output = run.activations[f"blocks.{run.n_layers - 1}.output"]
-    return {strategy: pool(output, strategy) for strategy in ("mean", "cls", "max")}
+    """Each pooling of what the model's pooling reads (its first max_seq_length tokens)."""
+    return {strategy: pool(run.pooled_output, strategy) for strategy in ("mean", "cls", "max")}
+
+
+def whole_input_vector(run) -> Tensor:
+    """The run's pooling over every token it read, past the model's max_seq_length: not the model's own."""
+    return pool(run.activations[f"blocks.{run.n_layers - 1}.output"], run.spec.pooling)

@@ -32,11 +32,17 @@ class LoadedModel:
     model: PreTrainedModel
     tokenizer: PreTrainedTokenizerBase
     default_pooling: str
+    pooled_length: int | None  # the sentence-transformers folder's max_seq_length: its pooling reads no more
     digest: str  # what fixes the numbers, wherever the folder lies: see model_digest
 
     @property
     def max_tokens(self) -> int:
         return min(self.tokenizer.model_max_length, self.model.config.max_position_embeddings)
+
+    @property
+    def max_seq_length(self) -> int:
+        """Tokens the sentence vector is pooled over: the folder's own max_seq_length, else every position."""
+        return min(self.pooled_length or self.max_tokens, self.max_tokens)
 
 
 def packaged_model_path() -> Path:
@@ -64,23 +70,37 @@ def load_model(path: Path | None = None) -> LoadedModel:
             f"encoders with a fast tokenizer ({'no module ' + missing[0] if missing else 'slow tokenizer'})"
         )
     model.eval()
-    return LoadedModel(name, path, model, tokenizer, _default_pooling(path), model_digest(model, tokenizer))
+    pooled_length = _pooled_length(path)
+    digest = model_digest(model, tokenizer, pooled_length)
+    return LoadedModel(name, path, model, tokenizer, _default_pooling(path), pooled_length, digest)
 
 
-def model_digest(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase) -> str:
+def model_digest(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, pooled_length: int | None) -> str:
     """sha256 of everything in the model that changes a run's numbers: each weight (name, dtype, shape,
-    bytes), the config less its folder path and library version, and the tokenizer's own serialisation.
-    The same model in another folder or on another machine has the same digest; MiniLM's 90 MB take
-    about 60 ms."""
+    bytes), the config less its folder path and library version, the tokenizer's own serialisation and
+    the length the pooling reads. The same model in another folder or on another machine has the same
+    digest; MiniLM's 90 MB take about 60 ms."""
     digest = hashlib.sha256()
     config = {key: value for key, value in model.config.to_dict().items() if key not in UNNUMBERED_CONFIG_KEYS}
     digest.update(json.dumps(config, sort_keys=True).encode())
-    digest.update(f"model_max_length {tokenizer.model_max_length}".encode())
+    digest.update(f"model_max_length {tokenizer.model_max_length} pooled_length {pooled_length}".encode())
     digest.update(tokenizer.backend_tokenizer.to_str().encode())
     for name, tensor in sorted(model.state_dict().items()):
         digest.update(f"{name} {tensor.dtype} {tuple(tensor.shape)}".encode())
         digest.update(memoryview(tensor.detach().contiguous().reshape(-1).view(torch.uint8).numpy()))
     return digest.hexdigest()
+
+
+def _pooled_length(path: Path) -> int | None:
+    """sentence_bert_config.json's max_seq_length: sentence-transformers cuts its input there."""
+    config_file = path / "sentence_bert_config.json"
+    if not config_file.is_file():
+        return None
+    try:
+        length = json.loads(config_file.read_text()).get("max_seq_length")
+    except (OSError, ValueError) as error:
+        raise ModelLoadError(f"{config_file} could not be read: {error}") from error
+    return length if isinstance(length, int) and length > 0 else None
 
 
 def _default_pooling(path: Path) -> str:

@@ -52,13 +52,21 @@ class ModelInfo(BaseModel):
     intermediate_size: int
     vocab_size: int
     max_tokens: int
+    max_seq_length: int = Field(
+        description="Tokens the sentence vector is pooled over (the folder's sentence-transformers max_seq_length; "
+        "longer inputs are pooled from a pass over their first max_seq_length tokens, as sentence-transformers does)"
+    )
 
 
 class TokenPublic(BaseModel):
     index: int
     text: str = Field(description="The subword piece; `##` marks a continuation")
     id: int = Field(description="Row of the embedding table this token reads")
-    special: bool
+    special: bool = Field(description="Any of the tokenizer's special ids, typed ones and [UNK] included")
+    added: bool = Field(
+        description="Put in by the tokenizer around the text ([CLS], [SEP], <s>, </s>), not read from it: "
+        "the tokens the page's sink controls hide"
+    )
     start: int = Field(
         description="Offset in Unicode code points into the token's segment: `text` for A, `text_pair` for B; "
         "[CLS]/[SEP] have 0, 0"
@@ -72,6 +80,7 @@ class TokenPublic(BaseModel):
 
 class Pooled(BaseModel):
     strategy: Pooling
+    tokens: int = Field(description="How many tokens the vector is pooled over")
     vector: list[float]
     norm: float
     normalized: list[float]
@@ -106,8 +115,8 @@ class HeadStat(BaseModel):
     layer: int
     head: int
     entropy: float = Field(description="Mean over query rows of −Σ A log A, in nats")
-    cls: float = Field(description="Mean share of a query's attention on [CLS]")
-    sep: float
+    cls: float = Field(description="Mean share of a query's attention on the token the tokenizer put first ([CLS])")
+    sep: float = Field(description="Mean share on the tokens the tokenizer put at the ends of segments ([SEP])")
     self: float
     previous: float
     next: float
@@ -115,8 +124,14 @@ class HeadStat(BaseModel):
     label: str | None = Field(description="What the head does, only where its share passes the threshold")
 
 
+class AddedNames(BaseModel):
+    cls: str = Field(description='The added token that opens the input, as written ("[CLS]"); empty if none')
+    sep: str = Field(description='The added tokens that close segments ("[SEP]"); empty if none')
+
+
 class HeadStatsResponse(BaseModel):
     threshold: float
+    added: AddedNames
     heads: list[HeadStat]
 
 
@@ -155,9 +170,16 @@ class PrefixShift(BaseModel):
     cosine: float = Field(description="Cosine between the pooled vectors with and without the prefix")
 
 
+class WholeInputPooled(Pooled):
+    cosine: float = Field(description="Cosine with the model's own sentence vector (pooled over max_seq_length)")
+
+
 class PoolingResponse(BaseModel):
     run_id: str
     strategies: dict[Pooling, Pooled]
+    whole_input: WholeInputPooled = Field(
+        description="The run's pooling over every token it read: beyond max_seq_length, not the model's own vector"
+    )
     cosines: dict[str, float]
     prefix: PrefixShift
 
@@ -170,7 +192,9 @@ class HeadResponse(BaseModel):
     v: Matrix
     scores: Matrix = Field(description="QKᵀ/√d + mask, before softmax: [query_pos, key_pos]")
     weights: Matrix = Field(description="softmax(scores): [query_pos, key_pos]")
-    context: Matrix = Field(description="weights · V: [pos, head_dim]")
+    context: Matrix = Field(description="weights · V: [pos, head_dim], what the head computes, switched off or not")
+    context_to_output: Matrix = Field(description="What W_O receives from this head: the context, or zeros if ablated")
+    ablated: bool = Field(description="The head is switched off in this run")
 
 
 class QueryResponse(BaseModel):
@@ -185,6 +209,10 @@ class QueryResponse(BaseModel):
     scores: list[float] = Field(description="[key_pos]: this query's row of QKᵀ/√d + mask")
     weights: list[float] = Field(description="[key_pos]: softmax(scores)")
     context: list[float] = Field(description="[head_dim]: weights · V")
+    context_to_output: list[float] = Field(
+        description="[head_dim]: what W_O receives: the context, or zeros if ablated"
+    )
+    ablated: bool
 
 
 class LayerResponse(BaseModel):

@@ -31,13 +31,14 @@ def test_analyze_contract(bank):
         "intermediate_size": 1536,
         "vocab_size": 30522,
         "max_tokens": 512,
+        "max_seq_length": 256,  # the packaged sentence_bert_config.json
     }
-    assert [(t["text"], t["id"], t["special"]) for t in bank["tokens"]] == [
-        ("[CLS]", 101, True),
-        ("the", 1996, False),
-        ("river", 2314, False),
-        ("bank", 2924, False),
-        ("[SEP]", 102, True),
+    assert [(t["text"], t["id"], t["special"], t["added"]) for t in bank["tokens"]] == [
+        ("[CLS]", 101, True, True),
+        ("the", 1996, False, False),
+        ("river", 2314, False, False),
+        ("bank", 2924, False, False),
+        ("[SEP]", 102, True, True),
     ]
     assert [t["index"] for t in bank["tokens"]] == list(range(5))
     assert (bank["tokens"][3]["start"], bank["tokens"][3]["end"]) == (10, 14)

@@ -73,7 +73,7 @@ def test_ablating_a_head_changes_only_what_follows_it(client, lab, minilm):
         if (
             layer < 2
             or name == "blocks.2.attn.weights"
-            or name in ("blocks.2.attn.q", "blocks.2.attn.k", "blocks.2.attn.v")
+            or name in ("blocks.2.attn.q", "blocks.2.attn.k", "blocks.2.attn.v", "blocks.2.attn.context")
         ):
             assert same, name
         else:
@@ -85,7 +85,10 @@ def test_ablating_a_head_changes_only_what_follows_it(client, lab, minilm):
     dense = minilm.model.encoder.layer[2].attention.output.dense
     expected = concat @ dense.weight.detach().double().numpy().T + dense.bias.detach().double().numpy()
     np.testing.assert_allclose(ablated.activations["blocks.2.attention_output"].numpy(), expected, atol=1e-5)
-    assert not ablated.activations["blocks.2.attn.context"][5].any()  # the recorded context is the zeroed one
+    # The switched-off head reports what it computes, and that W_O received zeros from it.
+    head = ablated.head(2, 5)
+    assert torch.equal(head["context"], original.activations["blocks.2.attn.context"][5])
+    assert not head["context_to_output"].any() and ablated.ablated(2, 5) and not ablated.ablated(2, 4)
 
 
 def test_ablation_through_http(client):

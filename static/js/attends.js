@@ -2,7 +2,7 @@
 // them) beside bars with the exact weights; one head, the mean, or all heads in their own colours.
 
 import { HEAD_COLORS } from "./colors.js";
-import { isSink, meanOf, meanRow, segmentRule, viewName } from "./matrix.js";
+import { meanOf, meanRow, segmentRule, sinkNames, viewName } from "./matrix.js";
 import { el, fixed } from "./format.js";
 import { queries } from "./selection.js";
 
@@ -150,7 +150,7 @@ export function renderAttends(container, { tokens, selected, rows, sinks: mode, 
 
 // The weight taken off the hidden sink tokens, one bar per head shown, on the same scale as the key bars.
 function sinkBars(shown, tokens, mode, largest) {
-  const names = [...new Set(tokens.filter(isSink).map((token) => token.text))].join(" + ");
+  const names = sinkNames(tokens);
   return el(
     "div",
     { class: "sink", dataset: { field: "sink" } },

@@ -2,7 +2,7 @@
 // redrawn crisp whenever the window changes size. Selecting a token only moves its outline.
 
 import { Heatmap } from "./heatmap.js";
-import { viewName } from "./matrix.js";
+import { sinkNames, viewName } from "./matrix.js";
 import { queries } from "./selection.js";
 
 const PHONE_HEIGHT_SHARE = 0.75; // on a phone the square takes at most this share of the window's height
@@ -52,6 +52,7 @@ export function createAttentionView(lab) {
       heatmap.draw({
         matrix,
         sink,
+        sinkNames: sinkNames(run.tokens),
         labels: run.tokens.map((token) => token.text),
         selected: first,
         also: others,

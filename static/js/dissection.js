@@ -88,6 +88,15 @@ export function renderDissection(container, { tokens, selected, layer, head, num
       `Concatenate the ${model.heads} heads and multiply by W_O`,
       `1×${model.hidden_size} · ${model.hidden_size}×${model.hidden_size}`,
       concatBar(model.heads, head),
+      numbers.ablated
+        ? el(
+            "p",
+            { class: "ablated-note", dataset: { field: "ablated" } },
+            `This head is switched off in this run: the context above is what it computes, but W_O receives zeros in columns ${slice[0]}–${slice[1]} instead (`,
+            el("strong", { dataset: { field: "context-to-output", value: String(Math.max(...numbers.context_to_output.map(Math.abs))) } }, `largest |value| ${fixed(Math.max(...numbers.context_to_output.map(Math.abs)))}`),
+            ").",
+          )
+        : null,
       el("p", { class: "hint" }, `This head fills columns ${slice[0]}–${slice[1]} of the ${model.hidden_size}-wide concatenation; W_O mixes all of them into the block's attention output:`),
       trace ? vectorStrip(trace.layers[layer].attention_output, { label: "attention output after W_O" }) : el("p", { class: "hint" }, "Loading…"),
     ),

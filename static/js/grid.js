@@ -2,7 +2,7 @@
 
 import { sequential } from "./colors.js";
 import { el } from "./format.js";
-import { viewMatrix } from "./matrix.js";
+import { sinkNames, viewMatrix } from "./matrix.js";
 
 // overview: {shape: [layer, head, size, size], values: Uint8Array, scale}, each head shrunk by the server
 // when the run is longer than `size`. A head of full size goes through the view's own sink and segment
@@ -166,6 +166,7 @@ export const gridView = {
 // The per-head shares, when asked for (the checkbox above the grid).
 export async function showShares(container, state, lab) {
   for (const share of container.querySelectorAll(".grid-share")) share.remove();
+  document.getElementById("grid-shares-names").textContent = sinkNames(state.run.tokens) || "added tokens";
   if (!document.getElementById("grid-shares").checked) return;
   const stats = await lab.numbers().headStats();
   if (lab.getState().run === state.run) printShares(container, stats.heads);

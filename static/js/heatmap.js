@@ -52,7 +52,7 @@ export class Heatmap {
       this.zoomLabel,
     );
     this.extraOutlines = el("div", { class: "hm-extra-outlines" });
-    this.sinkColumn = el("canvas", { class: "hm-sink", hidden: "", title: "sink: the weight on the hidden [CLS]/[SEP], per row" });
+    this.sinkColumn = el("canvas", { class: "hm-sink", hidden: "" });
     this.sinkLabel = el("span", { class: "hm-sink-label", hidden: "" }, "sink");
     this.plot = el(
       "div",
@@ -201,7 +201,9 @@ export class Heatmap {
   // The zoom window stays while the token count does (switching heads keeps the close-up).
   // sink: per query row, the weight taken off hidden special tokens, drawn as a column of its own.
   // caption: a line under the title in exported pictures (the prompt); scale: a colors.js scale name.
-  draw({ matrix, labels, selected, also = [], title, sink = null, caption = "", scale = "blues" }) {
+  // sinkNames: what the sink holds, e.g. "[CLS]+[SEP]".
+  draw({ matrix, labels, selected, also = [], title, sink = null, sinkNames = "", caption = "", scale = "blues" }) {
+    this.sinkColumn.title = `sink: the weight on the hidden ${sinkNames}, per row`;
     this.also = also;
     this.sink = sink;
     this.caption = caption;

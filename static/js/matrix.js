@@ -9,10 +9,15 @@
 // view: {layer, head (a number or "mean"), heads (the heads "mean" averages), blockMean, sinks, segments}
 //   sinks: "show" | "hide" | "renormalise"; segments: "all" | "AA" | "AB" | "BA" | "BB".
 
-// The tokens the sink controls hide: the ones the tokenizer adds around the text ([CLS]/[SEP], <s>/</s>),
-// which have no characters of their own. A special id typed in the text or an [UNK] keeps its place.
+// The tokens the sink controls hide: the ones the tokenizer adds around the text ([CLS]/[SEP], <s>/</s>;
+// the API's `added`). A special id typed in the text or an [UNK] keeps its place.
 export function isSink(token) {
-  return token.special && token.start === token.end;
+  return token.added;
+}
+
+// The hidden tokens' names as the run writes them, e.g. "[CLS]+[SEP]": what every label of the sink says.
+export function sinkNames(tokens) {
+  return [...new Set(tokens.filter(isSink).map((token) => token.text))].join("+");
 }
 
 function headWeights(block, head, n) {

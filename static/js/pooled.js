@@ -10,7 +10,7 @@ const STRATEGIES = {
 };
 
 // The numbers, then the Plotly chart (drawn only once the panel is open: it is slow to build).
-export function renderPooled(container, pooled, model) {
+export function renderPooled(container, pooled, model, tokens, pair = false) {
   const chart = el("div", { class: "pooled-chart", role: "img", "aria-label": "Pooled vector and its normalised form, one bar per dimension" });
   container.replaceChildren(
     el(
@@ -22,6 +22,13 @@ export function renderPooled(container, pooled, model) {
       el("strong", { dataset: { field: "norm", value: String(pooled.norm) } }, fixed(pooled.norm)),
       `; divided by that norm it has length 1: the sentence embedding used for search.`,
     ),
+    pooled.tokens < tokens.length
+      ? el(
+          "p",
+          { class: "caption cut", dataset: { field: "pooled-tokens", value: String(pooled.tokens) } },
+          `The model reads at most ${model.max_seq_length} tokens for its sentence vector (its max_seq_length), as sentence-transformers does: this one is pooled over ${pooled.tokens} of the ${tokens.length} tokens, a pass of its own over the input cut ${pair ? "from the longer sentence's end" : `after “${tokens[pooled.tokens - 2].text}” (token ${pooled.tokens - 2})`}. The other views show all ${tokens.length}.`,
+        )
+      : null,
     chart,
   );
   return drawChart(chart, pooled, model);
@@ -31,7 +38,7 @@ export const pooledView = {
   id: "pooled",
   follows: ["run", "present"],
   shown: (state) => state.panel === "pooled",
-  render: (state, _, lab) => renderPooled(document.getElementById("pooled"), state.run.pooled, lab.model),
+  render: (state, _, lab) => renderPooled(document.getElementById("pooled"), state.run.pooled, lab.model, state.run.tokens, Boolean(state.run.text_pair)),
 };
 
 async function drawChart(chart, pooled, model) {

@@ -176,10 +176,10 @@ def test_a_row_that_keeps_almost_nothing_renormalises_to_its_own_sum(page, serve
     """The issue's synthetic row: 0.99998 on [CLS]/[SEP], 1e-5 on each of a and b. Dividing by 1 − sink in
     float32 gave a = 0.50081; the kept cells divided by their own sum give 0.5 and 0.5."""
     tokens = [
-        {"index": 0, "text": "[CLS]", "special": True, "start": 0, "end": 0, "segment": "A"},
-        {"index": 1, "text": "a", "special": False, "start": 0, "end": 1, "segment": "A"},
-        {"index": 2, "text": "b", "special": False, "start": 2, "end": 3, "segment": "A"},
-        {"index": 3, "text": "[SEP]", "special": True, "start": 3, "end": 3, "segment": "A"},
+        {"index": 0, "text": "[CLS]", "special": True, "added": True, "start": 0, "end": 0, "segment": "A"},
+        {"index": 1, "text": "a", "special": False, "added": False, "start": 0, "end": 1, "segment": "A"},
+        {"index": 2, "text": "b", "special": False, "added": False, "start": 2, "end": 3, "segment": "A"},
+        {"index": 3, "text": "[SEP]", "special": True, "added": True, "start": 3, "end": 3, "segment": "A"},
     ]
     row = [0.6, 1e-5, 1e-5, 0.39998]
     matrix = [[0.25] * 4, row, [0.1, 0.2, 0.3, 0.4], row]  # one block, one head, [query, key]

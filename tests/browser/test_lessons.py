@@ -1,5 +1,7 @@
 """The experiments panel in chromium: every number shown equals the lesson endpoints' numbers."""
 
+import json
+
 import numpy as np
 import pytest
 
@@ -62,6 +64,12 @@ def test_switching_heads_off(page, server, api):
     assert shown == pytest.approx(expected["pooled_cosine"])
     change = page.evaluate("() => JSON.parse(document.getElementById('ablation-result').dataset.attentionChange)")
     assert change == expected["attention_change"] and change[:5] == [0.0] * 5
+    # The first switched-off head still shows what it computes (weights · V) and that W_O got zeros.
+    off = page.locator("#ablation-result [data-field=ablated-head]")
+    served = api.get(f"/api/runs/{ablated['run_id']}/layers/4/heads/0/queries/2").json()
+    context = np.array(json.loads(off.get_attribute("data-context")))
+    np.testing.assert_allclose(context, np.array(served["weights"]) @ np.array(served["v"]), atol=1e-5)
+    assert np.abs(context).max() > 0 and not any(json.loads(off.get_attribute("data-to-output")))
     screenshot(page, "lesson-ablation", page.locator("#lessons"))
 
 

@@ -48,7 +48,11 @@ async function rerun(result, run, text, token, model) {
   const index = token ?? 0;
   await fillResult(result, `Running with ${ablate.length} heads off…`, async () => {
     const ablated = await api.analyze({ text, mask: run.mask, pooling: run.pooled.strategy, ablate });
-    const compared = await api.compare(run.run_id, ablated.run_id, index, index);
+    const [offLayer, offHead] = ablate[0];
+    const [compared, off] = await Promise.all([
+      api.compare(run.run_id, ablated.run_id, index, index),
+      api.query(ablated.run_id, offLayer, offHead, index),
+    ]);
     const chart = el("div", { class: "lesson-chart", role: "img", "aria-label": "Cosine to the original run per stage" });
     const change = el("div", { class: "lesson-chart", role: "img", "aria-label": "Mean change of attention per block" });
     result.replaceChildren(
@@ -61,6 +65,7 @@ async function rerun(result, run, text, token, model) {
         el("strong", {}, fixed(compared.cosines.at(-1))),
         ".",
       ),
+      switchedOffHead(off, run.tokens[index].text),
       el("div", { class: "lesson-pair" }, chart, stageTable(compared)),
       el("h3", {}, "How much each block's attention moved: mean |A_original − A_ablated|"),
       change,
@@ -71,4 +76,18 @@ async function rerun(result, run, text, token, model) {
       blockBars(change, compared.attention_change, "mean |ΔA|"),
     ]);
   });
+}
+
+// What a switched-off head still computes, and what W_O gets from it: the worked example's last two steps.
+function switchedOffHead(numbers, tokenText) {
+  const first = (vector) => `${vector.slice(0, 4).map((value) => fixed(value)).join(", ")} …`;
+  return el(
+    "p",
+    { class: "caption", dataset: { field: "ablated-head", context: JSON.stringify(numbers.context), toOutput: JSON.stringify(numbers.context_to_output) } },
+    `Block ${numbers.layer}, head ${numbers.head} is off: for “${tokenText}” it still computes its context, weights · V = [`,
+    el("span", { class: "math" }, first(numbers.context)),
+    "], but W_O receives [",
+    el("span", { class: "math" }, first(numbers.context_to_output)),
+    "] from it, so nothing it computes reaches the rest of the model.",
+  );
 }

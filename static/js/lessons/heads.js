@@ -4,9 +4,7 @@
 import * as api from "../api.js";
 import { el, fixed } from "../format.js";
 
-const SHARES = [
-  ["cls", "[CLS]"],
-  ["sep", "[SEP]"],
+const ROLES = [
   ["self", "itself"],
   ["previous", "previous token"],
   ["next", "next token"],
@@ -18,15 +16,17 @@ export async function renderHeads(container, { run, token, model, onOpen }) {
     api.headStats(run.run_id),
     token === null ? null : api.rollout(run.run_id, token),
   ]);
+  // The tokens the tokenizer added, as this run writes them ([CLS] and [SEP] for BERT).
+  const shares = [["cls", stats.added.cls || "first added token"], ["sep", stats.added.sep || "closing added tokens"], ...ROLES];
   const cells = stats.heads.map((stat) => {
-    const [strongest] = SHARES.map(([key, name]) => ({ key, name, value: stat[key] })).sort((x, y) => y.value - x.value);
+    const [strongest] = shares.map(([key, name]) => ({ key, name, value: stat[key] })).sort((x, y) => y.value - x.value);
     return el(
       "button",
       {
         type: "button",
         class: `head-role${stat.label ? " labelled" : ""}`,
         dataset: { layer: String(stat.layer), head: String(stat.head), label: stat.label ?? "" },
-        title: [`entropy ${fixed(stat.entropy, 3)} nats`, ...SHARES.map(([key, name]) => `${name} ${fixed(stat[key], 3)}`)].join(" · "),
+        title: [`entropy ${fixed(stat.entropy, 3)} nats`, ...shares.map(([key, name]) => `${name} ${fixed(stat[key], 3)}`)].join(" · "),
         "aria-label": `Block ${stat.layer}, head ${stat.head}: ${stat.label ?? "no single role"}`,
       },
       el("span", { class: "role" }, stat.label ?? "—"),
@@ -48,7 +48,7 @@ export async function renderHeads(container, { run, token, model, onOpen }) {
     el(
       "p",
       { class: "hint" },
-      `Each square: the head's role, named only when a share passes ${stats.threshold} (mean share of a query's attention on [CLS], [SEP] or itself, over all ${run.tokens.length} queries; on the previous token over the ${run.tokens.length - 1} queries that have one (all but the first); on the next token over the ${run.tokens.length - 1} that have one (all but the last)), the largest share, and the mean row entropy H in nats (low: focused; high: spread). Click a square to open that head.`,
+      `Each square: the head's role, named only when a share passes ${stats.threshold} (mean share of a query's attention on ${shares[0][1]}, ${shares[1][1]} or itself, over all ${run.tokens.length} queries; on the previous token over the ${run.tokens.length - 1} queries that have one (all but the first); on the next token over the ${run.tokens.length - 1} that have one (all but the last)), the largest share, and the mean row entropy H in nats (low: focused; high: spread). Click a square to open that head.`,
     ),
     grid,
     flow === null ? el("p", { class: "hint" }, "Select a token to see its attention rollout.") : rolloutBars(flow, run.tokens),

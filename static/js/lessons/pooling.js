@@ -60,5 +60,14 @@ function show(result, pooled) {
       el("strong", {}, fixed(pooled.prefix.cosine)),
       ". Retrieval models trained with such prefixes expect them; MiniLM was not, yet the words still move the vector.",
     ),
+    pooled.whole_input.tokens > pooled.strategies.mean.tokens
+      ? el(
+          "p",
+          { class: "caption", dataset: { field: "whole-input", value: String(pooled.whole_input.cosine) } },
+          `The model pools only its first ${pooled.strategies.mean.tokens} tokens (its max_seq_length). Pooled over all ${pooled.whole_input.tokens} tokens the lab read, the vector would be another one, not the model's own: cosine `,
+          el("strong", {}, fixed(pooled.whole_input.cosine)),
+          " to the real sentence vector.",
+        )
+      : null,
   );
 }

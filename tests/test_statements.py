@@ -1,0 +1,129 @@
+"""What the lab says about its numbers is exactly true: which tokens the sinks hide, what an ablated head
+reports, how long the pooled input is, the encodings' error bounds, and cosines within [-1, 1]. Each
+against an independent computation: transformers' own outputs, sentence-transformers, float64 NumPy."""
+
+import numpy as np
+import pytest
+import torch
+from sentence_transformers import SentenceTransformer
+
+from app.encoding import decode_attention, encode_attention
+from app.model import packaged_model_path
+
+pytestmark = pytest.mark.slow
+
+
+def reference(minilm, ids, **outputs):
+    """transformers' own forward pass of the ids, with the outputs asked for."""
+    with torch.inference_mode():
+        return minilm.model(input_ids=ids, **outputs)
+
+
+def analyze(client, text, **options):
+    response = client.post("/api/analyze", json={"text": text, **options})
+    assert response.status_code == 200, response.text
+    return response.json()
+
+
+def test_only_the_tokens_the_tokenizer_added_are_sinks(client, minilm):
+    body = analyze(client, "I love 🙂 so much [SEP] [MASK]")
+    tokens = body["tokens"]
+    texts = [token["text"] for token in tokens]
+    assert texts == ["[CLS]", "i", "love", "[UNK]", "so", "much", "[SEP]", "[MASK]", "[SEP]"]
+    assert [token["special"] for token in tokens] == [True, False, False, True, False, False, True, True, True]
+    assert [token["added"] for token in tokens] == [True] + [False] * 7 + [True]
+    # The overview's shares count exactly the added tokens: block 3, head 0, recomputed from transformers.
+    ids = torch.tensor([[token["id"] for token in tokens]])
+    weights = reference(minilm, ids, output_attentions=True).attentions[3][0, 0].double()  # [query, key]
+    stats = client.get(f"/api/runs/{body['run_id']}/head-stats").json()
+    assert stats["added"] == {"cls": "[CLS]", "sep": "[SEP]"}
+    stat = next(s for s in stats["heads"] if (s["layer"], s["head"]) == (3, 0))
+    assert stat["cls"] == pytest.approx(float(weights[:, 0].mean()), abs=1e-6)
+    assert stat["sep"] == pytest.approx(float(weights[:, -1].mean()), abs=1e-6)  # the typed [SEP] is text
+
+
+def test_the_issue_example_sink_holds_cls_and_sep_only(client, minilm):
+    """"I love 🙂 so much", block 3, head 0, query "love": the sink is [CLS]+[SEP] (0.1903 in the audit),
+    not [CLS]+[SEP]+[UNK] (0.4238)."""
+    body = analyze(client, "I love 🙂 so much")
+    added = [token["index"] for token in body["tokens"] if token["added"]]
+    assert added == [0, len(body["tokens"]) - 1]
+    ids = torch.tensor([[token["id"] for token in body["tokens"]]])
+    row = reference(minilm, ids, output_attentions=True).attentions[3][0, 0, 2]
+    assert float(row[added].sum()) == pytest.approx(0.1903, abs=1e-4)
+
+
+def test_an_ablated_head_reports_its_context_and_what_w_o_received(client, minilm):
+    text = "the animal did not cross the street because it was too tired"
+    body = analyze(client, text, ablate=[[2, 5], [4, 0]])
+    ids = torch.tensor([[token["id"] for token in body["tokens"]]])
+    plain = reference(minilm, ids, output_attentions=True, output_hidden_states=True)
+    # Blocks before 2 are untouched, so head (2, 5)'s weights·V is the plain model's, from its own weights.
+    layer = minilm.model.encoder.layer[2].attention.self
+    x = plain.hidden_states[2][0].double()
+    value = layer.value.weight.detach().double(), layer.value.bias.detach().double()
+    v = (x @ value[0].T + value[1])[:, 5 * 32 : 6 * 32]
+    expected = plain.attentions[2][0, 5].double() @ v
+    head = client.get(f"/api/runs/{body['run_id']}/layers/2/heads/5").json()
+    assert head["ablated"] is True
+    np.testing.assert_allclose(np.array(head["context"]), expected.numpy(), atol=1e-5)
+    assert np.abs(np.array(head["context"])).max() > 0.1
+    assert not np.array(head["context_to_output"]).any()
+    later = client.get(f"/api/runs/{body['run_id']}/layers/4/heads/0/queries/3").json()
+    assert later["ablated"] is True and not any(later["context_to_output"])
+    np.testing.assert_allclose(
+        np.array(later["weights"]) @ np.array(later["v"]), np.array(later["context"]), atol=1e-5
+    )
+    other = client.get(f"/api/runs/{body['run_id']}/layers/4/heads/1").json()
+    assert other["ablated"] is False and other["context_to_output"] == other["context"]
+
+
+@pytest.fixture(scope="module")
+def sentence_transformer():
+    return SentenceTransformer(str(packaged_model_path()), device="cpu")  # max_seq_length 256, as packaged
+
+
+@pytest.mark.parametrize("words", [120, 300, 700])
+def test_the_sentence_vector_is_the_models_own_past_256_tokens(client, sentence_transformer, words):
+    text = " ".join(f"word{index % 37} river{index % 11}" for index in range(words // 2))
+    body = analyze(client, text)
+    expected = sentence_transformer.encode([text], normalize_embeddings=True)[0]
+    got = np.array(body["pooled"]["normalized"])
+    assert float(got @ expected) > 0.99999 and np.abs(got - expected).max() < 1e-5
+    n = len(body["tokens"])
+    assert body["pooled"]["tokens"] == min(n, 256) and body["model"]["max_seq_length"] == 256
+    if n > 256:
+        pooling = client.post("/api/pooling", json={"text": text, "prefix": ""}).json()
+        assert pooling["whole_input"]["tokens"] == n and pooling["whole_input"]["cosine"] < 0.9999
+        assert pooling["strategies"]["mean"]["normalized"] == pytest.approx(body["pooled"]["normalized"], abs=1e-6)
+
+
+def test_uint8_stays_within_half_a_step_on_adversarial_weights():
+    steps = np.arange(256, dtype=np.float64)
+    near_half_steps = np.concatenate(
+        [(steps[:-1] + 0.5) / 255 - d for d in (1e-9, 1e-12, 2**-30)]
+        + [(steps[:-1] + 0.5) / 255 + d for d in (1e-9, 2**-30)]
+        + [[0.8215686082839966, 0.0, 1.0, 1e-40]]
+    )
+    weights = torch.tensor(near_half_steps, dtype=torch.float32).clamp(0, 1)
+    pieces, headers = encode_attention([weights.reshape(1, 1, -1)], "uint8")
+    decoded = np.frombuffer(b"".join(pieces), np.uint8) / float(headers["X-Attention-Scale"])  # byte / 255, exactly
+    assert np.abs(decoded - weights.double().numpy()).max() <= 1 / 510
+
+
+def test_float16_is_within_its_absolute_bound_down_to_subnormals():
+    values = np.concatenate(
+        [np.geomspace(1e-12, 1, 4000), [6.1e-5, 6.0e-5, 3e-8, 2.9e-8, 1e-45, 0.5 + 2**-12, 1 - 2**-13]]
+    )
+    weights = torch.tensor(values, dtype=torch.float32)
+    pieces, headers = encode_attention([weights.reshape(1, 1, -1)], "float16")
+    decoded = decode_attention(b"".join(pieces), headers).reshape(-1).astype(np.float64)
+    exact = weights.double().numpy()
+    assert np.abs(decoded - exact).max() <= 2**-12
+    assert np.all(decoded[exact < 2.98e-8] == 0)  # under half the smallest subnormal: flushed to 0
+
+
+def test_compare_cosines_stay_within_minus_one_and_one(client):
+    run = analyze(client, "the same sentence twice")["run_id"]
+    compared = client.get("/api/compare", params={"a": run, "b": run, "token_a": 2, "token_b": 2}).json()
+    assert all(-1 <= value <= 1 for value in compared["cosines"]) and compared["pooled_cosine"] <= 1
