@@ -12,6 +12,9 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette_compress import CompressMiddleware
 
 from app import api, docs, pages
+from app.classroom import routes as classroom
+from app.classroom.backends import MemoryBackend, RedisBackend
+from app.classroom.classes import Classes, ClassLimit, ClassLimits, ClassNotFound, NotTheTeacher, UnknownLearner
 from app.gate import Busy, PassGate, TooManyWaiting
 from app.lab import InvalidInput, Lab, OutOfRange, PassFailed, RunNotFound, TextTooLong
 from app.middleware import (
@@ -25,7 +28,7 @@ from app.middleware import (
 )
 from app.model import LoadedModel, ModelLoadError, load_model
 from app.settings import SettingsError, get_settings
-from app.specs import SpecStore, StoreError, open_spec_store
+from app.specs import REDIS_SCHEMES, SpecStore, StoreError, open_spec_store
 
 
 def create_app(model: LoadedModel | None = None, specs: SpecStore | None = None) -> FastAPI:
@@ -51,7 +54,17 @@ def create_app(model: LoadedModel | None = None, specs: SpecStore | None = None)
             max_runs=settings.max_runs,
             max_cache_bytes=settings.max_store_bytes,
         )
+        # A class lives where the run specs do when that is Redis (every worker sees it), else in this process.
+        backend = RedisBackend(settings.store) if settings.store.startswith(REDIS_SCHEMES) else MemoryBackend()
+        limits = ClassLimits(
+            settings.class_hours * 3600,
+            settings.max_classes,
+            settings.max_learners_per_class,
+            settings.class_actions_per_second,
+        )
+        app.state.classes = Classes(backend, limits)
         yield
+        await backend.close()
         store.close()
 
     # FastAPI's own /docs and /redoc load their scripts from a CDN; app.docs serves Swagger UI from the
@@ -75,6 +88,7 @@ def create_app(model: LoadedModel | None = None, specs: SpecStore | None = None)
     app.add_middleware(CompressMiddleware)
     app.add_middleware(BoundedSend)
     app.include_router(api.router)
+    app.include_router(classroom.router)
     app.include_router(pages.router)
     app.include_router(docs.router)
     app.mount(docs.ASSETS_URL, StaticFiles(directory=docs.SWAGGER_UI), name="docs-assets")
@@ -87,6 +101,10 @@ def create_app(model: LoadedModel | None = None, specs: SpecStore | None = None)
     app.add_exception_handler(RequestValidationError, readable_validation_error)
     app.add_exception_handler(StarletteHTTPException, unreadable_body)
     app.add_exception_handler(Busy, busy)
+    app.add_exception_handler(ClassNotFound, _error(404))
+    app.add_exception_handler(UnknownLearner, _error(404))
+    app.add_exception_handler(NotTheTeacher, _error(403))
+    app.add_exception_handler(ClassLimit, _error(429))
     app.add_exception_handler(PassFailed, _error(503))
     app.add_exception_handler(StoreError, _error(503))
     # Last resort: whatever else goes wrong answers as a clear 503 (the server still logs the traceback).

@@ -63,6 +63,12 @@ class Settings(BaseSettings):
     request_timeout_seconds: Annotated[float, between(1, 600)] = 20.0
     keep_alive_seconds: Annotated[float, between(1, 600)] = 5.0
     max_connections: Annotated[int, between(8, 100_000)] = 500
+    # Live classes (app.classroom): how long one lasts, how many run at once, learners per class, and the
+    # teacher's actions per second. They live in this process, or in Redis when ATTENTION_LAB_STORE is one.
+    class_hours: Annotated[float, between(0.1, 72)] = 4.0
+    max_classes: Annotated[int, between(1, 10_000)] = 100
+    max_learners_per_class: Annotated[int, between(1, 5_000)] = 500
+    class_actions_per_second: Annotated[float, between(1, 1_000)] = 20.0
     host: str = "127.0.0.1"
     port: Annotated[int, between(1, 65_535)] = 8000
     # Server processes `python -m app` starts; each loads its own copy of the model (about 0.5 GB).
