@@ -92,5 +92,6 @@ def server_options(settings: Settings) -> dict:
         "h11_max_incomplete_event_size": settings.max_header_bytes,
         "timeout_keep_alive": settings.keep_alive_seconds,
         "limit_concurrency": settings.max_connections,
+        "timeout_graceful_shutdown": settings.shutdown_grace_seconds,
         "server_header": False,
     }

@@ -63,6 +63,9 @@ class Settings(BaseSettings):
     request_timeout_seconds: Annotated[float, between(1, 600)] = 20.0
     keep_alive_seconds: Annotated[float, between(1, 600)] = 5.0
     max_connections: Annotated[int, between(8, 100_000)] = 500
+    # A stopping server waits this long for requests under way (a class's event streams never end by
+    # themselves), then closes them.
+    shutdown_grace_seconds: Annotated[float, between(0, 600)] = 5.0
     # Live classes (app.classroom): how long one lasts, how many run at once, learners per class, and the
     # teacher's actions per second. They live in this process, or in Redis when ATTENTION_LAB_STORE is one.
     class_hours: Annotated[float, between(0.1, 72)] = 4.0

@@ -154,17 +154,14 @@ def test_following_and_going_free_are_counted_for_the_teacher(lab):
     try:
         assert (
             httpx.put(
-                f"{lab.url}/api/classes/{code}/learners/{learner}/following", json={"following": False}
+                f"{lab.url}/api/classes/{code}/learners/{learner}", json={"following": False, "nickname": "Ada L."}
             ).status_code
             == 204
         )
         listener.wait_for("presence", where=lambda data: data["following"] == 0 and data["learners"] == 1)
     finally:
         listener.close()
-    assert (
-        httpx.put(f"{lab.url}/api/classes/{code}/learners/nobody/following", json={"following": True}).status_code
-        == 404
-    )
+    assert httpx.put(f"{lab.url}/api/classes/{code}/learners/nobody", json={"following": True}).status_code == 404
 
 
 def test_the_qr_code_is_drawn_by_the_lab(lab):

@@ -144,9 +144,13 @@ class Classes:
             raise UnknownLearner(learner)
         return json.loads(found)
 
-    async def follow(self, code: str, learner: str, following: bool) -> None:
-        entry = await self._learner(code, learner)
-        entry["following"] = following
+    async def update(self, code: str, learner: str, following: bool, nickname: str) -> None:
+        """Whether the learner follows the teacher or explores alone, and the name it goes by."""
+        entry = {
+            **await self._learner(code, learner),
+            "following": following,
+            "nickname": nickname.strip()[:MAX_NICKNAME],
+        }
         await self.backend.hset(self._key(code, "learners"), learner, json.dumps(entry), await self._ttl(code))
         await self._publish_presence(code)
 

@@ -19,9 +19,9 @@ from app.classroom.schemas import (
     ClassStarted,
     ClassView,
     Code,
-    Follow,
     Join,
     Joined,
+    LearnerState,
     Question,
     Reveal,
     Score,
@@ -115,9 +115,9 @@ async def join(code: Code, body: Join, classes: ClassesDep):
     return {"learner": await classes.join(code, body.nickname)}
 
 
-@router.put("/{code}/learners/{learner}/following", status_code=204)
-async def follow(code: Code, learner: str, body: Follow, classes: ClassesDep):
-    await classes.follow(code, learner, body.following)
+@router.put("/{code}/learners/{learner}", status_code=204)
+async def update(code: Code, learner: str, body: LearnerState, classes: ClassesDep):
+    await classes.update(code, learner, body.following, body.nickname)
 
 
 @router.post("/{code}/learners/{learner}/answers", response_model=Tally)

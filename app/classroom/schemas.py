@@ -46,8 +46,9 @@ class Joined(BaseModel):
     learner: str
 
 
-class Follow(Strict):
+class LearnerState(Strict):
     following: bool
+    nickname: str = Field("", max_length=40)
 
 
 class Answer(Strict):

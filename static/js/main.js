@@ -3,6 +3,7 @@
 import { attendsView } from "./attends.js";
 import { createAttentionView } from "./attention.js";
 import { SCALES } from "./colors.js";
+import { initClassroom } from "./classroom.js";
 import { initControls, runPrompt, showError } from "./controls.js";
 import { numbersOf } from "./data.js";
 import { dissectionView } from "./dissection.js";
@@ -24,7 +25,7 @@ await initState(
   {
     text: config.defaultText, mask: "bidirectional", pooling: "mean", layer: 0, head: 0, token: null, present: false,
     sinks: "show", pair: "", segments: "all", also: [], preview: null, heads: [...Array(model.heads).keys()], blockMean: false,
-    allHeads: false, predict: false, tour: null, lesson: null, panel: null, scale: "blues",
+    allHeads: false, predict: false, tour: null, lesson: null, panel: null, scale: "blues", classCode: null,
   },
   { layers: model.layers, heads: model.heads, tourSteps: TOUR_LENGTH, lessons: Object.keys(LESSONS), panels: Object.keys(PANELS), scales: Object.keys(SCALES) },
 );
@@ -36,4 +37,5 @@ initControls(lab, attention.heatmap);
 initPanels(lab);
 initPredict(lab);
 initTour(lab);
+initClassroom(lab);
 runPrompt(lab);
