@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 TORCH := torch==2.13.0
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: install install-test chromium redis-server run test bench load clean
+.PHONY: install install-test chromium redis-server run test bench load class-load clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -52,6 +52,14 @@ load: install-test
 	@$(BIN)/python -m app --port $(LOAD_PORT) > /dev/null 2>&1 & lab=$$!; \
 	until curl -sf http://127.0.0.1:$(LOAD_PORT)/api/health > /dev/null; do sleep 0.5; done; \
 	$(BIN)/python -m tests.load.learners --url http://127.0.0.1:$(LOAD_PORT) --learners 50 --seconds 60 --server-pid $$lab; \
+	status=$$?; kill $$lab; exit $$status
+
+# The long live-class load test (one teacher, 200 learners on event streams, 60 s) against a lab on port 8766.
+CLASS_LOAD_PORT := 8766
+class-load: install-test
+	@$(BIN)/python -m app --port $(CLASS_LOAD_PORT) > /dev/null 2>&1 & lab=$$!; \
+	until curl -sf http://127.0.0.1:$(CLASS_LOAD_PORT)/api/health > /dev/null; do sleep 0.5; done; \
+	$(BIN)/python -m tests.load.class_learners --url http://127.0.0.1:$(CLASS_LOAD_PORT) --learners 200 --seconds 60 --server-pid $$lab; \
 	status=$$?; kill $$lab; exit $$status
 
 clean:

@@ -1,0 +1,16 @@
+"""The short form of the class load test: one teacher, 50 learners on event streams, 8 changes."""
+
+import pytest
+
+from tests.conftest import run_async
+from tests.load.class_learners import simulate
+
+pytestmark = pytest.mark.slow
+
+
+def test_fifty_learners_receive_every_change_of_the_teacher(live_lab):
+    report = run_async(simulate(live_lab.url, learners=50, seconds=8, server_pid=live_lab.process.pid))
+    print(report)
+    assert report["missed"] == 0 and report["connection_errors"] == 0
+    assert report["deliveries"] == 50 * report["changes_sent"] >= 50 * 7
+    assert report["p95_ms"] < 1000
