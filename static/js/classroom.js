@@ -57,12 +57,11 @@ function teach(lab, started) {
   teaching = started;
   const { code, secret } = started;
   $("class-code").textContent = code;
-  $("class-qr").src = `/api/classes/${code}/qr.svg`;
+  $("class-qr-box").replaceChildren(el("img", { id: "class-qr", src: `/api/classes/${code}/qr.svg`, alt: `QR code of the join link for class ${code}`, width: "200", height: "200" }));
   $("class-join").href = started.join_url;
   $("class-join").textContent = started.join_url;
   $("class-reach").hidden = started.reachable;
   $("class-reach").textContent = "Learners cannot open this address: it is this computer's own (127.0.0.1). Start the lab with --host 0.0.0.0 and open it at this computer's network address.";
-  $("class-start").textContent = "Class";
   let pushing = null;
   const push = () => {
     clearTimeout(pushing);
