@@ -9,10 +9,10 @@ import orjson
 from fastapi import APIRouter, Depends, Query, Response
 from fastapi.responses import StreamingResponse
 
-from app import lessons
+from app import lessons, measures
 from app.deps import ClientDep, LabDep
 from app.encoding import MEDIA_TYPE, AttentionDtype, encode_attention
-from app.lab import Run
+from app.lab import Run, pick
 from app.schemas import (
     AnalyzeRequest,
     AnalyzeResponse,
@@ -237,6 +237,15 @@ def token_trace(run: RunDep, token: int):
 )
 def attention(
     run: RunDep,
+    lab: LabDep,
+    measure: Annotated[
+        measures.Measure,
+        Query(
+            description="weights (softmax(QKᵀ/√d)); norm: ‖α f(x)‖ per head (Kobayashi et al. 2020); alti: each "
+            "block's token-to-token contributions, head dimension 1 (Ferrando et al. 2022); alti_rollout: "
+            "those rolled out through the blocks"
+        ),
+    ] = "weights",
     dtype: Annotated[
         AttentionDtype, Query(description="uint8 (default, ±1/510), float16 or float32 (exact)")
     ] = "uint8",
@@ -247,5 +256,8 @@ def attention(
         Query(ge=1, description="Shrink each matrix to at most size×size, keeping each block's largest weight"),
     ] = None,
 ):
-    pieces, headers = encode_attention(run.attention(layer, head), dtype, size)
-    return StreamingResponse(pieces, media_type=MEDIA_TYPE, headers=headers)
+    blocks = pick(measures.measure_blocks(run, lab.loaded.model, measure), layer, head)
+    # Weights and ALTI's shares lie in [0, 1]; norms do not, so uint8 spans this answer's own largest value.
+    top = max(float(block.max()) for block in blocks) if measure == "norm" else 1.0
+    pieces, headers = encode_attention(blocks, dtype, size, top)
+    return StreamingResponse(pieces, media_type=MEDIA_TYPE, headers={**headers, "X-Attention-Measure": measure})

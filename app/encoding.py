@@ -24,9 +24,10 @@ MEDIA_TYPE = "application/octet-stream"
 
 
 def encode_attention(
-    blocks: list[torch.Tensor], dtype: AttentionDtype, size: int | None = None
+    blocks: list[torch.Tensor], dtype: AttentionDtype, size: int | None = None, top: float = 1.0
 ) -> tuple[Iterator[bytes], dict[str, str]]:
-    """blocks: one [head, query_pos, key_pos] float32 tensor per layer, weights in [0, 1].
+    """blocks: one [head, query_pos, key_pos] float32 tensor per layer, values in [0, top] (weights: 1).
+    uint8 maps [0, top] onto 0–255: value = byte / X-Attention-Scale, with the scale 255 / top.
 
     The body comes in pieces of whole heads of about PIECE_BYTES, encoded as they are sent: a 512-token
     run in float32 (75 MB) is never held whole, and a client that reads slowly holds back the encoding
@@ -42,15 +43,16 @@ def encode_attention(
         "X-Attention-Dtype": dtype,
         "Content-Length": str(prod(shape) * ITEM_BYTES[dtype]),
     }
+    scale = UINT8_SCALE / top if top > 0 else UINT8_SCALE
     if dtype == "uint8":
-        headers["X-Attention-Scale"] = str(UINT8_SCALE)
-    return _pieces((matrix for block in blocks for matrix in block), dtype), headers
+        headers["X-Attention-Scale"] = str(int(scale)) if scale == int(scale) else repr(scale)
+    return _pieces((matrix for block in blocks for matrix in block), dtype, scale), headers
 
 
-def _pieces(matrices: Iterator[torch.Tensor], dtype: AttentionDtype) -> Iterator[bytes]:
+def _pieces(matrices: Iterator[torch.Tensor], dtype: AttentionDtype, scale: float) -> Iterator[bytes]:
     piece = []
     for matrix in matrices:
-        piece.append(_encode_matrix(matrix, dtype))
+        piece.append(_encode_matrix(matrix, dtype, scale))
         if len(piece) * len(piece[0]) >= PIECE_BYTES:
             yield b"".join(piece)
             piece = []
@@ -58,11 +60,11 @@ def _pieces(matrices: Iterator[torch.Tensor], dtype: AttentionDtype) -> Iterator
         yield b"".join(piece)
 
 
-def _encode_matrix(matrix: torch.Tensor, dtype: AttentionDtype) -> bytes:
+def _encode_matrix(matrix: torch.Tensor, dtype: AttentionDtype, scale: float) -> bytes:
     if dtype == "uint8":
         # +0.5 then truncation rounds half up for weights >= 0. In float64: in float32, w·255 + 0.5 can round
         # up past a half-step (0.8215686082839966 gave byte 210, 1.96e-3 off).
-        return matrix.double().mul_(UINT8_SCALE).add_(0.5).to(torch.uint8).numpy().tobytes()
+        return matrix.double().mul_(scale).add_(0.5).to(torch.uint8).numpy().tobytes()
     return matrix.numpy().astype("<f2" if dtype == "float16" else "<f4", copy=False).tobytes()
 
 

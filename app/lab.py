@@ -154,12 +154,8 @@ class Run:
 
     def attention(self, layer: int | None = None, head: int | None = None) -> list[Tensor]:
         """Weights per block, [head, query_pos, key_pos] each: every block, or one, or one head of one."""
-        if head is not None and layer is None:
-            raise OutOfRange("a head needs its layer: give both")
-        self._check(layer or 0, head or 0)
-        layers = range(self.n_layers) if layer is None else [layer]
-        heads = slice(None) if head is None else slice(head, head + 1)
-        return [self.activations[f"blocks.{index}.attn.weights"][heads] for index in layers]
+        blocks = [self.activations[f"blocks.{index}.attn.weights"] for index in range(self.n_layers)]
+        return pick(blocks, layer, head)
 
     def check_token(self, index: int) -> None:
         if not 0 <= index < len(self.tokens):
@@ -170,6 +166,19 @@ class Run:
             raise OutOfRange(f"layer {layer} does not exist: layers are 0 to {self.n_layers - 1}")
         if not 0 <= head < self.n_heads:
             raise OutOfRange(f"head {head} does not exist: heads are 0 to {self.n_heads - 1}")
+
+
+def pick(blocks: list[Tensor], layer: int | None, head: int | None) -> list[Tensor]:
+    """Every block of [head, query_pos, key_pos] matrices, or one block, or one head of one."""
+    if head is not None and layer is None:
+        raise OutOfRange("a head needs its layer: give both")
+    if layer is not None and not 0 <= layer < len(blocks):
+        raise OutOfRange(f"layer {layer} does not exist: layers are 0 to {len(blocks) - 1}")
+    n_heads = len(blocks[0])
+    if head is not None and not 0 <= head < n_heads:
+        raise OutOfRange(f"head {head} does not exist: heads are 0 to {n_heads - 1}")
+    chosen = blocks if layer is None else [blocks[layer]]
+    return chosen if head is None else [block[head : head + 1] for block in chosen]
 
 
 def segments(sequence_ids: list[int | None]) -> list[str]:
