@@ -16,6 +16,8 @@ from app.lab import Run, pick
 from app.schemas import (
     AnalyzeRequest,
     AnalyzeResponse,
+    AttributionRequest,
+    AttributionResponse,
     CompareResponse,
     EmbeddingsResponse,
     ErrorResponse,
@@ -190,6 +192,19 @@ async def pooling(body: PoolingRequest, lab: LabDep, client: ClientDep):
                 "run_id": prefixed.run_id,
                 "cosine": lessons.cosine(run.pooled, prefixed.pooled),
             },
+        }
+    )
+
+
+@router.post("/attribution", response_model=AttributionResponse)
+async def attribution(body: AttributionRequest, lab: LabDep, client: ClientDep):
+    """Gradient × input or Integrated Gradients (Captum) of the two sentences' cosine, per token of `text`."""
+    found = await lab.attribution(body.text, body.other, body.method, body.steps, client)
+    return NumbersResponse(
+        {
+            **found,
+            "tokens": [token.__dict__ for token in found["tokens"]],
+            "attributions": found["attributions"].numpy(),
         }
     )
 

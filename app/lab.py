@@ -8,6 +8,7 @@ from functools import cached_property
 import torch
 from torch import Tensor
 
+from app.attribution import attribute, similarity_target
 from app.cache import RunCache
 from app.capture import additive_mask, attention_scores, capture, pool
 from app.gate import ANYONE, Client, PassGate
@@ -284,6 +285,24 @@ class Lab:
         if (spec.model, spec.model_digest) != (self.loaded.name, self.loaded.digest):
             raise ForeignRun(run_id, spec, self.loaded)
         return await self._computed(spec, client)
+
+    async def attribution(self, text: str, other: str, method: str, steps: int, client: Client = ANYONE) -> dict:
+        """Which tokens of `text` make it similar to `other` (app.attribution): a turn at the gate, a thread."""
+        for checked in (text, other):
+            self.spec(checked)  # the same character cap as any run
+        async with self.gate.admit(client):
+            return await asyncio.to_thread(self._attribution, text, other, method, steps)
+
+    def _attribution(self, text: str, other: str, method: str, steps: int) -> dict:
+        model, length = self.loaded.model, self.loaded.max_seq_length
+        tokens, _ = self.tokenize(text, None, length)
+        others, _ = self.tokenize(other, None, length)
+        as_ids = lambda found, field: torch.tensor([getattr(token, field) for token in found])  # noqa: E731
+        target = similarity_target(
+            model, as_ids(others, "id"), as_ids(others, "token_type"), self.loaded.default_pooling
+        )
+        result = attribute(model, as_ids(tokens, "id"), as_ids(tokens, "token_type"), target, method, steps)
+        return {"method": method, "tokens": tokens, **result}
 
     async def store_problem(self) -> str | None:
         """Why the shared spec store is not answering, or None if it is."""

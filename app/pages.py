@@ -75,6 +75,7 @@ class RevalidatedFiles(StaticFiles):
         response.headers["Cache-Control"] = "no-cache"
         return response
 
+
 router = APIRouter(include_in_schema=False)
 templates = Jinja2Templates(directory=ROOT / "templates")
 

@@ -286,3 +286,21 @@ class ValidationErrorResponse(BaseModel):
 
     detail: str
     errors: list[ValidationErrorItem] = []
+
+
+class AttributionRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    text: PromptText
+    other: PromptText = Field(description="The second sentence: the target is the cosine of the two sentence vectors")
+    method: Literal["integrated_gradients", "gradient_x_input"] = "integrated_gradients"
+    steps: int = Field(32, ge=2, le=256, description="Integrated Gradients' interpolation steps")
+
+
+class AttributionResponse(BaseModel):
+    method: str
+    tokens: list[TokenPublic] = Field(description="The text's tokens, as the model's pooling reads them")
+    attributions: list[float] = Field(description="Per token: the attribution summed over embedding dimensions")
+    output: float = Field(description="The target at the input: the cosine of the two sentence vectors")
+    baseline_output: float = Field(description="The target with every word-embedding row zero")
+    delta: float | None = Field(description="Integrated Gradients: Σ attributions − (output − baseline_output)")

@@ -1,0 +1,65 @@
+"""Which input tokens make an output what it is: gradient × input and Integrated Gradients (Sundararajan et
+al. 2017, through Captum), per token, for a target the caller names as a function of the model's output.
+
+The target here is the bi-encoder similarity: the cosine of the text's sentence vector (the model's own
+pooling over its first max_seq_length tokens) with a second sentence's. Attributions are taken with
+respect to the word-embedding rows (positions and token types stay as they are) against an all-zero
+baseline, and summed over the embedding dimensions: one number per token. Integrated Gradients'
+completeness, Σ attributions = f(x) − f(baseline), holds up to the reported convergence delta.
+"""
+
+from collections.abc import Callable
+from typing import Literal
+
+import torch
+from captum.attr import InputXGradient, IntegratedGradients
+from torch import Tensor
+
+from app.capture import pool
+
+Method = Literal["integrated_gradients", "gradient_x_input"]
+INTERNAL_BATCH = 8  # IG's interpolation steps run this many at a time: memory stays that of 8 passes
+
+
+def attribute(
+    model, input_ids: Tensor, token_type_ids: Tensor, target: Callable[[Tensor], Tensor], method: Method, steps: int
+) -> dict:
+    """target: last hidden states [batch, pos, d_model] -> one number per batch row."""
+    word_rows = model.get_input_embeddings()(input_ids[None]).detach().requires_grad_()  # [1, pos, d_model]
+
+    def forward(rows: Tensor) -> Tensor:
+        types = token_type_ids[None].expand(len(rows), -1)
+        return target(model(inputs_embeds=rows, token_type_ids=types).last_hidden_state)
+
+    baseline = torch.zeros_like(word_rows)
+    if method == "integrated_gradients":
+        attributions, delta = IntegratedGradients(forward).attribute(
+            word_rows,
+            baselines=baseline,
+            n_steps=steps,
+            internal_batch_size=INTERNAL_BATCH,
+            return_convergence_delta=True,
+        )
+        delta = float(delta[0])
+    else:
+        attributions, delta = InputXGradient(forward).attribute(word_rows), None
+    with torch.no_grad():
+        output, at_baseline = float(forward(word_rows)[0]), float(forward(baseline)[0])
+    return {
+        "attributions": attributions[0].sum(-1).detach(),  # [pos]
+        "output": output,
+        "baseline_output": at_baseline,
+        "delta": delta,
+    }
+
+
+def similarity_target(model, other_ids: Tensor, other_types: Tensor, pooling: str) -> Callable[[Tensor], Tensor]:
+    """cosine(pooled(output), pooled(the other sentence)), the bi-encoder's similarity, as a target."""
+    with torch.no_grad():
+        other = pool(model(input_ids=other_ids[None], token_type_ids=other_types[None]).last_hidden_state[0], pooling)
+
+    def cosine(hidden: Tensor) -> Tensor:  # [batch, pos, d_model] -> [batch]
+        pooled = torch.stack([pool(rows, pooling) for rows in hidden])
+        return torch.nn.functional.cosine_similarity(pooled, other[None], dim=-1)
+
+    return cosine

@@ -1,0 +1,59 @@
+"""Attribution of the bi-encoder similarity to the text's tokens, against independent computations:
+sentence-transformers for the cosine, torch.autograd for gradient × input, and Integrated Gradients'
+completeness (attributions sum to the output difference within the reported delta)."""
+
+import numpy as np
+import pytest
+import torch
+from sentence_transformers import SentenceTransformer
+
+from app.model import packaged_model_path
+
+pytestmark = pytest.mark.slow
+
+TEXT, OTHER = "A man is playing a guitar on stage.", "Someone performs music with an instrument."
+
+
+@pytest.fixture(scope="module")
+def encoder():
+    return SentenceTransformer(str(packaged_model_path()), device="cpu")
+
+
+def own_cosine(minilm, rows, other_vector):
+    """Mean pooling over the last block and the cosine, written out here: [1, pos, d] word rows -> scalar."""
+    hidden = minilm.model(
+        inputs_embeds=rows, token_type_ids=torch.zeros(rows.shape[:2], dtype=torch.long)
+    ).last_hidden_state
+    return torch.nn.functional.cosine_similarity(hidden[0].mean(0), other_vector, dim=0)
+
+
+def test_integrated_gradients_is_complete_within_its_delta(client, encoder, minilm):
+    body = client.post("/api/attribution", json={"text": TEXT, "other": OTHER, "steps": 64}).json()
+    a, b = encoder.encode([TEXT, OTHER], normalize_embeddings=True)
+    assert body["output"] == pytest.approx(float(a @ b), abs=1e-5)
+    ids = torch.tensor([[token["id"] for token in body["tokens"]]])
+    with torch.no_grad():
+        other = torch.tensor(encoder.encode([OTHER])[0])
+        zero = own_cosine(minilm, torch.zeros(1, ids.shape[1], 384), other)
+    assert body["baseline_output"] == pytest.approx(float(zero), abs=1e-5)
+    total = sum(body["attributions"])
+    assert total - (body["output"] - body["baseline_output"]) == pytest.approx(body["delta"], abs=1e-5)
+    assert abs(body["delta"]) < 0.05
+    assert len(body["attributions"]) == len(body["tokens"]) == ids.shape[1]
+
+
+def test_gradient_times_input_equals_autograd(client, encoder, minilm):
+    body = client.post("/api/attribution", json={"text": TEXT, "other": OTHER, "method": "gradient_x_input"}).json()
+    ids = torch.tensor([[token["id"] for token in body["tokens"]]])
+    rows = minilm.model.get_input_embeddings()(ids).detach().requires_grad_(True)
+    other = torch.tensor(encoder.encode([OTHER])[0])
+    (grad,) = torch.autograd.grad(own_cosine(minilm, rows, other), rows)
+    expected = (grad * rows).sum(-1)[0].detach().numpy()
+    np.testing.assert_allclose(body["attributions"], expected, atol=1e-5)
+    assert body["delta"] is None
+
+
+def test_bad_attribution_requests_are_422(client):
+    assert client.post("/api/attribution", json={"text": TEXT}).status_code == 422
+    assert client.post("/api/attribution", json={"text": TEXT, "other": OTHER, "steps": 1}).status_code == 422
+    assert client.post("/api/attribution", json={"text": TEXT, "other": OTHER, "method": "lime"}).status_code == 422
