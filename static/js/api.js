@@ -69,6 +69,11 @@ export async function nearest(runId, index, k = 5) {
   return (await request(`/api/runs/${runId}/tokens/${index}/nearest?k=${k}`)).json();
 }
 
+// Integrated Gradients of the cosine between text's and other's sentence vectors, per token of text.
+export function attribution({ text, other, method = "integrated_gradients" }) {
+  return post("/api/attribution", { text, other, method });
+}
+
 export function pooling({ text, mask, prefix }) {
   return post("/api/pooling", { text, mask, prefix });
 }

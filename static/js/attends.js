@@ -33,12 +33,13 @@ function caption(state, chosen, model) {
       ? `${chosen.length} tokens (${chosen.map((index) => `“${run.tokens[index].text}”`).join(", ")}), rows averaged,`
       : `“${run.tokens[token].text}” (token ${token})${state.preview !== null ? " (preview: click to lock)" : ""}`;
   const where = state.allHeads ? viewName({ ...state, head: 0 }, model).replace(/head 0$/, "every head") : viewName(state, model);
-  return `${who} in ${where}: line width and bar length show its weight on each token.`;
+  const what = state.measure === "weights" ? "its weight" : "the measure";
+  return `${who} in ${where}: line width and bar length show ${what} on each token.`;
 }
 
 export const attendsView = {
   id: "attends",
-  follows: ["run", "layer", "head", "heads", "blockMean", "token", "also", "preview", "sinks", "segments", "allHeads"],
+  follows: ["run", "layer", "head", "heads", "blockMean", "token", "also", "preview", "sinks", "segments", "allHeads", "measure"],
   load: (state, lab) => (queries(state).length ? attendRows(state, lab) : []),
   render(state, rows, lab) {
     const chosen = queries(state);

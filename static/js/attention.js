@@ -41,7 +41,7 @@ export function createAttentionView(lab) {
   return {
     heatmap,
     id: "heatmap",
-    follows: ["run", "layer", "head", "heads", "blockMean", "segments", "sinks", "scale", "present"],
+    follows: ["run", "layer", "head", "heads", "blockMean", "segments", "sinks", "scale", "present", "measure"],
     moves: ["token", "also", "preview"],
     load: (state, lab) => lab.numbers().matrix(state, state.run.tokens, lab.model.layers),
     render(state, { matrix, sink }) {

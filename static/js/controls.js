@@ -55,6 +55,7 @@ function showControls(state, changed, lab) {
   $("layer").value = String(state.layer);
   $("head").value = String(state.head);
   $("sinks").value = state.sinks;
+  $("measure").value = state.measure;
   $("scale").value = state.scale;
   $("all-heads").checked = state.allHeads;
   $("present").setAttribute("aria-pressed", String(state.present));
@@ -131,6 +132,7 @@ function bindViewControls(lab) {
   $("layer").addEventListener("change", () => setState({ layer: Number($("layer").value) }));
   $("head").addEventListener("change", () => setState({ head: $("head").value === "mean" ? "mean" : Number($("head").value) }));
   $("sinks").addEventListener("change", () => setState({ sinks: $("sinks").value }));
+  $("measure").addEventListener("change", () => setState({ measure: $("measure").value }));
   $("segments").addEventListener("change", () => setState({ segments: $("segments").value }));
   $("scale").addEventListener("change", () => setState({ scale: $("scale").value }));
   $("block-mean").addEventListener("change", () => setState({ blockMean: $("block-mean").checked }));

@@ -35,28 +35,29 @@ export class RunNumbers {
     return this.cache.get(key);
   }
 
-  // Exact float32 weights of one block: Float32Array [head, query, key].
-  block(layer) {
-    return this.once(`layer:${layer}`, async () => (await api.attention(this.runId, { dtype: "float32", layer })).values);
+  // One block of a measure (api.attention's measure: weights, norm, alti…), exact float32: [head, query, key].
+  block(layer, measure = "weights") {
+    return this.once(`layer:${layer}:${measure}`, async () => (await api.attention(this.runId, { dtype: "float32", layer, measure })).values);
   }
 
-  // One head's exact weights, [query, key]: a twelfth of the block, so the first heatmap comes fast.
-  head(layer, head, n) {
-    const block = this.cache.get(`layer:${layer}`);
+  // One head of a measure, [query, key]: a twelfth of the block, so the first heatmap comes fast.
+  head(layer, head, n, measure = "weights") {
+    const block = this.cache.get(`layer:${layer}:${measure}`);
     if (block) return block.then((values) => values.subarray(head * n * n, (head + 1) * n * n));
-    return this.once(`head:${layer}:${head}`, async () => (await api.attention(this.runId, { dtype: "float32", layer, head })).values);
+    return this.once(`head:${layer}:${head}:${measure}`, async () => (await api.attention(this.runId, { dtype: "float32", layer, head, measure })).values);
   }
 
   // What viewMatrix reads for a view: per block, the whole block, or for one head only that head.
   async blocks(view, nLayers, n) {
     const { layers, heads } = viewSources(view, nLayers);
+    const measure = view.measure ?? "weights";
     const blocks = [];
     await Promise.all(
       layers.map(async (layer) => {
-        if (heads.length > 1) blocks[layer] = await this.block(layer);
+        if (heads.length > 1) blocks[layer] = await this.block(layer, measure);
         else {
           blocks[layer] = [];
-          blocks[layer][heads[0]] = await this.head(layer, heads[0], n);
+          blocks[layer][heads[0]] = await this.head(layer, heads[0], n, measure);
         }
       }),
     );
@@ -66,8 +67,8 @@ export class RunNumbers {
 
   // The matrix a view shows (matrix.viewMatrix), computed once per view of this run.
   matrix(view, tokens, nLayers) {
-    const { layer, head, heads, blockMean, sinks, segments } = view;
-    const key = JSON.stringify({ layer: blockMean ? null : layer, head, heads: head === "mean" ? heads : null, blockMean, sinks, segments });
+    const { layer, head, heads, blockMean, sinks, segments, measure = "weights" } = view;
+    const key = JSON.stringify({ layer: blockMean ? null : layer, head, heads: head === "mean" ? heads : null, blockMean, sinks, segments, measure });
     let matrix = this.views.get(key);
     if (matrix) this.views.delete(key);
     else {
@@ -80,8 +81,8 @@ export class RunNumbers {
   }
 
   // Every head of every block, quantised and shrunk to what the overview draws.
-  overview() {
-    return this.once("overview", () => api.attention(this.runId, { size: OVERVIEW_SIZE }));
+  overview(measure = "weights") {
+    return this.once(`overview:${measure}`, () => api.attention(this.runId, { size: OVERVIEW_SIZE, measure }));
   }
 
   query(layer, head, token) {

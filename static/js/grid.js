@@ -140,10 +140,10 @@ export function gridSVG(container, title) {
 
 export const gridView = {
   id: "grid",
-  follows: ["run", "scale", "sinks", "segments"],
+  follows: ["run", "scale", "sinks", "segments", "measure"],
   moves: ["layer", "head"],
   shown: (state) => state.panel === "grid",
-  load: (state, lab) => lab.numbers().overview(),
+  load: (state, lab) => lab.numbers().overview(state.measure),
   render(state, overview, lab) {
     const { run } = state;
     const n = run.tokens.length;

@@ -35,9 +35,17 @@ export function headMean(block, heads, n) {
 // Which blocks and heads a view reads: the chosen block or all of them; one head or the head set.
 export function viewSources(view, nLayers) {
   const layers = view.blockMean ? [...Array(nLayers).keys()] : [view.layer];
+  // ALTI measures a block as a whole: one matrix per block, whatever head is chosen.
+  if (isPerBlock(view.measure)) return { layers, heads: [0] };
   const heads = view.head === "mean" ? view.heads : [view.head];
   return { layers, heads };
 }
+
+export function isPerBlock(measure) {
+  return measure === "alti" || measure === "alti_rollout";
+}
+
+const MEASURE_NAMES = { weights: "", norm: "norm-weighted ", alti: "ALTI ", alti_rollout: "ALTI rollout " };
 
 // The matrix a view shows: {matrix: Float32Array [query, key] with NaN for every cell the view leaves out,
 // sink: Float32Array per query row of the weight on the hidden sink columns, or null when none are hidden}.
@@ -110,16 +118,19 @@ export function meanOf(values, rows) {
 
 // How the heatmap's title, the difference view, predict-first and the exports name a view.
 export function viewName(view, model) {
+  const measure = MEASURE_NAMES[view.measure ?? "weights"];
   const block = view.blockMean ? `all ${model.layers} blocks averaged` : `block ${view.layer}`;
-  if (view.head !== "mean") return `${block}, head ${view.head}`;
+  if (isPerBlock(view.measure)) return `${measure}· ${block}`;
+  if (view.head !== "mean") return `${measure}${block}, head ${view.head}`;
   const heads = view.heads.length === model.heads ? `all ${model.heads} heads averaged` : `heads ${view.heads.join(", ")} averaged`;
-  return `${block}, ${heads}`;
+  return `${measure}${block}, ${heads}`;
 }
 
 // The same, as a file name: attention-block2-head5, attention-blocks-mean-heads-1-4-9, …
 export function viewFileName(view, model) {
   const block = view.blockMean ? "blocks-mean" : `block${view.layer}`;
-  const heads = view.head !== "mean" ? `head${view.head}` : view.heads.length === model.heads ? "heads-mean" : `heads-${view.heads.join("-")}-mean`;
+  const heads = isPerBlock(view.measure) ? null : view.head !== "mean" ? `head${view.head}` : view.heads.length === model.heads ? "heads-mean" : `heads-${view.heads.join("-")}-mean`;
   const filters = [view.sinks !== "show" ? `sinks-${view.sinks}` : null, view.segments !== "all" ? view.segments : null];
-  return ["attention", block, heads, ...filters].filter(Boolean).join("-");
+  const measure = (view.measure ?? "weights") === "weights" ? null : view.measure.replace("_", "-");
+  return ["attention", measure, block, heads, ...filters].filter(Boolean).join("-");
 }

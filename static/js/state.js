@@ -5,7 +5,8 @@
 // the fragment (#z=…), which browsers do not send to the server: a 20,000-character prompt still makes
 // a link of a few kilobytes, under every server's limit on request lines.
 
-const URL_KEYS = ["text", "mask", "pooling", "layer", "head", "token", "present", "predict", "tour", "lesson", "sinks", "pair", "segments", "also", "heads", "blockMean", "panel", "scale", "classCode"];
+const URL_KEYS = ["text", "mask", "pooling", "layer", "head", "token", "present", "predict", "tour", "lesson", "sinks", "pair", "segments", "also", "heads", "blockMean", "panel", "scale", "classCode", "measure"];
+const MEASURES = ["weights", "norm", "alti", "alti_rollout"];
 const LONGEST_QUERY = 2000; // characters; a longer view is written compressed into the fragment
 const COMPRESSED = "#z=";
 const listeners = new Set();
@@ -71,6 +72,7 @@ function readView(params, limits) {
   if (limits.panels.includes(params.get("panel"))) view.panel = params.get("panel");
   if (limits.scales.includes(params.get("scale"))) view.scale = params.get("scale");
   if (["hide", "renormalise"].includes(params.get("sinks"))) view.sinks = params.get("sinks");
+  if (MEASURES.includes(params.get("measure"))) view.measure = params.get("measure");
   if (/^[23456789A-Z]{6}$/.test(params.get("class") ?? "")) view.classCode = params.get("class");
   const tour = wholeNumber(params.get("tour"));
   if (tour !== null && tour >= 1 && tour <= limits.tourSteps) view.tour = tour;
@@ -113,6 +115,7 @@ function viewParams() {
   if (state.panel !== null) params.set("panel", state.panel);
   if (state.scale !== "blues") params.set("scale", state.scale);
   if (state.sinks !== "show") params.set("sinks", state.sinks);
+  if (state.measure !== "weights") params.set("measure", state.measure);
   if (state.classCode) params.set("class", state.classCode);
   return params;
 }

@@ -118,6 +118,14 @@ const STEPS = [
       `Finally the vector is divided by its length${norm === null ? "" : ` (${fixed(norm)} here)`}, so it has length 1: texts are then compared by the angle between their vectors (cosine similarity).`,
     shape: ({ m }) => `1×${m.hidden_size} → 1×${m.hidden_size}, length 1`,
   },
+  {
+    target: "lessons",
+    lesson: "explain",
+    title: () => "Is attention explanation?",
+    text: () =>
+      "A large weight need not move much: a token's value vector can be short. Here the selected token's keys are ranked by raw weight, by what each weight really carries (‖α·f(x)‖), by each token's share in the block's output (ALTI), and by gradient attribution; the Measure switch redraws every view with these.",
+    shape: ({ n }) => `4 rankings of ${n} keys, and how well they agree`,
+  },
 ];
 
 export const TOUR_LENGTH = STEPS.length;
@@ -216,8 +224,9 @@ export function initTour(lab) {
       opener.setAttribute("aria-expanded", String(open));
       highlight(state.tour);
       // A step about a view in a panel opens that panel.
-      const target = open ? STEPS[state.tour - 1].target : null;
-      if (target in PANELS && state.panel !== target) setState({ panel: target });
+      const step = open ? STEPS[state.tour - 1] : null;
+      if (step?.target in PANELS && state.panel !== step.target) setState({ panel: step.target });
+      if (step?.lesson && state.lesson !== step.lesson) setState({ lesson: step.lesson });
       if (open && !wasOpen) dialog.focus({ preventScroll: true });
       if (!open && hadFocus) opener.focus({ preventScroll: true }); // the page stays where the tour left it
     }

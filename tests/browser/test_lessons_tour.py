@@ -29,6 +29,7 @@ STEPS = {
     13: ("grid", lambda n: f"6 blocks × 12 heads × {n}×{n}; {n}×384 in and out of each block"),
     14: ("pooled", lambda n: f"{n}×384 → 1×384"),
     15: ("pooled", lambda n: "1×384 → 1×384, length 1"),
+    16: ("lessons", lambda n: f"4 rankings of {n} keys, and how well they agree"),
 }
 
 
@@ -50,7 +51,7 @@ def focused(page) -> list[str]:
 
 def expect_step(page, step: int, n: int):
     target, shape = STEPS[step]
-    expect(page.locator("#tour-counter")).to_have_text(f"Step {step} of 15")
+    expect(page.locator("#tour-counter")).to_have_text(f"Step {step} of 16")
     expect(page.locator("#tour-shape")).to_have_text(shape(n))
     assert focused(page) == [target]
     assert tour_step(page) == step
@@ -77,16 +78,18 @@ def test_the_tour_walks_every_step_with_the_runs_shapes(page, server):
     assert page.locator("#tour-start").get_attribute("aria-expanded") == "true"
     expect_step(page, 1, n)
     expect(page.locator("#tour-text")).to_contain_text("6 pieces")
-    for step in range(2, 16):
+    for step in range(2, 17):
         page.click("#tour-next")
         expect_step(page, step, n)
         wait_until(page, in_sight(STEPS[step][0]))
         if step == 3:
             viewport_shot(page, "20-tour-step-3")
-    expect(page.locator("#tour-text")).to_contain_text(page.locator('#pooled [data-field="norm"]').inner_text())
+        if step == 15:
+            expect(page.locator("#tour-text")).to_contain_text(page.locator('#pooled [data-field="norm"]').inner_text())
+    expect(page.locator("#lesson-tab-explain")).to_have_attribute("aria-selected", "true")  # the last step's lesson
     expect(page.locator("#tour-next")).to_have_text("Finish")
     page.click("#tour-back")
-    expect_step(page, 14, n)
+    expect_step(page, 15, n)
     page.click("#tour-next")
     page.click("#tour-next")  # Finish closes the tour
     expect(dialog).to_be_hidden()

@@ -5,6 +5,7 @@ import { el } from "../format.js";
 import { renderAblation } from "./ablation.js";
 import { renderCompare } from "./compare.js";
 import { renderDifference } from "./difference.js";
+import { renderExplain } from "./explain.js";
 import { renderHeads } from "./heads.js";
 import { renderMasks } from "./masks.js";
 import { renderNearest } from "./nearest.js";
@@ -18,6 +19,7 @@ export const LESSONS = {
   nearest: { title: "Nearest vocabulary rows", render: renderNearest, follows: ["run", "token"] },
   pooling: { title: "Pooling and prefixes", render: renderPooling, follows: ["run"] },
   difference: { title: "Difference A − B", render: renderDifference, follows: ["run"] },
+  explain: { title: "Is attention explanation?", render: renderExplain, follows: ["run", "token", "layer", "head"] },
 };
 
 export function renderTabs(container, current, onOpen) {
