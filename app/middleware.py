@@ -28,7 +28,7 @@ SECURITY_HEADERS = [
 CLIENT_COOKIE = "lab_client"
 # Each piece of an answer must be taken by the client within the slow-reader timeout; the transport
 # holds at most about one piece for a reader that stalls.
-SEND_PIECE_BYTES = 256 * 1024
+SEND_PIECE_BYTES = 1024 * 1024
 log = logging.getLogger("uvicorn.error")
 
 

@@ -54,7 +54,7 @@ class Settings(BaseSettings):
     # Request bodies past this answer 413 before they are read whole (20,000 characters escaped as
     # JSON \uXXXX pairs need 240 kB).
     max_body_bytes: Annotated[int, between(1 * KIB, 64 * 1024**2)] = 512 * KIB
-    # A client must take each 256 KiB piece of an answer within this, or it is dropped.
+    # A client must take each 1 MiB piece of an answer within this, or it is dropped.
     slow_reader_seconds: Annotated[float, between(1, 600)] = 30.0
     # HTTP limits of `python -m app` (app.server): the request line and headers together (431 past it),
     # the time to send a whole request (408 past it), idle keep-alive, and open connections per process
