@@ -330,7 +330,7 @@ def tour_problems(page, step: int, label: str) -> list[str]:
 def walk_the_tour(page, label: str) -> list[str]:
     problems = []
     for step in range(1, 16):
-        expect(page.locator("#tour-counter")).to_have_text(f"Step {step} of 15")
+        expect(page.locator("#tour-counter")).to_have_text(f"Step {step} of 16")
         problems += tour_problems(page, step, label)
         if step < 15:
             page.click("#tour-next")
@@ -349,7 +349,7 @@ def test_the_tour_never_covers_the_heatmap_or_its_subject(browser, server, mode,
 def test_a_tour_link_opens_the_panel_of_its_step(browser, server):
     with lab_page(browser, 1280, 720) as page:
         open_stage(page, server, "tour=13")
-        expect(page.locator("#tour-counter")).to_have_text("Step 13 of 15")
+        expect(page.locator("#tour-counter")).to_have_text("Step 13 of 16")
         expect(page.locator("#panel-tab-grid")).to_have_attribute("aria-selected", "true")
         assert tour_problems(page, 13, "?tour=13") == []
 
@@ -380,7 +380,7 @@ def test_the_tour_on_a_phone_stays_off_the_heatmap(browser, server):
     with lab_page(browser, 390, 844, is_mobile=True, has_touch=True, device_scale_factor=3) as page:
         open_stage(page, server, "tour=1")
         for step in range(1, 16):
-            expect(page.locator("#tour-counter")).to_have_text(f"Step {step} of 15")
+            expect(page.locator("#tour-counter")).to_have_text(f"Step {step} of 16")
             m = settle(page, ["#tour", CANVAS])
             if off_screen(m["boxes"]["#tour"], m):
                 problems.append(f"phone step {step}: the tour box leaves the window: {rounded(m['boxes']['#tour'])}")
