@@ -174,6 +174,7 @@ async def pooling(body: PoolingRequest, lab: LabDep, client: ClientDep):
     """CLS, mean and max pooling of one prompt side by side, and how an instruction prefix moves it."""
     run = await lab.submit(lab.spec(body.text, mask=body.mask), client)
     prefixed = await lab.submit(lab.spec(body.prefix + body.text, mask=body.mask), client)
+    whole_input = lessons.whole_input_vector(run)
     vectors = lessons.pooling_strategies(run)
     names = list(vectors)
     return NumbersResponse(
@@ -181,8 +182,8 @@ async def pooling(body: PoolingRequest, lab: LabDep, client: ClientDep):
             "run_id": run.run_id,
             "strategies": {name: pooled(name, vector, run.pooled_tokens) for name, vector in vectors.items()},
             "whole_input": {
-                **pooled(run.spec.pooling, lessons.whole_input_vector(run), len(run.tokens)),
-                "cosine": lessons.cosine(run.pooled, lessons.whole_input_vector(run)),
+                **pooled(run.spec.pooling, whole_input, len(run.tokens)),
+                "cosine": lessons.cosine(run.pooled, whole_input),
             },
             "cosines": {
                 f"{x}/{y}": lessons.cosine(vectors[x], vectors[y]) for i, x in enumerate(names) for y in names[i + 1 :]
@@ -271,7 +272,10 @@ def attention(
         Query(ge=1, description="Shrink each matrix to at most size×size, keeping each block's largest weight"),
     ] = None,
 ):
-    blocks = pick(measures.measure_blocks(run, lab.loaded.model, measure), layer, head)
+    if layer is not None:
+        pick(run.attention(), layer, None)  # 404 for a block that does not exist, before any measuring
+    # The blocks asked for, then the head asked for among the measure's own heads (ALTI has one per block).
+    blocks = pick(measures.measure_blocks(run, lab.loaded.model, measure, layer), None if layer is None else 0, head)
     # Weights and ALTI's shares lie in [0, 1]; norms do not, so uint8 spans this answer's own largest value.
     top = max(float(block.max()) for block in blocks) if measure == "norm" else 1.0
     pieces, headers = encode_attention(blocks, dtype, size, top)

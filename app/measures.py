@@ -78,17 +78,18 @@ def alti(run, model, layer: int) -> Tensor:
 
 
 @torch.inference_mode()
-def measure_blocks(run, model, measure: Measure) -> list[Tensor]:
-    """The measure for every block, in the attention endpoint's shape: [head (or 1), query, key] each."""
+def measure_blocks(run, model, measure: Measure, layer: int | None = None) -> list[Tensor]:
+    """The measure for every block, or only for `layer` (a valid one), in the attention endpoint's shape:
+    [head (or 1), query, key] each. Only what is asked for is computed; a rollout needs the blocks before."""
+    layers = range(run.n_layers) if layer is None else [layer]
     if measure == "weights":
-        return run.attention()
+        return [run.activations[f"blocks.{index}.attn.weights"] for index in layers]
     if measure == "norm":
-        return [norm(run, model, layer) for layer in range(run.n_layers)]
-    per_layer = [alti(run, model, layer) for layer in range(run.n_layers)]
+        return [norm(run, model, index) for index in layers]
     if measure == "alti":
-        return [contribution[None] for contribution in per_layer]
+        return [alti(run, model, index)[None] for index in layers]
     rolled, flow = [], torch.eye(len(run.tokens))
-    for contribution in per_layer:
-        flow = contribution @ flow
+    for index in range(layers[-1] + 1):
+        flow = alti(run, model, index) @ flow
         rolled.append(flow[None])
-    return rolled
+    return [rolled[index] for index in layers]
