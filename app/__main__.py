@@ -1,16 +1,16 @@
 """`python -m app`: check the settings, load the model and open the run store (or exit with one line
-saying why), then serve the lab with its HTTP limits (app.server)."""
+saying why), then serve the lab with its HTTP limits (app.serving.server)."""
 
 import argparse
 import sys
 
 import uvicorn
 
+from app.engine.model import ModelLoadError, load_model
 from app.main import create_app
-from app.model import ModelLoadError, load_model
-from app.server import server_options
+from app.serving.server import server_options
+from app.serving.specs import StoreError, open_spec_store
 from app.settings import SettingsError, get_settings
-from app.specs import StoreError, open_spec_store
 
 
 def main() -> None:

@@ -11,13 +11,17 @@ from fastapi.staticfiles import StaticFiles
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette_compress import CompressMiddleware
 
-from app import api, docs, pages
 from app.classroom import routes as classroom
 from app.classroom.backends import MemoryBackend, RedisBackend
 from app.classroom.classes import Classes, ClassLimit, ClassLimits, ClassNotFound, NotTheTeacher, UnknownLearner
-from app.gate import Busy, PassGate, TooManyWaiting
-from app.lab import InvalidInput, Lab, OutOfRange, PassFailed, RunNotFound, TextTooLong
-from app.middleware import (
+from app.engine.model import LoadedModel, ModelLoadError, load_model
+from app.engine.runs import InvalidInput, OutOfRange, PassFailed, TextTooLong
+from app.serving.gate import Busy, PassGate, TooManyWaiting
+from app.serving.lab import Lab, RunNotFound
+from app.serving.specs import REDIS_SCHEMES, SpecStore, StoreError, open_spec_store
+from app.settings import SettingsError, get_settings
+from app.web import api, docs, pages
+from app.web.middleware import (
     BoundedSend,
     CancelOnDisconnect,
     ClientCookie,
@@ -26,9 +30,6 @@ from app.middleware import (
     OneLineStartupFailure,
     SecurityHeaders,
 )
-from app.model import LoadedModel, ModelLoadError, load_model
-from app.settings import SettingsError, get_settings
-from app.specs import REDIS_SCHEMES, SpecStore, StoreError, open_spec_store
 
 
 def create_app(model: LoadedModel | None = None, specs: SpecStore | None = None) -> FastAPI:
@@ -67,7 +68,7 @@ def create_app(model: LoadedModel | None = None, specs: SpecStore | None = None)
         await backend.close()
         store.close()
 
-    # FastAPI's own /docs and /redoc load their scripts from a CDN; app.docs serves Swagger UI from the
+    # FastAPI's own /docs and /redoc load their scripts from a CDN; app.web.docs serves Swagger UI from the
     # installed fastapi-offline package instead, so the lab makes no request beyond itself.
     app = FastAPI(
         title="Attention Lab",

@@ -56,7 +56,7 @@ class Settings(BaseSettings):
     max_body_bytes: Annotated[int, between(1 * KIB, 64 * 1024**2)] = 512 * KIB
     # A client must take each 1 MiB piece of an answer within this, or it is dropped.
     slow_reader_seconds: Annotated[float, between(1, 600)] = 30.0
-    # HTTP limits of `python -m app` (app.server): the request line and headers together (431 past it),
+    # HTTP limits of `python -m app` (app.serving.server): the request line and headers together (431 past it),
     # the time to send a whole request (408 past it), idle keep-alive, and open connections per process
     # (503 past it).
     max_header_bytes: Annotated[int, between(4 * KIB, 1024 * KIB)] = 64 * KIB

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import httpx
 
-from app.pages import DEFAULT_TEXT
+from app.web.pages import DEFAULT_TEXT
 
 HERE = Path(__file__).resolve().parent
 LIGHTHOUSE = HERE / ".lighthouse" / "node_modules" / ".bin" / "lighthouse"

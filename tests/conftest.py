@@ -15,12 +15,12 @@ import torch
 from fastapi.testclient import TestClient
 from transformers import BertConfig, BertModel
 
-from app.gate import PassGate
-from app.lab import Lab
+from app.engine.model import load_model, packaged_model_path
 from app.main import create_app
-from app.model import load_model, packaged_model_path
+from app.serving.gate import PassGate
+from app.serving.lab import Lab
+from app.serving.specs import SqliteSpecStore
 from app.settings import get_settings
-from app.specs import SqliteSpecStore
 
 
 def run_async(coroutine):

@@ -6,7 +6,7 @@ import socket
 import numpy as np
 import pytest
 
-from app.encoding import decode_attention
+from app.web.encoding import decode_attention
 
 BANK = {"text": "the river bank"}
 
@@ -22,8 +22,20 @@ def test_analyze_contract(bank):
     assert set(bank) == {"run_id", "model", "text_pair", "tokens", "truncated", "mask", "pooled", "ablated"}
     assert bank["text_pair"] is None
     assert bank["ablated"] == []
-    assert bank["model"] == {
+    expected = {
         "name": "sentence-transformers/all-MiniLM-L6-v2",
+        "family": "BERT",
+        "decoder": False,
+        "masks": ["bidirectional", "causal"],
+        "default_mask": "bidirectional",
+        "poolings": ["mean", "cls", "max"],
+        "default_pooling": "mean",
+        "normalization": "post-LN",
+        "positions": "absolute",
+        "ffn": "GELU",
+        "token_types": True,
+        "next_tokens": False,
+        "key_value_heads": 12,
         "layers": 6,
         "heads": 12,
         "hidden_size": 384,
@@ -33,6 +45,11 @@ def test_analyze_contract(bank):
         "max_tokens": 512,
         "max_seq_length": 256,  # the packaged sentence_bert_config.json
     }
+    assert {name: value for name, value in bank["model"].items() if name != "activations"} == expected
+    assert set(bank["model"]["activations"]) == {
+        "word", "position", "token_type", "sum", "normalized",
+        "attention_output", "resid_mid", "ffn_intermediate", "ffn_output", "output",
+    }  # fmt: skip
     assert [(t["text"], t["id"], t["special"], t["added"]) for t in bank["tokens"]] == [
         ("[CLS]", 101, True, True),
         ("the", 1996, False, False),
@@ -85,7 +102,7 @@ def test_layer_and_embeddings_shapes(client, bank):
     layer = client.get(f"/api/runs/{bank['run_id']}/layers/5").json()
     assert layer["layer"] == 5
     assert np.array(layer["ffn_intermediate"]).shape == (5, 1536)
-    for name in ("attention_output", "attention_residual_norm", "ffn_output", "output"):
+    for name in ("attention_output", "resid_mid", "ffn_output", "output"):
         assert np.array(layer[name]).shape == (5, 384)
     mean = np.array(layer["output"]).mean(0)
     np.testing.assert_allclose(mean, bank["pooled"]["vector"], atol=1e-6)
@@ -104,7 +121,7 @@ def test_token_trace_is_the_tokens_rows(client, bank):
         assert row == embeddings[name][3]
     assert [layer["layer"] for layer in trace["layers"]] == list(range(6))
     block_2 = client.get(f"/api/runs/{run_id}/layers/2").json()
-    for name in ("attention_output", "attention_residual_norm", "ffn_intermediate", "ffn_output", "output"):
+    for name in ("attention_output", "resid_mid", "ffn_intermediate", "ffn_output", "output"):
         assert trace["layers"][2][name] == block_2[name][3]
     response = client.get(f"/api/runs/{run_id}/tokens/5")
     assert response.status_code == 404 and "tokens are 0 to 4" in response.json()["detail"]

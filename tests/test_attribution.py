@@ -7,7 +7,7 @@ import pytest
 import torch
 from sentence_transformers import SentenceTransformer
 
-from app.model import packaged_model_path
+from app.engine.model import packaged_model_path
 
 pytestmark = pytest.mark.slow
 

@@ -1,6 +1,6 @@
 from dataclasses import dataclass
 
-from app.cache import RunCache
+from app.serving.cache import RunCache
 
 
 @dataclass

@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from app.capture import additive_mask, attention_scores, capture, hooked_modules, recording
+from app.engine.capture import additive_mask, attention_scores, capture, hook_table, recording
 
 TEXT = "the river bank was steep"
 
@@ -13,9 +13,13 @@ def encode(loaded, text=TEXT):
     return ids, torch.zeros_like(ids)
 
 
+def captured(loaded, ids, types, mask):
+    return capture(loaded.model, loaded.family, ids, types, mask)[0]
+
+
 def test_activation_names_are_pinned(tiny):
     ids, types = encode(tiny)
-    names = list(capture(tiny.model, ids, types, "bidirectional"))
+    names = list(captured(tiny, ids, types, "bidirectional"))
     block = [
         "attn.q",
         "attn.k",
@@ -23,7 +27,7 @@ def test_activation_names_are_pinned(tiny):
         "attn.weights",
         "attn.context",
         "attention_output",
-        "attention_residual_norm",
+        "resid_mid",
         "ffn_intermediate",
         "ffn_output",
         "output",
@@ -41,20 +45,21 @@ def test_activation_names_are_pinned(tiny):
 
 def test_hooked_modules_are_the_models_own(tiny):
     modules = dict(tiny.model.named_modules())
-    assert all(path in modules for path in hooked_modules(tiny.model.config))
-    assert "encoder.layer.1.attention.self" in hooked_modules(tiny.model.config)
+    hooked = [path for path, _, _ in hook_table(tiny.family, tiny.model.config)]
+    assert all(path in modules for path in hooked)
+    assert "encoder.layer.1.attention.output.dense" in hooked
 
 
 def hook_count(model):
-    return sum(len(module._forward_hooks) for module in model.modules())
+    return sum(len(module._forward_hooks) + len(module._forward_pre_hooks) for module in model.modules())
 
 
 def test_no_hook_remains_after_a_run_even_a_failed_one(tiny):
     before = hook_count(tiny.model)
     ids, types = encode(tiny)
-    capture(tiny.model, ids, types, "causal")
+    captured(tiny, ids, types, "causal")
     assert hook_count(tiny.model) == before
-    with pytest.raises(RuntimeError), recording(tiny.model):
+    with pytest.raises(RuntimeError), recording(tiny.model, tiny.family):
         assert hook_count(tiny.model) > before
         raise RuntimeError("a forward pass that fails")
     assert hook_count(tiny.model) == before
@@ -62,7 +67,7 @@ def test_no_hook_remains_after_a_run_even_a_failed_one(tiny):
 
 def test_weights_equal_output_attentions(tiny):
     ids, types = encode(tiny)
-    acts = capture(tiny.model, ids, types, "bidirectional")
+    acts = captured(tiny, ids, types, "bidirectional")
     reference = tiny.model(input_ids=ids[None], output_attentions=True)
     for layer, weights in enumerate(reference.attentions):
         torch.testing.assert_close(acts[f"blocks.{layer}.attn.weights"], weights[0], atol=1e-6, rtol=0)
@@ -72,7 +77,7 @@ def test_weights_equal_output_attentions(tiny):
 def test_scores_softmax_to_weights_and_context_is_weighted_values(tiny):
     ids, types = encode(tiny)
     for mask in ("bidirectional", "causal"):
-        acts = capture(tiny.model, ids, types, mask)
+        acts = captured(tiny, ids, types, mask)
         for layer in range(2):
             q, k, v = (acts[f"blocks.{layer}.attn.{name}"] for name in "qkv")
             assert q.shape == (4, len(ids), 12)  # [head, pos, d_head]
@@ -84,7 +89,7 @@ def test_scores_softmax_to_weights_and_context_is_weighted_values(tiny):
 
 def test_causal_mask_hides_the_future_exactly(tiny):
     ids, types = encode(tiny)
-    acts = capture(tiny.model, ids, types, "causal")
+    acts = captured(tiny, ids, types, "causal")
     weights = acts["blocks.1.attn.weights"]
     assert torch.all(weights.triu(1) == 0)
     torch.testing.assert_close(weights.sum(-1), torch.ones(4, len(ids)))
@@ -94,7 +99,7 @@ def test_causal_mask_hides_the_future_exactly(tiny):
 def test_causal_matches_a_decoder_configured_model(tiny):
     """The same weights run as a decoder (transformers' own causal mask) give the same causal weights."""
     ids, types = encode(tiny)
-    acts = capture(tiny.model, ids, types, "causal")
+    acts = captured(tiny, ids, types, "causal")
     tiny.model.config.is_decoder = True
     try:
         reference = tiny.model(input_ids=ids[None], output_attentions=True, use_cache=False)

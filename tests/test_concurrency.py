@@ -7,8 +7,8 @@ import time
 import pytest
 from fastapi.testclient import TestClient
 
-from app.gate import Busy, PassGate
 from app.main import create_app
+from app.serving.gate import Busy, PassGate
 from app.settings import get_settings
 from tests.conftest import run_async
 
@@ -60,13 +60,13 @@ def slow_client(monkeypatch, tiny):
     release = threading.Event()
     with TestClient(create_app(tiny)) as client:
         lab = client.app.state.lab
-        real_forward = lab._forward
+        real_forward = lab.engine._forward
 
         def slow_forward(*args):
             release.wait(10)
             return real_forward(*args)
 
-        monkeypatch.setattr(lab, "_forward", slow_forward)
+        monkeypatch.setattr(lab.engine, "_forward", slow_forward)
         yield client, release
     get_settings.cache_clear()
 
@@ -94,15 +94,15 @@ def test_a_full_queue_answers_503_with_retry_after_and_health_stays_up(slow_clie
 def test_a_forward_pass_that_raises_fails_only_its_request(monkeypatch, tiny):
     with TestClient(create_app(tiny)) as client:
         lab = client.app.state.lab
-        real_forward = lab._forward
+        real_forward = lab.engine._forward
 
         def failing_forward(*args):
             raise RuntimeError("simulated fault")
 
-        monkeypatch.setattr(lab, "_forward", failing_forward)
+        monkeypatch.setattr(lab.engine, "_forward", failing_forward)
         failed = client.post("/api/analyze", json={"text": "this one fails"})
         assert failed.status_code == 503 and "model failed" in failed.json()["detail"]
-        monkeypatch.setattr(lab, "_forward", real_forward)
+        monkeypatch.setattr(lab.engine, "_forward", real_forward)
         assert client.post("/api/analyze", json={"text": "this one fails"}).status_code == 200
         assert client.post("/api/analyze", json={"text": "the next one works"}).status_code == 200
 

@@ -3,7 +3,7 @@
 import numpy as np
 import torch
 
-from app.encoding import decode_attention, encode_attention
+from app.web.encoding import decode_attention, encode_attention
 
 
 def encode(blocks, dtype, size=None) -> tuple[bytes, dict[str, str]]:

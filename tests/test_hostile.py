@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from app.pages import ASSETS_URL, PLOTLY_URL
+from app.web.pages import ASSETS_URL, PLOTLY_URL
 
 ROUTES = ["/", "/api/health", "/api/model", "/api/analyze", PLOTLY_URL, "/static/lab.css", f"{ASSETS_URL}/lab.css",
           "/docs", "/docs/start.js", "/docs/assets/swagger-ui.css"]  # fmt: skip

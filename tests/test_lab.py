@@ -6,8 +6,8 @@ import threading
 
 import pytest
 
-import app.lab
-from app.lab import ForeignRun, RunNotFound
+import app.engine.runs
+from app.serving.lab import ForeignRun, RunNotFound
 from tests.conftest import make_lab, run_async
 
 
@@ -17,15 +17,16 @@ def same_numbers(a, b) -> bool:
 
 @pytest.fixture
 def counted(monkeypatch, tiny, tmp_path):
+    lab = make_lab(tiny, tmp_path, max_runs=3, passes=2)  # its start reads the model once: not counted
     calls = []
-    real_capture = app.lab.capture
+    real_capture = app.engine.runs.capture
 
     def counting_capture(*args, **kwargs):
         calls.append(args)
         return real_capture(*args, **kwargs)
 
-    monkeypatch.setattr(app.lab, "capture", counting_capture)
-    return make_lab(tiny, tmp_path, max_runs=3, passes=2), calls
+    monkeypatch.setattr(app.engine.runs, "capture", counting_capture)
+    return lab, calls
 
 
 def test_a_repeated_prompt_is_answered_without_a_second_forward_pass(counted):

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import torch
 
-from app.model import packaged_model_path
+from app.engine.model import packaged_model_path
 
 
 def hidden_states(minilm, text, causal=False):

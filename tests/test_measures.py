@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from app.encoding import decode_attention
+from app.web.encoding import decode_attention
 
 pytestmark = pytest.mark.slow
 

@@ -1,6 +1,6 @@
 import numpy as np
 
-from app.memory import resident_bytes, trim_if_over
+from app.serving.memory import resident_bytes, trim_if_over
 
 
 def test_trimming_gives_freed_pages_back():

@@ -7,8 +7,8 @@ import pytest
 import torch
 from transformers import BertConfig, BertModel
 
-from app.lab import InvalidInput, segments
-from app.model import load_model
+from app.engine.model import load_model
+from app.engine.runs import InvalidInput, segments
 from tests.conftest import make_lab
 
 PAIR = {"text": "the river bank", "text_pair": "it was steep"}

@@ -14,7 +14,7 @@ import time
 import httpx
 import pytest
 
-from app.gate import Busy, Client, PassGate, TooManyWaiting
+from app.serving.gate import Busy, Client, PassGate, TooManyWaiting
 from tests.conftest import LabProcess, free_port, run_async
 
 pytestmark = pytest.mark.slow

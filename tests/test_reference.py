@@ -7,7 +7,7 @@ import pytest
 import torch
 from sentence_transformers import SentenceTransformer
 
-from app.model import packaged_model_path
+from app.engine.model import packaged_model_path
 
 LONG_TEXT = " ".join(f"word{i} and the river bank number {i}." for i in range(150))  # far over 512 tokens
 SENTENCES = [
@@ -131,7 +131,7 @@ def test_numpy_reimplementation_reproduces_block_0(minilm, lab, mask):
     expected = numpy_block_0(minilm, [t.id for t in run.tokens], causal=mask == "causal")
     layer = run.layer(0)
     np.testing.assert_allclose(run.attention()[0].numpy(), expected["weights"], atol=1e-5)
-    np.testing.assert_allclose(layer["attention_residual_norm"].numpy(), expected["residual"], atol=1e-4)
+    np.testing.assert_allclose(layer["resid_mid"].numpy(), expected["residual"], atol=1e-4)
     np.testing.assert_allclose(layer["ffn_output"].numpy(), expected["ffn_output"], atol=1e-4)
     np.testing.assert_allclose(layer["output"].numpy(), expected["output"], atol=1e-4)
 

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-from app.encoding import decode_attention
+from app.web.encoding import decode_attention
 from tests.conftest import LabProcess, RedisServer, free_port
 
 pytestmark = pytest.mark.slow

@@ -11,9 +11,9 @@ from dataclasses import replace
 
 import pytest
 
-from app.lab import InvalidInput, TextTooLong
-from app.model import load_model
-from app.spec import RUN_ID, RunSpec
+from app.engine.model import load_model
+from app.engine.runs import InvalidInput, TextTooLong
+from app.engine.spec import RUN_ID, RunSpec
 
 RIVER = RunSpec(
     model="sentence-transformers/all-MiniLM-L6-v2",
@@ -90,7 +90,7 @@ def test_the_model_digest_is_the_models_not_its_folders(tiny, tiny_model_dir, mi
 
 def test_another_process_names_the_same_run_the_same(tiny, tiny_model_dir):
     script = (
-        "import sys; from app.model import load_model; from app.spec import RunSpec; "
+        "import sys; from app.engine.model import load_model; from app.engine.spec import RunSpec; "
         "model = load_model(sys.argv[1]); print(RunSpec(model.name, model.digest, 'the river bank').run_id)"
     )
     result = subprocess.run(

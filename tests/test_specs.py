@@ -6,9 +6,9 @@ import sys
 import pytest
 import redis
 
+from app.engine.spec import RunSpec
+from app.serving.specs import RedisSpecStore, SqliteSpecStore, StoreError, open_spec_store
 from app.settings import Settings
-from app.spec import RunSpec
-from app.specs import RedisSpecStore, SqliteSpecStore, StoreError, open_spec_store
 from tests.conftest import RedisServer, free_port
 
 
@@ -109,7 +109,8 @@ def test_many_at_once_past_the_bound_leave_in_one_write(open_store):
 def test_sqlite_workers_on_one_machine_write_at_once(tmp_path):
     """Three processes writing the same file: WAL and the busy timeout let every write through."""
     script = (
-        "import sys; from pathlib import Path; from app.spec import RunSpec; from app.specs import SqliteSpecStore\n"
+        "import sys; from pathlib import Path; from app.engine.spec import RunSpec\n"
+        "from app.serving.specs import SqliteSpecStore\n"
         "store = SqliteSpecStore(Path(sys.argv[1]), max_specs=10_000, max_age_seconds=3600, timeout_seconds=10)\n"
         "for i in range(200): store.put(RunSpec('m', 'd', f'{sys.argv[2]} {i}'))\n"
     )

@@ -7,8 +7,8 @@ import sys
 import pytest
 from fastapi.testclient import TestClient
 
+from app.engine.model import ModelLoadError, load_model
 from app.main import create_app
-from app.model import ModelLoadError, load_model
 from app.settings import get_settings
 from tests.conftest import free_port
 

@@ -7,8 +7,8 @@ import pytest
 import torch
 from sentence_transformers import SentenceTransformer
 
-from app.encoding import decode_attention, encode_attention
-from app.model import packaged_model_path
+from app.engine.model import packaged_model_path
+from app.web.encoding import decode_attention, encode_attention
 
 pytestmark = pytest.mark.slow
 
@@ -43,7 +43,7 @@ def test_only_the_tokens_the_tokenizer_added_are_sinks(client, minilm):
 
 
 def test_the_issue_example_sink_holds_cls_and_sep_only(client, minilm):
-    """"I love 🙂 so much", block 3, head 0, query "love": the sink is [CLS]+[SEP] (0.1903 in the audit),
+    """ "I love 🙂 so much", block 3, head 0, query "love": the sink is [CLS]+[SEP] (0.1903 in the audit),
     not [CLS]+[SEP]+[UNK] (0.4238)."""
     body = analyze(client, "I love 🙂 so much")
     added = [token["index"] for token in body["tokens"] if token["added"]]
@@ -71,9 +71,7 @@ def test_an_ablated_head_reports_its_context_and_what_w_o_received(client, minil
     assert not np.array(head["context_to_output"]).any()
     later = client.get(f"/api/runs/{body['run_id']}/layers/4/heads/0/queries/3").json()
     assert later["ablated"] is True and not any(later["context_to_output"])
-    np.testing.assert_allclose(
-        np.array(later["weights"]) @ np.array(later["v"]), np.array(later["context"]), atol=1e-5
-    )
+    np.testing.assert_allclose(np.array(later["weights"]) @ np.array(later["v"]), np.array(later["context"]), atol=1e-5)
     other = client.get(f"/api/runs/{body['run_id']}/layers/4/heads/1").json()
     assert other["ablated"] is False and other["context_to_output"] == other["context"]
 

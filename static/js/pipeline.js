@@ -45,7 +45,7 @@ export function renderPipeline(container, { tokens, selected, trace, model }) {
       { dataset: { layer: String(layer.layer) } },
       el("th", { scope: "row" }, `block ${layer.layer}`),
       el("td", {}, fixed(norm(layer.attention_output), 3)),
-      el("td", {}, fixed(norm(layer.attention_residual_norm), 3)),
+      el("td", {}, fixed(norm(layer.resid_mid), 3)),
       el("td", { class: "neurons" }, neurons.map(({ index, value }) => `#${index}: ${fixed(value, 3)}`).join(" · ")),
       el("td", {}, fixed(norm(layer.ffn_output), 3)),
       el("td", {}, vectorStrip(layer.output, { label: `block ${layer.layer} output`, height: 14 }), ` ${fixed(norm(layer.output), 3)}`),

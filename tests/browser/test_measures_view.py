@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 from playwright.sync_api import expect
 
-from app.encoding import decode_attention
+from app.web.encoding import decode_attention
 from tests.browser.conftest import open_panel, screenshot, wait_until
 from tests.browser.test_page import heatmap_z, run_id, wait_view
 

@@ -7,7 +7,7 @@ import httpx
 import numpy as np
 import pytest
 
-from app.encoding import decode_attention
+from app.web.encoding import decode_attention
 from tests.browser.conftest import wait_until
 from tests.conftest import LabProcess
 

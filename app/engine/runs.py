@@ -1,24 +1,18 @@
-"""The lab's engine: tokenize a text, capture one forward pass, keep the run, serve its numbers. A run is
-named by its spec; a worker that does not hold a run recomputes it from the spec in the shared store."""
+"""A run of the model on one input: tokenize, capture one forward pass, and serve its numbers by name.
+The engine is synchronous and knows nothing of HTTP, caches or queues (app.serving.lab has those)."""
 
-import asyncio
 from dataclasses import dataclass, field
 from functools import cached_property
 
 import torch
 from torch import Tensor
 
-from app.attribution import attribute, similarity_target
-from app.cache import RunCache
-from app.capture import additive_mask, attention_scores, capture, pool
-from app.gate import ANYONE, Client, PassGate
-from app.memory import trim_if_over
-from app.model import LoadedModel
-from app.spec import RUN_ID, RunSpec
-from app.specs import SpecStore, StoreError
-
-# The model, torch and the server besides the runs: about 0.45 GB measured, with room for a pass in flight.
-RUNTIME_BYTES = 1024**3
+from app.engine import names
+from app.engine.attribution import attribute, similarity_target
+from app.engine.capture import NEXT_TOKENS, additive_mask, attention_scores, capture, pool
+from app.engine.families.base import Family
+from app.engine.model import LoadedModel
+from app.engine.spec import RunSpec
 
 
 class TextTooLong(ValueError):
@@ -35,22 +29,6 @@ class NothingToRead(InvalidInput):
 
 class PassFailed(RuntimeError):
     """The forward pass raised: this request fails, the lab keeps serving."""
-
-
-class RunNotFound(KeyError):
-    def __str__(self) -> str:
-        return f"run {self.args[0]} is not kept any more (or never was): analyze the text again"
-
-
-class ForeignRun(RunNotFound):
-    """The spec names another model than the one this lab serves: recomputing it would give other numbers."""
-
-    def __str__(self) -> str:
-        run_id, spec, loaded = self.args
-        return (
-            f"run {run_id} was made by {spec.model} (weights {spec.model_digest[:12]}) and this lab serves "
-            f"{loaded.name} (weights {loaded.digest[:12]}): analyze the text again"
-        )
 
 
 class OutOfRange(LookupError):
@@ -75,12 +53,17 @@ class Run:
     spec: RunSpec  # what was run: the numbers below follow from it and the model
     tokens: list[Token]
     truncated: bool
-    activations: dict[str, Tensor]  # float32, named as in app.capture
-    # The last block's output for the input the model's pooling reads: the whole input, or its first
-    # max_seq_length tokens as their own pass. [pooled_tokens, d_model]
+    activations: dict[str, Tensor]  # float32, named as in app.engine.capture
+    # The model's last hidden states (the last block's output; after the final norm in a pre-norm model)
+    # for the input its pooling reads: the whole input, or its first max_seq_length tokens as their own
+    # pass. [pooled_tokens, d_model]
     pooled_output: Tensor
     n_layers: int
     n_heads: int
+    family: Family
+    # The LM head's best next tokens after each position, best first: ids, logits and probabilities,
+    # [pos, NEXT_TOKENS] each; None for a model without an LM head.
+    next_tokens: tuple[Tensor, Tensor, Tensor] | None = None
     nbytes: int = field(init=False)
 
     def __post_init__(self):
@@ -106,13 +89,15 @@ class Run:
         """q, k, v, scores, weights and context (weights·V, what the head computes), and what W_O receives
         from it: the context, or zeros for a head switched off."""
         self._check(layer, head)
-        attn = {name: self.activations[f"blocks.{layer}.attn.{name}"][head] for name in ("q", "k", "v")}
+        attn = {name: self.activations[names.attn(layer, name)][head] for name in ("q", "k", "v")}
         mask = additive_mask(self.spec.mask, len(self.tokens))
-        context = self.activations[f"blocks.{layer}.attn.context"][head]
+        bias = self.activations.get(names.attn(layer, "position_bias"))
+        context = self.activations[names.attn(layer, "context")][head]
         return {
             **attn,
-            "scores": attention_scores(attn["q"], attn["k"], mask),  # [query_pos, key_pos]
-            "weights": self.activations[f"blocks.{layer}.attn.weights"][head],
+            # [query_pos, key_pos]
+            "scores": attention_scores(attn["q"], attn["k"], mask, None if bias is None else bias[head]),
+            "weights": self.activations[names.attn(layer, "weights")][head],
             "context": context,
             "context_to_output": torch.zeros_like(context) if self.ablated(layer, head) else context,
         }
@@ -133,9 +118,9 @@ class Run:
         }
 
     def layer(self, layer: int) -> dict[str, Tensor]:
+        """The block's rows after attention, its FFN and its output, as this family records them."""
         self._check(layer)
-        names = ("attention_output", "attention_residual_norm", "ffn_intermediate", "ffn_output", "output")
-        return {name: self.activations[f"blocks.{layer}.{name}"] for name in names}
+        return {name: self.activations[names.block(layer, name)] for name in names.BLOCK}
 
     def token_trace(self, index: int) -> dict:
         """One token's rows through the whole pipeline: embeddings, then every block."""
@@ -150,12 +135,19 @@ class Run:
         }
 
     def embeddings(self) -> dict[str, Tensor]:
-        names = ("word", "position", "token_type", "sum", "normalized")
-        return {name: self.activations[f"embeddings.{name}"] for name in names}
+        """The embedding stages this family has (word rows always; positions, types, sum, LayerNorm)."""
+        found = ((name, self.activations.get(names.embedding(name))) for name in names.EMBEDDINGS)
+        return {name: rows for name, rows in found if rows is not None}
+
+    def block_input(self, layer: int) -> Tensor:
+        """What block `layer` reads: the last embedding stage for block 0, else the block before's output."""
+        if layer == 0:
+            return list(self.embeddings().values())[-1]
+        return self.activations[names.block(layer - 1, "output")]
 
     def attention(self, layer: int | None = None, head: int | None = None) -> list[Tensor]:
         """Weights per block, [head, query_pos, key_pos] each: every block, or one, or one head of one."""
-        blocks = [self.activations[f"blocks.{index}.attn.weights"] for index in range(self.n_layers)]
+        blocks = [self.activations[names.attn(index, "weights")] for index in range(self.n_layers)]
         return pick(blocks, layer, head)
 
     def check_token(self, index: int) -> None:
@@ -192,65 +184,77 @@ def segments(sequence_ids: list[int | None]) -> list[str]:
     return labels
 
 
-class Lab:
-    def __init__(
-        self,
-        loaded: LoadedModel,
-        specs: SpecStore,
-        gate: PassGate,
-        *,
-        max_chars: int,
-        max_runs: int,
-        max_cache_bytes: int,
-    ):
-        self.loaded = loaded
-        self.specs = specs
-        self.gate = gate
-        self.max_chars = max_chars
-        self.runs: RunCache[Run] = RunCache(max_runs, max_cache_bytes)
-        # Passes under way, by run id: a request for the same run meanwhile awaits that pass. A pass whose
-        # waiters have all gone (their clients disconnected) before it started is called off.
-        self._passes: dict[str, asyncio.Task] = {}
-        self._waiters: dict[str, int] = {}
-        self._started: set[str] = set()
+class Engine:
+    """One loaded model: what a request may ask of it, and its runs, computed here and now."""
 
-    @property
-    def info(self) -> dict:
-        config = self.loaded.model.config
+    def __init__(self, loaded: LoadedModel, max_chars: int):
+        self.loaded = loaded
+        self.max_chars = max_chars
+        self.info = self._info()  # at start: the health and model endpoints answer on the event loop
+
+    def _info(self) -> dict:
+        loaded, config, family = self.loaded, self.loaded.model.config, self.loaded.family
+        n_heads = config.num_attention_heads
         return {
-            "name": self.loaded.name,
+            "name": loaded.name,
+            "family": family.name,
             "layers": config.num_hidden_layers,
-            "heads": config.num_attention_heads,
+            "heads": n_heads,
+            "key_value_heads": getattr(config, "num_key_value_heads", None) or n_heads,
             "hidden_size": config.hidden_size,
-            "head_dim": config.hidden_size // config.num_attention_heads,
-            "intermediate_size": config.intermediate_size,
+            "head_dim": getattr(config, "head_dim", None) or config.hidden_size // n_heads,
+            "intermediate_size": family.ffn_size(config),
             "vocab_size": config.vocab_size,
-            "max_tokens": self.loaded.max_tokens,
-            "max_seq_length": self.loaded.max_seq_length,
+            "max_tokens": loaded.max_tokens,
+            "max_seq_length": loaded.max_seq_length,
+            "decoder": family.decoder,
+            "masks": [family.native_mask] if family.decoder else ["bidirectional", "causal"],
+            "default_mask": family.native_mask,
+            "poolings": ["last", "mean", "max"] if family.decoder else ["mean", "cls", "max"],
+            "default_pooling": loaded.default_pooling,
+            "normalization": family.normalization,
+            "positions": family.positions,
+            "ffn": family.ffn,
+            "token_types": family.token_types,
+            "next_tokens": loaded.has_lm_head,
+            "activations": family.labels(self._recorded()),
         }
+
+    def _recorded(self) -> set[str]:
+        """The names this model records, block 0's standing for every block's."""
+        tokens, _ = self.tokenize("a")
+        spec = RunSpec(self.loaded.name, self.loaded.digest, "a", mask=self.loaded.family.native_mask)
+        return set(self._capture(spec, tokens)[0])
 
     def spec(
         self,
         text: str,
         text_pair: str | None = None,
-        mask: str = "bidirectional",
+        mask: str | None = None,
         pooling: str | None = None,
         ablate=(),
     ) -> RunSpec:
-        """The run a request asks for, checked (its length, the heads it switches off), with the pooling
-        resolved and the heads sorted without repeats, so that equivalent requests name one run.
-        `text_pair`: segment B, read with `text` as one input, [CLS] text [SEP] text_pair [SEP].
+        """The run a request asks for, checked (its length, its mask, the heads it switches off), with the
+        mask and pooling resolved and the heads sorted without repeats, so that equivalent requests name
+        one run. `text_pair`: segment B, read with `text` as one input, [CLS] text [SEP] text_pair [SEP].
         `ablate`: (layer, head) pairs whose context is zeroed."""
         n_chars = len(text) + len(text_pair or "")
         if n_chars > self.max_chars:
             texts = "the text has" if text_pair is None else "text and text_pair have"
             raise TextTooLong(f"{texts} {n_chars:,} characters; the limit is {self.max_chars:,}")
-        config = self.loaded.model.config
+        info = self.info
+        mask = mask or info["default_mask"]
+        if mask not in info["masks"]:
+            raise InvalidInput(
+                f"{info['name']} is a causal decoder ({info['family']}): it reads with the causal mask only"
+            )
+        if pooling is not None and pooling not in info["poolings"]:
+            raise InvalidInput(f"{info['name']} pools with {', '.join(info['poolings'])}, not {pooling}")
         for layer, head in ablate:
-            if not (0 <= layer < config.num_hidden_layers and 0 <= head < config.num_attention_heads):
+            if not (0 <= layer < info["layers"] and 0 <= head < info["heads"]):
                 raise InvalidInput(
-                    f"no head ({layer}, {head}) to switch off: layers are 0 to {config.num_hidden_layers - 1}, "
-                    f"heads 0 to {config.num_attention_heads - 1}"
+                    f"no head ({layer}, {head}) to switch off: layers are 0 to {info['layers'] - 1}, "
+                    f"heads 0 to {info['heads'] - 1}"
                 )
         return RunSpec(
             model=self.loaded.name,
@@ -262,96 +266,8 @@ class Lab:
             ablated=tuple(sorted({(layer, head) for layer, head in ablate})),
         )
 
-    def kept(self, spec: RunSpec) -> Run | None:
-        """This worker's run of the spec, if it holds one: no forward pass needed."""
-        return self.runs.get(spec.run_id)
-
-    async def submit(self, spec: RunSpec, client: Client = ANYONE) -> Run:
-        """analyze() for the server: the run (kept, or computed once however many ask for it at a time),
-        then its spec in the shared store, so that every worker can serve the id the client receives.
-        `client` is whose turn at the gate this request takes."""
-        run = await self._computed(spec, client)
-        await asyncio.to_thread(self.specs.put, spec)
-        return run
-
-    async def run(self, run_id: str, client: Client = ANYONE) -> Run:
-        """A run by id: from this worker's cache, or recomputed from the spec in the shared store."""
-        run = self.runs.get(run_id)
-        if run is not None:
-            return run
-        spec = await asyncio.to_thread(self.specs.get, run_id) if RUN_ID.fullmatch(run_id) else None
-        if spec is None:
-            raise RunNotFound(run_id)
-        if (spec.model, spec.model_digest) != (self.loaded.name, self.loaded.digest):
-            raise ForeignRun(run_id, spec, self.loaded)
-        return await self._computed(spec, client)
-
-    async def attribution(self, text: str, other: str, method: str, steps: int, client: Client = ANYONE) -> dict:
-        """Which tokens of `text` make it similar to `other` (app.attribution): a turn at the gate, a thread."""
-        for checked in (text, other):
-            self.spec(checked)  # the same character cap as any run
-        async with self.gate.admit(client):
-            return await asyncio.to_thread(self._attribution, text, other, method, steps)
-
-    def _attribution(self, text: str, other: str, method: str, steps: int) -> dict:
-        model, length = self.loaded.model, self.loaded.max_seq_length
-        tokens, _ = self.tokenize(text, None, length)
-        others, _ = self.tokenize(other, None, length)
-        as_ids = lambda found, field: torch.tensor([getattr(token, field) for token in found])  # noqa: E731
-        target = similarity_target(
-            model, as_ids(others, "id"), as_ids(others, "token_type"), self.loaded.default_pooling
-        )
-        result = attribute(model, as_ids(tokens, "id"), as_ids(tokens, "token_type"), target, method, steps)
-        return {"method": method, "tokens": tokens, **result}
-
-    async def store_problem(self) -> str | None:
-        """Why the shared spec store is not answering, or None if it is."""
-        try:
-            await asyncio.to_thread(self.specs.ping)
-        except StoreError as error:
-            return str(error)
-        return None
-
-    async def _computed(self, spec: RunSpec, client: Client) -> Run:
-        """The kept run, or the one pass under way for it, or a new pass: a turn at the gate, then a thread."""
-        run = self.kept(spec)
-        if run is not None:
-            return run
-        run_id = spec.run_id
-        underway = self._passes.get(run_id)
-        if underway is None:
-            underway = self._passes[run_id] = asyncio.create_task(self._pass(spec, client))
-        self._waiters[run_id] = self._waiters.get(run_id, 0) + 1
-        try:
-            # A client that goes away cancels its wait, not the pass the others are waiting for.
-            return await asyncio.shield(underway)
-        except asyncio.CancelledError:
-            if self._waiters[run_id] == 1 and run_id not in self._started:
-                # Nobody waits for it and it has not begun: its turn at the gate is given up, and a request
-                # for the same run from now on starts a pass of its own.
-                underway.cancel()
-                del self._passes[run_id]
-            raise
-        finally:
-            self._waiters[run_id] -= 1
-            if not self._waiters[run_id]:
-                del self._waiters[run_id]
-
-    async def _pass(self, spec: RunSpec, client: Client) -> Run:
-        try:
-            async with self.gate.admit(client):
-                self._started.add(spec.run_id)
-                return await asyncio.to_thread(self.analyze, spec)
-        finally:
-            self._started.discard(spec.run_id)
-            if self._passes.get(spec.run_id) is asyncio.current_task():
-                del self._passes[spec.run_id]
-
-    def analyze(self, spec: RunSpec) -> Run:
-        """One forward pass of the spec, or the kept run."""
-        kept = self.kept(spec)
-        if kept is not None:
-            return kept
+    def run(self, spec: RunSpec) -> Run:
+        """One forward pass of the spec (two where the model's pooling reads a shorter input)."""
         tokens, truncated = self.tokenize(spec.text, spec.text_pair)
         read = {token.segment for token in tokens if token.end > token.start}
         unreadable = "has no characters the tokenizer keeps (only control or invisible ones)"
@@ -360,28 +276,27 @@ class Lab:
         if spec.text_pair is not None and "B" not in read:
             raise NothingToRead(f"text_pair {unreadable}")
         # A BERT tokenizer makes B tokens type 1 even for a model folder trained with one token type.
-        if max(token.token_type for token in tokens) >= self.loaded.model.config.type_vocab_size:
+        type_vocab_size = getattr(self.loaded.model.config, "type_vocab_size", 1)
+        if self.loaded.family.token_types and max(token.token_type for token in tokens) >= type_vocab_size:
             raise InvalidInput("this model was trained without a segment B (one token type): analyze the text alone")
         try:
-            run = self._forward(spec, tokens, truncated)
+            return self._forward(spec, tokens, truncated)
         except Exception as error:
             raise PassFailed(
                 f"the model failed on this text ({type(error).__name__}); try again or change the text"
             ) from error
-        self.runs.put(spec.run_id, run)
-        trim_if_over(self.runs.max_bytes + RUNTIME_BYTES)
-        return run
 
     def _forward(self, spec: RunSpec, tokens: list[Token], truncated: bool) -> Run:
-        activations = self._capture(spec, tokens)
-        last = f"blocks.{self.loaded.model.config.num_hidden_layers - 1}.output"
+        activations, logits = self._capture(spec, tokens)
+        config = self.loaded.model.config
+        # What the pooling reads: the last block's output, normalised once more in a pre-norm model.
+        last = names.FINAL if names.FINAL in activations else names.block(config.num_hidden_layers - 1, "output")
         pooled_output = activations[last]
         if len(tokens) > self.loaded.max_seq_length:
             # The sentence vector reads the input cut where the model's own pooling cuts it (its
             # max_seq_length), as sentence-transformers encodes it: a second, shorter pass of the cut input.
             cut, _ = self.tokenize(spec.text, spec.text_pair, self.loaded.max_seq_length)
-            pooled_output = self._capture(spec, cut)[last]
-        config = self.loaded.model.config
+            pooled_output = self._capture(spec, cut)[0][last]
         return Run(
             spec=spec,
             tokens=tokens,
@@ -390,19 +305,21 @@ class Lab:
             pooled_output=pooled_output,
             n_layers=config.num_hidden_layers,
             n_heads=config.num_attention_heads,
+            family=self.loaded.family,
+            next_tokens=None if logits is None else best_next(logits),
         )
 
-    def _capture(self, spec: RunSpec, tokens: list[Token]) -> dict[str, Tensor]:
+    def _capture(self, spec: RunSpec, tokens: list[Token]) -> tuple[dict[str, Tensor], Tensor | None]:
         input_ids = torch.tensor([token.id for token in tokens])
         token_type_ids = torch.tensor([token.token_type for token in tokens])
-        return capture(self.loaded.model, input_ids, token_type_ids, spec.mask, spec.ablated)
+        return capture(self.loaded.model, self.loaded.family, input_ids, token_type_ids, spec.mask, spec.ablated)
 
     def tokenize(
         self, text: str, text_pair: str | None = None, max_length: int | None = None
     ) -> tuple[list[Token], bool]:
-        """[CLS] text [SEP], or [CLS] text [SEP] text_pair [SEP] with token types 0 then 1, as the tokenizer
-        makes them, cut at max_length tokens (the model's positions by default). A pair too long loses
-        tokens from the end of whichever side is longer ("longest_first")."""
+        """The input as the tokenizer makes it ([CLS] text [SEP] text_pair [SEP] for BERT, <s> … </s> for
+        RoBERTa, the bare pieces for GPT-2), cut at max_length tokens (the model's positions by default).
+        A pair too long loses tokens from the end of whichever side is longer ("longest_first")."""
         tokenizer = self.loaded.tokenizer
         encoding = tokenizer(
             text,
@@ -435,8 +352,33 @@ class Lab:
         ]
         return tokens, len(encoding["input_ids"]) > 1
 
+    def attribution(self, text: str, other: str, method: str, steps: int) -> dict:
+        """Which tokens of `text` make it similar to `other` (app.engine.attribution)."""
+        for checked in (text, other):
+            self.spec(checked)  # the same character cap as any run
+        loaded, length = self.loaded, self.loaded.max_seq_length
+        tokens, _ = self.tokenize(text, None, length)
+        others, _ = self.tokenize(other, None, length)
+        as_ids = lambda found, field: torch.tensor([getattr(token, field) for token in found])  # noqa: E731
+        trunk = loaded.model.base_model
+        target = similarity_target(
+            trunk, loaded.family, as_ids(others, "id"), as_ids(others, "token_type"), loaded.default_pooling
+        )
+        found = attribute(
+            trunk, loaded.family, as_ids(tokens, "id"), as_ids(tokens, "token_type"), target, method, steps
+        )
+        return {"method": method, "tokens": tokens, **found}
+
     @cached_property
     def unit_embedding_table(self) -> Tensor:
         """The word-embedding table with rows scaled to length 1: cosines to it are one matrix product."""
         table = self.loaded.model.get_input_embeddings().weight.detach()
         return table / table.norm(dim=1, keepdim=True)
+
+
+def best_next(logits: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    """The LM head's NEXT_TOKENS best tokens after each position: ids, logits, probabilities (softmax over
+    the whole vocabulary, in float64 so that tiny probabilities keep their digits)."""
+    top = logits.topk(min(NEXT_TOKENS, logits.shape[-1]), dim=-1)
+    probabilities = (top.values.double() - logits.double().logsumexp(-1, keepdim=True)).exp()
+    return top.indices, top.values, probabilities.float()

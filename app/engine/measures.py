@@ -5,10 +5,11 @@
   (the output bias left out, as in the paper). A large weight on a token whose transformed vector is
   short moves little. [layer, head, query, key]
 - alti (Ferrando et al., EMNLP 2022, "Measuring the Mixing of Contextual Information in the Transformer"):
-  the attention block's output for token i, after the residual and LayerNorm, is decomposed over the
-  input tokens, y_i = Σ_j T̃_i(x_j) + (the LayerNorm's and W_O's biases), where
+  the attention block's output for token i, after the residual (and, in a post-LN model, its LayerNorm),
+  is decomposed over the input tokens, y_i = Σ_j T̃_i(x_j) + (the LayerNorm's and W_O's biases), where
   T_i(x_j) = Σ_h α_ij^h f_h(x_j) + [i = j] x_j and T̃_i(x_j) = γ ⊙ (T_i(x_j) − mean T_i(x_j)) / σ_i with
-  σ_i the LayerNorm's own scale for token i. Token j's contribution is its closeness to the output,
+  σ_i the LayerNorm's own scale for token i (in a pre-LN model, whose norm comes before attention and
+  acts on each token alone, T̃ = T and y_i = x_i + attention). Token j's contribution is its closeness to the output,
   c_ij = max(0, ‖y_i‖₁ − ‖y_i − T̃_i(x_j)‖₁), normalised so that Σ_j c_ij = 1 (the paper's ALTI with
   Manhattan distance; the FFN, token-wise, mixes nothing). [layer, 1, query, key]
 - alti_rollout: the contributions rolled out through the blocks, R_l = C_l R_{l-1}: how much each input
@@ -22,20 +23,29 @@ from typing import Literal
 import torch
 from torch import Tensor
 
+from app.engine import names
+
 Measure = Literal["weights", "norm", "alti", "alti_rollout"]
 QUERY_CHUNK = 32  # queries decomposed at once: [chunk, key, d_model] floats stay about 25 MB at 512 tokens
 
 
-def attention_output_weights(model, layer: int) -> tuple[Tensor, Tensor, torch.nn.LayerNorm]:
-    """W_O and b_O of block `layer`, and the LayerNorm after its residual (BERT family's module paths)."""
-    output = model.encoder.layer[layer].attention.output
-    return output.dense.weight.detach(), output.dense.bias.detach(), output.LayerNorm
+def attention_output_weights(run, model, layer: int) -> tuple[Tensor, Tensor, torch.nn.LayerNorm | None]:
+    """W_O [d_model, heads·d_head] and b_O of block `layer` (zeros where it has none), and the LayerNorm
+    after its residual in a post-LN model (None in a pre-LN one)."""
+    family = run.family
+    block = model.base_model.get_submodule(f"{family.blocks}.{layer}")
+    w_o = block.get_submodule(family.attention_output)
+    # A Linear keeps [out, in]; GPT-2's Conv1D keeps [in, out].
+    weight = w_o.weight.detach() if isinstance(w_o, torch.nn.Linear) else w_o.weight.detach().T
+    bias = w_o.bias.detach() if w_o.bias is not None else torch.zeros(len(weight))
+    norm = block.get_submodule(family.post_attention_norm) if family.post_attention_norm else None
+    return weight, bias, norm
 
 
 def transformed_values(run, model, layer: int) -> Tensor:
     """f_h(x_j): each head's value vectors through its columns of W_O. [head, key, d_model]"""
-    v = run.activations[f"blocks.{layer}.attn.v"]  # [head, pos, d_head]
-    w_o, _, _ = attention_output_weights(model, layer)
+    v = run.activations[names.attn(layer, "v")]  # [head, pos, d_head]
+    w_o, _, _ = attention_output_weights(run, model, layer)
     d_head = v.shape[-1]
     per_head = w_o.unflatten(1, (run.n_heads, d_head)).permute(1, 2, 0)  # [head, d_head, d_model]
     f = v @ per_head  # [head, pos, d_model]
@@ -47,30 +57,29 @@ def transformed_values(run, model, layer: int) -> Tensor:
 
 def norm(run, model, layer: int) -> Tensor:
     """‖α_ij f_h(x_j)‖ = α_ij ‖f_h(x_j)‖. [head, query, key]"""
-    weights = run.activations[f"blocks.{layer}.attn.weights"]
+    weights = run.activations[names.attn(layer, "weights")]
     return weights * transformed_values(run, model, layer).norm(dim=-1)[:, None, :]
 
 
 def alti(run, model, layer: int) -> Tensor:
     """ALTI's contributions of each input token to each token's attention-block output. [query, key]"""
-    weights = run.activations[f"blocks.{layer}.attn.weights"].double()  # [head, query, key]
+    weights = run.activations[names.attn(layer, "weights")].double()  # [head, query, key]
     f = transformed_values(run, model, layer).double()  # [head, key, d_model]
-    x = (
-        run.activations["embeddings.normalized"] if layer == 0 else run.activations[f"blocks.{layer - 1}.output"]
-    ).double()
-    y = run.activations[f"blocks.{layer}.attention_residual_norm"].double()  # [query, d_model]
-    _, b_o, layer_norm = attention_output_weights(model, layer)
-    gamma = layer_norm.weight.detach().double()
-    # σ_i: the LayerNorm's scale for token i, from its input x_i + attention output (bias included).
-    resid = x + run.activations[f"blocks.{layer}.attention_output"].double()
-    sigma = (resid.var(-1, unbiased=False) + layer_norm.eps).sqrt()  # [query]
+    x = run.block_input(layer).double()  # [key, d_model]
+    y = run.activations[names.block(layer, "resid_mid")].double()  # [query, d_model]
+    _, _, layer_norm = attention_output_weights(run, model, layer)
+    if layer_norm is not None:
+        gamma = layer_norm.weight.detach().double()
+        # σ_i: the LayerNorm's scale for token i, from its input x_i + attention output (bias included).
+        resid = x + run.activations[names.block(layer, "attention_output")].double()
+        sigma = (resid.var(-1, unbiased=False) + layer_norm.eps).sqrt()  # [query]
     n = len(x)
     contributions = torch.empty(n, n, dtype=torch.float64)
     for start in range(0, n, QUERY_CHUNK):
         queries = torch.arange(start, min(start + QUERY_CHUNK, n))
         t = torch.einsum("hqk,hkd->qkd", weights[:, queries], f)  # [chunk, key, d_model]
         t[torch.arange(len(queries)), queries] += x[queries]  # the residual: token i carries itself
-        t_tilde = gamma * (t - t.mean(-1, keepdim=True)) / sigma[queries, None, None]
+        t_tilde = t if layer_norm is None else gamma * (t - t.mean(-1, keepdim=True)) / sigma[queries, None, None]
         closeness = y[queries].abs().sum(-1, keepdim=True) - (y[queries, None, :] - t_tilde).abs().sum(-1)
         kept = closeness.clamp_min(0)
         contributions[queries] = kept / kept.sum(-1, keepdim=True)
@@ -83,7 +92,7 @@ def measure_blocks(run, model, measure: Measure, layer: int | None = None) -> li
     [head (or 1), query, key] each. Only what is asked for is computed; a rollout needs the blocks before."""
     layers = range(run.n_layers) if layer is None else [layer]
     if measure == "weights":
-        return [run.activations[f"blocks.{index}.attn.weights"] for index in layers]
+        return [run.activations[names.attn(index, "weights")] for index in layers]
     if measure == "norm":
         return [norm(run, model, index) for index in layers]
     if measure == "alti":

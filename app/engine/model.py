@@ -1,4 +1,4 @@
-"""Loading the encoder and its tokenizer from a local folder, never from a hub."""
+"""Loading a model and its tokenizer from a local folder, never from a hub."""
 
 import hashlib
 import json
@@ -7,14 +7,17 @@ from pathlib import Path
 
 import torch
 from transformers import (
+    AutoConfig,
     AutoModel,
+    AutoModelForCausalLM,
     AutoTokenizer,
     PreTrainedModel,
     PreTrainedTokenizerBase,
 )
 from transformers.utils import logging as transformers_logging
 
-from app.capture import hooked_modules
+from app.engine.capture import hook_table
+from app.engine.families import Family, UnknownFamily, family_of
 
 PACKAGED_MODEL_NAME = "sentence-transformers/all-MiniLM-L6-v2"
 # Where the folder was and which transformers read it: neither changes a number.
@@ -22,27 +25,33 @@ UNNUMBERED_CONFIG_KEYS = ("_name_or_path", "transformers_version")
 
 
 class ModelLoadError(RuntimeError):
-    """The model folder is missing or is not a BERT-family model this lab can hook."""
+    """The model folder is missing, broken, or of a family the lab does not read."""
 
 
 @dataclass(frozen=True)
 class LoadedModel:
     name: str
     path: Path
-    model: PreTrainedModel
+    model: PreTrainedModel  # with its LM head where the folder has one
     tokenizer: PreTrainedTokenizerBase
+    family: Family
     default_pooling: str
     pooled_length: int | None  # the sentence-transformers folder's max_seq_length: its pooling reads no more
     digest: str  # what fixes the numbers, wherever the folder lies: see model_digest
 
     @property
     def max_tokens(self) -> int:
-        return min(self.tokenizer.model_max_length, self.model.config.max_position_embeddings)
+        positions = self.model.config.max_position_embeddings - self.family.position_offset
+        return min(self.tokenizer.model_max_length, positions)
 
     @property
     def max_seq_length(self) -> int:
         """Tokens the sentence vector is pooled over: the folder's own max_seq_length, else every position."""
         return min(self.pooled_length or self.max_tokens, self.max_tokens)
+
+    @property
+    def has_lm_head(self) -> bool:
+        return self.model.get_output_embeddings() is not None
 
 
 def packaged_model_path() -> Path:
@@ -58,21 +67,32 @@ def load_model(path: Path | None = None) -> LoadedModel:
         raise ModelLoadError(f"model folder {path} does not exist")
     transformers_logging.disable_progress_bar()  # a bar per start-up is noise in a server log
     try:
-        model = AutoModel.from_pretrained(path, attn_implementation="eager", local_files_only=True)
+        config = AutoConfig.from_pretrained(path, local_files_only=True)
+        family = family_of(config)
+        # A decoder saved with its LM head is read with it: the next-token candidates are its own.
+        with_head = family.decoder and any(
+            architecture.endswith(("ForCausalLM", "LMHeadModel")) for architecture in config.architectures or ()
+        )
+        auto = AutoModelForCausalLM if with_head else AutoModel
+        model = auto.from_pretrained(path, attn_implementation="eager", local_files_only=True)
         tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
+    except UnknownFamily as error:
+        raise ModelLoadError(f"model folder {path} holds {error}") from None
     except Exception as error:  # transformers raises many types for a broken folder; all mean the same here
         first_line = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
         raise ModelLoadError(f"model folder {path} could not be loaded: {first_line}") from error
-    missing = [module for module in hooked_modules(model.config) if not _has_submodule(model, module)]
+    modules = [module for module, _, _ in hook_table(family, model.config)]
+    missing = [module for module in modules if not _has_submodule(model.base_model, module)]
     if missing or not tokenizer.is_fast:
         raise ModelLoadError(
-            f"model folder {path} holds a {model.config.model_type!r} model; the lab hooks BERT-family "
-            f"encoders with a fast tokenizer ({'no module ' + missing[0] if missing else 'slow tokenizer'})"
+            f"model folder {path} holds a {model.config.model_type!r} model the lab cannot hook as "
+            f"{family.name} ({'no module ' + missing[0] if missing else 'it needs a fast tokenizer'})"
         )
     model.eval()
     pooled_length = _pooled_length(path)
     digest = model_digest(model, tokenizer, pooled_length)
-    return LoadedModel(name, path, model, tokenizer, _default_pooling(path), pooled_length, digest)
+    pooling = _default_pooling(path) or family.default_pooling
+    return LoadedModel(name, path, model, tokenizer, family, pooling, pooled_length, digest)
 
 
 def model_digest(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, pooled_length: int | None) -> str:
@@ -103,17 +123,22 @@ def _pooled_length(path: Path) -> int | None:
     return length if isinstance(length, int) and length > 0 else None
 
 
-def _default_pooling(path: Path) -> str:
-    """The pooling the sentence-transformers folder was trained with; mean where it names none."""
+def _default_pooling(path: Path) -> str | None:
+    """The pooling the sentence-transformers folder was trained with, if it says."""
     config_file = path / "1_Pooling" / "config.json"
     if not config_file.is_file():
-        return "mean"
+        return None
     try:
         config = json.loads(config_file.read_text())
     except (OSError, ValueError) as error:
         raise ModelLoadError(f"{config_file} could not be read: {error}") from error
-    flags = {"mean": "pooling_mode_mean_tokens", "cls": "pooling_mode_cls_token", "max": "pooling_mode_max_tokens"}
-    return next((strategy for strategy, flag in flags.items() if config.get(flag)), "mean")
+    flags = {
+        "mean": "pooling_mode_mean_tokens",
+        "cls": "pooling_mode_cls_token",
+        "max": "pooling_mode_max_tokens",
+        "last": "pooling_mode_lasttoken",
+    }
+    return next((strategy for strategy, flag in flags.items() if config.get(flag)), None)
 
 
 def _has_submodule(model: torch.nn.Module, name: str) -> bool:

@@ -15,21 +15,35 @@ import torch
 from captum.attr import InputXGradient, IntegratedGradients
 from torch import Tensor
 
-from app.capture import pool
+from app.engine.capture import pool
 
 Method = Literal["integrated_gradients", "gradient_x_input"]
 INTERNAL_BATCH = 8  # IG's interpolation steps run this many at a time: memory stays that of 8 passes
 
 
+def hidden_states(trunk, family, types: Tensor, **inputs) -> Tensor:
+    """The model's last hidden states [batch, pos, d_model]; token types only for a family that takes them."""
+    if family.token_types:
+        inputs["token_type_ids"] = types
+    return trunk(**inputs).last_hidden_state
+
+
 def attribute(
-    model, input_ids: Tensor, token_type_ids: Tensor, target: Callable[[Tensor], Tensor], method: Method, steps: int
+    trunk,
+    family,
+    input_ids: Tensor,
+    token_type_ids: Tensor,
+    target: Callable[[Tensor], Tensor],
+    method: Method,
+    steps: int,
 ) -> dict:
-    """target: last hidden states [batch, pos, d_model] -> one number per batch row."""
-    word_rows = model.get_input_embeddings()(input_ids[None]).detach().requires_grad_()  # [1, pos, d_model]
+    """trunk: the model without a head; target: last hidden states [batch, pos, d_model] -> one number per
+    batch row."""
+    word_rows = trunk.get_input_embeddings()(input_ids[None]).detach().requires_grad_()  # [1, pos, d_model]
 
     def forward(rows: Tensor) -> Tensor:
         types = token_type_ids[None].expand(len(rows), -1)
-        return target(model(inputs_embeds=rows, token_type_ids=types).last_hidden_state)
+        return target(hidden_states(trunk, family, types, inputs_embeds=rows))
 
     baseline = torch.zeros_like(word_rows)
     if method == "integrated_gradients":
@@ -53,10 +67,12 @@ def attribute(
     }
 
 
-def similarity_target(model, other_ids: Tensor, other_types: Tensor, pooling: str) -> Callable[[Tensor], Tensor]:
+def similarity_target(
+    trunk, family, other_ids: Tensor, other_types: Tensor, pooling: str
+) -> Callable[[Tensor], Tensor]:
     """cosine(pooled(output), pooled(the other sentence)), the bi-encoder's similarity, as a target."""
     with torch.no_grad():
-        other = pool(model(input_ids=other_ids[None], token_type_ids=other_types[None]).last_hidden_state[0], pooling)
+        other = pool(hidden_states(trunk, family, other_types[None], input_ids=other_ids[None])[0], pooling)
 
     def cosine(hidden: Tensor) -> Tensor:  # [batch, pos, d_model] -> [batch]
         pooled = torch.stack([pool(rows, pooling) for rows in hidden])

@@ -16,9 +16,9 @@ from fastapi.responses import FileResponse, HTMLResponse
 from fastapi.staticfiles import StaticFiles
 from fastapi.templating import Jinja2Templates
 
-from app.deps import LabDep
+from app.web.deps import LabDep
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_TEXT = "The animal didn't cross the street because it was too tired"
 # plotly.js ships inside the plotly wheel; serve that file rather than keep a copy in git.
 PLOTLY_JS = Path(plotly.__file__).parent / "package_data" / "plotly.min.js"
@@ -83,7 +83,7 @@ templates = Jinja2Templates(directory=ROOT / "templates")
 @router.get("/", response_class=HTMLResponse)
 def index(request: Request, lab: LabDep):
     info = lab.info
-    config = {"model": info, "defaultText": DEFAULT_TEXT, "maxChars": lab.max_chars, "plotly": PLOTLY_URL}
+    config = {"model": info, "defaultText": DEFAULT_TEXT, "maxChars": lab.engine.max_chars, "plotly": PLOTLY_URL}
     return templates.TemplateResponse(
         request,
         "index.html",
@@ -91,7 +91,7 @@ def index(request: Request, lab: LabDep):
             "model": info,
             "config": config,
             "default_text": DEFAULT_TEXT,
-            "max_chars": lab.max_chars,
+            "max_chars": lab.engine.max_chars,
             "assets": ASSETS_URL,
             "modules": FIRST_SCREEN_MODULES,
             "stylesheet": STYLESHEET,

@@ -9,11 +9,12 @@ import orjson
 from fastapi import APIRouter, Depends, Query, Response
 from fastapi.responses import StreamingResponse
 
-from app import lessons, measures
-from app.deps import ClientDep, LabDep
-from app.encoding import MEDIA_TYPE, AttentionDtype, encode_attention
-from app.lab import Run, pick
-from app.schemas import (
+from app.engine import lessons, measures
+from app.engine.capture import NEXT_TOKENS
+from app.engine.runs import InvalidInput, Run, pick
+from app.web.deps import ClientDep, LabDep
+from app.web.encoding import MEDIA_TYPE, AttentionDtype, encode_attention
+from app.web.schemas import (
     AnalyzeRequest,
     AnalyzeResponse,
     AttributionRequest,
@@ -27,6 +28,7 @@ from app.schemas import (
     LayerResponse,
     ModelInfo,
     NearestResponse,
+    NextTokensResponse,
     PoolingRequest,
     PoolingResponse,
     QueryResponse,
@@ -165,7 +167,25 @@ def nearest(run: RunDep, lab: LabDep, token: int, k: Annotated[int, Query(ge=1, 
     run.check_token(token)
     return {
         "index": token,
-        "stages": lessons.nearest_rows(run, token, lab.unit_embedding_table, lab.loaded.tokenizer, k),
+        "stages": lessons.nearest_rows(run, token, lab.engine.unit_embedding_table, lab.loaded.tokenizer, k),
+    }
+
+
+@router.get("/runs/{run_id}/tokens/{token}/next", response_model=NextTokensResponse, responses=NOT_FOUND)
+def next_tokens(run: RunDep, lab: LabDep, token: int, k: Annotated[int, Query(ge=1, le=NEXT_TOKENS)] = 5):
+    """What the language-model head would write after this token: its k best candidates (models with an LM
+    head; under the causal mask each position sees only itself and the tokens before it)."""
+    run.check_token(token)
+    if run.next_tokens is None:
+        raise InvalidInput(f"{lab.info['name']} has no language-model head: it predicts no next token")
+    ids, logits, probabilities = (values[token, :k].tolist() for values in run.next_tokens)
+    pieces = lab.loaded.tokenizer.convert_ids_to_tokens(ids)
+    return {
+        "index": token,
+        "candidates": [
+            {"id": i, "token": piece, "logit": logit, "probability": probability}
+            for i, piece, logit, probability in zip(ids, pieces, logits, probabilities, strict=True)
+        ],
     }
 
 
@@ -175,7 +195,7 @@ async def pooling(body: PoolingRequest, lab: LabDep, client: ClientDep):
     run = await lab.submit(lab.spec(body.text, mask=body.mask), client)
     prefixed = await lab.submit(lab.spec(body.prefix + body.text, mask=body.mask), client)
     whole_input = lessons.whole_input_vector(run)
-    vectors = lessons.pooling_strategies(run)
+    vectors = lessons.pooling_strategies(run, lab.info["poolings"])
     names = list(vectors)
     return NumbersResponse(
         {

@@ -5,9 +5,9 @@ from typing import Annotated
 
 from fastapi import Depends, Request
 
-from app.gate import Client
-from app.lab import Lab
-from app.middleware import CLIENT_COOKIE
+from app.serving.gate import Client
+from app.serving.lab import Lab
+from app.web.middleware import CLIENT_COOKIE
 
 COOKIE_VALUE = re.compile(r"[A-Za-z0-9_-]{8,64}")
 

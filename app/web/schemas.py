@@ -6,7 +6,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
 Matrix = list[list[float]]  # rows are tokens
 Mask = Literal["bidirectional", "causal"]
-Pooling = Literal["mean", "cls", "max"]
+Pooling = Literal["mean", "cls", "max", "last"]
 
 
 def readable(text: str) -> str:
@@ -36,7 +36,11 @@ class AnalyzeRequest(BaseModel):
         "the character cap counts both texts",
         examples=["it was steep"],
     )
-    mask: Mask = Field("bidirectional", description="bidirectional (how MiniLM was trained) or causal (GPT-style)")
+    mask: Mask | None = Field(
+        None,
+        description="bidirectional (how an encoder such as MiniLM was trained) or causal (GPT-style); default: the "
+        "model's own. A decoder reads causally only.",
+    )
     pooling: Pooling | None = Field(None, description="How the sentence vector is pooled; default: the model's own")
     ablate: list[tuple[int, int]] = Field(
         [], max_length=1000, description="(layer, head) pairs switched off: their context is zeroed before W_O"
@@ -55,6 +59,21 @@ class ModelInfo(BaseModel):
     max_seq_length: int = Field(
         description="Tokens the sentence vector is pooled over (the folder's sentence-transformers max_seq_length; "
         "longer inputs are pooled from a pass over their first max_seq_length tokens, as sentence-transformers does)"
+    )
+    family: str = Field(description="The architecture family the lab reads the model as: BERT, RoBERTa, GPT-2, …")
+    key_value_heads: int = Field(description="K/V heads (fewer than heads in grouped-query attention)")
+    decoder: bool = Field(description="A causal decoder: trained to read each token with only the ones before it")
+    masks: list[Mask] = Field(description="The masks this model may be read with; the first is its own")
+    default_mask: Mask
+    poolings: list[Pooling]
+    default_pooling: Pooling
+    normalization: Literal["post-LN", "pre-LN", "pre-RMSNorm"]
+    positions: Literal["absolute", "relative", "rotary"]
+    ffn: Literal["GELU", "SwiGLU"]
+    token_types: bool
+    next_tokens: bool = Field(description="The model has a language-model head: next-token candidates per position")
+    activations: dict[str, str] = Field(
+        description="What each recorded embedding and block activation is, as a formula, by its field name"
     )
 
 
@@ -151,6 +170,18 @@ class NearestStage(BaseModel):
     rows: list[NearestRow]
 
 
+class NextToken(BaseModel):
+    id: int
+    token: str
+    logit: float
+    probability: float = Field(description="softmax over the whole vocabulary")
+
+
+class NextTokensResponse(BaseModel):
+    index: int
+    candidates: list[NextToken] = Field(description="The LM head's most likely next tokens after this one, best first")
+
+
 class NearestResponse(BaseModel):
     index: int
     stages: list[NearestStage]
@@ -160,7 +191,7 @@ class PoolingRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     text: PromptText
-    mask: Mask = "bidirectional"
+    mask: Mask | None = None
     prefix: str = Field("query: ", max_length=200, description="An instruction prefix to compare with")
 
 
@@ -218,32 +249,39 @@ class QueryResponse(BaseModel):
 class LayerResponse(BaseModel):
     layer: int
     attention_output: Matrix = Field(description="concat(heads) · W_O: [pos, hidden]")
-    attention_residual_norm: Matrix = Field(description="LayerNorm(x + attention_output): [pos, hidden]")
-    ffn_intermediate: Matrix = Field(description="GELU(x · W_1): [pos, intermediate]")
+    resid_mid: Matrix = Field(
+        description="The residual stream after attention: LayerNorm(x + attention_output) in a post-LN model, "
+        "x + attention_output in a pre-LN one: [pos, hidden]"
+    )
+    ffn_intermediate: Matrix = Field(
+        description="GELU(x · W_1), or SwiGLU's SiLU(x W_gate) ⊙ x W_up: [pos, intermediate]"
+    )
     ffn_output: Matrix = Field(description="ffn_intermediate · W_2: [pos, hidden]")
-    output: Matrix = Field(description="LayerNorm(attention_residual_norm + ffn_output): [pos, hidden]")
+    output: Matrix = Field(description="The block's output, the residual stream after the FFN: [pos, hidden]")
 
 
 class EmbeddingsResponse(BaseModel):
+    """The embedding stages the model has: a rotary model has word rows only, GPT-2 no LayerNorm here."""
+
     word: Matrix = Field(description="Row `id` of the word-embedding table, per token: [pos, hidden]")
-    position: Matrix
-    token_type: Matrix
-    sum: Matrix = Field(description="word + position + token_type")
-    normalized: Matrix = Field(description="LayerNorm(sum): the input to block 0")
+    position: Matrix | None = None
+    token_type: Matrix | None = None
+    sum: Matrix | None = Field(None, description="word + position (+ token_type)")
+    normalized: Matrix | None = Field(None, description="LayerNorm(sum): the input to block 0")
 
 
 class TokenEmbeddings(BaseModel):
     word: list[float]
-    position: list[float]
-    token_type: list[float]
-    sum: list[float]
-    normalized: list[float]
+    position: list[float] | None = None
+    token_type: list[float] | None = None
+    sum: list[float] | None = None
+    normalized: list[float] | None = None
 
 
 class TokenLayer(BaseModel):
     layer: int
     attention_output: list[float]
-    attention_residual_norm: list[float]
+    resid_mid: list[float]
     ffn_intermediate: list[float]
     ffn_output: list[float]
     output: list[float]

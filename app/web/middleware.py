@@ -170,7 +170,7 @@ class ClientCookie:
 
 class CancelOnDisconnect:
     """A request whose client disconnects before its answer is complete is cancelled: if it waits for the
-    model, it leaves the queue, and a pass nobody else waits for is called off (app.lab).
+    model, it leaves the queue, and a pass nobody else waits for is called off (app.serving.lab).
 
     Once the request's body is read, the next message from the server is the disconnect; a watcher waits
     for it beside the app. A request without a body is read by the watcher at once."""

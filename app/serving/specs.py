@@ -16,8 +16,8 @@ import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
+from app.engine.spec import RunSpec
 from app.settings import Settings
-from app.spec import RunSpec
 
 SQLITE_FILE = "runs.sqlite3"
 REDIS_SCHEMES = ("redis://", "rediss://", "unix://")

@@ -4,7 +4,8 @@ rollout, nearest vocabulary rows and pooling strategies. Each is the formula it 
 import torch
 from torch import Tensor
 
-from app.capture import pool
+from app.engine import names
+from app.engine.capture import pool
 
 # A head is labelled by what it does only when the measured share passes this.
 LABEL_THRESHOLD = 0.5
@@ -17,13 +18,13 @@ def cosine(a: Tensor, b: Tensor) -> float:
 
 
 def token_stages(run, index: int) -> dict[str, Tensor]:
-    """The token's vector at each stage: its word-embedding row, the embeddings' output, each block."""
-    stages = {
-        "word embedding": run.activations["embeddings.word"][index],
-        "embeddings (LayerNorm)": run.activations["embeddings.normalized"][index],
-    }
+    """The token's vector at each stage: its word-embedding row, what block 0 reads, each block."""
+    embeddings = run.embeddings()
+    stages = {"word embedding": embeddings["word"][index]}
+    if len(embeddings) > 1:
+        stages["embeddings (LayerNorm)" if "normalized" in embeddings else "embeddings"] = run.block_input(0)[index]
     for layer in range(run.n_layers):
-        stages[f"block {layer}"] = run.activations[f"blocks.{layer}.output"][index]
+        stages[f"block {layer}"] = run.activations[names.block(layer, "output")][index]
     return stages
 
 
@@ -125,11 +126,12 @@ def nearest_rows(run, index: int, table: Tensor, tokenizer, k: int) -> list[dict
     return found
 
 
-def pooling_strategies(run) -> dict[str, Tensor]:
+def pooling_strategies(run, strategies: list[str]) -> dict[str, Tensor]:
     """Each pooling of what the model's pooling reads (its first max_seq_length tokens)."""
-    return {strategy: pool(run.pooled_output, strategy) for strategy in ("mean", "cls", "max")}
+    return {strategy: pool(run.pooled_output, strategy) for strategy in strategies}
 
 
 def whole_input_vector(run) -> Tensor:
     """The run's pooling over every token it read, past the model's max_seq_length: not the model's own."""
-    return pool(run.activations[f"blocks.{run.n_layers - 1}.output"], run.spec.pooling)
+    last = names.FINAL if names.FINAL in run.activations else names.block(run.n_layers - 1, "output")
+    return pool(run.activations[last], run.spec.pooling)

@@ -1,0 +1,146 @@
+"""One forward pass of a model with every intermediate recorded by forward hooks.
+
+Activations are named by where they live (app.engine.names): `blocks.3.attn.weights` is block 3's
+softmax(QKᵀ/√d + mask). The numbers are the model's own: hooks read what the real transformers modules
+compute, and the weights are the model's own output_attentions. Where they sit is the family's business
+(app.engine.families); this file knows no module names.
+"""
+
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import torch
+from torch import Tensor
+
+from app.engine.families.base import Family, Hook
+from app.engine.names import LAYER, attn
+
+Heads = tuple[tuple[int, int], ...]  # (layer, head) pairs
+NEXT_TOKENS = 20  # the next-token candidates kept per position, for a model with an LM head
+
+
+def hook_table(family: Family, config) -> list[tuple[str, str, Hook]]:
+    """(module path, block index as text or "", hook) for every hook of the model, block by block."""
+    table = []
+    for hook in family.hooks(config):
+        if "{block}" not in hook.module:
+            table.append((hook.module, "", hook))
+            continue
+        for layer in range(config.num_hidden_layers):
+            table.append((hook.module.format(block=f"{family.blocks}.{layer}"), str(layer), hook))
+    return table
+
+
+def additive_mask(kind: str, n_tokens: int) -> Tensor:
+    """What the model adds to QKᵀ/√d: 0 where a query may look, the float32 minimum where it may not.
+
+    exp(minimum - max) underflows to exactly 0, so masked weights are exactly 0, as in the model.
+    """
+    mask = torch.zeros(n_tokens, n_tokens)  # [query_pos, key_pos]
+    if kind == "causal":
+        mask = mask.masked_fill(
+            torch.ones(n_tokens, n_tokens, dtype=torch.bool).triu(1), torch.finfo(torch.float32).min
+        )
+    return mask
+
+
+@contextmanager
+def recording(model: torch.nn.Module, family: Family) -> Iterator[dict[str, Tensor]]:
+    """Hooks every module of the family's table for the duration of the block, and always removes them.
+
+    Hooks are global to the model, so each records only the pass of the thread that set it: two passes
+    may run at once on one model without recording into each other.
+    """
+    activations: dict[str, Tensor] = {}
+    owner = threading.get_ident()
+    base = model.base_model
+    handles = []
+    try:
+        for path, layer, hook in hook_table(family, model.config):
+            # No copies: in eval mode nothing the model computes is modified in place after its module
+            # returns (the output_attentions tests would see it), so keeping the tensors is enough.
+            def record(module, args, out=None, layer=layer, read=hook.read):
+                if threading.get_ident() == owner:
+                    activations.update({name.replace(LAYER, layer): value for name, value in read(args, out).items()})
+
+            module = base.get_submodule(path)
+            register = module.register_forward_pre_hook if hook.before else module.register_forward_hook
+            handles.append(register(record))
+        yield activations
+    finally:
+        for handle in handles:
+            handle.remove()
+
+
+@contextmanager
+def ablating(model: torch.nn.Module, family: Family, heads: Heads) -> Iterator[None]:
+    """Switches heads off: their context (their columns of W_O's input) is zeroed before W_O. Their
+    attention weights are still computed and recorded; only what they pass on is gone."""
+    owner = threading.get_ident()
+    handles = []
+    try:
+        for layer in sorted({layer for layer, _ in heads}):
+            chosen = [head for chosen_layer, head in heads if chosen_layer == layer]
+
+            def zero_heads(module, args, chosen=chosen):
+                if threading.get_ident() != owner:
+                    return None
+                context = args[0].clone().unflatten(-1, (model.config.num_attention_heads, -1))  # [1, pos, head, d]
+                context[..., chosen, :] = 0
+                return (context.flatten(-2), *args[1:])
+
+            w_o = model.base_model.get_submodule(f"{family.blocks}.{layer}.{family.attention_output}")
+            handles.append(w_o.register_forward_pre_hook(zero_heads))
+        yield
+    finally:
+        for handle in handles:
+            handle.remove()
+
+
+def capture(
+    model: torch.nn.Module,
+    family: Family,
+    input_ids: Tensor,
+    token_type_ids: Tensor,
+    mask: str,
+    ablate: Heads = (),
+) -> tuple[dict[str, Tensor], Tensor | None]:
+    """Runs the model once on one sequence ([pos] ids): every named activation, and the logits of the LM
+    head where the model has one ([pos, vocab]), else None."""
+    inputs = {"input_ids": input_ids[None]}
+    if family.token_types:
+        inputs["token_type_ids"] = token_type_ids[None]
+    if not family.decoder:
+        # A prepared 4-D mask is used by the model as it is: how "causal" runs inside an encoder.
+        inputs["attention_mask"] = additive_mask(mask, len(input_ids))[None, None]  # [batch, 1, query, key]
+    # Recording hooks go first: a switched-off head's context is recorded as it computed it (weights·V),
+    # and only then zeroed for the rest of the model.
+    with torch.inference_mode(), recording(model, family) as activations, ablating(model, family, ablate):
+        out = model(**inputs, output_attentions=True)
+    for layer, weights in enumerate(out.attentions):
+        activations[attn(layer, "weights")] = weights[0]  # [head, query_pos, key_pos]
+    if family.finish is not None:
+        family.finish(activations, model)
+    logits = getattr(out, "logits", None)
+    return activations, None if logits is None else logits[0]
+
+
+def attention_scores(q: Tensor, k: Tensor, mask: Tensor, position_bias: Tensor | None = None) -> Tensor:
+    """QKᵀ/√d (+ the relative-position bias where the model adds one) + mask: the logits the model feeds
+    to softmax. [head, query_pos, key_pos]"""
+    scores = q @ k.transpose(-1, -2) * q.shape[-1] ** -0.5
+    if position_bias is not None:
+        scores = scores + position_bias
+    return scores + mask
+
+
+def pool(output: Tensor, strategy: str) -> Tensor:
+    """One vector for the sentence from the last block's [pos, d_model] (no padding: one sequence)."""
+    if strategy == "cls":
+        return output[0]
+    if strategy == "last":
+        return output[-1]
+    if strategy == "max":
+        return output.max(dim=0).values
+    return output.mean(dim=0)

@@ -1,0 +1,97 @@
+"""What a model family is to the lab: where its modules are, what each hook records, and the few facts
+that change the arithmetic (causal or not, where the norms sit, how positions enter). The rest of the
+engine asks the family, never "is this BERT?"."""
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Literal
+
+from torch import Tensor
+
+# (module inputs, module output or None for a hook that runs before the module) -> {short name: tensor}
+Reader = Callable[[tuple, object], dict[str, Tensor]]
+
+
+@dataclass(frozen=True)
+class Hook:
+    module: str  # inside the base model; "{block}" stands for each block's path
+    read: Reader
+    before: bool = False  # read the module's inputs before it runs (a forward pre-hook)
+
+
+@dataclass(frozen=True)
+class Family:
+    name: str  # as the page says it: "BERT", "GPT-2"
+    model_types: tuple[str, ...]  # config.model_type values it reads
+    blocks: str  # the list of blocks inside the base model
+    hooks: Callable[[object], tuple[Hook, ...]]  # config -> its hooks
+    attention_output: str  # W_O inside a block: its input is the heads' contexts side by side
+    normalization: Literal["post-LN", "pre-LN", "pre-RMSNorm"]
+    positions: Literal["absolute", "relative", "rotary"]
+    ffn: Literal["GELU", "SwiGLU"]
+    decoder: bool = False  # causal by training: the only mask it is read with; pooled by its last token
+    token_types: bool = False  # the model takes token_type_ids
+    ffn_size: Callable[[object], int] = lambda config: config.intermediate_size  # the FFN's inner width
+    # post-LN: the LayerNorm after attention's residual, inside a block (ALTI decomposes through it)
+    post_attention_norm: str | None = None
+    position_offset: int = 0  # positions the model reserves before the first token (RoBERTa's padding)
+    # A step after the pass, on the recorded activations and the model: e.g. rotating q and k (RoPE)
+    finish: Callable[[dict[str, Tensor], object], None] | None = None
+
+    @property
+    def native_mask(self) -> str:
+        return "causal" if self.decoder else "bidirectional"
+
+    @property
+    def default_pooling(self) -> str:
+        return "last" if self.decoder else "mean"
+
+    def labels(self, recorded: set[str]) -> dict[str, str]:
+        """What each recorded embedding and block activation is in this family, in formulas: the page's
+        pipeline labels its rows and columns with these. Keys are the last part of the name."""
+        norm = "RMSNorm" if self.normalization == "pre-RMSNorm" else "LN"
+        post = self.normalization == "post-LN"
+        parts = [name for name in ("word", "position", "token_type") if f"embeddings.{name}" in recorded]
+        labels = {
+            "word": "the token's row of the word-embedding table",
+            "position": "the position's row of the position-embedding table",
+            "token_type": "the segment's row of the token-type table",
+            "sum": " + ".join(parts).replace("token_type", "token type"),
+            "normalized": "LayerNorm(sum): the input to block 0",
+            "attention_output": "concat(heads) · W_O",
+            "resid_mid": "LN(x + attention)" if post else "x + attention (the residual stream)",
+            "ffn_intermediate": "GELU(x · W₁)" if self.ffn == "GELU" else "SiLU(x · W_gate) ⊙ (x · W_up)",
+            "ffn_output": "the FFN's output projection" if post else f"FFN({norm}(x + attention))",
+            "output": "LN(x + FFN)" if post else "x + attention + FFN",
+        }
+        short = {name.rsplit(".", 1)[-1] for name in recorded}
+        return {name: label for name, label in labels.items() if name in short}
+
+
+def first(value) -> Tensor:
+    """A module's tensor for the one sequence: the first of a tuple, then batch row 0."""
+    return (value[0] if isinstance(value, tuple) else value)[0]
+
+
+def heads(x: Tensor, n_heads: int) -> Tensor:
+    """[pos, n_heads·d_head] -> [head, pos, d_head]"""
+    return x.unflatten(-1, (n_heads, -1)).transpose(0, 1)
+
+
+def output(name: str) -> Reader:
+    return lambda args, out: {name: first(out)}
+
+
+def inputs(name: str) -> Reader:
+    return lambda args, out: {name: args[0][0]}
+
+
+def split_heads(name: str, n_heads: int, repeat: int = 1) -> Reader:
+    """A projection's output as heads; grouped K/V heads repeated so that query head h reads K/V head
+    h // repeat, as the model's repeat_kv does."""
+    return lambda args, out: {name: heads(first(out), n_heads).repeat_interleave(repeat, dim=0)}
+
+
+def both(module: str, before: str, after: str) -> tuple[Hook, Hook]:
+    """A module's input under one name and its output under another (W_O, the FFN's last projection)."""
+    return Hook(module, inputs(before), before=True), Hook(module, output(after))

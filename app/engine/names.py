@@ -1,0 +1,44 @@
+"""Every activation the lab records has one name, its place in the model, as in TransformerLens:
+`embeddings.word`, `blocks.3.attn.q`, `blocks.3.output`. They are defined here and nowhere else: the
+families' hooks record under them, a run serves them, and the last part of a name is the JSON field
+and what the page reads (the page takes the labels below from /api/model).
+
+Shapes, per sequence: embeddings and block rows [pos, d_model]; attn.q/k/v/context [head, pos, d_head];
+attn.weights and attn.position_bias [head, query_pos, key_pos]; ffn_intermediate [pos, d_ffn];
+final.normalized [pos, d_model].
+"""
+
+LAYER = "{layer}"  # in a family's hooks: the block a hook sits in, filled in for each block
+
+# In the order of the forward pass. A family records the ones its model has (see app.engine.families).
+EMBEDDINGS = ("word", "position", "token_type", "sum", "normalized")
+ATTENTION = ("q", "k", "v", "position_bias", "weights", "context")
+BLOCK = ("attention_output", "resid_mid", "ffn_intermediate", "ffn_output", "output")
+# A pre-norm model normalises the last block's output once more: what its LM head and its pooling read.
+FINAL = "final.normalized"
+
+
+def embedding(name: str) -> str:
+    assert name in EMBEDDINGS, name
+    return f"embeddings.{name}"
+
+
+def attn(layer: int | str, name: str) -> str:
+    assert name in ATTENTION, name
+    return f"blocks.{layer}.attn.{name}"
+
+
+def block(layer: int | str, name: str) -> str:
+    assert name in BLOCK, name
+    return f"blocks.{layer}.{name}"
+
+
+def ordered(names: set[str], n_layers: int) -> list[str]:
+    """The names in the order of the forward pass: embeddings, then each block's attention and the rest."""
+    order = [embedding(name) for name in EMBEDDINGS]
+    for layer in range(n_layers):
+        order += [attn(layer, name) for name in ATTENTION] + [block(layer, name) for name in BLOCK]
+    order.append(FINAL)
+    unknown = names - set(order)
+    assert not unknown, f"not in the registry: {sorted(unknown)}"
+    return [name for name in order if name in names]

@@ -1,0 +1,147 @@
+"""Serving runs: each worker keeps recent runs, computes one pass per run however many ask for it at a
+time, takes turns at the model through the gate, and recomputes from the shared spec store any run it does
+not hold. The numbers come from the engine (app.engine.runs)."""
+
+import asyncio
+
+from app.engine.model import LoadedModel
+from app.engine.runs import Engine, Run
+from app.engine.spec import RUN_ID, RunSpec
+from app.serving.cache import RunCache
+from app.serving.gate import ANYONE, Client, PassGate
+from app.serving.memory import trim_if_over
+from app.serving.specs import SpecStore, StoreError
+
+# The model, torch and the server besides the runs: about 0.45 GB measured, with room for a pass in flight.
+RUNTIME_BYTES = 1024**3
+
+
+class RunNotFound(KeyError):
+    def __str__(self) -> str:
+        return f"run {self.args[0]} is not kept any more (or never was): analyze the text again"
+
+
+class ForeignRun(RunNotFound):
+    """The spec names another model than the one this lab serves: recomputing it would give other numbers."""
+
+    def __str__(self) -> str:
+        run_id, spec, loaded = self.args
+        return (
+            f"run {run_id} was made by {spec.model} (weights {spec.model_digest[:12]}) and this lab serves "
+            f"{loaded.name} (weights {loaded.digest[:12]}): analyze the text again"
+        )
+
+
+class Lab:
+    def __init__(
+        self,
+        loaded: LoadedModel,
+        specs: SpecStore,
+        gate: PassGate,
+        *,
+        max_chars: int,
+        max_runs: int,
+        max_cache_bytes: int,
+    ):
+        self.engine = Engine(loaded, max_chars)
+        self.loaded = loaded
+        self.specs = specs
+        self.gate = gate
+        self.runs: RunCache[Run] = RunCache(max_runs, max_cache_bytes)
+        # Passes under way, by run id: a request for the same run meanwhile awaits that pass. A pass whose
+        # waiters have all gone (their clients disconnected) before it started is called off.
+        self._passes: dict[str, asyncio.Task] = {}
+        self._waiters: dict[str, int] = {}
+        self._started: set[str] = set()
+
+    @property
+    def info(self) -> dict:
+        return self.engine.info
+
+    def spec(self, *args, **kwargs) -> RunSpec:
+        """The checked spec of a request (app.engine.runs.Engine.spec)."""
+        return self.engine.spec(*args, **kwargs)
+
+    def kept(self, spec: RunSpec) -> Run | None:
+        """This worker's run of the spec, if it holds one: no forward pass needed."""
+        return self.runs.get(spec.run_id)
+
+    async def submit(self, spec: RunSpec, client: Client = ANYONE) -> Run:
+        """analyze() for the server: the run (kept, or computed once however many ask for it at a time),
+        then its spec in the shared store, so that every worker can serve the id the client receives.
+        `client` is whose turn at the gate this request takes."""
+        run = await self._computed(spec, client)
+        await asyncio.to_thread(self.specs.put, spec)
+        return run
+
+    async def run(self, run_id: str, client: Client = ANYONE) -> Run:
+        """A run by id: from this worker's cache, or recomputed from the spec in the shared store."""
+        run = self.runs.get(run_id)
+        if run is not None:
+            return run
+        spec = await asyncio.to_thread(self.specs.get, run_id) if RUN_ID.fullmatch(run_id) else None
+        if spec is None:
+            raise RunNotFound(run_id)
+        if (spec.model, spec.model_digest) != (self.loaded.name, self.loaded.digest):
+            raise ForeignRun(run_id, spec, self.loaded)
+        return await self._computed(spec, client)
+
+    async def attribution(self, text: str, other: str, method: str, steps: int, client: Client = ANYONE) -> dict:
+        """Which tokens of `text` make it similar to `other`: a turn at the gate, then a thread."""
+        for checked in (text, other):
+            self.spec(checked)  # the same character cap as any run, before waiting for a turn
+        async with self.gate.admit(client):
+            return await asyncio.to_thread(self.engine.attribution, text, other, method, steps)
+
+    async def store_problem(self) -> str | None:
+        """Why the shared spec store is not answering, or None if it is."""
+        try:
+            await asyncio.to_thread(self.specs.ping)
+        except StoreError as error:
+            return str(error)
+        return None
+
+    async def _computed(self, spec: RunSpec, client: Client) -> Run:
+        """The kept run, or the one pass under way for it, or a new pass: a turn at the gate, then a thread."""
+        run = self.kept(spec)
+        if run is not None:
+            return run
+        run_id = spec.run_id
+        underway = self._passes.get(run_id)
+        if underway is None:
+            underway = self._passes[run_id] = asyncio.create_task(self._pass(spec, client))
+        self._waiters[run_id] = self._waiters.get(run_id, 0) + 1
+        try:
+            # A client that goes away cancels its wait, not the pass the others are waiting for.
+            return await asyncio.shield(underway)
+        except asyncio.CancelledError:
+            if self._waiters[run_id] == 1 and run_id not in self._started:
+                # Nobody waits for it and it has not begun: its turn at the gate is given up, and a request
+                # for the same run from now on starts a pass of its own.
+                underway.cancel()
+                del self._passes[run_id]
+            raise
+        finally:
+            self._waiters[run_id] -= 1
+            if not self._waiters[run_id]:
+                del self._waiters[run_id]
+
+    async def _pass(self, spec: RunSpec, client: Client) -> Run:
+        try:
+            async with self.gate.admit(client):
+                self._started.add(spec.run_id)
+                return await asyncio.to_thread(self.analyze, spec)
+        finally:
+            self._started.discard(spec.run_id)
+            if self._passes.get(spec.run_id) is asyncio.current_task():
+                del self._passes[spec.run_id]
+
+    def analyze(self, spec: RunSpec) -> Run:
+        """The kept run of the spec, or one forward pass of it, kept."""
+        kept = self.kept(spec)
+        if kept is not None:
+            return kept
+        run = self.engine.run(spec)
+        self.runs.put(spec.run_id, run)
+        trim_if_over(self.runs.max_bytes + RUNTIME_BYTES)
+        return run

@@ -1,0 +1,1 @@
+"""The web layer: routes, schemas, pages and middleware. No model code here."""
