@@ -27,7 +27,7 @@ class Settings(BaseSettings):
     # An empty variable means "not set": ATTENTION_LAB_MODEL_PATH= is the packaged model, not ".".
     model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, env_ignore_empty=True)
 
-    # A local BERT-family folder (config.json, tokenizer, weights); unset means the packaged MiniLM.
+    # A local model folder of a family the lab reads (app/engine/families); unset means the packaged MiniLM.
     model_path: Path | None = None
     # Runs each worker keeps in memory for the per-head and per-layer endpoints: the cache evicts the
     # least recently used run once either bound is passed (and recomputes it from its spec if asked again).

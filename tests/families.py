@@ -89,7 +89,7 @@ def distilbert(folder: Path) -> None:
 
 
 def mpnet(folder: Path) -> None:
-    vocab = wordpiece_vocab(folder, ["<s>", "<pad>", "</s>", "<unk>"], ["<mask>"])
+    vocab = wordpiece_vocab(folder, ["<s>", "<pad>", "</s>", "[UNK]"], ["<mask>"])
     config = MPNetConfig(vocab_size=len(WORDPIECES) + 5, max_position_embeddings=POSITIONS + 2, **SIZE)
     MPNetModel(config).save_pretrained(folder)
     MPNetTokenizerFast(vocab).save_pretrained(folder)

@@ -36,6 +36,7 @@ def test_analyze_contract(bank):
         "token_types": True,
         "next_tokens": False,
         "key_value_heads": 12,
+        "pair_layout": "[CLS] A [SEP] B [SEP]",
         "layers": 6,
         "heads": 12,
         "hidden_size": 384,

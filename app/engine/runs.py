@@ -218,7 +218,15 @@ class Engine:
             "token_types": family.token_types,
             "next_tokens": loaded.has_lm_head,
             "activations": family.labels(self._recorded()),
+            "pair_layout": self._pair_layout(),
         }
+
+    def _pair_layout(self) -> str:
+        """How the tokenizer lays out a pair, e.g. "[CLS] A [SEP] B [SEP]" or "<s> A </s></s> B </s>"."""
+        tokens, _ = self.tokenize("a", "b")
+        parts = [(token.text if token.added else token.segment, token.added) for token in tokens]
+        kept = [part for index, (part, added) in enumerate(parts) if added or index == 0 or parts[index - 1][0] != part]
+        return " ".join(kept)
 
     def _recorded(self) -> set[str]:
         """The names this model records, block 0's standing for every block's."""
@@ -340,7 +348,7 @@ class Engine:
             Token(index, piece, token_id, token_id in special_ids, sequence_id is None, start, end, token_type, segment)
             for index, (piece, token_id, sequence_id, (start, end), token_type, segment) in enumerate(
                 zip(
-                    tokenizer.convert_ids_to_tokens(ids),
+                    self.pieces(ids),
                     ids,
                     sequence_ids,
                     encoding["offset_mapping"][0],
@@ -351,6 +359,18 @@ class Engine:
             )
         ]
         return tokens, len(encoding["input_ids"]) > 1
+
+    def pieces(self, ids: list[int]) -> list[str]:
+        """Each token as a person reads it: WordPiece's own pieces ("##s" continues a word), and for byte-level
+        and SentencePiece vocabularies the text a piece stands for (" cat", not "Ġcat" or "▁cat")."""
+        tokenizer = self.loaded.tokenizer
+        pieces = tokenizer.convert_ids_to_tokens(ids)
+        if type(tokenizer.backend_tokenizer.decoder).__name__ in ("WordPiece", "NoneType"):
+            return pieces
+        special = set(tokenizer.all_special_tokens)
+        read = [piece if piece in special else tokenizer.convert_tokens_to_string([piece]) for piece in pieces]
+        # A piece holding part of a character's bytes reads as nothing: it keeps its own spelling.
+        return [piece if "\ufffd" in text else text for piece, text in zip(pieces, read, strict=True)]
 
     def attribution(self, text: str, other: str, method: str, steps: int) -> dict:
         """Which tokens of `text` make it similar to `other` (app.engine.attribution)."""

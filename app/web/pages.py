@@ -92,6 +92,9 @@ def index(request: Request, lab: LabDep):
             "config": config,
             "default_text": DEFAULT_TEXT,
             "max_chars": lab.engine.max_chars,
+            "pair_layout": info["pair_layout"],
+            "pooling_names": {"mean": "mean", "max": "max", "last": "last token", "cls": "first token"}
+            | ({"cls": info["pair_layout"].split()[0]} if info["pair_layout"].split()[0] != "A" else {}),
             "assets": ASSETS_URL,
             "modules": FIRST_SCREEN_MODULES,
             "stylesheet": STYLESHEET,

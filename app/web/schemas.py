@@ -72,6 +72,7 @@ class ModelInfo(BaseModel):
     ffn: Literal["GELU", "SwiGLU"]
     token_types: bool
     next_tokens: bool = Field(description="The model has a language-model head: next-token candidates per position")
+    pair_layout: str = Field(description='How the tokenizer lays out a pair, e.g. "[CLS] A [SEP] B [SEP]"')
     activations: dict[str, str] = Field(
         description="What each recorded embedding and block activation is, as a formula, by its field name"
     )

@@ -70,6 +70,10 @@ export async function nearest(runId, index, k = 5) {
 }
 
 // Integrated Gradients of the cosine between text's and other's sentence vectors, per token of text.
+export async function nextTokens(runId, index, k = 5) {
+  return (await request(`/api/runs/${runId}/tokens/${index}/next?k=${k}`)).json();
+}
+
 export function attribution({ text, other, method = "integrated_gradients" }) {
   return post("/api/attribution", { text, other, method });
 }

@@ -93,6 +93,11 @@ export class RunNumbers {
     return this.once(`token:${index}`, () => api.tokenTrace(this.runId, index));
   }
 
+  // The LM head's best next tokens after token `index` (a model with an LM head only).
+  nextTokens(index) {
+    return this.once(`next:${index}`, () => api.nextTokens(this.runId, index));
+  }
+
   headStats() {
     return this.once("head-stats", () => api.headStats(this.runId));
   }

@@ -23,11 +23,11 @@ const model = config.model;
 
 await initState(
   {
-    text: config.defaultText, mask: "bidirectional", pooling: "mean", layer: 0, head: 0, token: null, present: false,
+    text: config.defaultText, mask: model.default_mask, pooling: model.default_pooling, layer: 0, head: 0, token: null, present: false,
     sinks: "show", pair: "", segments: "all", also: [], preview: null, heads: [...Array(model.heads).keys()], blockMean: false,
     allHeads: false, predict: false, tour: null, lesson: null, panel: null, scale: "blues", classCode: null, measure: "weights",
   },
-  { layers: model.layers, heads: model.heads, tourSteps: TOUR_LENGTH, lessons: Object.keys(LESSONS), panels: Object.keys(PANELS), scales: Object.keys(SCALES) },
+  { layers: model.layers, heads: model.heads, masks: model.masks, poolings: model.poolings, tourSteps: TOUR_LENGTH, lessons: Object.keys(LESSONS), panels: Object.keys(PANELS), scales: Object.keys(SCALES) },
 );
 
 const lab = { getState, setState, subscribe, model, numbers: () => numbersOf(getState().run.run_id), showError };

@@ -1,9 +1,11 @@
-// The pipeline around attention for one token: embedding lookup, + position, + token type, LayerNorm,
-// then each block's residual stream and FFN, with the shapes the model has.
+// The pipeline around attention for one token: its embedding stages, then each block's residual stream
+// and FFN, and, for a model with an LM head, the next tokens it predicts. What each stage is comes from
+// the model (/api/model's activations): the page writes no family's formulas of its own.
 
 import { el, fixed, norm, vectorStrip } from "./format.js";
 
 const TOP_NEURONS = 5;
+const BLOCK_COLUMNS = ["attention_output", "resid_mid", "ffn_intermediate", "ffn_output", "output"];
 
 function stage(title, shape, ...body) {
   return el("div", { class: "stage-row" }, el("h3", {}, title, el("span", { class: "shape" }, shape)), ...body);
@@ -30,64 +32,79 @@ function topK(values, k) {
   return best;
 }
 
-export function renderPipeline(container, { tokens, selected, trace, model }) {
+// Each embedding stage the model has, titled for this token, with its shape.
+function embeddingStages(token, selected, embeddings, model) {
+  const h = model.hidden_size;
+  const titles = {
+    word: [`“${token.text}” → id ${token.id} → row ${token.id} of the word-embedding table`, `${model.vocab_size.toLocaleString("en")}×${h} table → 1×${h}`],
+    position: [`+ position embedding for position ${selected}`, `${model.max_tokens}×${h} table → 1×${h}`],
+    token_type: [`+ token-type embedding (segment ${token.token_type})`, `token types×${h} table → 1×${h}`],
+    sum: [`= ${model.activations.sum}`, `1×${h}`],
+    normalized: [`${model.activations.normalized}`, `1×${h} (of N×${h})`],
+  };
+  const stages = Object.entries(embeddings).map(([name, values]) => stage(...titles[name], row(values, model.activations[name], name)));
+  if (model.positions === "rotary") {
+    stages.push(el("p", { class: "hint" }, `No position table: in every block each query and key is rotated by an angle that grows with its position (RoPE), so a score QKᵀ depends on how far apart two tokens are. The q and k the lab shows are the rotated ones.`));
+  } else if (model.positions === "relative") {
+    stages.push(el("p", { class: "hint" }, "Besides the position table, every head adds a learned bias for how far apart two tokens are to its scores (relative positions)."));
+  }
+  return stages;
+}
+
+function blocksTable(layers, model) {
+  const h = model.hidden_size;
+  const label = model.activations;
+  const header = {
+    attention_output: `‖attention output‖ (${label.attention_output}, 1×${h})`,
+    resid_mid: `‖${label.resid_mid}‖`,
+    ffn_intermediate: `most active FFN neurons (of ${model.intermediate_size}: ${label.ffn_intermediate})`,
+    ffn_output: `‖FFN output‖ (1×${h})`,
+    output: `block output (${label.output}, 1×${h}) and its norm`,
+  };
+  const cell = {
+    ffn_intermediate: (values) => el("td", { class: "neurons" }, topK(values, TOP_NEURONS).map(({ index, value }) => `#${index}: ${fixed(value, 3)}`).join(" · ")),
+    output: (values, layer) => el("td", {}, vectorStrip(values, { label: `block ${layer} output`, height: 14 }), ` ${fixed(norm(values), 3)}`),
+  };
+  const plain = (values) => el("td", {}, fixed(norm(values), 3));
+  return el(
+    "table",
+    { class: "blocks" },
+    el("thead", {}, el("tr", {}, el("th", {}, "block"), ...BLOCK_COLUMNS.map((name) => el("th", {}, header[name])))),
+    el(
+      "tbody",
+      {},
+      ...layers.map((layer) =>
+        el("tr", { dataset: { layer: String(layer.layer) } }, el("th", { scope: "row" }, `block ${layer.layer}`), ...BLOCK_COLUMNS.map((name) => (cell[name] ?? plain)(layer[name], layer.layer))),
+      ),
+    ),
+  );
+}
+
+function nextTokensStage(token, next) {
+  return stage(
+    `LM head: what the model would write after “${token.text}”`,
+    "final norm · W_U → softmax over the vocabulary",
+    el(
+      "ol",
+      { class: "next-tokens" },
+      ...next.candidates.map((candidate) => el("li", {}, el("code", {}, candidate.token), ` ${fixed(100 * candidate.probability, 1)} % · logit ${fixed(candidate.logit, 3)}`)),
+    ),
+  );
+}
+
+export function renderPipeline(container, { tokens, selected, trace, next, model }) {
   if (selected === null || !trace) {
     container.replaceChildren(el("p", { class: "hint" }, selected === null ? "Select a token to follow it." : "Loading…"));
     return;
   }
   const token = tokens[selected];
   const h = model.hidden_size;
-  const e = trace.embeddings;
-  const blocks = trace.layers.map((layer) => {
-    const neurons = topK(layer.ffn_intermediate, TOP_NEURONS);
-    return el(
-      "tr",
-      { dataset: { layer: String(layer.layer) } },
-      el("th", { scope: "row" }, `block ${layer.layer}`),
-      el("td", {}, fixed(norm(layer.attention_output), 3)),
-      el("td", {}, fixed(norm(layer.resid_mid), 3)),
-      el("td", { class: "neurons" }, neurons.map(({ index, value }) => `#${index}: ${fixed(value, 3)}`).join(" · ")),
-      el("td", {}, fixed(norm(layer.ffn_output), 3)),
-      el("td", {}, vectorStrip(layer.output, { label: `block ${layer.layer} output`, height: 14 }), ` ${fixed(norm(layer.output), 3)}`),
-    );
-  });
+  const ffn = model.ffn === "SwiGLU" ? `SwiGLU FFN ${h} → 2×${model.intermediate_size} → ${h}` : `FFN ${h} → ${model.intermediate_size} (GELU) → ${h}`;
+  const order = model.normalization === "post-LN" ? `attention, add & LayerNorm, ${ffn}, add & LayerNorm` : `${model.normalization === "pre-RMSNorm" ? "RMSNorm" : "LayerNorm"} → attention, add; norm → ${ffn}, add`;
   container.replaceChildren(
-    stage(
-      `“${token.text}” → id ${token.id} → row ${token.id} of the word-embedding table`,
-      `${model.vocab_size.toLocaleString("en")}×${h} table → 1×${h}`,
-      row(e.word, "word embedding row", "word"),
-    ),
-    stage(`+ position embedding for position ${selected}`, `512×${h} table → 1×${h}`, row(e.position, "position embedding", "position")),
-    stage(`+ token-type embedding (segment ${token.token_type})`, `2×${h} table → 1×${h}`, row(e.token_type, "token type embedding", "token_type")),
-    stage("= the sum", `1×${h}`, row(e.sum, "sum of embeddings", "sum")),
-    stage("LayerNorm: the input to block 0", `1×${h} (of N×${h})`, row(e.normalized, "normalised embedding", "normalized")),
-    stage(
-      `${model.layers} blocks: attention, add & LayerNorm, FFN ${h} → ${model.intermediate_size} (GELU) → ${h}, add & LayerNorm`,
-      `N×${h} in, N×${h} out`,
-      el(
-        "div",
-        { class: "scroll-x" },
-        el(
-        "table",
-        { class: "blocks" },
-        el(
-          "thead",
-          {},
-          el(
-            "tr",
-            {},
-            el("th", {}, "block"),
-            el("th", {}, `‖attention output‖ (1×${h})`),
-            el("th", {}, `‖LN(x + attention)‖`),
-            el("th", {}, `most active FFN neurons (of ${model.intermediate_size}, after GELU)`),
-            el("th", {}, `‖FFN output‖ (1×${h})`),
-            el("th", {}, `block output (1×${h}) and its norm`),
-          ),
-        ),
-        el("tbody", {}, ...blocks),
-        ),
-      ),
-    ),
+    ...embeddingStages(token, selected, trace.embeddings, model),
+    stage(`${model.layers} blocks: ${order}`, `N×${h} in, N×${h} out`, el("div", { class: "scroll-x" }, blocksTable(trace.layers, model))),
+    ...(next ? [nextTokensStage(token, next)] : []),
   );
 }
 
@@ -95,8 +112,10 @@ export const pipelineView = {
   id: "pipeline",
   follows: ["run", "token"],
   shown: (state) => state.panel === "pipeline",
-  load: ({ token }, lab) => (token === null ? null : lab.numbers().trace(token)),
-  render({ run, token }, trace, lab) {
-    renderPipeline(document.getElementById("pipeline"), { tokens: run.tokens, selected: token, trace, model: lab.model });
+  load: ({ token }, lab) =>
+    token === null ? null : Promise.all([lab.numbers().trace(token), lab.model.next_tokens ? lab.numbers().nextTokens(token) : null]),
+  render({ run, token }, loaded, lab) {
+    const [trace, next] = loaded ?? [null, null];
+    renderPipeline(document.getElementById("pipeline"), { tokens: run.tokens, selected: token, trace, next, model: lab.model });
   },
 };

@@ -1,11 +1,12 @@
-// The sentence vector: the pooled 384 numbers and the same vector divided by its norm.
+// The sentence vector: the pooled numbers (hidden_size of them) and the same vector divided by its norm.
 
 import { el, fixed, plotFont } from "./format.js";
 import { loadPlotly } from "./plotly.js";
 
 const STRATEGIES = {
   mean: "mean of every token's final vector",
-  cls: "the [CLS] token's final vector",
+  cls: "the first token's final vector",
+  last: "the last token's final vector (under the causal mask, the only one that has read the whole text)",
   max: "the largest value of each dimension over all tokens",
 };
 

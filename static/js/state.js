@@ -13,7 +13,7 @@ const listeners = new Set();
 let headCount = 0; // the model's heads: a mean over all of them needs no "heads" in the URL
 let state = {};
 
-// limits: {layers, heads, tourSteps, lessons, panels, scales}, to refuse a URL that names a block, head,
+// limits: {layers, heads, masks, poolings, tourSteps, lessons, panels, scales}, to refuse a URL that names a block, head,
 // tour step, lesson, panel or colour scale that does not exist.
 export async function initState(defaults, limits) {
   headCount = limits.heads;
@@ -53,8 +53,8 @@ function readView(params, limits) {
   if (params.has("text")) view.text = params.get("text");
   if (params.has("pair")) view.pair = params.get("pair");
   if (["AA", "AB", "BA", "BB"].includes(params.get("segments"))) view.segments = params.get("segments");
-  if (["bidirectional", "causal"].includes(params.get("mask"))) view.mask = params.get("mask");
-  if (["mean", "cls", "max"].includes(params.get("pooling"))) view.pooling = params.get("pooling");
+  if (limits.masks.includes(params.get("mask"))) view.mask = params.get("mask");
+  if (limits.poolings.includes(params.get("pooling"))) view.pooling = params.get("pooling");
   const layer = wholeNumber(params.get("layer"));
   if (layer !== null && layer < limits.layers) view.layer = layer;
   const head = params.get("head") === "mean" ? "mean" : wholeNumber(params.get("head"));

@@ -7,9 +7,31 @@ import { PANELS } from "./panels.js";
 
 const POOLING = {
   mean: "the average of all of them",
-  cls: "the [CLS] token's vector alone",
+  cls: "the first token's vector alone",
+  last: "the last token's vector alone: under the causal mask it is the only one that has read the whole text",
   max: "the largest value of each dimension over all of them",
 };
+
+// How the model learns where a token is: a table per position, plus a bias per distance, or a rotation.
+const POSITIONS = {
+  absolute: (m) =>
+    `Attention by itself does not know word order, so a second table adds a vector for each position (up to ${m.max_tokens})${m.token_types ? "; a tiny third one adds the segment" : ""}. The shape does not change.`,
+  relative: (m) =>
+    `Attention by itself does not know word order, so a second table adds a vector for each position (up to ${m.max_tokens}), and every head adds a learned bias for how far apart two tokens are. The shape does not change.`,
+  rotary: () =>
+    "Attention by itself does not know word order. This model adds no position vector: in every block it rotates each query and key by an angle that grows with the token's position (RoPE), so their dot product depends on how far apart the two tokens are.",
+};
+
+const normName = (m) => (m.normalization === "pre-RMSNorm" ? "RMSNorm" : "LayerNorm");
+
+// The special tokens the tokenizer puts around a text, read off its pair layout ("[CLS] A [SEP] B [SEP]").
+function addedAround(m) {
+  const parts = m.pair_layout.split(" ");
+  const first = parts[0] !== "A" ? parts[0] : null;
+  const last = parts.at(-1) !== "B" ? parts.at(-1) : null;
+  if (!first && !last) return ", with no special token added";
+  return `, and the special ${[first && `${first} at the start`, last && `${last} at the end`].filter(Boolean).join(" and ")}`;
+}
 
 // target: the id of the element that shows the step. n is the run's token count ("N" before a run);
 // m is the model's config (layers, heads, hidden_size, head_dim, intermediate_size, vocab_size, ...).
@@ -17,8 +39,7 @@ const STEPS = [
   {
     target: "tokens",
     title: () => "Tokens",
-    text: ({ n }) =>
-      `The tokenizer cuts the text into ${n} pieces: words, word pieces (## continues the word before) and the special [CLS] at the start and [SEP] at the end.`,
+    text: ({ n, m }) => `The tokenizer cuts the text into ${n} pieces: words and word pieces${addedAround(m)}.`,
     shape: ({ n }) => `N = ${n} tokens`,
   },
   {
@@ -37,16 +58,17 @@ const STEPS = [
   },
   {
     target: "pipeline",
-    title: () => "+ position",
-    text: ({ m }) =>
-      `Attention by itself does not know word order, so a second table adds a vector for each position (up to ${m.max_tokens}); a tiny third one adds the segment. The shape does not change.`,
+    title: ({ m }) => (m.positions === "rotary" ? "Positions: rotation (RoPE)" : "+ position"),
+    text: ({ m }) => POSITIONS[m.positions](m),
     shape: ({ n, m }) => `${n}×${m.hidden_size} + ${n}×${m.hidden_size} → ${n}×${m.hidden_size}`,
   },
   {
     target: "pipeline",
-    title: () => "LayerNorm",
+    title: ({ m }) => (m.normalization === "post-LN" ? "LayerNorm" : `${normName(m)} before each part`),
     text: ({ m }) =>
-      `Each token's ${m.hidden_size} numbers are shifted to mean 0 and scaled to spread 1, then stretched by learned weights. This is what block 0 reads.`,
+      m.normalization === "post-LN"
+        ? `Each token's ${m.hidden_size} numbers are shifted to mean 0 and scaled to spread 1, then stretched by learned weights. This is what block 0 reads.`
+        : `Each block reads a normalised copy of the residual stream (${normName(m)}: ${m.normalization === "pre-RMSNorm" ? "scaled to root-mean-square 1, not shifted" : "shifted to mean 0 and scaled to spread 1"}, then stretched by learned weights) before attention, and again before the FFN; the stream itself is only added to.`,
     shape: ({ n, m }) => `${n}×${m.hidden_size}`,
   },
   {
@@ -86,17 +108,17 @@ const STEPS = [
   },
   {
     target: "pipeline",
-    title: () => "Residual + LayerNorm",
-    text: () =>
-      `The attention output is added to the block's input, so nothing the token had is lost (the "residual stream"), and the sum is normalised again. The pipeline table lists both norms per block.`,
+    title: ({ m }) => (m.normalization === "post-LN" ? "Residual + LayerNorm" : "Residual"),
+    text: ({ m }) =>
+      `The attention output is added to the block's input, so nothing the token had is lost (the "residual stream")${m.normalization === "post-LN" ? ", and the sum is normalised again" : ""}. The pipeline table lists both norms per block.`,
     shape: ({ n, m }) => `${n}×${m.hidden_size} + ${n}×${m.hidden_size} → ${n}×${m.hidden_size}`,
   },
   {
     target: "pipeline",
     title: () => "Feed-forward network",
     text: ({ m }) =>
-      `Then each token on its own goes through ${m.intermediate_size} neurons with GELU and back down to ${m.hidden_size}, is added to its input and normalised once more. The table shows the most active neurons.`,
-    shape: ({ n, m }) => `${n}×${m.hidden_size} → ${n}×${m.intermediate_size} (GELU) → ${n}×${m.hidden_size}`,
+      `Then each token on its own goes through ${m.intermediate_size} neurons ${m.ffn === "SwiGLU" ? "(SwiGLU: SiLU of one projection times another)" : "with GELU"} and back down to ${m.hidden_size}, and is added to its input${m.normalization === "post-LN" ? " and normalised once more" : ""}. The table shows the most active neurons.`,
+    shape: ({ n, m }) => `${n}×${m.hidden_size} → ${n}×${m.intermediate_size} (${m.ffn}) → ${n}×${m.hidden_size}`,
   },
   {
     target: "grid",

@@ -11,14 +11,14 @@ import { fillResult } from "./result.js";
 export function renderDifference(container, { text, model, current }) {
   const field = (id, value, label) => el("input", { type: "text", id, value, "aria-label": label });
   const maskPicker = (id, value, label) => {
-    const select = el("select", { id, "aria-label": label }, new Option("bidirectional", "bidirectional"), new Option("causal", "causal"));
+    const select = el("select", { id, "aria-label": label }, ...model.masks.map((mask) => new Option(mask, mask)));
     select.value = value;
     return select;
   };
   const textA = field("difference-a", text, "Prompt A");
   const textB = field("difference-b", text, "Prompt B");
-  const maskA = maskPicker("difference-mask-a", "bidirectional", "Mask A");
-  const maskB = maskPicker("difference-mask-b", "causal", "Mask B");
+  const maskA = maskPicker("difference-mask-a", model.masks[0], "Mask A");
+  const maskB = maskPicker("difference-mask-b", model.masks.at(-1), "Mask B");
   const result = el("div", { class: "lesson-result", id: "difference-result", "aria-live": "polite" });
   const form = el(
     "form",

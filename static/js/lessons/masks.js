@@ -8,13 +8,19 @@ import { stageTable } from "./stages.js";
 import { fillResult } from "./result.js";
 
 export function renderMasks(container, { run, text, token, model }) {
+  if (model.masks.length === 1) {
+    container.replaceChildren(
+      el("p", { class: "hint", id: "masks-decoder" }, `${model.name} is a causal decoder (${model.family}): it was trained to read each token with only the ones before it, so it is read with the causal mask only. Every row i of its attention is zero after column i: see the heatmap. Load an encoder (e.g. MiniLM) to compare the two masks on the same weights.`),
+    );
+    return;
+  }
   const go = el("button", { type: "button", id: "masks-run" }, "Run this prompt under both masks");
   const result = el("div", { class: "lesson-result", id: "masks-result", "aria-live": "polite" });
   container.replaceChildren(
     el(
       "p",
       { class: "hint" },
-      "The same weights, two masks: bidirectional (how MiniLM was trained, and how embedding models read) and causal (how a GPT-style decoder reads: row i of every attention matrix is zero after column i).",
+      `The same weights, two masks: bidirectional (how ${model.name} was trained, and how embedding models read) and causal (how a GPT-style decoder reads: row i of every attention matrix is zero after column i).`,
     ),
     go,
     result,

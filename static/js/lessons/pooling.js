@@ -5,7 +5,14 @@ import * as api from "../api.js";
 import { el, fixed } from "../format.js";
 import { fillResult } from "./result.js";
 
-export function renderPooling(container, { text, run }) {
+const POOLINGS = {
+  mean: "the mean of all rows (mean)",
+  cls: "the first token's row (cls)",
+  max: "the largest value of each column (max)",
+  last: "the last token's row, the only one that read the whole text under the causal mask (last)",
+};
+
+export function renderPooling(container, { text, run, model }) {
   const prefix = el("input", { type: "text", id: "pooling-prefix", value: "query: ", "aria-label": "Instruction prefix" });
   const result = el("div", { class: "lesson-result", id: "pooling-result", "aria-live": "polite" });
   const form = el("form", { class: "lesson-form" }, el("label", {}, "Instruction prefix ", prefix), el("button", { type: "submit" }, "Compare"));
@@ -14,7 +21,7 @@ export function renderPooling(container, { text, run }) {
     await fillResult(result, "Pooling…", async () => show(result, await api.pooling({ text, mask: run.mask, prefix: prefix.value })));
   });
   container.replaceChildren(
-    el("p", { class: "hint" }, "Three ways to make one vector of the last block's N×384: the [CLS] token's row, the mean of all rows (what MiniLM was trained with), the largest value of each column."),
+    el("p", { class: "hint" }, `${model.poolings.length} ways to make one vector of the last hidden states, N×${model.hidden_size}: ${model.poolings.map((name) => POOLINGS[name]).join(", ")}. ${model.name} pools with ${model.default_pooling} by default.`),
     form,
     result,
   );
@@ -58,7 +65,7 @@ function show(result, pooled) {
       { class: "caption", dataset: { field: "prefix", value: String(pooled.prefix.cosine) } },
       `With the prefix (“${pooled.prefix.text}”), the sentence vector's cosine to the one without: `,
       el("strong", {}, fixed(pooled.prefix.cosine)),
-      ". Retrieval models trained with such prefixes expect them; MiniLM was not, yet the words still move the vector.",
+      ". Retrieval models trained with such prefixes expect them; a model trained without them still has its vector moved by the words.",
     ),
     pooled.whole_input.tokens > pooled.strategies.mean.tokens
       ? el(

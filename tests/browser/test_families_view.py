@@ -1,0 +1,82 @@
+"""The page adapts to the model it serves: a Llama-style decoder (RoPE, RMSNorm, SwiGLU, grouped K/V heads,
+an LM head) and a RoBERTa encoder, tiny random models built in a temp folder and served by `python -m app`."""
+
+import httpx
+import pytest
+from playwright.sync_api import expect
+
+from tests.browser.conftest import open_panel, screenshot, wait_until
+from tests.conftest import LabProcess
+from tests.families import build
+
+
+@pytest.fixture(scope="module", params=["llama", "roberta"])
+def family_lab(request, tmp_path_factory):
+    folder = build(request.param, tmp_path_factory.mktemp(request.param) / "model")
+    lab = LabProcess(folder.parent, env={"ATTENTION_LAB_MODEL_PATH": str(folder)})
+    lab.start()
+    yield request.param, lab.url
+    lab.stop()
+
+
+@pytest.fixture
+def family_page(browser, family_lab):
+    name, url = family_lab
+    context = browser.new_context(viewport={"width": 1280, "height": 720})
+    page = context.new_page()
+    errors = []
+    page.on("pageerror", lambda error: errors.append(str(error)))
+    page.on("console", lambda message: message.type == "error" and errors.append(message.text))
+    page.goto(f"{url}/?text=The+cat+sat+on+the+mat.&token=2&panel=pipeline")
+    wait_until(page, "document.querySelector('#pipeline .stage-row')")
+    yield name, url, page
+    context.close()
+    assert errors == []
+
+
+def test_the_page_follows_the_models_family(family_page):
+    name, url, page = family_page
+    model = httpx.get(f"{url}/api/model").json()
+    expect(page.locator("#model-name")).to_contain_text(model["family"])
+    masks = page.locator("#mask option").all_inner_texts()
+    poolings = page.locator("#pooling option").evaluate_all("options => options.map(o => o.value)")
+    assert masks == model["masks"] and poolings == model["poolings"]
+    assert page.locator("#pooling").input_value() == model["default_pooling"]
+    assert page.locator("#mask").input_value() == model["default_mask"]
+    open_panel(page, "pipeline")
+    pipeline = page.locator("#pipeline")
+    if name == "llama":
+        assert masks == ["causal"] and model["default_pooling"] == "last"
+        expect(pipeline).to_contain_text("RoPE")
+        expect(pipeline).to_contain_text("SiLU(x · W_gate)")
+        wait_until(page, "document.querySelectorAll('#pipeline .next-tokens li').length === 5")
+        candidates = httpx.get(f"{url}/api/runs/{run_id(url)}/tokens/2/next").json()
+        shown = page.locator("#pipeline .next-tokens code").all_inner_texts()
+        assert shown == [candidate["token"] for candidate in candidates["candidates"]]
+        # No position table and no token types: only the word row is an embedding stage here.
+        assert page.locator("#pipeline .row").evaluate_all("rows => rows.map(r => r.dataset.field)") == ["word"]
+    else:
+        assert masks == ["bidirectional", "causal"]
+        expect(pipeline).to_contain_text("LN(x + attention)")
+        fields = page.locator("#pipeline .row").evaluate_all("rows => rows.map(r => r.dataset.field)")
+        assert fields == ["word", "position", "token_type", "sum", "normalized"]
+        assert page.locator("#pipeline .next-tokens").count() == 0
+    screenshot(page, f"70-family-{name}-pipeline")
+
+
+def run_id(url) -> str:
+    """The page's run: the same spec names the same run, so analyzing the text again gives its id."""
+    return httpx.post(f"{url}/api/analyze", json={"text": "The cat sat on the mat."}).json()["run_id"]
+
+
+def test_the_tour_says_how_this_model_knows_positions(family_page):
+    name, url, page = family_page
+    page.click("#tour-start")
+    for _ in range(3):
+        page.click("#tour-next")
+    text, title = page.locator("#tour-text").inner_text(), page.locator("#tour-title").inner_text()
+    if name == "llama":
+        assert "rotates each query and key" in text and "RoPE" in title
+    else:
+        assert "a second table adds a vector for each position" in text
+    page.click("#tour-close")
