@@ -7,8 +7,8 @@ from pathlib import Path
 from typing import Annotated
 
 import annotated_types
-from pydantic import Field, ValidationError
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic import Field, ValidationError, field_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 ENV_PREFIX = "ATTENTION_LAB_"
 KIB = 1024
@@ -29,6 +29,10 @@ class Settings(BaseSettings):
 
     # A local model folder of a family the lab reads (app/engine/families); unset means the packaged MiniLM.
     model_path: Path | None = None
+    # More model folders the page offers in its model picker, separated by commas; each loads when first
+    # asked for, and at most max_loaded_models stay loaded at once (the default one always).
+    models: Annotated[list[Path], NoDecode] = []
+    max_loaded_models: Annotated[int, between(1, 64)] = 3
     # Runs each worker keeps in memory for the per-head and per-layer endpoints: the cache evicts the
     # least recently used run once either bound is passed (and recomputes it from its spec if asked again).
     max_runs: Annotated[int, between(1, 100_000)] = 64
@@ -76,6 +80,11 @@ class Settings(BaseSettings):
     port: Annotated[int, between(1, 65_535)] = 8000
     # Server processes `python -m app` starts; each loads its own copy of the model (about 0.5 GB).
     workers: Annotated[int, between(1, 64)] = 1
+
+    @field_validator("models", mode="before")
+    @classmethod
+    def comma_separated(cls, value):
+        return [part.strip() for part in value.split(",") if part.strip()] if isinstance(value, str) else value
 
 
 def explain(error: ValidationError) -> str:

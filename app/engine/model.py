@@ -50,6 +50,10 @@ class LoadedModel:
         return min(self.pooled_length or self.max_tokens, self.max_tokens)
 
     @property
+    def nbytes(self) -> int:
+        return sum(tensor.numel() * tensor.element_size() for tensor in self.model.state_dict().values())
+
+    @property
     def has_lm_head(self) -> bool:
         return self.model.get_output_embeddings() is not None
 
@@ -93,6 +97,19 @@ def load_model(path: Path | None = None) -> LoadedModel:
     digest = model_digest(model, tokenizer, pooled_length)
     pooling = _default_pooling(path) or family.default_pooling
     return LoadedModel(name, path, model, tokenizer, family, pooling, pooled_length, digest)
+
+
+def check_model_folder(path: Path) -> None:
+    """What can be told of a folder without loading its weights: it exists and holds a family the lab reads."""
+    if not path.is_dir():
+        raise ModelLoadError(f"model folder {path} does not exist")
+    try:
+        family_of(AutoConfig.from_pretrained(path, local_files_only=True))
+    except UnknownFamily as error:
+        raise ModelLoadError(f"model folder {path} holds {error}") from None
+    except Exception as error:
+        first_line = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        raise ModelLoadError(f"model folder {path} could not be read: {first_line}") from error
 
 
 def model_digest(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, pooled_length: int | None) -> str:

@@ -3,6 +3,7 @@ time, takes turns at the model through the gate, and recomputes from the shared 
 not hold. The numbers come from the engine (app.engine.runs)."""
 
 import asyncio
+from pathlib import Path
 
 from app.engine.model import LoadedModel
 from app.engine.runs import Engine, Run
@@ -10,6 +11,7 @@ from app.engine.spec import RUN_ID, RunSpec
 from app.serving.cache import RunCache
 from app.serving.gate import ANYONE, Client, PassGate
 from app.serving.memory import trim_if_over
+from app.serving.models import Models
 from app.serving.specs import SpecStore, StoreError
 
 # The model, torch and the server besides the runs: about 0.45 GB measured, with room for a pass in flight.
@@ -42,9 +44,11 @@ class Lab:
         max_chars: int,
         max_runs: int,
         max_cache_bytes: int,
+        folders: list[Path] = (),
+        max_loaded_models: int = 3,
     ):
-        self.engine = Engine(loaded, max_chars)
-        self.loaded = loaded
+        """`loaded`: the default model; `folders`: more models, loaded when first asked for."""
+        self.models = Models(loaded, list(folders), max_chars, max_loaded_models)
         self.specs = specs
         self.gate = gate
         self.runs: RunCache[Run] = RunCache(max_runs, max_cache_bytes)
@@ -55,12 +59,29 @@ class Lab:
         self._started: set[str] = set()
 
     @property
+    def engine(self) -> Engine:
+        """The default model's engine."""
+        return self.models.loaded(self.models.default)
+
+    @property
+    def loaded(self) -> LoadedModel:
+        return self.engine.loaded
+
+    @property
     def info(self) -> dict:
         return self.engine.info
 
     def spec(self, *args, **kwargs) -> RunSpec:
-        """The checked spec of a request (app.engine.runs.Engine.spec)."""
+        """The checked spec of a request for the default model (app.engine.runs.Engine.spec)."""
         return self.engine.spec(*args, **kwargs)
+
+    async def engine_for(self, model: str | None) -> Engine:
+        """A model's engine by name (the default for None), loaded on first use."""
+        return await self.models.engine(model)
+
+    def engine_of(self, run: Run) -> Engine:
+        """The engine that computed a run: loaded, since the run was just served (see get_run)."""
+        return self.models.loaded(run.spec.model)
 
     def kept(self, spec: RunSpec) -> Run | None:
         """This worker's run of the spec, if it holds one: no forward pass needed."""
@@ -82,16 +103,22 @@ class Lab:
         spec = await asyncio.to_thread(self.specs.get, run_id) if RUN_ID.fullmatch(run_id) else None
         if spec is None:
             raise RunNotFound(run_id)
-        if (spec.model, spec.model_digest) != (self.loaded.name, self.loaded.digest):
+        if spec.model not in self.models.names:
             raise ForeignRun(run_id, spec, self.loaded)
+        engine = await self.models.engine(spec.model)
+        if spec.model_digest != engine.loaded.digest:
+            raise ForeignRun(run_id, spec, engine.loaded)
         return await self._computed(spec, client)
 
-    async def attribution(self, text: str, other: str, method: str, steps: int, client: Client = ANYONE) -> dict:
+    async def attribution(
+        self, text: str, other: str, method: str, steps: int, client: Client = ANYONE, model: str | None = None
+    ) -> dict:
         """Which tokens of `text` make it similar to `other`: a turn at the gate, then a thread."""
+        engine = await self.models.engine(model)
         for checked in (text, other):
-            self.spec(checked)  # the same character cap as any run, before waiting for a turn
+            engine.spec(checked)  # the same character cap as any run, before waiting for a turn
         async with self.gate.admit(client):
-            return await asyncio.to_thread(self.engine.attribution, text, other, method, steps)
+            return await asyncio.to_thread(engine.attribution, text, other, method, steps)
 
     async def store_problem(self) -> str | None:
         """Why the shared spec store is not answering, or None if it is."""
@@ -128,6 +155,7 @@ class Lab:
 
     async def _pass(self, spec: RunSpec, client: Client) -> Run:
         try:
+            await self.models.engine(spec.model)  # loaded before the turn, in case it was let go
             async with self.gate.admit(client):
                 self._started.add(spec.run_id)
                 return await asyncio.to_thread(self.analyze, spec)
@@ -141,7 +169,7 @@ class Lab:
         kept = self.kept(spec)
         if kept is not None:
             return kept
-        run = self.engine.run(spec)
+        run = self.models.loaded(spec.model).run(spec)
         self.runs.put(spec.run_id, run)
-        trim_if_over(self.runs.max_bytes + RUNTIME_BYTES)
+        trim_if_over(self.runs.max_bytes + RUNTIME_BYTES + self.models.loaded_bytes)
         return run

@@ -27,6 +27,7 @@ from app.web.schemas import (
     Health,
     LayerResponse,
     ModelInfo,
+    ModelsResponse,
     NearestResponse,
     NextTokensResponse,
     PoolingRequest,
@@ -56,16 +57,23 @@ class NumbersResponse(Response):
         return orjson.dumps(content, option=orjson.OPT_SERIALIZE_NUMPY)
 
 
+async def served(lab, run_id: str, client) -> Run:
+    """The run, with its model loaded for the route (lab.engine_of)."""
+    run = await lab.run(run_id, client)
+    await lab.engine_for(run.spec.model)
+    return run
+
+
 async def get_run(run_id: str, lab: LabDep, client: ClientDep) -> Run:
-    return await lab.run(run_id, client)
+    return await served(lab, run_id, client)
 
 
 async def get_run_a(a: str, lab: LabDep, client: ClientDep) -> Run:
-    return await lab.run(a, client)
+    return await served(lab, a, client)
 
 
 async def get_run_b(b: str, lab: LabDep, client: ClientDep) -> Run:
-    return await lab.run(b, client)
+    return await served(lab, b, client)
 
 
 RunDep = Annotated[Run, Depends(get_run)]
@@ -86,15 +94,26 @@ async def health(lab: LabDep):
     return {
         "status": "ok",
         "model": lab.info["name"],
+        "models": lab.models.names,
         "server": f"{socket.gethostname()}:{os.getpid()}",
         "runs": len(lab.runs),
         "store": store,
     }
 
 
-@router.get("/model", response_model=ModelInfo)
-async def model(lab: LabDep):
-    return lab.info
+@router.get("/model", response_model=ModelInfo, responses={422: {"model": ErrorResponse}})
+async def model(lab: LabDep, name: Annotated[str | None, Query(description="A model the lab serves")] = None):
+    """A model's shape and family (the default one unless named); a model not yet loaded loads now."""
+    return (await lab.engine_for(name)).info
+
+
+@router.get("/models", response_model=ModelsResponse)
+async def models(lab: LabDep):
+    """The models this lab serves, the default first, and which are loaded in this worker now."""
+    return {
+        "default": lab.models.default,
+        "models": [{"name": name, "loaded": lab.models.loaded(name) is not None} for name in lab.models.names],
+    }
 
 
 @router.post(
@@ -109,12 +128,13 @@ async def model(lab: LabDep):
     },
 )
 async def analyze(body: AnalyzeRequest, lab: LabDep, client: ClientDep):
-    spec = lab.spec(body.text, body.text_pair, body.mask, body.pooling, body.ablate)
+    engine = await lab.engine_for(body.model)
+    spec = engine.spec(body.text, body.text_pair, body.mask, body.pooling, body.ablate)
     run = await lab.submit(spec, client)
     return NumbersResponse(
         {
             "run_id": run.run_id,
-            "model": lab.info,
+            "model": engine.info,
             "text_pair": spec.text_pair,
             "tokens": [token.__dict__ for token in run.tokens],
             "truncated": run.truncated,
@@ -165,9 +185,10 @@ def rollout(run: RunDep, token: int):
 @router.get("/runs/{run_id}/tokens/{token}/nearest", response_model=NearestResponse, responses=NOT_FOUND)
 def nearest(run: RunDep, lab: LabDep, token: int, k: Annotated[int, Query(ge=1, le=50)] = 5):
     run.check_token(token)
+    engine = lab.engine_of(run)
     return {
         "index": token,
-        "stages": lessons.nearest_rows(run, token, lab.engine.unit_embedding_table, lab.loaded.tokenizer, k),
+        "stages": lessons.nearest_rows(run, token, engine.unit_embedding_table, engine.loaded.tokenizer, k),
     }
 
 
@@ -177,9 +198,9 @@ def next_tokens(run: RunDep, lab: LabDep, token: int, k: Annotated[int, Query(ge
     head; under the causal mask each position sees only itself and the tokens before it)."""
     run.check_token(token)
     if run.next_tokens is None:
-        raise InvalidInput(f"{lab.info['name']} has no language-model head: it predicts no next token")
+        raise InvalidInput(f"{run.spec.model} has no language-model head: it predicts no next token")
     ids, logits, probabilities = (values[token, :k].tolist() for values in run.next_tokens)
-    pieces = lab.loaded.tokenizer.convert_ids_to_tokens(ids)
+    pieces = lab.engine_of(run).pieces(ids)
     return {
         "index": token,
         "candidates": [
@@ -192,10 +213,11 @@ def next_tokens(run: RunDep, lab: LabDep, token: int, k: Annotated[int, Query(ge
 @router.post("/pooling", response_model=PoolingResponse)
 async def pooling(body: PoolingRequest, lab: LabDep, client: ClientDep):
     """CLS, mean and max pooling of one prompt side by side, and how an instruction prefix moves it."""
-    run = await lab.submit(lab.spec(body.text, mask=body.mask), client)
-    prefixed = await lab.submit(lab.spec(body.prefix + body.text, mask=body.mask), client)
+    engine = await lab.engine_for(body.model)
+    run = await lab.submit(engine.spec(body.text, mask=body.mask), client)
+    prefixed = await lab.submit(engine.spec(body.prefix + body.text, mask=body.mask), client)
     whole_input = lessons.whole_input_vector(run)
-    vectors = lessons.pooling_strategies(run, lab.info["poolings"])
+    vectors = lessons.pooling_strategies(run, engine.info["poolings"])
     names = list(vectors)
     return NumbersResponse(
         {
@@ -220,7 +242,7 @@ async def pooling(body: PoolingRequest, lab: LabDep, client: ClientDep):
 @router.post("/attribution", response_model=AttributionResponse)
 async def attribution(body: AttributionRequest, lab: LabDep, client: ClientDep):
     """Gradient × input or Integrated Gradients (Captum) of the two sentences' cosine, per token of `text`."""
-    found = await lab.attribution(body.text, body.other, body.method, body.steps, client)
+    found = await lab.attribution(body.text, body.other, body.method, body.steps, client, body.model)
     return NumbersResponse(
         {
             **found,
@@ -295,7 +317,8 @@ def attention(
     if layer is not None:
         pick(run.attention(), layer, None)  # 404 for a block that does not exist, before any measuring
     # The blocks asked for, then the head asked for among the measure's own heads (ALTI has one per block).
-    blocks = pick(measures.measure_blocks(run, lab.loaded.model, measure, layer), None if layer is None else 0, head)
+    model = lab.engine_of(run).loaded.model
+    blocks = pick(measures.measure_blocks(run, model, measure, layer), None if layer is None else 0, head)
     # Weights and ALTI's shares lie in [0, 1]; norms do not, so uint8 spans this answer's own largest value.
     top = max(float(block.max()) for block in blocks) if measure == "norm" else 1.0
     pieces, headers = encode_attention(blocks, dtype, size, top)

@@ -81,23 +81,37 @@ templates = Jinja2Templates(directory=ROOT / "templates")
 
 
 @router.get("/", response_class=HTMLResponse)
-def index(request: Request, lab: LabDep):
-    info = lab.info
-    config = {"model": info, "defaultText": DEFAULT_TEXT, "maxChars": lab.engine.max_chars, "plotly": PLOTLY_URL}
+async def index(request: Request, lab: LabDep, model: str | None = None):
+    """The lab for one model: the default, or ?model= one the lab serves (an unknown name: the default)."""
+    engine = await lab.engine_for(model if model in lab.models.names else None)
+    info = engine.info
+    config = {
+        "model": info,
+        "defaultModel": lab.models.default,
+        "defaultText": DEFAULT_TEXT,
+        "maxChars": engine.max_chars,
+        "plotly": PLOTLY_URL,
+    }
+    first_token = info["pair_layout"].split()[0]
     return templates.TemplateResponse(
         request,
         "index.html",
         {
             "model": info,
+            "models": lab.models.names,
             "config": config,
             "default_text": DEFAULT_TEXT,
-            "max_chars": lab.engine.max_chars,
-            "pair_layout": info["pair_layout"],
-            "pooling_names": {"mean": "mean", "max": "max", "last": "last token", "cls": "first token"}
-            | ({"cls": info["pair_layout"].split()[0]} if info["pair_layout"].split()[0] != "A" else {}),
+            "max_chars": engine.max_chars,
             "assets": ASSETS_URL,
             "modules": FIRST_SCREEN_MODULES,
             "stylesheet": STYLESHEET,
+            "pair_layout": info["pair_layout"],
+            "pooling_names": {
+                "mean": "mean",
+                "max": "max",
+                "last": "last token",
+                "cls": first_token if first_token != "A" else "first token",
+            },
         },
         headers={"Cache-Control": "no-cache"},
     )

@@ -26,6 +26,11 @@ PromptText = Annotated[
 ]
 
 
+ModelName = Annotated[
+    str | None, Field(None, max_length=200, description="One of /api/models; default: the lab's default model")
+]
+
+
 class AnalyzeRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -45,6 +50,17 @@ class AnalyzeRequest(BaseModel):
     ablate: list[tuple[int, int]] = Field(
         [], max_length=1000, description="(layer, head) pairs switched off: their context is zeroed before W_O"
     )
+    model: ModelName = None
+
+
+class ServedModel(BaseModel):
+    name: str
+    loaded: bool = Field(description="Loaded in the worker that answered (a model loads on first use)")
+
+
+class ModelsResponse(BaseModel):
+    default: str
+    models: list[ServedModel]
 
 
 class ModelInfo(BaseModel):
@@ -193,6 +209,7 @@ class PoolingRequest(BaseModel):
 
     text: PromptText
     mask: Mask | None = None
+    model: ModelName = None
     prefix: str = Field("query: ", max_length=200, description="An instruction prefix to compare with")
 
 
@@ -304,7 +321,8 @@ class StoreHealth(BaseModel):
 
 class Health(BaseModel):
     status: Literal["ok"]
-    model: str
+    model: str = Field(description="The default model")
+    models: list[str] = Field(description="Every model this lab serves, the default first")
     server: str = Field(description="host:pid of the process that answered: which replica and worker")
     runs: int = Field(description="Runs this server process holds in memory")
     store: StoreHealth
@@ -334,6 +352,7 @@ class AttributionRequest(BaseModel):
     other: PromptText = Field(description="The second sentence: the target is the cosine of the two sentence vectors")
     method: Literal["integrated_gradients", "gradient_x_input"] = "integrated_gradients"
     steps: int = Field(32, ge=2, le=256, description="Integrated Gradients' interpolation steps")
+    model: ModelName = None
 
 
 class AttributionResponse(BaseModel):

@@ -48,8 +48,15 @@ async function post(url, body) {
 
 // ablate: [[layer, head], ...] switched off (their context zeroed before W_O).
 // textPair: an optional second sentence, segment B; ablate: [[layer, head], ...] switched off.
+// The model this page reads: every run it asks for is that model's.
+let pageModel = null;
+
+export function useModel(name) {
+  pageModel = name;
+}
+
 export function analyze({ text, textPair = null, mask, pooling, ablate = [] }) {
-  return post("/api/analyze", { text, text_pair: textPair || null, mask, pooling, ablate });
+  return post("/api/analyze", { text, text_pair: textPair || null, mask, pooling, ablate, model: pageModel });
 }
 
 export async function compare(a, b, tokenA, tokenB) {
@@ -75,11 +82,11 @@ export async function nextTokens(runId, index, k = 5) {
 }
 
 export function attribution({ text, other, method = "integrated_gradients" }) {
-  return post("/api/attribution", { text, other, method });
+  return post("/api/attribution", { text, other, method, model: pageModel });
 }
 
 export function pooling({ text, mask, prefix }) {
-  return post("/api/pooling", { text, mask, prefix });
+  return post("/api/pooling", { text, mask, prefix, model: pageModel });
 }
 
 export async function head(runId, layer, headIndex) {

@@ -8,7 +8,7 @@ import { el, fixed } from "./format.js";
 
 const $ = (id) => document.getElementById(id);
 // The view a class shares: what the URL carries, less what is one person's own (presentation, colours).
-const SHARED = ["text", "pair", "mask", "pooling", "layer", "head", "heads", "blockMean", "token", "also", "panel", "tour", "sinks", "segments", "lesson"];
+const SHARED = ["model", "text", "pair", "mask", "pooling", "layer", "head", "heads", "blockMean", "token", "also", "panel", "tour", "sinks", "segments", "lesson"];
 const RUN_INPUTS = ["text", "pair", "mask", "pooling"];
 const TEACHER_KEY = "attention-lab-class"; // sessionStorage: the class this tab teaches, and its secret
 
@@ -205,6 +205,11 @@ async function learn(lab, code) {
 // The teacher's view, applied: a new prompt runs the model; the rest only moves the views.
 function apply(lab, view) {
   const before = lab.getState();
+  if (view.model && view.model !== before.model) {
+    // The teacher reads another model: that is another page, joined to the same class.
+    window.location.assign(`/?${new URLSearchParams({ model: view.model, text: view.text ?? before.text, class: before.classCode })}`);
+    return;
+  }
   const patch = Object.fromEntries(SHARED.filter((key) => key in view).map((key) => [key, view[key]]));
   lab.setState(patch);
   if (RUN_INPUTS.some((key) => key in patch && patch[key] !== before[key]) || !before.run) runPrompt(lab);

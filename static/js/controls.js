@@ -125,6 +125,12 @@ function bindPrompt(lab) {
     });
   }
   for (const id of ["mask", "pooling"]) $(id).addEventListener("change", () => $("prompt-form").requestSubmit());
+  // Another model is another page (its blocks, heads, masks and poolings): the prompt goes with it.
+  $("model-picker")?.addEventListener("change", (event) => {
+    const { text, classCode } = lab.getState();
+    const params = new URLSearchParams({ model: event.target.value, text, ...(classCode ? { class: classCode } : {}) });
+    window.location.assign(`/?${params}`);
+  });
 }
 
 function bindViewControls(lab) {

@@ -1,5 +1,6 @@
 // The page: one state (mirrored in the URL), the views that follow it, and the controls that change it.
 
+import * as api from "./api.js";
 import { attendsView } from "./attends.js";
 import { createAttentionView } from "./attention.js";
 import { SCALES } from "./colors.js";
@@ -20,14 +21,16 @@ import { mountViews } from "./views.js";
 
 const config = JSON.parse(document.getElementById("lab-config").textContent);
 const model = config.model;
+api.useModel(model.name);
 
 await initState(
   {
     text: config.defaultText, mask: model.default_mask, pooling: model.default_pooling, layer: 0, head: 0, token: null, present: false,
     sinks: "show", pair: "", segments: "all", also: [], preview: null, heads: [...Array(model.heads).keys()], blockMean: false,
     allHeads: false, predict: false, tour: null, lesson: null, panel: null, scale: "blues", classCode: null, measure: "weights",
+    model: model.name,
   },
-  { layers: model.layers, heads: model.heads, masks: model.masks, poolings: model.poolings, tourSteps: TOUR_LENGTH, lessons: Object.keys(LESSONS), panels: Object.keys(PANELS), scales: Object.keys(SCALES) },
+  { defaultModel: config.defaultModel, layers: model.layers, heads: model.heads, masks: model.masks, poolings: model.poolings, tourSteps: TOUR_LENGTH, lessons: Object.keys(LESSONS), panels: Object.keys(PANELS), scales: Object.keys(SCALES) },
 );
 
 const lab = { getState, setState, subscribe, model, numbers: () => numbersOf(getState().run.run_id), showError };

@@ -11,12 +11,14 @@ const LONGEST_QUERY = 2000; // characters; a longer view is written compressed i
 const COMPRESSED = "#z=";
 const listeners = new Set();
 let headCount = 0; // the model's heads: a mean over all of them needs no "heads" in the URL
+let defaultModel = null; // a page of another model carries ?model= in its links
 let state = {};
 
-// limits: {layers, heads, masks, poolings, tourSteps, lessons, panels, scales}, to refuse a URL that names a block, head,
+// limits: {defaultModel, layers, heads, masks, poolings, tourSteps, lessons, panels, scales}, to refuse a URL that names a block, head,
 // tour step, lesson, panel or colour scale that does not exist.
 export async function initState(defaults, limits) {
   headCount = limits.heads;
+  defaultModel = limits.defaultModel;
   state = { ...defaults, ...readView(await linkParams(), limits), run: null, guesses: new Map() };
   return state;
 }
@@ -90,13 +92,17 @@ async function writeURL() {
   const params = viewParams();
   const query = params.toString();
   // Compressed as JSON pairs, not as the query: percent-encoding triples the bytes of non-Latin text.
-  const url = query.length <= LONGEST_QUERY ? `?${query}` : `${COMPRESSED}${await deflate(JSON.stringify([...params]))}`;
+  // The model stays in the query even then: the server renders the page for it.
+  const model = state.model !== defaultModel ? `?${new URLSearchParams({ model: state.model })}` : "";
+  params.delete("model");
+  const url = query.length <= LONGEST_QUERY ? `?${query}` : `${model}${COMPRESSED}${await deflate(JSON.stringify([...params]))}`;
   // Compression is asynchronous: only the latest view's URL is written.
   if (ticket === urlsWritten) window.history.replaceState(null, "", `${window.location.pathname}${url}`);
 }
 
 function viewParams() {
   const params = new URLSearchParams();
+  if (state.model !== defaultModel) params.set("model", state.model);
   params.set("text", state.text);
   if (state.pair) params.set("pair", state.pair);
   if (state.segments !== "all") params.set("segments", state.segments);

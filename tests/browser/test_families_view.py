@@ -80,3 +80,35 @@ def test_the_tour_says_how_this_model_knows_positions(family_page):
     else:
         assert "a second table adds a vector for each position" in text
     page.click("#tour-close")
+
+
+@pytest.fixture(scope="module")
+def two_model_lab(tmp_path_factory):
+    """The packaged MiniLM by default, and a tiny Llama-style model in the picker."""
+    folder = build("llama", tmp_path_factory.mktemp("picker") / "tiny-llama")
+    lab = LabProcess(folder.parent, env={"ATTENTION_LAB_MODELS": str(folder)})
+    lab.start()
+    yield lab.url
+    lab.stop()
+
+
+def test_the_model_picker_opens_the_other_model_with_the_prompt(browser, two_model_lab):
+    context = browser.new_context(viewport={"width": 1280, "height": 720})
+    page = context.new_page()
+    page.goto(f"{two_model_lab}/?text=The+cat+sat.")
+    wait_until(page, "document.querySelectorAll('#tokens .token').length > 0")
+    assert page.locator("#model-picker option").all_inner_texts() == [
+        "sentence-transformers/all-MiniLM-L6-v2",
+        "tiny-llama",
+    ]
+    page.select_option("#model-picker", "tiny-llama")
+    page.wait_for_url("**model=tiny-llama**")
+    wait_until(page, "document.querySelectorAll('#tokens .token').length > 0")
+    expect(page.locator("#model-name")).to_contain_text("Llama")
+    assert page.locator("#prompt").input_value() == "The cat sat."
+    assert page.locator("#mask option").all_inner_texts() == ["causal"]
+    assert "model=tiny-llama" in page.url  # a link to this view opens this model
+    page.reload()
+    expect(page.locator("#model-name")).to_contain_text("Llama")
+    screenshot(page, "71-model-picker-llama")
+    context.close()

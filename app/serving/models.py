@@ -1,0 +1,60 @@
+"""The models one lab serves, by name: the default one loaded at start, the others on first use, at most
+a few at a time (the least recently used one beyond the default is let go; its runs are recomputed from
+their specs if it is needed again)."""
+
+import asyncio
+from collections import OrderedDict
+from pathlib import Path
+
+from app.engine.model import LoadedModel, ModelLoadError, check_model_folder, load_model
+from app.engine.runs import Engine, InvalidInput
+
+
+class UnknownModel(InvalidInput):
+    pass
+
+
+class Models:
+    def __init__(self, default: LoadedModel, folders: list[Path], max_chars: int, max_loaded: int):
+        self.default = default.name
+        self.max_chars = max_chars
+        self.max_loaded = max_loaded
+        self.folders: dict[str, Path] = {default.name: default.path}
+        for folder in folders:
+            name = Path(folder).name
+            if name in self.folders:
+                raise ModelLoadError(f"two models are named {name!r} (a model is named by its folder): rename one")
+            check_model_folder(Path(folder))  # a bad folder stops the lab at start, not a learner's request
+            self.folders[name] = Path(folder)
+        self._engines: OrderedDict[str, Engine] = OrderedDict({default.name: Engine(default, max_chars)})
+        self._loading: dict[str, asyncio.Lock] = {}
+
+    @property
+    def names(self) -> list[str]:
+        return list(self.folders)
+
+    def loaded(self, name: str) -> Engine | None:
+        return self._engines.get(name)
+
+    @property
+    def loaded_bytes(self) -> int:
+        """The weights of the models loaded besides the default one (which the runtime's share counts)."""
+        return sum(engine.loaded.nbytes for name, engine in self._engines.items() if name != self.default)
+
+    async def engine(self, name: str | None) -> Engine:
+        """The engine of a model by name (the default for None), loading it in a thread the first time."""
+        name = name or self.default
+        if name not in self.folders:
+            raise UnknownModel(f"no model {name!r} here: this lab serves {', '.join(self.names)}")
+        engine = self._engines.get(name)
+        if engine is None:
+            async with self._loading.setdefault(name, asyncio.Lock()):
+                engine = self._engines.get(name)
+                if engine is None:
+                    loaded = await asyncio.to_thread(load_model, self.folders[name])
+                    engine = self._engines[name] = Engine(loaded, self.max_chars)
+        self._engines.move_to_end(name)
+        while len(self._engines) > self.max_loaded:
+            oldest = next(other for other in self._engines if other not in (self.default, name))
+            del self._engines[oldest]
+        return engine

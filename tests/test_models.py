@@ -1,0 +1,93 @@
+"""Several models in one lab: the default loaded at start, the others (tiny random GPT-2 and Llama-style
+folders) on first use; each run names its model, and a model let go is loaded again when needed."""
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from fastapi.testclient import TestClient
+
+from app.engine.model import ModelLoadError, load_model
+from app.main import create_app
+from app.serving.models import Models
+from app.settings import Settings, get_settings
+from app.web.encoding import decode_attention
+from tests.families import build
+
+TEXT = "The cat sat on the mat."
+
+
+@pytest.fixture(scope="module")
+def folders(tmp_path_factory):
+    return {name: build(name, tmp_path_factory.mktemp(name) / name) for name in ("gpt2", "llama")}
+
+
+@pytest.fixture
+def client(tiny, folders, monkeypatch):
+    monkeypatch.setenv("ATTENTION_LAB_MODELS", ",".join(str(folder) for folder in folders.values()))
+    monkeypatch.setenv("ATTENTION_LAB_MAX_LOADED_MODELS", "2")
+    get_settings.cache_clear()
+    with TestClient(create_app(tiny)) as client:
+        yield client
+    get_settings.cache_clear()
+
+
+def test_the_models_setting_takes_commas():
+    assert Settings(models=" /a/one, /b/two ,").models == [Path("/a/one"), Path("/b/two")]
+
+
+def test_other_models_load_on_first_use_and_name_their_runs(client, tiny, folders):
+    listed = client.get("/api/models").json()
+    assert listed["default"] == tiny.name
+    assert [(m["name"], m["loaded"]) for m in listed["models"]] == [
+        (tiny.name, True),
+        ("gpt2", False),
+        ("llama", False),
+    ]
+    assert client.get("/api/health").json()["models"] == [tiny.name, "gpt2", "llama"]
+
+    default = client.post("/api/analyze", json={"text": TEXT}).json()
+    gpt2 = client.post("/api/analyze", json={"text": TEXT, "model": "gpt2"}).json()
+    assert gpt2["model"]["family"] == "GPT-2" and default["model"]["family"] == "BERT"
+    assert gpt2["run_id"] != default["run_id"] and gpt2["mask"] == "causal"
+    assert client.get("/api/models").json()["models"][1]["loaded"] is True
+    assert client.get("/api/model", params={"name": "gpt2"}).json()["family"] == "GPT-2"
+
+    got = client.get(f"/api/runs/{gpt2['run_id']}/attention", params={"dtype": "float32"})
+    model = load_model(folders["gpt2"]).model
+    ids = torch.tensor([[token["id"] for token in gpt2["tokens"]]])
+    with torch.no_grad():
+        expected = np.stack([a[0].numpy() for a in model(ids, output_attentions=True).attentions])
+    np.testing.assert_allclose(decode_attention(got.content, got.headers), expected, atol=1e-5)
+    assert client.get(f"/api/runs/{gpt2['run_id']}/tokens/1/next").status_code == 200
+
+
+def test_a_model_let_go_is_loaded_again_for_its_runs(client, tiny):
+    gpt2 = client.post("/api/analyze", json={"text": TEXT, "model": "gpt2"}).json()
+    client.post("/api/analyze", json={"text": TEXT, "model": "llama"})  # two loaded at most: GPT-2 goes
+    loaded = {m["name"]: m["loaded"] for m in client.get("/api/models").json()["models"]}
+    assert loaded == {tiny.name: True, "gpt2": False, "llama": True}
+    layer = client.get(f"/api/runs/{gpt2['run_id']}/layers/1")
+    assert layer.status_code == 200
+
+
+def test_an_unknown_model_is_refused_naming_the_served_ones(client, tiny):
+    refused = client.post("/api/analyze", json={"text": TEXT, "model": "bert-large"})
+    assert refused.status_code == 422
+    assert all(name in refused.json()["detail"] for name in (tiny.name, "gpt2", "llama"))
+    assert client.get("/api/model", params={"name": "nope"}).status_code == 422
+
+
+def test_a_bad_or_doubled_folder_stops_the_lab_at_start(tiny, folders, tmp_path):
+    with pytest.raises(ModelLoadError, match="does not exist"):
+        Models(tiny, [tmp_path / "missing"], 100, 3)
+    with pytest.raises(ModelLoadError, match="two models are named"):
+        Models(tiny, [folders["gpt2"], folders["gpt2"]], 100, 3)
+
+
+def test_the_page_offers_a_picker_and_renders_the_model_asked_for(client):
+    page = client.get("/", params={"model": "llama"}).text
+    assert 'id="model-picker"' in page and '<option value="llama" selected>' in page
+    assert "Llama" in page and '<option value="causal">causal</option>' in page
+    assert '<option value="bidirectional">' not in page
