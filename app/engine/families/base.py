@@ -8,6 +8,8 @@ from typing import Literal
 
 from torch import Tensor
 
+from app.engine.names import LAYER, attn, block, embedding
+
 # (module inputs, module output or None for a hook that runs before the module) -> {short name: tensor}
 Reader = Callable[[tuple, object], dict[str, Tensor]]
 
@@ -92,6 +94,29 @@ def split_heads(name: str, n_heads: int, repeat: int = 1) -> Reader:
     return lambda args, out: {name: heads(first(out), n_heads).repeat_interleave(repeat, dim=0)}
 
 
-def both(module: str, before: str, after: str) -> tuple[Hook, Hook]:
-    """A module's input under one name and its output under another (W_O, the FFN's last projection)."""
-    return Hook(module, inputs(before), before=True), Hook(module, output(after))
+def input_heads(name: str, n_heads: int) -> Reader:
+    return lambda args, out: {name: heads(args[0][0], n_heads)}
+
+
+def attention_output(module: str, n_heads: int) -> tuple[Hook, Hook]:
+    """W_O: its input is the heads' contexts side by side, its output the attention block's output."""
+    return (
+        Hook(module, input_heads(attn(LAYER, "context"), n_heads), before=True),
+        Hook(module, output(block(LAYER, "attention_output"))),
+    )
+
+
+def ffn_output(module: str) -> tuple[Hook, Hook]:
+    """The FFN's last projection: its input is the inner activations, its output the FFN's output."""
+    return (
+        Hook(module, inputs(block(LAYER, "ffn_intermediate")), before=True),
+        Hook(module, output(block(LAYER, "ffn_output"))),
+    )
+
+
+def summed_embeddings(layer_norm: str) -> tuple[Hook, Hook]:
+    """An encoder's embedding LayerNorm: its input is the embeddings' sum, as the model added them."""
+    return (
+        Hook(layer_norm, inputs(embedding("sum")), before=True),
+        Hook(layer_norm, output(embedding("normalized"))),
+    )

@@ -1,6 +1,14 @@
 """DistilBERT: BERT's post-LN blocks under other names, absolute positions, no token types."""
 
-from app.engine.families.base import Family, Hook, heads, inputs, output, split_heads
+from app.engine.families.base import (
+    Family,
+    Hook,
+    attention_output,
+    ffn_output,
+    output,
+    split_heads,
+    summed_embeddings,
+)
 from app.engine.names import LAYER, attn, block, embedding
 
 
@@ -9,16 +17,13 @@ def hooks(config) -> tuple[Hook, ...]:
     return (
         Hook("embeddings.word_embeddings", output(embedding("word"))),
         Hook("embeddings.position_embeddings", output(embedding("position"))),
-        Hook("embeddings.LayerNorm", inputs(embedding("sum")), before=True),
-        Hook("embeddings.LayerNorm", output(embedding("normalized"))),
+        *summed_embeddings("embeddings.LayerNorm"),
         Hook("{block}.attention.q_lin", split_heads(attn(LAYER, "q"), n)),
         Hook("{block}.attention.k_lin", split_heads(attn(LAYER, "k"), n)),
         Hook("{block}.attention.v_lin", split_heads(attn(LAYER, "v"), n)),
-        Hook("{block}.attention.out_lin", lambda args, out: {attn(LAYER, "context"): heads(args[0][0], n)}, True),
-        Hook("{block}.attention.out_lin", output(block(LAYER, "attention_output"))),
+        *attention_output("{block}.attention.out_lin", n),
         Hook("{block}.sa_layer_norm", output(block(LAYER, "resid_mid"))),
-        Hook("{block}.ffn.lin2", inputs(block(LAYER, "ffn_intermediate")), before=True),
-        Hook("{block}.ffn.lin2", output(block(LAYER, "ffn_output"))),
+        *ffn_output("{block}.ffn.lin2"),
         Hook("{block}.output_layer_norm", output(block(LAYER, "output"))),
     )
 

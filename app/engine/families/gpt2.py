@@ -1,7 +1,7 @@
 """GPT-2: a causal decoder, pre-LN blocks, learned absolute positions, one fused Q/K/V projection (a
 Conv1D), GELU FFN, a final LayerNorm and the LM head."""
 
-from app.engine.families.base import Family, Hook, first, heads, inputs, output
+from app.engine.families.base import Family, Hook, attention_output, ffn_output, first, heads, inputs, output
 from app.engine.names import FINAL, LAYER, attn, block, embedding
 
 
@@ -17,11 +17,9 @@ def hooks(config) -> tuple[Hook, ...]:
         Hook("wpe", output(embedding("position"))),
         Hook("drop", output(embedding("sum"))),  # wte + wpe: block 0's input
         Hook("{block}.attn.c_attn", qkv),
-        Hook("{block}.attn.c_proj", lambda args, out: {attn(LAYER, "context"): heads(args[0][0], n)}, True),
-        Hook("{block}.attn.c_proj", output(block(LAYER, "attention_output"))),
+        *attention_output("{block}.attn.c_proj", n),
         Hook("{block}.ln_2", inputs(block(LAYER, "resid_mid")), before=True),  # x + attention
-        Hook("{block}.mlp.c_proj", inputs(block(LAYER, "ffn_intermediate")), before=True),
-        Hook("{block}.mlp.c_proj", output(block(LAYER, "ffn_output"))),
+        *ffn_output("{block}.mlp.c_proj"),
         Hook("{block}", output(block(LAYER, "output"))),
         Hook("ln_f", output(FINAL)),
     )

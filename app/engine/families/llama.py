@@ -3,7 +3,7 @@ Q and K inside attention, grouped K/V heads, a SwiGLU FFN, a final RMSNorm and t
 
 import sys
 
-from app.engine.families.base import Family, Hook, heads, inputs, output, split_heads
+from app.engine.families.base import Family, Hook, attention_output, ffn_output, inputs, output, split_heads
 from app.engine.names import FINAL, LAYER, attn, block, embedding
 
 ROTARY = "rotary"  # cos and sin of the pass, kept until finish() has rotated q and k
@@ -17,11 +17,9 @@ def hooks(config) -> tuple[Hook, ...]:
         Hook("{block}.self_attn.q_proj", split_heads(attn(LAYER, "q"), n)),
         Hook("{block}.self_attn.k_proj", split_heads(attn(LAYER, "k"), n_kv, repeat=n // n_kv)),
         Hook("{block}.self_attn.v_proj", split_heads(attn(LAYER, "v"), n_kv, repeat=n // n_kv)),
-        Hook("{block}.self_attn.o_proj", lambda args, out: {attn(LAYER, "context"): heads(args[0][0], n)}, True),
-        Hook("{block}.self_attn.o_proj", output(block(LAYER, "attention_output"))),
+        *attention_output("{block}.self_attn.o_proj", n),
         Hook("{block}.post_attention_layernorm", inputs(block(LAYER, "resid_mid")), before=True),  # x + attention
-        Hook("{block}.mlp.down_proj", inputs(block(LAYER, "ffn_intermediate")), before=True),  # SiLU(x W_g) ⊙ x W_u
-        Hook("{block}.mlp.down_proj", output(block(LAYER, "ffn_output"))),
+        *ffn_output("{block}.mlp.down_proj"),  # its input: SiLU(x W_gate) ⊙ x W_up
         Hook("{block}", output(block(LAYER, "output"))),
         Hook("norm", output(FINAL)),
     )

@@ -1,7 +1,15 @@
 """MPNet (all-mpnet-base-v2): BERT-like post-LN blocks, absolute positions after the padding index, and a
 relative-position bias added to every head's scores (one per block, shared by the layers)."""
 
-from app.engine.families.base import Family, Hook, heads, inputs, output, split_heads
+from app.engine.families.base import (
+    Family,
+    Hook,
+    attention_output,
+    ffn_output,
+    output,
+    split_heads,
+    summed_embeddings,
+)
 from app.engine.names import LAYER, attn, block, embedding
 
 
@@ -10,18 +18,15 @@ def hooks(config) -> tuple[Hook, ...]:
     return (
         Hook("embeddings.word_embeddings", output(embedding("word"))),
         Hook("embeddings.position_embeddings", output(embedding("position"))),
-        Hook("embeddings.LayerNorm", inputs(embedding("sum")), before=True),
-        Hook("embeddings.LayerNorm", output(embedding("normalized"))),
+        *summed_embeddings("embeddings.LayerNorm"),
         Hook("{block}.attention.attn.q", split_heads(attn(LAYER, "q"), n)),
         Hook("{block}.attention.attn.k", split_heads(attn(LAYER, "k"), n)),
         Hook("{block}.attention.attn.v", split_heads(attn(LAYER, "v"), n)),
         # MPNetSelfAttention(hidden_states, attention_mask, position_bias): the bias its scores add.
         Hook("{block}.attention.attn", lambda args, out: {attn(LAYER, "position_bias"): args[2][0]}, before=True),
-        Hook("{block}.attention.attn.o", lambda args, out: {attn(LAYER, "context"): heads(args[0][0], n)}, True),
-        Hook("{block}.attention.attn.o", output(block(LAYER, "attention_output"))),
+        *attention_output("{block}.attention.attn.o", n),
         Hook("{block}.attention.LayerNorm", output(block(LAYER, "resid_mid"))),
-        Hook("{block}.output.dense", inputs(block(LAYER, "ffn_intermediate")), before=True),
-        Hook("{block}.output.dense", output(block(LAYER, "ffn_output"))),
+        *ffn_output("{block}.output.dense"),
         Hook("{block}.output.LayerNorm", output(block(LAYER, "output"))),
     )
 
