@@ -57,3 +57,63 @@ def test_bad_attribution_requests_are_422(client):
     assert client.post("/api/attribution", json={"text": TEXT}).status_code == 422
     assert client.post("/api/attribution", json={"text": TEXT, "other": OTHER, "steps": 1}).status_code == 422
     assert client.post("/api/attribution", json={"text": TEXT, "other": OTHER, "method": "lime"}).status_code == 422
+
+
+@pytest.fixture(scope="module", params=["gpt2", "llama"])
+def decoder(request, tmp_path_factory):
+    """A tiny random decoder with its LM head, and a lab serving it."""
+    from fastapi.testclient import TestClient
+
+    from app.engine.model import load_model
+    from app.main import create_app
+    from tests.families import build
+
+    loaded = load_model(build(request.param, tmp_path_factory.mktemp(request.param)))
+    with TestClient(create_app(loaded)) as client:
+        yield loaded, client
+
+
+def own_logit(loaded, rows, token_id):
+    """The LM head's logit of token_id after the last position, from the whole model's own forward."""
+    return loaded.model(inputs_embeds=rows).logits[0, -1, token_id]
+
+
+def test_the_next_token_logit_is_attributed_by_gradient_times_input(decoder):
+    loaded, client = decoder
+    text = "The cat sat on the"
+    body = client.post(
+        "/api/attribution", json={"text": text, "target": "next_token", "method": "gradient_x_input"}
+    ).json()
+    ids = torch.tensor([[token["id"] for token in body["tokens"]]])
+    assert ids[0].tolist() == loaded.tokenizer(text)["input_ids"]
+    with torch.no_grad():
+        logits = loaded.model(ids).logits[0, -1]
+    assert body["target"]["token_id"] == int(logits.argmax()) and body["target"]["position"] == ids.shape[1] - 1
+    assert body["output"] == pytest.approx(float(logits.max()), abs=1e-5)
+    rows = loaded.model.get_input_embeddings()(ids).detach().requires_grad_()
+    own_logit(loaded, rows, body["target"]["token_id"]).backward()
+    expected = (rows.grad * rows).sum(-1)[0].detach().numpy()
+    np.testing.assert_allclose(body["attributions"], expected, atol=1e-5)
+
+
+def test_integrated_gradients_of_a_chosen_next_token_is_complete(decoder):
+    loaded, client = decoder
+    body = client.post(
+        "/api/attribution", json={"text": "A quick brown fox", "target": "next_token", "next_token": 7, "steps": 64}
+    ).json()
+    assert body["target"]["token_id"] == 7
+    with torch.no_grad():
+        zero = own_logit(loaded, torch.zeros(1, len(body["tokens"]), loaded.model.config.hidden_size), 7)
+    assert body["baseline_output"] == pytest.approx(float(zero), abs=1e-5)
+    total = sum(body["attributions"])
+    assert total - (body["output"] - body["baseline_output"]) == pytest.approx(body["delta"], abs=1e-5)
+
+
+def test_next_token_targets_need_an_lm_head_and_a_real_token(client, decoder):
+    refused = client.post("/api/attribution", json={"text": TEXT, "target": "next_token"})
+    assert refused.status_code == 422 and "no language-model head" in refused.json()["detail"]
+    assert client.post("/api/attribution", json={"text": TEXT}).status_code == 422  # similarity needs `other`
+    loaded, decoder_client = decoder
+    vocab = loaded.model.config.vocab_size
+    bad = decoder_client.post("/api/attribution", json={"text": TEXT, "target": "next_token", "next_token": vocab})
+    assert bad.status_code == 422

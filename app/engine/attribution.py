@@ -1,11 +1,12 @@
 """Which input tokens make an output what it is: gradient × input and Integrated Gradients (Sundararajan et
 al. 2017, through Captum), per token, for a target the caller names as a function of the model's output.
 
-The target here is the bi-encoder similarity: the cosine of the text's sentence vector (the model's own
-pooling over its first max_seq_length tokens) with a second sentence's. Attributions are taken with
-respect to the word-embedding rows (positions and token types stay as they are) against an all-zero
-baseline, and summed over the embedding dimensions: one number per token. Integrated Gradients'
-completeness, Σ attributions = f(x) − f(baseline), holds up to the reported convergence delta.
+Two targets: the bi-encoder similarity, the cosine of the text's sentence vector (the model's own
+pooling over its first max_seq_length tokens) with a second sentence's; and, for a model with a
+language-model head, the logit of one next token after the text (the LM head on the last position).
+Attributions are taken with respect to the word-embedding rows (positions and token types stay as they
+are) against an all-zero baseline, and summed over the embedding dimensions: one number per token.
+Integrated Gradients' completeness, Σ attributions = f(x) − f(baseline), holds up to the reported convergence delta.
 """
 
 from collections.abc import Callable
@@ -18,6 +19,7 @@ from torch import Tensor
 from app.engine.capture import pool
 
 Method = Literal["integrated_gradients", "gradient_x_input"]
+Target = Literal["similarity", "next_token"]
 INTERNAL_BATCH = 8  # IG's interpolation steps run this many at a time: memory stays that of 8 passes
 
 
@@ -79,3 +81,12 @@ def similarity_target(
         return torch.nn.functional.cosine_similarity(pooled, other[None], dim=-1)
 
     return cosine
+
+
+def next_token_target(lm_head: torch.nn.Module, token_id: int) -> Callable[[Tensor], Tensor]:
+    """The LM head's logit of `token_id` after the last position, as a target."""
+
+    def logit(hidden: Tensor) -> Tensor:  # [batch, pos, d_model] (after the final norm) -> [batch]
+        return lm_head(hidden[:, -1])[:, token_id]
+
+    return logit

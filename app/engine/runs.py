@@ -8,7 +8,7 @@ import torch
 from torch import Tensor
 
 from app.engine import names
-from app.engine.attribution import attribute, similarity_target
+from app.engine.attribution import Target, attribute, next_token_target, similarity_target
 from app.engine.capture import NEXT_TOKENS, additive_mask, attention_scores, capture, pool
 from app.engine.families.base import Family
 from app.engine.model import LoadedModel
@@ -372,22 +372,56 @@ class Engine:
         # A piece holding part of a character's bytes reads as nothing: it keeps its own spelling.
         return [piece if "\ufffd" in text else text for piece, text in zip(pieces, read, strict=True)]
 
-    def attribution(self, text: str, other: str, method: str, steps: int) -> dict:
-        """Which tokens of `text` make it similar to `other` (app.engine.attribution)."""
-        for checked in (text, other):
-            self.spec(checked)  # the same character cap as any run
-        loaded, length = self.loaded, self.loaded.max_seq_length
-        tokens, _ = self.tokenize(text, None, length)
-        others, _ = self.tokenize(other, None, length)
-        as_ids = lambda found, field: torch.tensor([getattr(token, field) for token in found])  # noqa: E731
+    def attribution(
+        self,
+        text: str,
+        method: str,
+        steps: int,
+        target: Target = "similarity",
+        other: str | None = None,
+        next_token: int | None = None,
+    ) -> dict:
+        """Which tokens of `text` make its output what it is (app.engine.attribution): its similarity to
+        `other`, or the LM head's logit of `next_token` after it (its most likely one by default)."""
+        for checked in (text, other or ""):
+            self.spec(checked or " ")  # the same character cap as any run
+        loaded = self.loaded
         trunk = loaded.model.base_model
-        target = similarity_target(
-            trunk, loaded.family, as_ids(others, "id"), as_ids(others, "token_type"), loaded.default_pooling
-        )
+        as_ids = lambda found, field: torch.tensor([getattr(token, field) for token in found])  # noqa: E731
+        if target == "similarity":
+            if other is None:
+                raise InvalidInput("the similarity target needs `other`, the sentence to compare with")
+            tokens, _ = self.tokenize(text, None, loaded.max_seq_length)
+            others, _ = self.tokenize(other, None, loaded.max_seq_length)
+            objective = similarity_target(
+                trunk, loaded.family, as_ids(others, "id"), as_ids(others, "token_type"), loaded.default_pooling
+            )
+            about = {"kind": "similarity", "other": other}
+        else:
+            if not loaded.has_lm_head:
+                raise InvalidInput(f"{loaded.name} has no language-model head: it predicts no next token")
+            tokens, _ = self.tokenize(text)
+            token_id = self._next_token(as_ids(tokens, "id")) if next_token is None else next_token
+            if not 0 <= token_id < loaded.model.config.vocab_size:
+                raise InvalidInput(
+                    f"next_token {token_id} is not in the vocabulary (0 to {loaded.model.config.vocab_size - 1})"
+                )
+            objective = next_token_target(loaded.model.get_output_embeddings(), token_id)
+            about = {
+                "kind": "next_token",
+                "token_id": token_id,
+                "token": self.pieces([token_id])[0],
+                "position": len(tokens) - 1,
+            }
         found = attribute(
-            trunk, loaded.family, as_ids(tokens, "id"), as_ids(tokens, "token_type"), target, method, steps
+            trunk, loaded.family, as_ids(tokens, "id"), as_ids(tokens, "token_type"), objective, method, steps
         )
-        return {"method": method, "tokens": tokens, **found}
+        return {"method": method, "tokens": tokens, "target": about, **found}
+
+    def _next_token(self, input_ids: Tensor) -> int:
+        """The LM head's most likely token after the ids."""
+        with torch.inference_mode():
+            return int(self.loaded.model(input_ids=input_ids[None]).logits[0, -1].argmax())
 
     @cached_property
     def unit_embedding_table(self) -> Tensor:

@@ -110,15 +110,13 @@ class Lab:
             raise ForeignRun(run_id, spec, engine.loaded)
         return await self._computed(spec, client)
 
-    async def attribution(
-        self, text: str, other: str, method: str, steps: int, client: Client = ANYONE, model: str | None = None
-    ) -> dict:
-        """Which tokens of `text` make it similar to `other`: a turn at the gate, then a thread."""
+    async def attribution(self, model: str | None, client: Client = ANYONE, **ask) -> dict:
+        """Which tokens make an output what it is (Engine.attribution's `ask`): a turn at the gate, a thread."""
         engine = await self.models.engine(model)
-        for checked in (text, other):
+        for checked in (ask["text"], ask.get("other") or " "):
             engine.spec(checked)  # the same character cap as any run, before waiting for a turn
         async with self.gate.admit(client):
-            return await asyncio.to_thread(engine.attribution, text, other, method, steps)
+            return await asyncio.to_thread(lambda: engine.attribution(**ask))
 
     async def store_problem(self) -> str | None:
         """Why the shared spec store is not answering, or None if it is."""

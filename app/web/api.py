@@ -241,8 +241,10 @@ async def pooling(body: PoolingRequest, lab: LabDep, client: ClientDep):
 
 @router.post("/attribution", response_model=AttributionResponse)
 async def attribution(body: AttributionRequest, lab: LabDep, client: ClientDep):
-    """Gradient × input or Integrated Gradients (Captum) of the two sentences' cosine, per token of `text`."""
-    found = await lab.attribution(body.text, body.other, body.method, body.steps, client, body.model)
+    """Gradient × input or Integrated Gradients (Captum), per token of `text`, of the two sentences' cosine or
+    of the LM head's logit of the next token."""
+    ask = body.model_dump(exclude={"model"})
+    found = await lab.attribution(body.model, client, **ask)
     return NumbersResponse(
         {
             **found,

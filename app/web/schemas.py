@@ -349,16 +349,33 @@ class AttributionRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     text: PromptText
-    other: PromptText = Field(description="The second sentence: the target is the cosine of the two sentence vectors")
+    target: Literal["similarity", "next_token"] = Field(
+        "similarity",
+        description="similarity: the cosine of the text's sentence vector with `other`'s; next_token: the LM head's "
+        "logit of `next_token` after the text (a model with an LM head)",
+    )
+    other: PromptText | None = Field(None, description="The second sentence, for the similarity target")
+    next_token: int | None = Field(
+        None, ge=0, description="A vocabulary id; default: the model's most likely next token"
+    )
     method: Literal["integrated_gradients", "gradient_x_input"] = "integrated_gradients"
     steps: int = Field(32, ge=2, le=256, description="Integrated Gradients' interpolation steps")
     model: ModelName = None
+
+
+class AttributionTarget(BaseModel):
+    kind: Literal["similarity", "next_token"]
+    other: str | None = None
+    token_id: int | None = Field(None, description="next_token: the token whose logit is attributed")
+    token: str | None = None
+    position: int | None = Field(None, description="next_token: the position the LM head reads (the last)")
 
 
 class AttributionResponse(BaseModel):
     method: str
     tokens: list[TokenPublic] = Field(description="The text's tokens, as the model's pooling reads them")
     attributions: list[float] = Field(description="Per token: the attribution summed over embedding dimensions")
-    output: float = Field(description="The target at the input: the cosine of the two sentence vectors")
+    target: AttributionTarget
+    output: float = Field(description="The target at the input: the cosine, or the next token's logit")
     baseline_output: float = Field(description="The target with every word-embedding row zero")
     delta: float | None = Field(description="Integrated Gradients: Σ attributions − (output − baseline_output)")

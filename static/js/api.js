@@ -81,8 +81,9 @@ export async function nextTokens(runId, index, k = 5) {
   return (await request(`/api/runs/${runId}/tokens/${index}/next?k=${k}`)).json();
 }
 
-export function attribution({ text, other, method = "integrated_gradients" }) {
-  return post("/api/attribution", { text, other, method, model: pageModel });
+// target "similarity" (to `other`) or "next_token" (the LM head's logit of its best next token).
+export function attribution({ text, other = null, target = "similarity", method = "integrated_gradients" }) {
+  return post("/api/attribution", { text, other, target, method, model: pageModel });
 }
 
 export function pooling({ text, mask, prefix }) {

@@ -112,3 +112,25 @@ def test_the_model_picker_opens_the_other_model_with_the_prompt(browser, two_mod
     expect(page.locator("#model-name")).to_contain_text("Llama")
     screenshot(page, "71-model-picker-llama")
     context.close()
+
+
+def test_the_explain_lesson_attributes_what_the_model_outputs(browser, family_lab):
+    """A decoder ranks the keys by attribution of its next token's logit; an encoder by its similarity."""
+    name, url = family_lab
+    context = browser.new_context(viewport={"width": 1280, "height": 720})
+    page = context.new_page()
+    page.goto(f"{url}/?text=The+cat+sat+on+the+mat.&layer=1&head=1&token=4&panel=lessons&lesson=explain")
+    wait_until(page, "document.querySelector('#explain-result [data-field=correlations]')", timeout=60)
+    if name == "llama":
+        expect(page.locator("#lessons")).to_contain_text("the token the model would write next")
+        target = {"target": "next_token"}
+    else:
+        expect(page.locator("#lessons")).to_contain_text("similarity to a second sentence")
+        target = {"other": page.locator("#explain-other").input_value()}
+    body = httpx.post(f"{url}/api/attribution", json={"text": "The cat sat on the mat.", **target}).json()
+    cells = page.locator("#explain-result td[data-measure=attribution]").evaluate_all(
+        "cells => cells.map(c => [Number(c.closest('tr').dataset.key), Number(c.dataset.value)])"
+    )
+    assert cells and all(value == pytest.approx(abs(body["attributions"][key]), abs=1e-6) for key, value in cells)
+    screenshot(page, f"72-explain-{name}")
+    context.close()

@@ -1,6 +1,7 @@
 // "Is attention explanation?": for the selected token, the keys ranked four ways (by raw weight, by
 // norm-weighted attention, by ALTI rolled out to this block, and by Integrated Gradients of the sentence's
-// similarity to a second one), how far the rankings agree (Spearman's ρ), and where they disagree most.
+// similarity to a second one, or of the next-token logit for a model with an LM head), how far the
+// rankings agree (Spearman's ρ), and where they disagree most.
 
 import * as api from "../api.js";
 import { numbersOf } from "../data.js";
@@ -14,26 +15,34 @@ const MEASURES = [
   ["attribution", "Integrated Gradients"],
 ];
 
-export function renderExplain(container, { run, text, token, current }) {
+export function renderExplain(container, { run, text, token, current, model }) {
   const { layer, head } = current();
   if (token === null || head === "mean") {
     container.replaceChildren(el("p", { class: "hint" }, "Select a token, and one head (not a mean), to rank what it attends to four ways."));
     return;
   }
+  // A model with an LM head explains its own next token; an encoder its similarity to a second sentence.
+  const nextToken = model.next_tokens;
   const other = el("input", { type: "text", id: "explain-other", value: run.text_pair || "The weather is nice today.", "aria-label": "Second sentence" });
   const result = el("div", { class: "lesson-result", id: "explain-result", "aria-live": "polite" });
-  const form = el("form", { class: "lesson-form" }, el("label", {}, "Similarity to ", other), el("button", { type: "submit" }, "Rank"));
+  const form = el(
+    "form",
+    { class: "lesson-form" },
+    nextToken ? el("span", {}, "Attribution of the most likely next token's logit") : el("label", {}, "Similarity to ", other),
+    el("button", { type: "submit" }, "Rank"),
+  );
   form.addEventListener("submit", async (event) => {
     event.preventDefault();
+    const target = nextToken ? { target: "next_token" } : { other: other.value };
     await fillResult(result, "Measuring four ways (Integrated Gradients takes a few seconds)…", async () =>
-      show(result, run, token, layer, head, await rows(run, text, token, layer, head, other.value)),
+      show(result, run, token, layer, head, await rows(run, text, token, layer, head, target)),
     );
   });
   container.replaceChildren(
     el(
       "p",
       { class: "hint" },
-      `A large weight need not move much: “${run.tokens[token].text}” in block ${layer}, head ${head}, its keys ranked by raw weight, by norm-weighted attention ‖α·f(x)‖ (Kobayashi et al. 2020), by ALTI rolled out to this block (Ferrando et al. 2022), and by Integrated Gradients of the sentence's similarity to a second sentence (one ranking for the whole sentence).`,
+      `A large weight need not move much: “${run.tokens[token].text}” in block ${layer}, head ${head}, its keys ranked by raw weight, by norm-weighted attention ‖α·f(x)‖ (Kobayashi et al. 2020), by ALTI rolled out to this block (Ferrando et al. 2022), and by Integrated Gradients ${nextToken ? "of the logit of the token the model would write next" : "of the sentence's similarity to a second sentence"} (one ranking for the whole text).`,
     ),
     form,
     result,
@@ -41,7 +50,7 @@ export function renderExplain(container, { run, text, token, current }) {
   form.requestSubmit();
 }
 
-async function rows(run, text, token, layer, head, other) {
+async function rows(run, text, token, layer, head, target) {
   const n = run.tokens.length;
   const numbers = numbersOf(run.run_id);
   const rowOf = (values, headIndex) => Array.from(values.subarray((headIndex * n + token) * n, (headIndex * n + token + 1) * n));
@@ -49,7 +58,7 @@ async function rows(run, text, token, layer, head, other) {
     numbers.block(layer, "weights"),
     numbers.block(layer, "norm"),
     numbers.block(layer, "alti_rollout"),
-    api.attribution({ text, other }),
+    api.attribution({ text, ...target }),
   ]);
   // Attribution reads what the model's pooling reads (its first max_seq_length tokens): keys past it get 0.
   const attributed = Array.from({ length: n }, (_, key) => Math.abs(attribution.attributions[key] ?? 0));
