@@ -21,8 +21,12 @@ from transformers import (
     MPNetModel,
     MPNetTokenizerFast,
     PreTrainedTokenizerFast,
+    Qwen2Config,
+    Qwen2ForCausalLM,
     RobertaConfig,
     RobertaModel,
+    XLMRobertaConfig,
+    XLMRobertaModel,
 )
 
 CORPUS = [
@@ -62,21 +66,26 @@ def bert(folder: Path) -> None:
     BertTokenizerFast(vocab).save_pretrained(folder)
 
 
-def roberta(folder: Path) -> None:
+def roberta(folder: Path, family=(RobertaConfig, RobertaModel)) -> None:
+    configure, model = family
     tokenizer = byte_level_bpe(["<s>", "<pad>", "</s>", "<unk>", "<mask>"])
     tokenizer.post_processor = processors.RobertaProcessing(("</s>", 2), ("<s>", 0), add_prefix_space=False)
-    config = RobertaConfig(
+    config = configure(
         vocab_size=tokenizer.get_vocab_size(),
         max_position_embeddings=POSITIONS + 2,
         type_vocab_size=1,
         pad_token_id=1,
         **SIZE,
     )
-    RobertaModel(config).save_pretrained(folder)
+    model(config).save_pretrained(folder)
     special = {"bos_token": "<s>", "cls_token": "<s>", "eos_token": "</s>", "sep_token": "</s>"}
     PreTrainedTokenizerFast(
         tokenizer_object=tokenizer, unk_token="<unk>", pad_token="<pad>", mask_token="<mask>", **special
     ).save_pretrained(folder)
+
+
+def xlm_roberta(folder: Path) -> None:
+    roberta(folder, (XLMRobertaConfig, XLMRobertaModel))
 
 
 def distilbert(folder: Path) -> None:
@@ -113,14 +122,15 @@ def gpt2(folder: Path) -> None:
     ).save_pretrained(folder)
 
 
-def llama(folder: Path) -> None:
+def llama(folder: Path, family=(LlamaConfig, LlamaForCausalLM)) -> None:
     """Grouped-query attention (4 query heads, 2 K/V heads), RoPE, RMSNorm, SwiGLU, untied LM head, and a
     tokenizer that puts <s> first."""
+    configure, model = family
     tokenizer = byte_level_bpe(["<s>", "</s>", "<unk>"])
     tokenizer.post_processor = processors.TemplateProcessing(
         single="<s> $A", pair="<s> $A <s>:1 $B:1", special_tokens=[("<s>", 0)]
     )
-    config = LlamaConfig(
+    config = configure(
         vocab_size=tokenizer.get_vocab_size(),
         num_key_value_heads=2,
         max_position_embeddings=POSITIONS,
@@ -129,13 +139,27 @@ def llama(folder: Path) -> None:
         eos_token_id=1,
         **SIZE,
     )
-    LlamaForCausalLM(config).save_pretrained(folder)
+    model(config).save_pretrained(folder)
     PreTrainedTokenizerFast(
         tokenizer_object=tokenizer, bos_token="<s>", eos_token="</s>", unk_token="<unk>", model_max_length=POSITIONS
     ).save_pretrained(folder)
 
 
-BUILDERS = {"bert": bert, "roberta": roberta, "distilbert": distilbert, "mpnet": mpnet, "gpt2": gpt2, "llama": llama}
+def qwen2(folder: Path) -> None:
+    """Llama's layout with biases on Q, K and V."""
+    llama(folder, (Qwen2Config, Qwen2ForCausalLM))
+
+
+BUILDERS = {
+    "bert": bert,
+    "roberta": roberta,
+    "xlm-roberta": xlm_roberta,
+    "distilbert": distilbert,
+    "mpnet": mpnet,
+    "gpt2": gpt2,
+    "llama": llama,
+    "qwen2": qwen2,
+}
 
 
 def build(family: str, folder: Path) -> Path:

@@ -18,7 +18,7 @@ from tests.families import BUILDERS, build
 TEXT = "The cat sat on the mat."
 PAIR = "A quick fox!"
 FAMILIES = list(BUILDERS)
-DECODERS = {"gpt2", "llama"}
+DECODERS = {"gpt2", "llama", "qwen2"}
 
 
 @pytest.fixture(scope="module", params=FAMILIES)
@@ -67,7 +67,7 @@ def reference_block(name, loaded, layer, x, resid_mid):
     x is what the block reads (the model's own hidden state), resid_mid the residual after attention."""
     config, base = loaded.model.config, loaded.model.base_model
     n = config.num_attention_heads
-    if name in ("bert", "roberta"):
+    if name in ("bert", "roberta", "xlm-roberta"):
         w = weights(base.encoder.layer[layer])
         project = lambda part: x @ w[f"attention.self.{part}.weight"].T + w[f"attention.self.{part}.bias"]  # noqa: E731
         q, k, v = (by_heads(project(part), n) for part in ("query", "key", "value"))
@@ -95,9 +95,10 @@ def reference_block(name, loaded, layer, x, resid_mid):
     w, eps = weights(base.layers[layer]), config.rms_norm_eps
     h = rms_norm(x, w["input_layernorm.weight"], eps)
     repeat = n // config.num_key_value_heads
-    q = by_heads(h @ w["self_attn.q_proj.weight"].T, n)
-    k = by_heads(h @ w["self_attn.k_proj.weight"].T, config.num_key_value_heads).repeat(repeat, axis=0)
-    v = by_heads(h @ w["self_attn.v_proj.weight"].T, config.num_key_value_heads).repeat(repeat, axis=0)
+    project = lambda part: h @ w[f"self_attn.{part}.weight"].T + w.get(f"self_attn.{part}.bias", 0)  # noqa: E731
+    q = by_heads(project("q_proj"), n)
+    k = by_heads(project("k_proj"), config.num_key_value_heads).repeat(repeat, axis=0)
+    v = by_heads(project("v_proj"), config.num_key_value_heads).repeat(repeat, axis=0)
     theta = config.rope_parameters["rope_theta"]
     h = rms_norm(resid_mid, w["post_attention_layernorm.weight"], eps)
     gate, up = h @ w["mlp.gate_proj.weight"].T, h @ w["mlp.up_proj.weight"].T
@@ -177,8 +178,8 @@ def test_what_the_page_is_told_follows_the_family(family):
     assert model["decoder"] == (name in DECODERS)
     assert model["default_mask"] == ("causal" if name in DECODERS else "bidirectional")
     assert model["next_tokens"] == (name in DECODERS)
-    assert model["key_value_heads"] == (2 if name == "llama" else 4)
-    assert model["positions"] == {"llama": "rotary", "mpnet": "relative"}.get(name, "absolute")
+    assert model["key_value_heads"] == (2 if name in ("llama", "qwen2") else 4)
+    assert model["positions"] == {"llama": "rotary", "qwen2": "rotary", "mpnet": "relative"}.get(name, "absolute")
     if name in DECODERS:
         refused = client.post("/api/analyze", json={"text": TEXT, "mask": "bidirectional"})
         assert refused.status_code == 422 and "causal" in refused.json()["detail"]
@@ -213,10 +214,12 @@ def test_the_measures_serve_every_family(family):
 EMBEDDINGS = {
     "bert": ["word", "position", "token_type", "sum", "normalized"],
     "roberta": ["word", "position", "token_type", "sum", "normalized"],
+    "xlm-roberta": ["word", "position", "token_type", "sum", "normalized"],
     "distilbert": ["word", "position", "sum", "normalized"],
     "mpnet": ["word", "position", "sum", "normalized"],
     "gpt2": ["word", "position", "sum"],
     "llama": ["word"],
+    "qwen2": ["word"],
 }
 ATTENTION = ["q", "k", "v", "weights", "context"]
 BLOCK = ["attention_output", "resid_mid", "ffn_intermediate", "ffn_output", "output"]

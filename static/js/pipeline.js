@@ -5,7 +5,6 @@
 import { el, fixed, norm, vectorStrip } from "./format.js";
 
 const TOP_NEURONS = 5;
-const BLOCK_COLUMNS = ["attention_output", "resid_mid", "ffn_intermediate", "ffn_output", "output"];
 
 function stage(title, shape, ...body) {
   return el("div", { class: "stage-row" }, el("h3", {}, title, el("span", { class: "shape" }, shape)), ...body);
@@ -54,6 +53,8 @@ function embeddingStages(token, selected, embeddings, model) {
 function blocksTable(layers, model) {
   const h = model.hidden_size;
   const label = model.activations;
+  // The block's activations, in the model's order (its activations list the embedding stages first).
+  const columns = Object.keys(label).filter((name) => name in layers[0] && name !== "layer");
   const header = {
     attention_output: `‖attention output‖ (${label.attention_output}, 1×${h})`,
     resid_mid: `‖${label.resid_mid}‖`,
@@ -69,12 +70,12 @@ function blocksTable(layers, model) {
   return el(
     "table",
     { class: "blocks" },
-    el("thead", {}, el("tr", {}, el("th", {}, "block"), ...BLOCK_COLUMNS.map((name) => el("th", {}, header[name])))),
+    el("thead", {}, el("tr", {}, el("th", {}, "block"), ...columns.map((name) => el("th", {}, header[name])))),
     el(
       "tbody",
       {},
       ...layers.map((layer) =>
-        el("tr", { dataset: { layer: String(layer.layer) } }, el("th", { scope: "row" }, `block ${layer.layer}`), ...BLOCK_COLUMNS.map((name) => (cell[name] ?? plain)(layer[name], layer.layer))),
+        el("tr", { dataset: { layer: String(layer.layer) } }, el("th", { scope: "row" }, `block ${layer.layer}`), ...columns.map((name) => (cell[name] ?? plain)(layer[name], layer.layer))),
       ),
     ),
   );
