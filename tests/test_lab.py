@@ -19,13 +19,13 @@ def same_numbers(a, b) -> bool:
 def counted(monkeypatch, tiny, tmp_path):
     lab = make_lab(tiny, tmp_path, max_runs=3, passes=2)  # its start reads the model once: not counted
     calls = []
-    real_capture = app.engine.runs.capture
+    real_capture = app.engine.runs.capture_batch
 
     def counting_capture(*args, **kwargs):
         calls.append(args)
         return real_capture(*args, **kwargs)
 
-    monkeypatch.setattr(app.engine.runs, "capture", counting_capture)
+    monkeypatch.setattr(app.engine.runs, "capture_batch", counting_capture)
     return lab, calls
 
 

@@ -9,6 +9,7 @@ compute, and the weights are the model's own output_attentions. Where they sit i
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 
 import torch
 from torch import Tensor
@@ -30,6 +31,19 @@ def hook_table(family: Family, config) -> list[tuple[str, str, Hook]]:
         for layer in range(config.num_hidden_layers):
             table.append((hook.module.format(block=f"{family.blocks}.{layer}"), str(layer), hook))
     return table
+
+
+def pad_id(model) -> int:
+    """What fills the padding: the model's pad id, or 0 where it has none (GPT-2); masked either way."""
+    return model.config.pad_token_id if model.config.pad_token_id is not None else 0
+
+
+def padded_mask(kind: str, length: int, longest: int) -> Tensor:
+    """A sequence's additive mask inside a batch: its own mask, and the padding keys hidden. [query, key]"""
+    mask = torch.full((longest, longest), torch.finfo(torch.float32).min)
+    mask[:, :length] = 0
+    mask[:length, :length] = additive_mask(kind, length)
+    return mask
 
 
 def additive_mask(kind: str, n_tokens: int) -> Tensor:
@@ -98,6 +112,13 @@ def ablating(model: torch.nn.Module, family: Family, heads: Heads) -> Iterator[N
             handle.remove()
 
 
+@dataclass(frozen=True)
+class Sequence:
+    input_ids: Tensor  # [pos]
+    token_type_ids: Tensor  # [pos]
+    mask: str  # "bidirectional" or "causal"
+
+
 def capture(
     model: torch.nn.Module,
     family: Family,
@@ -108,22 +129,59 @@ def capture(
 ) -> tuple[dict[str, Tensor], Tensor | None]:
     """Runs the model once on one sequence ([pos] ids): every named activation, and the logits of the LM
     head where the model has one ([pos, vocab]), else None."""
-    inputs = {"input_ids": input_ids[None]}
+    return capture_batch(model, family, [Sequence(input_ids, token_type_ids, mask)], ablate)[0]
+
+
+def capture_batch(
+    model: torch.nn.Module, family: Family, sequences: list[Sequence], ablate: Heads = ()
+) -> list[tuple[dict[str, Tensor], Tensor | None]]:
+    """One forward pass of several sequences, padded on the right to the longest: each sequence's named
+    activations and logits, cut back to its own length. Padding changes nothing a real token computes: an
+    encoder's mask hides the padding keys (their weights are exactly 0), a decoder's causal mask keeps every
+    real token before them, and positions count from 0 either way. The same heads are switched off in all."""
+    lengths = [len(sequence.input_ids) for sequence in sequences]
+    longest = max(lengths)
+    pad = lambda values, fill=0: torch.nn.functional.pad(values, (0, longest - len(values)), value=fill)  # noqa: E731
+    inputs = {"input_ids": torch.stack([pad(sequence.input_ids, pad_id(model)) for sequence in sequences])}
     if family.token_types:
-        inputs["token_type_ids"] = token_type_ids[None]
+        inputs["token_type_ids"] = torch.stack([pad(sequence.token_type_ids) for sequence in sequences])
     if not family.decoder:
         # A prepared 4-D mask is used by the model as it is: how "causal" runs inside an encoder.
-        inputs["attention_mask"] = additive_mask(mask, len(input_ids))[None, None]  # [batch, 1, query, key]
+        inputs["attention_mask"] = torch.stack(
+            [padded_mask(sequence.mask, length, longest) for sequence, length in zip(sequences, lengths, strict=True)]
+        )[:, None]  # [batch, 1, query, key]
     # Recording hooks go first: a switched-off head's context is recorded as it computed it (weights·V),
     # and only then zeroed for the rest of the model.
     with torch.inference_mode(), recording(model, family) as activations, ablating(model, family, ablate):
         out = model(**inputs, output_attentions=True)
     for layer, weights in enumerate(out.attentions):
-        activations[attn(layer, "weights")] = weights[0]  # [head, query_pos, key_pos]
+        activations[attn(layer, "weights")] = weights  # [batch, head, query_pos, key_pos]
     if family.finish is not None:
         family.finish(activations, model)
-    logits = getattr(out, "logits", None)
-    return activations, None if logits is None else logits[0]
+    logits = getattr(out, "logits", None)  # [batch, pos, vocab]
+    alone = len(sequences) == 1
+    return [
+        (
+            {name: own_part(name, values, row, length, alone) for name, values in activations.items()},
+            None if logits is None else own_part("logits", logits, row, length, alone),
+        )
+        for row, length in enumerate(lengths)
+    ]
+
+
+def own_part(name: str, values: Tensor, row: int, length: int, alone: bool) -> Tensor:
+    """One sequence's part of a batch tensor, its padding cut off, by the kind of activation the name is:
+    [batch, head, query, key] (weights, position bias), [batch, head, pos, d_head] (the other attn.*), or
+    [batch, pos, …] (rows, logits). A copy, unless the batch is that sequence alone, so that a kept run
+    does not hold its whole batch in memory."""
+    part = values[row if values.shape[0] > 1 else 0]
+    if name.endswith((".weights", ".position_bias")):
+        part = part[:, :length, :length]
+    elif ".attn." in name:
+        part = part[:, :length]
+    else:
+        part = part[:length]
+    return part if alone else part.clone()
 
 
 def attention_scores(q: Tensor, k: Tensor, mask: Tensor, position_bias: Tensor | None = None) -> Tensor:

@@ -9,10 +9,14 @@ from torch import Tensor
 
 from app.engine import names
 from app.engine.attribution import Target, attribute, next_token_target, similarity_target
-from app.engine.capture import NEXT_TOKENS, additive_mask, attention_scores, capture, pool
+from app.engine.capture import NEXT_TOKENS, Sequence, additive_mask, attention_scores, capture_batch, pool
 from app.engine.families.base import Family
 from app.engine.model import LoadedModel
 from app.engine.spec import RunSpec
+
+# Padded tokens per forward pass: about what a 512-token input costs alone, so that a batch of short
+# prompts takes one pass and a long one is not slowed by others.
+BATCH_TOKENS = 2048
 
 
 class TextTooLong(ValueError):
@@ -232,7 +236,7 @@ class Engine:
         """The names this model records, block 0's standing for every block's."""
         tokens, _ = self.tokenize("a")
         spec = RunSpec(self.loaded.name, self.loaded.digest, "a", mask=self.loaded.family.native_mask)
-        return set(self._capture(spec, tokens)[0])
+        return set(self._capture([spec], [tokens])[0][0])
 
     def spec(
         self,
@@ -276,6 +280,41 @@ class Engine:
 
     def run(self, spec: RunSpec) -> Run:
         """One forward pass of the spec (two where the model's pooling reads a shorter input)."""
+        (outcome,) = self.run_batch([spec])
+        if isinstance(outcome, Exception):
+            raise outcome
+        return outcome
+
+    def run_batch(self, specs: list[RunSpec], max_tokens: int = BATCH_TOKENS) -> list[Run | Exception]:
+        """The runs of several specs, each as if computed alone (to float rounding): padded passes of
+        similar lengths, at most `max_tokens` padded tokens each, one pass per set of switched-off heads.
+        A spec the model cannot read gets its exception in its place; the others are computed."""
+        outcomes: list[Run | Exception | None] = [None] * len(specs)
+        inputs = {}
+        for index, spec in enumerate(specs):
+            try:
+                inputs[index] = self._read(spec)
+            except InvalidInput as error:
+                outcomes[index] = error
+        # Sorted by length, so that a pass pads little; a long input does not drag short ones with it.
+        order = sorted(inputs, key=lambda index: (specs[index].ablated, len(inputs[index][0])))
+        for group in batches(
+            order, lambda index: specs[index].ablated, lambda index: len(inputs[index][0]), max_tokens
+        ):
+            try:
+                runs = self._forward([specs[index] for index in group], [inputs[index] for index in group])
+            except Exception as error:
+                failed = PassFailed(
+                    f"the model failed on this text ({type(error).__name__}); try again or change the text"
+                )
+                failed.__cause__ = error
+                runs = [failed] * len(group)
+            for index, run in zip(group, runs, strict=True):
+                outcomes[index] = run
+        return outcomes
+
+    def _read(self, spec: RunSpec) -> tuple[list[Token], bool]:
+        """The spec's tokens, and whether the input was cut; InvalidInput if the model cannot read it."""
         tokens, truncated = self.tokenize(spec.text, spec.text_pair)
         read = {token.segment for token in tokens if token.end > token.start}
         unreadable = "has no characters the tokenizer keeps (only control or invisible ones)"
@@ -287,40 +326,51 @@ class Engine:
         type_vocab_size = getattr(self.loaded.model.config, "type_vocab_size", 1)
         if self.loaded.family.token_types and max(token.token_type for token in tokens) >= type_vocab_size:
             raise InvalidInput("this model was trained without a segment B (one token type): analyze the text alone")
-        try:
-            return self._forward(spec, tokens, truncated)
-        except Exception as error:
-            raise PassFailed(
-                f"the model failed on this text ({type(error).__name__}); try again or change the text"
-            ) from error
+        return tokens, truncated
 
-    def _forward(self, spec: RunSpec, tokens: list[Token], truncated: bool) -> Run:
-        activations, logits = self._capture(spec, tokens)
+    def _forward(self, specs: list[RunSpec], inputs: list[tuple[list[Token], bool]]) -> list[Run]:
+        """One padded pass of specs that switch off the same heads."""
+        captured = self._capture(specs, [tokens for tokens, _ in inputs])
         config = self.loaded.model.config
         # What the pooling reads: the last block's output, normalised once more in a pre-norm model.
-        last = names.FINAL if names.FINAL in activations else names.block(config.num_hidden_layers - 1, "output")
-        pooled_output = activations[last]
-        if len(tokens) > self.loaded.max_seq_length:
-            # The sentence vector reads the input cut where the model's own pooling cuts it (its
-            # max_seq_length), as sentence-transformers encodes it: a second, shorter pass of the cut input.
-            cut, _ = self.tokenize(spec.text, spec.text_pair, self.loaded.max_seq_length)
-            pooled_output = self._capture(spec, cut)[0][last]
-        return Run(
-            spec=spec,
-            tokens=tokens,
-            truncated=truncated,
-            activations=activations,
-            pooled_output=pooled_output,
-            n_layers=config.num_hidden_layers,
-            n_heads=config.num_attention_heads,
-            family=self.loaded.family,
-            next_tokens=None if logits is None else best_next(logits),
-        )
+        final = names.block(config.num_hidden_layers - 1, "output")
+        last = lambda found: names.FINAL if names.FINAL in found else final  # noqa: E731
+        runs = []
+        for spec, (tokens, truncated), (activations, logits) in zip(specs, inputs, captured, strict=True):
+            pooled_output = activations[last(activations)]
+            if len(tokens) > self.loaded.max_seq_length:
+                # The sentence vector reads the input cut where the model's own pooling cuts it (its
+                # max_seq_length), as sentence-transformers encodes it: a second, shorter pass of the cut input.
+                cut, _ = self.tokenize(spec.text, spec.text_pair, self.loaded.max_seq_length)
+                ((cut_activations, _),) = self._capture([spec], [cut])
+                pooled_output = cut_activations[last(cut_activations)]
+            runs.append(
+                Run(
+                    spec=spec,
+                    tokens=tokens,
+                    truncated=truncated,
+                    activations=activations,
+                    pooled_output=pooled_output,
+                    n_layers=config.num_hidden_layers,
+                    n_heads=config.num_attention_heads,
+                    family=self.loaded.family,
+                    next_tokens=None if logits is None else best_next(logits),
+                )
+            )
+        return runs
 
-    def _capture(self, spec: RunSpec, tokens: list[Token]) -> tuple[dict[str, Tensor], Tensor | None]:
-        input_ids = torch.tensor([token.id for token in tokens])
-        token_type_ids = torch.tensor([token.token_type for token in tokens])
-        return capture(self.loaded.model, self.loaded.family, input_ids, token_type_ids, spec.mask, spec.ablated)
+    def _capture(
+        self, specs: list[RunSpec], inputs: list[list[Token]]
+    ) -> list[tuple[dict[str, Tensor], Tensor | None]]:
+        sequences = [
+            Sequence(
+                torch.tensor([token.id for token in tokens]),
+                torch.tensor([token.token_type for token in tokens]),
+                spec.mask,
+            )
+            for spec, tokens in zip(specs, inputs, strict=True)
+        ]
+        return capture_batch(self.loaded.model, self.loaded.family, sequences, specs[0].ablated)
 
     def tokenize(
         self, text: str, text_pair: str | None = None, max_length: int | None = None
@@ -428,6 +478,19 @@ class Engine:
         """The word-embedding table with rows scaled to length 1: cosines to it are one matrix product."""
         table = self.loaded.model.get_input_embeddings().weight.detach()
         return table / table.norm(dim=1, keepdim=True)
+
+
+def batches(order: list, key, length, max_tokens: int) -> list[list]:
+    """Consecutive items of `order` (sorted by key, then length) in groups of one key each, each group's
+    padded size (its count times its longest length) at most max_tokens; an item alone may pass it."""
+    groups: list[list] = []
+    for item in order:
+        group = groups[-1] if groups else None
+        if group and key(group[0]) == key(item) and (len(group) + 1) * length(item) <= max_tokens:
+            group.append(item)
+        else:
+            groups.append([item])
+    return groups
 
 
 def best_next(logits: Tensor) -> tuple[Tensor, Tensor, Tensor]:

@@ -71,13 +71,13 @@ class Family:
 
 
 def first(value) -> Tensor:
-    """A module's tensor for the one sequence: the first of a tuple, then batch row 0."""
-    return (value[0] if isinstance(value, tuple) else value)[0]
+    """A module's tensor: the first of a tuple. Readers keep the batch: [batch, pos, …]."""
+    return value[0] if isinstance(value, tuple) else value
 
 
 def heads(x: Tensor, n_heads: int) -> Tensor:
-    """[pos, n_heads·d_head] -> [head, pos, d_head]"""
-    return x.unflatten(-1, (n_heads, -1)).transpose(0, 1)
+    """[batch, pos, n_heads·d_head] -> [batch, head, pos, d_head]"""
+    return x.unflatten(-1, (n_heads, -1)).transpose(-3, -2)
 
 
 def output(name: str) -> Reader:
@@ -85,17 +85,17 @@ def output(name: str) -> Reader:
 
 
 def inputs(name: str) -> Reader:
-    return lambda args, out: {name: args[0][0]}
+    return lambda args, out: {name: args[0]}
 
 
 def split_heads(name: str, n_heads: int, repeat: int = 1) -> Reader:
     """A projection's output as heads; grouped K/V heads repeated so that query head h reads K/V head
     h // repeat, as the model's repeat_kv does."""
-    return lambda args, out: {name: heads(first(out), n_heads).repeat_interleave(repeat, dim=0)}
+    return lambda args, out: {name: heads(first(out), n_heads).repeat_interleave(repeat, dim=-3)}
 
 
 def input_heads(name: str, n_heads: int) -> Reader:
-    return lambda args, out: {name: heads(args[0][0], n_heads)}
+    return lambda args, out: {name: heads(args[0], n_heads)}
 
 
 def attention_output(module: str, n_heads: int) -> tuple[Hook, Hook]:

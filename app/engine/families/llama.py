@@ -31,8 +31,8 @@ def rotate(activations: dict, model) -> None:
     apply = sys.modules[type(model.base_model.layers[0].self_attn).__module__].apply_rotary_pos_emb
     for layer in range(model.config.num_hidden_layers):
         q, k = attn(layer, "q"), attn(layer, "k")
-        rotated_q, rotated_k = apply(activations[q][None], activations[k][None], cos, sin)  # [1, head, pos, d_head]
-        activations[q], activations[k] = rotated_q[0], rotated_k[0]
+        # [batch, head, pos, d_head]; cos and sin [batch, pos, d_head]
+        activations[q], activations[k] = apply(activations[q], activations[k], cos, sin)
 
 
 LLAMA = Family(

@@ -23,7 +23,7 @@ def hooks(config) -> tuple[Hook, ...]:
         Hook("{block}.attention.attn.k", split_heads(attn(LAYER, "k"), n)),
         Hook("{block}.attention.attn.v", split_heads(attn(LAYER, "v"), n)),
         # MPNetSelfAttention(hidden_states, attention_mask, position_bias): the bias its scores add.
-        Hook("{block}.attention.attn", lambda args, out: {attn(LAYER, "position_bias"): args[2][0]}, before=True),
+        Hook("{block}.attention.attn", lambda args, out: {attn(LAYER, "position_bias"): args[2]}, before=True),
         *attention_output("{block}.attention.attn.o", n),
         Hook("{block}.attention.LayerNorm", output(block(LAYER, "resid_mid"))),
         *ffn_output("{block}.output.dense"),
