@@ -56,6 +56,7 @@ def create_app(model: LoadedModel | None = None, specs: SpecStore | None = None)
             max_cache_bytes=settings.max_store_bytes,
             folders=settings.models,
             max_loaded_models=settings.max_loaded_models,
+            max_batch_runs=settings.max_batch_runs,
         )
         # A class lives where the run specs do when that is Redis (every worker sees it), else in this process.
         backend = RedisBackend(settings.store) if settings.store.startswith(REDIS_SCHEMES) else MemoryBackend()

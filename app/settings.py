@@ -53,6 +53,9 @@ class Settings(BaseSettings):
     max_waiting: Annotated[int, between(0, 10_000)] = 64
     max_waiting_per_client: Annotated[int, between(1, 1_000)] = 4
     max_wait_seconds: Annotated[float, between(0.1, 600)] = 30.0
+    # A request that gets its turn computes the runs waiting behind it (fair order, same model) in the same
+    # padded passes, up to this many: a class pressing Enter at once costs a few passes, not one each. 1: off.
+    max_batch_runs: Annotated[int, between(1, 1_000)] = 64
     # Longer texts answer 413; the tokenizer truncates to the model's 512 positions anyway.
     max_chars: Annotated[int, between(1, 1_000_000)] = 20_000
     # Request bodies past this answer 413 before they are read whole (20,000 characters escaped as

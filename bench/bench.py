@@ -13,10 +13,12 @@ taken between numbers measured in this same run. Run it with `make bench`.
 """
 
 import argparse
+import asyncio
 import datetime
 import json
 import os
 import platform
+import random
 import socket
 import statistics
 import subprocess
@@ -50,6 +52,8 @@ CHROMIUM_ARGS = [
     "--no-first-run",
 ]
 MEMORY_RUNS = 64
+BURST_LEARNERS = 48  # a class pressing Enter within the same second
+BURST_REPS = 3
 BERTVIZ_MAX_REPS = 3  # bertviz takes ~30 s and ~900 MB at N=512: once there, at most 3 times below
 BERTVIZ_ONCE_FROM = 512
 # Whole vocabulary words, one token each, so a text's length can be set one token at a time.
@@ -105,6 +109,95 @@ def time_raw_forward(model, tokenizer, text: str) -> float:
         return ms_since(start)
 
 
+def burst_prompts(round_number: int) -> list[str]:
+    """BURST_LEARNERS different sentences of 6 to 18 words, new each round (the lab caches a repeated one)."""
+    chooser = random.Random(round_number)
+    return [
+        f"learner {learner} round {round_number} " + " ".join(chooser.choices(FILLER, k=chooser.randint(4, 16)))
+        for learner in range(BURST_LEARNERS)
+    ]
+
+
+def time_raw_padded_batch(model, tokenizer, prompts: list[str]) -> float:
+    """The floor for a burst: every prompt in one padded forward pass."""
+    encoded = tokenizer(prompts, padding=True, return_tensors="pt")
+    with torch.inference_mode():
+        start = time.perf_counter()
+        model(**encoded, output_attentions=True)
+        return ms_since(start)
+
+
+def time_raw_one_by_one(model, tokenizer, prompts: list[str]) -> float:
+    start = time.perf_counter()
+    for prompt in prompts:
+        time_raw_forward(model, tokenizer, prompt)
+    return ms_since(start)
+
+
+async def time_burst(base: str, prompts: list[str]) -> dict:
+    """Every learner (its own browser cookie, from the page) sends analyze + the attention it draws at the
+    same moment: the time until the last one has its attention, and every answer's status."""
+    clients = [httpx.AsyncClient(base_url=base, timeout=120) for _ in prompts]
+    try:
+        await asyncio.gather(*(client.get("/") for client in clients))
+        statuses = []
+
+        async def learner(client, prompt):
+            analyzed = await client.post("/api/analyze", json={"text": prompt})
+            statuses.append(analyzed.status_code)
+            if analyzed.status_code == 200:
+                attention = await client.get(f"/api/runs/{analyzed.json()['run_id']}/attention")
+                statuses.append(attention.status_code)
+
+        start = time.perf_counter()
+        await asyncio.gather(*(learner(client, prompt) for client, prompt in zip(clients, prompts, strict=True)))
+        return {"ms": ms_since(start), "answered": statuses.count(200), "requests": len(statuses)}
+    finally:
+        await asyncio.gather(*(client.aclose() for client in clients))
+
+
+def measure_burst(model, tokenizer, labs: dict[str, str]) -> dict:
+    """The class burst, side by side in one run: each lab (batching on, and off as a reference), the raw
+    padded batch and the raw model one prompt at a time; the same prompts for all in each round."""
+    samples: dict[str, list[float]] = {name: [] for name in [*labs, "raw batch", "raw one by one"]}
+    answered = {name: [] for name in labs}
+    for round_number in range(BURST_REPS + 1):
+        prompts = burst_prompts(round_number)
+        found = {name: asyncio.run(time_burst(base, prompts)) for name, base in labs.items()}
+        batch, one_by_one = (
+            time_raw_padded_batch(model, tokenizer, prompts),
+            time_raw_one_by_one(model, tokenizer, prompts),
+        )
+        if round_number == 0:
+            continue  # the first round warms every side up
+        for name, result in found.items():
+            samples[name].append(result["ms"])
+            answered[name].append(result["answered"] == result["requests"] == 2 * BURST_LEARNERS)
+        samples["raw batch"].append(batch)
+        samples["raw one by one"].append(one_by_one)
+    medians = {name: statistics.median(values) for name, values in samples.items()}
+    return {
+        "learners": BURST_LEARNERS,
+        "ms": medians,
+        "ratio_to_raw_batch": {name: medians[name] / medians["raw batch"] for name in labs},
+        "everyone_answered": {name: all(flags) for name, flags in answered.items()},
+    }
+
+
+def burst_line(burst: dict) -> str:
+    ms, ratio = burst["ms"], burst["ratio_to_raw_batch"]
+    lab_parts = ", ".join(
+        f"{name} {ms[name]:,.0f} ms ({ratio[name]:.1f}× the raw batch"
+        f"{'' if burst['everyone_answered'][name] else ', NOT everyone answered'})"
+        for name in ratio
+    )
+    return (
+        f"Class burst ({burst['learners']} different 6–18-word prompts at once over HTTP, analyze + attention "
+        f"each, median of {BURST_REPS}): {lab_parts}; raw padded batch {ms['raw batch']:,.0f} ms; raw one by one "
+        f"{ms['raw one by one']:,.0f} ms."
+    )
+
+
 # ---- the lab over HTTP ----------------------------------------------------------------------------
 
 
@@ -115,7 +208,7 @@ def free_port() -> int:
 
 
 @contextmanager
-def lab_server():
+def lab_server(env: dict[str, str] | None = None):
     """The lab as `python -m app` on a free loopback port; yields (base URL, process)."""
     port = free_port()
     # A file, not a pipe: nobody reads the access log while we run, and a full pipe would block uvicorn.
@@ -123,6 +216,7 @@ def lab_server():
         process = subprocess.Popen(
             [sys.executable, "-m", "app", "--host", "127.0.0.1", "--port", str(port)],
             cwd=REPO,
+            env={**os.environ, **(env or {})},
             stdout=log,
             stderr=subprocess.STDOUT,
             text=True,
@@ -516,7 +610,7 @@ def machine_line(machine: dict, reps: int) -> str:
     )
 
 
-def write_markdown(path: Path, rows: list[dict], memory: dict, machine: dict, reps: int) -> None:
+def write_markdown(path: Path, rows: list[dict], memory: dict, burst: dict, machine: dict, reps: int) -> None:
     notes = (
         "raw forward: transformers alone, `output_attentions=True`. lab: `POST /api/analyze` + "
         '`GET /api/runs/{id}/attention` over HTTP on loopback. bertviz: `head_view(..., html_action="return")` '
@@ -529,7 +623,10 @@ def write_markdown(path: Path, rows: list[dict], memory: dict, machine: dict, re
     # bench/lighthouse.py keeps its own section at the end of the file.
     old = path.read_text() if path.exists() else ""
     lighthouse = old[old.index("<!-- lighthouse -->") :] if "<!-- lighthouse -->" in old else ""
-    body = f"{markdown_table(rows)}\n\n{memory_line(memory)}\n\n{machine_line(machine, reps)}\n\n{notes}\n"
+    body = (
+        f"{markdown_table(rows)}\n\n{memory_line(memory)}\n\n{burst_line(burst)}\n\n"
+        f"{machine_line(machine, reps)}\n\n{notes}\n"
+    )
     path.write_text(f"{body}\n{lighthouse}" if lighthouse else body)
 
 
@@ -542,6 +639,7 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--sizes", default="8,32,128,512", help="token counts, [CLS] and [SEP] included")
     parser.add_argument("--no-bertviz", action="store_true", help="skip bertviz (it takes ~30 s at N=512)")
     parser.add_argument("--no-browser", action="store_true", help="skip the chromium measurements")
+    parser.add_argument("--burst-only", action="store_true", help="only the class burst, printed, nothing written")
     parser.add_argument("--out", type=Path, default=BENCH_DIR / "results.json", help="JSON results; a .md beside it")
     args = parser.parse_args()
     args.sizes = [int(size) for size in args.sizes.split(",")]
@@ -557,6 +655,10 @@ def main() -> None:
     texts = Texts(tokenizer)
     model = load_raw_model(path)
     raw, lab, bertviz, browser = {}, {}, {}, {}
+    if args.burst_only:
+        with lab_server() as (base, _), lab_server({"ATTENTION_LAB_MAX_BATCH_RUNS": "1"}) as (unbatched, _):
+            print(burst_line(measure_burst(model, tokenizer, {"lab": base, "lab, batching off": unbatched})))
+        return
 
     with lab_server() as (base, process), httpx.Client(base_url=base, timeout=120) as client:
         for n in args.sizes:
@@ -581,12 +683,18 @@ def main() -> None:
 
         memory = measure_memory(client, process.pid, texts)
 
+        # Batching off as the reference: each request its own pass, as before the lab batched.
+        with lab_server({"ATTENTION_LAB_MAX_BATCH_RUNS": "1"}) as (unbatched, _):
+            burst = measure_burst(model, tokenizer, {"lab": base, "lab, batching off": unbatched})
+        print(f"  {burst_line(burst)}", flush=True)
+
     rows = [summarize(n, raw[n], lab[n], bertviz.get(n, []), browser.get(n, [])) for n in args.sizes]
     machine = machine_info(load_at_start)
     print()
     print(text_table(rows))
     print()
     print(memory_line(memory))
+    print(burst_line(burst))
     print(machine_line(machine, args.reps))
 
     results = {
@@ -599,10 +707,11 @@ def main() -> None:
         },
         "rows": rows,
         "memory": memory,
+        "burst": burst,
         "seconds": time.perf_counter() - started,
     }
     args.out.write_text(json.dumps(results, indent=2) + "\n")
-    write_markdown(args.out.with_suffix(".md"), rows, memory, machine, args.reps)
+    write_markdown(args.out.with_suffix(".md"), rows, memory, burst, machine, args.reps)
     print(f"\nWrote {args.out} and {args.out.with_suffix('.md')} in {results['seconds']:.0f} s")
 
 

@@ -2,12 +2,16 @@
 pooled vector and the next-token candidates, for mixed lengths, pairs, both masks and switched-off heads,
 on MiniLM's tiny random twin and on tiny random models of other families."""
 
+import asyncio
+
 import pytest
 import torch
 
 import app.engine.runs
 from app.engine.model import load_model
 from app.engine.runs import Engine, NothingToRead
+from app.serving.gate import Client
+from tests.conftest import make_lab, run_async
 from tests.families import build
 
 TEXTS = [
@@ -88,3 +92,65 @@ def test_a_pass_is_capped_by_padded_tokens_and_one_bad_input_fails_alone(tiny, m
     )
     # The two short ones share a pass; the long one (302 tokens) goes alone under a 512-token cap.
     assert sorted(passes) == [[4, 5], [302]]
+
+
+def recorded_batches(lab, monkeypatch) -> list[list[str]]:
+    """The texts of each batch the lab's engine computes, in order."""
+    batches, real = [], lab.engine.run_batch
+
+    def recording(specs, *args):
+        batches.append([spec.text for spec in specs])
+        return real(specs, *args)
+
+    monkeypatch.setattr(lab.engine, "run_batch", recording)
+    return batches
+
+
+def queue_behind_a_held_turn(lab, requests):
+    """Holds the lab's only turn while every (text, client) request queues, then lets go: their runs."""
+
+    async def main():
+        async with lab.gate.admit():
+            tasks = [asyncio.create_task(lab.submit(lab.spec(text), client)) for text, client in requests]
+            while lab.gate.waiting < len(requests):
+                await asyncio.sleep(0.01)
+        return await asyncio.gather(*tasks)
+
+    return run_async(main())
+
+
+def test_requests_waiting_together_share_a_pass_with_their_own_numbers(tiny, tmp_path, monkeypatch):
+    lab = make_lab(tiny, tmp_path)
+    batches = recorded_batches(lab, monkeypatch)
+    requests = [(text, Client(f"10.0.0.{number}")) for number, text in enumerate(TEXTS)]
+    runs = queue_behind_a_held_turn(lab, requests)
+    assert batches == [TEXTS]  # the first to get the turn took the others along, in turn order
+    engine = Engine(tiny, 10_000)
+    for run, text in zip(runs, TEXTS, strict=True):
+        assert_same(run, engine.run(engine.spec(text)))
+
+
+def test_a_batch_is_filled_in_fair_order_not_by_one_clients_flood(tiny, tmp_path, monkeypatch):
+    lab = make_lab(tiny, tmp_path)
+    lab.max_batch_runs = 2
+    batches = recorded_batches(lab, monkeypatch)
+    hog, b, c = Client("10.0.0.1"), Client("10.0.0.2"), Client("10.0.0.3")
+    queue_behind_a_held_turn(lab, [("hog 1", hog), ("hog 2", hog), ("hog 3", hog), ("b 1", b), ("c 1", c)])
+    assert batches == [["hog 1", "b 1"], ["c 1", "hog 2"], ["hog 3"]]
+
+
+def test_a_lone_request_runs_at_once_and_alone(tiny, tmp_path, monkeypatch):
+    lab = make_lab(tiny, tmp_path)
+    batches = recorded_batches(lab, monkeypatch)
+    run_async(lab.submit(lab.spec("all alone")))
+    assert batches == [["all alone"]] and lab.gate.waiting == 0
+
+
+def test_a_long_input_takes_its_turn_alone(tiny, tmp_path, monkeypatch):
+    """A turn computes at most one full-length input's worth of padded tokens."""
+    lab = make_lab(tiny, tmp_path, max_chars=100_000)
+    batches = recorded_batches(lab, monkeypatch)
+    long = " ".join(["word"] * 600)
+    requests = [("short", Client("10.0.0.1")), (long, Client("10.0.0.2")), ("also short", Client("10.0.0.3"))]
+    queue_behind_a_held_turn(lab, requests)
+    assert batches == [["short"], [long], ["also short"]]

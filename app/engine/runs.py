@@ -422,6 +422,11 @@ class Engine:
         # A piece holding part of a character's bytes reads as nothing: it keeps its own spelling.
         return [piece if "\ufffd" in text else text for piece, text in zip(pieces, read, strict=True)]
 
+    def length(self, spec: RunSpec) -> int:
+        """How many tokens the spec's input is, as read (cut at the model's positions)."""
+        encoding = self.loaded.tokenizer(spec.text, spec.text_pair, truncation=True, max_length=self.loaded.max_tokens)
+        return len(encoding["input_ids"])
+
     def attribution(
         self,
         text: str,

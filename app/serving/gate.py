@@ -7,13 +7,16 @@ a client that floods, whether from many connections or under many cookies, gets 
 like any other. Past its own bound of waiting requests a client is refused alone (429); past the bound
 for everyone, or after the longest wait, a request is told to come back (503). Waiting happens on the
 event loop, so a full queue never ties up the server's threads, and a request cancelled while it waits
-(its client went away) leaves the queue at once."""
+(its client went away) leaves the queue at once.
+
+A request that gets its turn may take the jobs of those waiting behind it, in the same fair order, to do
+them in the same pass (claim): each of them is then answered from that pass instead of taking a turn."""
 
 import asyncio
 from collections import deque
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 
 class Busy(RuntimeError):
@@ -35,6 +38,16 @@ class Client:
 
 
 ANYONE = Client("")  # a caller with no client of its own (the engine used directly, as in tests)
+
+
+@dataclass(eq=False)
+class Turn:
+    """A waiting request: resolved with None when it may run, or with the future of its answer when
+    another request's pass has claimed its job."""
+
+    keys: tuple[str, str]
+    job: object = None  # what the request would run, offered to a claiming pass; None: not claimable
+    ready: asyncio.Future = field(default_factory=lambda: asyncio.get_running_loop().create_future())
 
 
 class Rotation:
@@ -59,6 +72,11 @@ class Rotation:
         if queue is None:
             return 0
         return queue.count(tuple(inner)) if inner else len(queue)
+
+    def peek(self):
+        """The item whose turn is next, left in place."""
+        queue = next(iter(self._queues.values()))
+        return queue.peek() if isinstance(queue, Rotation) else queue[0]
 
     def popleft(self):
         key, queue = next(iter(self._queues.items()))
@@ -87,20 +105,40 @@ class PassGate:
         self.max_wait_seconds = max_wait_seconds
         self.running = 0
         self.waiting = 0
-        self._turns = Rotation()  # futures of waiting requests, by address, then by cookie
+        self._turns = Rotation()  # the waiting requests' turns, by address, then by cookie
 
     @asynccontextmanager
-    async def admit(self, client: Client = ANYONE) -> AsyncIterator[None]:
+    async def admit(self, client: Client = ANYONE, job: object = None) -> AsyncIterator[asyncio.Future | None]:
+        """Yields None when this request may run, or the future of its answer when a running pass claimed
+        its `job` while it waited (it then takes no turn)."""
         if self.running < self.max_passes and self.waiting == 0:
             self.running += 1
+            claimed = None
         else:
-            await self._wait_for_turn((client.address, client.cookie))
+            claimed = await self._wait_for_turn(Turn((client.address, client.cookie), job))
         try:
-            yield
+            yield claimed
         finally:
-            self._pass_on()
+            if claimed is None:
+                self._pass_on()
 
-    async def _wait_for_turn(self, keys: tuple[str, str]) -> None:
+    def claim(self, accepts: Callable[[object], bool], limit: int) -> list[tuple[object, asyncio.Future]]:
+        """Takes up to `limit` waiting jobs, in turn order, while the next one is one `accepts`: each with
+        the future its request now waits on for its answer."""
+        claimed = []
+        while self._turns and len(claimed) < limit:
+            turn = self._turns.peek()
+            if turn.job is None or not accepts(turn.job):
+                break
+            self._turns.popleft()
+            self.waiting -= 1
+            answer = asyncio.get_running_loop().create_future()
+            turn.ready.set_result(answer)
+            claimed.append((turn.job, answer))
+        return claimed
+
+    async def _wait_for_turn(self, turn: Turn) -> asyncio.Future | None:
+        keys = turn.keys
         if self._turns.count(keys) >= self.max_waiting_per_client:
             raise TooManyWaiting(
                 f"you already have {self.max_waiting_per_client} requests waiting for the model: "
@@ -109,17 +147,17 @@ class PassGate:
             )
         if self.waiting >= self.max_waiting:
             raise Busy(f"{self.waiting} requests are already waiting for the model: try again in a moment", 2)
-        turn = asyncio.get_running_loop().create_future()
         self._turns.append(keys, turn)
         self.waiting += 1
         try:
             async with asyncio.timeout(self.max_wait_seconds):
-                await asyncio.shield(turn)
+                return await asyncio.shield(turn.ready)
         except BaseException as error:
-            if turn.done():  # the turn came as the wait ended: give it to the next in line
-                self._pass_on()
+            if turn.ready.done():
+                if turn.ready.result() is None:  # the turn came as the wait ended: give it to the next in line
+                    self._pass_on()
             else:
-                turn.cancel()
+                turn.ready.cancel()
                 self._turns.remove(keys, turn)
                 self.waiting -= 1
             if isinstance(error, TimeoutError):
@@ -130,6 +168,6 @@ class PassGate:
         """A pass ended: its slot goes to whoever's turn it is, or is freed."""
         if self._turns:
             self.waiting -= 1
-            self._turns.popleft().set_result(None)
+            self._turns.popleft().ready.set_result(None)
         else:
             self.running -= 1

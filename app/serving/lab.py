@@ -46,11 +46,13 @@ class Lab:
         max_cache_bytes: int,
         folders: list[Path] = (),
         max_loaded_models: int = 3,
+        max_batch_runs: int = 64,
     ):
         """`loaded`: the default model; `folders`: more models, loaded when first asked for."""
         self.models = Models(loaded, list(folders), max_chars, max_loaded_models)
         self.specs = specs
         self.gate = gate
+        self.max_batch_runs = max_batch_runs  # runs one turn at the model may compute together
         self.runs: RunCache[Run] = RunCache(max_runs, max_cache_bytes)
         # Passes under way, by run id: a request for the same run meanwhile awaits that pass. A pass whose
         # waiters have all gone (their clients disconnected) before it started is called off.
@@ -152,22 +154,68 @@ class Lab:
                 del self._waiters[run_id]
 
     async def _pass(self, spec: RunSpec, client: Client) -> Run:
+        """This spec's turn at the gate, or its place in another request's pass: a request that gets its
+        turn takes the runs of the same model waiting behind it (in the gate's fair order) into its pass."""
         try:
             await self.models.engine(spec.model)  # loaded before the turn, in case it was let go
-            async with self.gate.admit(client):
+            async with self.gate.admit(client, job=spec) as claimed:
                 self._started.add(spec.run_id)
-                return await asyncio.to_thread(self.analyze, spec)
+                if claimed is not None:
+                    return await claimed
+                others = self.gate.claim(self._joins(spec), self.max_batch_runs - 1)
+                self._started.update(job.run_id for job, _ in others)
+                outcomes = await asyncio.to_thread(self.analyze_batch, [spec, *(job for job, _ in others)])
+                for (_, answer), outcome in zip(others, outcomes[1:], strict=True):
+                    if answer.done():  # its request went away meanwhile
+                        continue
+                    if isinstance(outcome, Exception):
+                        answer.set_exception(outcome)
+                    else:
+                        answer.set_result(outcome)
+                if isinstance(outcomes[0], Exception):
+                    raise outcomes[0]
+                return outcomes[0]
         finally:
             self._started.discard(spec.run_id)
             if self._passes.get(spec.run_id) is asyncio.current_task():
                 del self._passes[spec.run_id]
 
+    def _joins(self, spec: RunSpec):
+        """Which waiting specs may join this one's turn: of the same model, while all of them padded to the
+        longest fit in as many tokens as one full-length input. A turn then costs at most about one long
+        pass: a long input takes its turn alone and keeps no one waiting longer than before batching."""
+        engine = self.models.loaded(spec.model)
+        room = engine.loaded.max_tokens
+        count, longest = 1, engine.length(spec)
+
+        def joins(job: RunSpec) -> bool:
+            nonlocal count, longest
+            if job.model != spec.model:
+                return False
+            length = engine.length(job)
+            if (count + 1) * max(longest, length) > room:
+                return False
+            count, longest = count + 1, max(longest, length)
+            return True
+
+        return joins
+
     def analyze(self, spec: RunSpec) -> Run:
         """The kept run of the spec, or one forward pass of it, kept."""
-        kept = self.kept(spec)
-        if kept is not None:
-            return kept
-        run = self.models.loaded(spec.model).run(spec)
-        self.runs.put(spec.run_id, run)
-        trim_if_over(self.runs.max_bytes + RUNTIME_BYTES + self.models.loaded_bytes)
-        return run
+        (outcome,) = self.analyze_batch([spec])
+        if isinstance(outcome, Exception):
+            raise outcome
+        return outcome
+
+    def analyze_batch(self, specs: list[RunSpec]) -> list[Run | Exception]:
+        """The kept runs of specs of one model, and the others computed together (Engine.run_batch), kept."""
+        outcomes: list[Run | Exception | None] = [self.kept(spec) for spec in specs]
+        missing = [index for index, outcome in enumerate(outcomes) if outcome is None]
+        if missing:
+            computed = self.models.loaded(specs[missing[0]].model).run_batch([specs[index] for index in missing])
+            for index, outcome in zip(missing, computed, strict=True):
+                outcomes[index] = outcome
+                if not isinstance(outcome, Exception):
+                    self.runs.put(specs[index].run_id, outcome)
+            trim_if_over(self.runs.max_bytes + RUNTIME_BYTES + self.models.loaded_bytes)
+        return outcomes
