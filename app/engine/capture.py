@@ -7,6 +7,7 @@ compute, and the weights are the model's own output_attentions. Where they sit i
 """
 
 import threading
+import weakref
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -46,6 +47,19 @@ def padded_mask(kind: str, length: int, longest: int) -> Tensor:
     return mask
 
 
+# model -> [(module, block index as text or "", hook)]: looked up once per model, not on every pass.
+_HOOKED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def hooked(model: torch.nn.Module, family: Family) -> list[tuple[torch.nn.Module, str, Hook]]:
+    if model not in _HOOKED:
+        base = model.base_model
+        _HOOKED[model] = [
+            (base.get_submodule(path), layer, hook) for path, layer, hook in hook_table(family, model.config)
+        ]
+    return _HOOKED[model]
+
+
 def additive_mask(kind: str, n_tokens: int) -> Tensor:
     """What the model adds to QKᵀ/√d: 0 where a query may look, the float32 minimum where it may not.
 
@@ -68,17 +82,15 @@ def recording(model: torch.nn.Module, family: Family) -> Iterator[dict[str, Tens
     """
     activations: dict[str, Tensor] = {}
     owner = threading.get_ident()
-    base = model.base_model
     handles = []
     try:
-        for path, layer, hook in hook_table(family, model.config):
+        for module, layer, hook in hooked(model, family):
             # No copies: in eval mode nothing the model computes is modified in place after its module
             # returns (the output_attentions tests would see it), so keeping the tensors is enough.
             def record(module, args, out=None, layer=layer, read=hook.read):
                 if threading.get_ident() == owner:
                     activations.update({name.replace(LAYER, layer): value for name, value in read(args, out).items()})
 
-            module = base.get_submodule(path)
             register = module.register_forward_pre_hook if hook.before else module.register_forward_hook
             handles.append(register(record))
         yield activations

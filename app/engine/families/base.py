@@ -91,6 +91,8 @@ def inputs(name: str) -> Reader:
 def split_heads(name: str, n_heads: int, repeat: int = 1) -> Reader:
     """A projection's output as heads; grouped K/V heads repeated so that query head h reads K/V head
     h // repeat, as the model's repeat_kv does."""
+    if repeat == 1:
+        return lambda args, out: {name: heads(first(out), n_heads)}
     return lambda args, out: {name: heads(first(out), n_heads).repeat_interleave(repeat, dim=-3)}
 
 
