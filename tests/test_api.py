@@ -3,6 +3,7 @@
 import os
 import socket
 
+import httpx
 import numpy as np
 import pytest
 
@@ -286,3 +287,15 @@ def test_an_evicted_run_is_recomputed_with_the_same_numbers(client):
     assert after.status_code == 200
     for name, value in before.items():
         np.testing.assert_allclose(after.json()[name], value, atol=1e-5)
+
+
+@pytest.mark.parametrize("encoding", ["zstd", "br", "gzip"])
+def test_attention_goes_out_compressed_to_a_client_that_accepts_it(live_lab, encoding):
+    long = " ".join(["the old river ran past quiet green fields"] * 12)
+    with httpx.Client(base_url=live_lab.url, timeout=60) as lab:
+        run = lab.post("/api/analyze", json={"text": long}).json()["run_id"]
+        plain = lab.get(f"/api/runs/{run}/attention", headers={"Accept-Encoding": "identity"})
+        packed = lab.get(f"/api/runs/{run}/attention", headers={"Accept-Encoding": encoding})
+    assert "content-encoding" not in plain.headers and packed.headers["content-encoding"] == encoding
+    assert packed.content == plain.content  # decoded by httpx: the same bytes
+    assert packed.num_bytes_downloaded < plain.num_bytes_downloaded / 3
