@@ -299,3 +299,29 @@ def test_attention_goes_out_compressed_to_a_client_that_accepts_it(live_lab, enc
     assert "content-encoding" not in plain.headers and packed.headers["content-encoding"] == encoding
     assert packed.content == plain.content  # decoded by httpx: the same bytes
     assert packed.num_bytes_downloaded < plain.num_bytes_downloaded / 3
+
+
+def test_the_server_averages_heads_and_blocks_in_one_matrix(client, bank):
+    run = bank["run_id"]
+    every = decode_attention(*attention_of(client, run))  # [layer, head, query, key]
+    mean = lambda values, axis: values.astype(np.float64).mean(axis)  # noqa: E731
+    cases = {
+        "heads of block 2": ({"layer": 2, "heads": "0,3,7"}, mean(every[2, [0, 3, 7]], 0)),
+        "every head, every block": ({"blocks": "mean"}, mean(mean(every, 1), 0)),
+        "head 5, every block": ({"blocks": "mean", "head": 5}, mean(every[:, 5], 0)),
+        "heads 1 and 2 of each block": ({"heads": "2,1"}, mean(every[:, [1, 2]], 1)),
+    }
+    for name, (params, expected) in cases.items():
+        body, headers = attention_of(client, run, **params)
+        got = decode_attention(body, headers)
+        assert got.shape[1] == 1, name
+        np.testing.assert_allclose(got.reshape(expected.shape), expected, atol=1e-6, err_msg=name)
+    assert attention_of(client, run, layer=0, heads="0,12", status=404)
+    for bad in ({"head": 1, "heads": "0,1"}, {"blocks": "mean", "layer": 1}, {"heads": "1;2"}, {"blocks": "max"}):
+        assert attention_of(client, run, status=422, **bad)
+
+
+def attention_of(client, run, status=200, **params):
+    response = client.get(f"/api/runs/{run}/attention", params={"dtype": "float32", **params})
+    assert response.status_code == status, response.text
+    return (response.content, response.headers) if status == 200 else True

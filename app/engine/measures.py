@@ -86,6 +86,16 @@ def alti(run, model, layer: int) -> Tensor:
     return contributions.float()
 
 
+def mean_view(blocks: list[Tensor], heads: list[int], over_blocks: bool) -> list[Tensor]:
+    """The mean of the chosen heads of each block ([1, query, key] each), or of those means over every
+    block (one [1, query, key]): what the page shows for "mean of heads" and "all blocks averaged", summed
+    in float64 as the page would."""
+    means = [block[heads].double().mean(0, keepdim=True) for block in blocks]
+    if over_blocks:
+        means = [torch.stack(means).mean(0)]
+    return [mean.float() for mean in means]
+
+
 @torch.inference_mode()
 def measure_blocks(run, model, measure: Measure, layer: int | None = None) -> list[Tensor]:
     """The measure for every block, or only for `layer` (a valid one), in the attention endpoint's shape:

@@ -2,7 +2,7 @@
 
 import os
 import socket
-from typing import Annotated
+from typing import Annotated, Literal
 
 import numpy as np
 import orjson
@@ -11,7 +11,7 @@ from fastapi.responses import StreamingResponse
 
 from app.engine import lessons, measures
 from app.engine.capture import NEXT_TOKENS
-from app.engine.runs import InvalidInput, Run, pick
+from app.engine.runs import InvalidInput, OutOfRange, Run, pick
 from app.web.deps import ClientDep, LabDep
 from app.web.encoding import MEDIA_TYPE, AttentionDtype, encode_attention
 from app.web.schemas import (
@@ -315,13 +315,39 @@ def attention(
         int | None,
         Query(ge=1, description="Shrink each matrix to at most size×size, keeping each block's largest weight"),
     ] = None,
+    heads: Annotated[
+        str | None,
+        Query(
+            pattern=r"^\d{1,4}(,\d{1,4})*$",
+            description="Average these heads (e.g. 0,3,7) of each block: shape [block, 1, query, key]",
+        ),
+    ] = None,
+    blocks: Annotated[
+        Literal["mean"] | None,
+        Query(description="mean: average over every block (of `heads`, or of `head`): shape [1, 1, query, key]"),
+    ] = None,
 ):
     if layer is not None:
         pick(run.attention(), layer, None)  # 404 for a block that does not exist, before any measuring
+    if heads is not None and head is not None:
+        raise InvalidInput("give `head` or `heads`, not both")
+    if blocks is not None and layer is not None:
+        raise InvalidInput("`blocks=mean` averages every block: give no `layer`")
     # The blocks asked for, then the head asked for among the measure's own heads (ALTI has one per block).
     model = lab.engine_of(run).loaded.model
-    blocks = pick(measures.measure_blocks(run, model, measure, layer), None if layer is None else 0, head)
+    matrices = measures.measure_blocks(run, model, measure, layer)
+    if blocks == "mean" and head is not None:
+        pick(matrices, 0, head)  # 404 for a head that does not exist
+        matrices = [block[head : head + 1] for block in matrices]
+    else:
+        matrices = pick(matrices, None if layer is None else 0, head)
+    if heads is not None or blocks is not None:
+        available = len(matrices[0])  # the measure's heads per block (one after `head`, and for ALTI)
+        chosen = sorted({int(h) for h in heads.split(",")}) if heads else list(range(available))
+        if chosen[-1] >= available:
+            raise OutOfRange(f"head {chosen[-1]} does not exist: heads are 0 to {available - 1}")
+        matrices = measures.mean_view(matrices, chosen, blocks == "mean")
     # Weights and ALTI's shares lie in [0, 1]; norms do not, so uint8 spans this answer's own largest value.
-    top = max(float(block.max()) for block in blocks) if measure == "norm" else 1.0
-    pieces, headers = encode_attention(blocks, dtype, size, top)
+    top = max(float(block.max()) for block in matrices) if measure == "norm" else 1.0
+    pieces, headers = encode_attention(matrices, dtype, size, top)
     return StreamingResponse(pieces, media_type=MEDIA_TYPE, headers={**headers, "X-Attention-Measure": measure})

@@ -47,22 +47,16 @@ export class RunNumbers {
     return this.once(`head:${layer}:${head}:${measure}`, async () => (await api.attention(this.runId, { dtype: "float32", layer, head, measure })).values);
   }
 
-  // What viewMatrix reads for a view: per block, the whole block, or for one head only that head.
-  async blocks(view, nLayers, n) {
+  // The [query, key] matrix a view combines before its sinks and segments: one head, or the mean of
+  // several heads or of every block, which the server computes (one N×N matrix, not every head's).
+  async combined(view, nLayers, n) {
     const { layers, heads } = viewSources(view, nLayers);
     const measure = view.measure ?? "weights";
-    const blocks = [];
-    await Promise.all(
-      layers.map(async (layer) => {
-        if (heads.length > 1) blocks[layer] = await this.block(layer, measure);
-        else {
-          blocks[layer] = [];
-          blocks[layer][heads[0]] = await this.head(layer, heads[0], n, measure);
-        }
-      }),
-    );
-    blocks.length = nLayers;
-    return blocks;
+    if (layers.length === 1 && heads.length === 1) return this.head(layers[0], heads[0], n, measure);
+    const which = layers.length > 1 ? { blocks: "mean" } : { layer: layers[0] };
+    const chosen = heads.length > 1 ? { heads: heads.join(",") } : { head: heads[0] };
+    const key = `mean:${JSON.stringify({ ...which, ...chosen, measure })}`;
+    return this.once(key, async () => (await api.attention(this.runId, { dtype: "float32", measure, ...which, ...chosen })).values);
   }
 
   // The matrix a view shows (matrix.viewMatrix), computed once per view of this run.
@@ -72,7 +66,9 @@ export class RunNumbers {
     let matrix = this.views.get(key);
     if (matrix) this.views.delete(key);
     else {
-      matrix = this.blocks(view, nLayers, tokens.length).then((blocks) => viewMatrix(blocks, tokens, view));
+      // The combined matrix is the view's one block with one head: viewMatrix then hides sinks and segments.
+      const alone = { ...view, layer: 0, head: 0, heads: [0], blockMean: false, measure: "weights" };
+      matrix = this.combined(view, nLayers, tokens.length).then((values) => viewMatrix([[values]], tokens, alone));
       matrix.catch(() => this.views.delete(key));
     }
     this.views.set(key, matrix);

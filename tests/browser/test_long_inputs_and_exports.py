@@ -129,3 +129,23 @@ def test_the_overview_shows_each_heads_share_on_sinks(page, server, api):
     screenshot(page, "33-grid-shares", page.locator("#grid"))
     page.uncheck("#grid-shares")
     wait_until(page, "document.querySelectorAll('#grid .grid-share').length === 0")
+
+
+def test_a_mean_view_at_512_tokens_downloads_one_matrix_not_every_head(page, server):
+    """All heads averaged, then every block averaged: the server sends one 512×512 float32 matrix each
+    (1 MB) where the page once fetched a block's 12 heads (12.6 MB) or all 72 (75 MB)."""
+    attention = []
+    page.on("response", lambda response: "/attention?" in response.url and attention.append(response))
+    open_lab(page, server)
+    page.fill("#prompt", LONG)
+    page.press("#prompt", "Enter")
+    wait_until(page, "document.querySelectorAll('#tokens .token').length === 512")
+    with page.expect_response(lambda response: "heads=" in response.url):
+        page.select_option("#head", "mean")
+    with page.expect_response(lambda response: "blocks=mean" in response.url):
+        page.check("#block-mean")
+    sizes = {response.url.split("attention?")[1]: len(response.body()) for response in attention}
+    means = [query for query in sizes if "heads=" in query or "blocks=mean" in query]
+    assert len(means) == 2 and all(sizes[query] == 512 * 512 * 4 for query in means), sizes
+    whole_blocks = [query for query in sizes if "layer=" in query and "head" not in query]
+    assert whole_blocks == [], sizes
