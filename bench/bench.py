@@ -274,6 +274,7 @@ def time_lab(client: httpx.Client, text: str, n: int) -> dict:
         "attention_ms": attention_ms,
         "total_ms": analyze_ms + attention_ms,
         "attention_bytes": len(attention.content),
+        "attention_wire_bytes": attention.num_bytes_downloaded,  # compressed, as httpx accepts zstd
         "attention_shape": shape,
         "attention_dtype": attention.headers["X-Attention-Dtype"],
     }
@@ -538,6 +539,7 @@ def summarize(n: int, raw: list[dict], lab: list[dict], bertviz: list[dict], bro
         "lab_attention_ms": median(lab, "attention_ms"),
         "lab_total_ms": median(lab, "total_ms"),
         "all_heads_bytes": lab[0]["attention_bytes"],
+        "all_heads_wire_bytes": lab[0]["attention_wire_bytes"],
         "all_heads_dtype": lab[0]["attention_dtype"],
         "overview_bytes": lab[0]["overview_bytes"],
     }
@@ -546,6 +548,7 @@ def summarize(n: int, raw: list[dict], lab: list[dict], bertviz: list[dict], bro
         row["bertviz_ms"] = median(bertviz, "head_view_ms")
         row["bertviz_bytes"] = bertviz[0]["html_bytes"]
         row["bertviz_over_all_heads"] = row["bertviz_bytes"] / row["all_heads_bytes"]
+        row["bertviz_over_wire"] = row["bertviz_bytes"] / row["all_heads_wire_bytes"]
         row["bertviz_over_overview"] = row["bertviz_bytes"] / row["overview_bytes"]
     if browser:
         row["first_heatmap_bytes"] = median(browser, "first_heatmap_bytes")
@@ -566,6 +569,8 @@ COLUMNS = [  # (header, row key, format)
     ("bertviz HTML bytes", "bertviz_bytes", "{:,}"),
     ("all-heads bytes", "all_heads_bytes", "{:,}"),
     ("bertviz/all-heads", "bertviz_over_all_heads", "{:.1f}×"),
+    ("all-heads bytes on the wire", "all_heads_wire_bytes", "{:,}"),
+    ("bertviz/on the wire", "bertviz_over_wire", "{:.0f}×"),
     ("page's all-heads bytes", "overview_bytes", "{:,}"),
     ("bertviz/page's", "bertviz_over_overview", "{:.0f}×"),
     ("first-heatmap bytes", "first_heatmap_bytes", "{:,.0f}"),
@@ -615,7 +620,8 @@ def write_markdown(path: Path, rows: list[dict], memory: dict, burst: dict, mach
         "raw forward: transformers alone, `output_attentions=True`. lab: `POST /api/analyze` + "
         '`GET /api/runs/{id}/attention` over HTTP on loopback. bertviz: `head_view(..., html_action="return")` '
         "after the forward pass (at most 3 runs, one at N=512). all-heads bytes: the attention endpoint's "
-        "body (6 blocks × 12 heads, default dtype uint8, full resolution). page's all-heads bytes: what the "
+        "body (6 blocks × 12 heads, default dtype uint8, full resolution); on the wire: the same body as sent to "
+        "a client accepting zstd (httpx). page's all-heads bytes: what the "
         f"page downloads for its 72-head overview (`?size={OVERVIEW_SIZE}`: each head shrunk to at most "
         f"{OVERVIEW_SIZE}×{OVERVIEW_SIZE} by block maxima). first-heatmap bytes, Enter→heatmap, click→view: Debian's "
         "chromium, 1280×720, timed in the page with `performance.now()` up to the frame after the view updates."
