@@ -96,7 +96,10 @@ class ModelInfo(BaseModel):
 
 class TokenPublic(BaseModel):
     index: int
-    text: str = Field(description="The subword piece; `##` marks a continuation")
+    text: str = Field(
+        description="The subword piece: WordPiece's own (`##` marks a continuation), or the text a byte-level or "
+        'SentencePiece piece stands for (" cat")'
+    )
     id: int = Field(description="Row of the embedding table this token reads")
     special: bool = Field(description="Any of the tokenizer's special ids, typed ones and [UNK] included")
     added: bool = Field(
