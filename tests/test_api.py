@@ -35,6 +35,7 @@ def test_analyze_contract(bank):
         "positions": "absolute",
         "ffn": "GELU",
         "token_types": True,
+        "position_offset": 0,
         "next_tokens": False,
         "key_value_heads": 12,
         "pair_layout": "[CLS] A [SEP] B [SEP]",

@@ -247,3 +247,19 @@ def test_a_folder_of_another_family_is_refused_in_one_line_naming_the_known_ones
     message = str(refused.value)
     assert "\n" not in message and "'t5'" in message
     assert all(known in message for known in ("BERT", "RoBERTa", "DistilBERT", "MPNet", "GPT-2", "Llama"))
+
+
+def test_the_position_row_a_token_reads_is_the_models_own(family):
+    """RoBERTa and MPNet count positions from after their padding row: token i reads row i + offset."""
+    name, loaded, client = family
+    info = client.get("/api/model").json()
+    if "position" not in info["activations"]:
+        assert info["positions"] == "rotary"  # no position table: nothing to read
+        return
+    run = client.post("/api/analyze", json={"text": TEXT}).json()["run_id"]
+    rows = np.array(client.get(f"/api/runs/{run}/embeddings").json()["position"])
+    base = loaded.model.base_model
+    table = (base.wpe if name == "gpt2" else base.embeddings.position_embeddings).weight.detach().numpy()
+    offset = info["position_offset"]
+    assert offset == (2 if name in ("roberta", "xlm-roberta", "mpnet") else 0)
+    np.testing.assert_allclose(rows, table[offset : offset + len(rows)], atol=1e-6)

@@ -220,6 +220,7 @@ class Engine:
             "positions": family.positions,
             "ffn": family.ffn,
             "token_types": family.token_types,
+            "position_offset": family.position_offset,
             "next_tokens": loaded.has_lm_head,
             "activations": family.labels(self._recorded()),
             "pair_layout": self._pair_layout(),

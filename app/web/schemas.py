@@ -87,6 +87,9 @@ class ModelInfo(BaseModel):
     positions: Literal["absolute", "relative", "rotary"]
     ffn: Literal["GELU", "SwiGLU"]
     token_types: bool
+    position_offset: int = Field(
+        description="Positions the model reserves before the first token: token i reads position row i + this"
+    )
     next_tokens: bool = Field(description="The model has a language-model head: next-token candidates per position")
     pair_layout: str = Field(description='How the tokenizer lays out a pair, e.g. "[CLS] A [SEP] B [SEP]"')
     activations: dict[str, str] = Field(

@@ -36,7 +36,11 @@ function embeddingStages(token, selected, embeddings, model) {
   const h = model.hidden_size;
   const titles = {
     word: [`“${token.text}” → id ${token.id} → row ${token.id} of the word-embedding table`, `${model.vocab_size.toLocaleString("en")}×${h} table → 1×${h}`],
-    position: [`+ position embedding for position ${selected}`, `${model.max_tokens}×${h} table → 1×${h}`],
+    // RoBERTa and MPNet keep rows for padding before the first position: token i reads row i + offset.
+    position: [
+      `+ position embedding for position ${selected}${model.position_offset ? ` (row ${selected + model.position_offset})` : ""}`,
+      `${model.max_tokens + model.position_offset}×${h} table → 1×${h}`,
+    ],
     token_type: [`+ token-type embedding (segment ${token.token_type})`, `token types×${h} table → 1×${h}`],
     sum: [`= ${model.activations.sum}`, `1×${h}`],
     normalized: [`${model.activations.normalized}`, `1×${h} (of N×${h})`],
