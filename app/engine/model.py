@@ -2,6 +2,8 @@
 
 import hashlib
 import json
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -11,6 +13,7 @@ from transformers import (
     AutoModel,
     AutoModelForCausalLM,
     AutoTokenizer,
+    PretrainedConfig,
     PreTrainedModel,
     PreTrainedTokenizerBase,
 )
@@ -67,24 +70,16 @@ def packaged_model_path() -> Path:
 def load_model(path: Path | None = None) -> LoadedModel:
     name = PACKAGED_MODEL_NAME if path is None else Path(path).name
     path = packaged_model_path() if path is None else Path(path)
-    if not path.is_dir():
-        raise ModelLoadError(f"model folder {path} does not exist")
+    config, family = read_model_config(path)
     transformers_logging.disable_progress_bar()  # a bar per start-up is noise in a server log
-    try:
-        config = AutoConfig.from_pretrained(path, local_files_only=True)
-        family = family_of(config)
-        # A decoder saved with its LM head is read with it: the next-token candidates are its own.
-        with_head = family.decoder and any(
-            architecture.endswith(("ForCausalLM", "LMHeadModel")) for architecture in config.architectures or ()
-        )
-        auto = AutoModelForCausalLM if with_head else AutoModel
+    # A decoder saved with its LM head is read with it: the next-token candidates are its own.
+    with_head = family.decoder and any(
+        architecture.endswith(("ForCausalLM", "LMHeadModel")) for architecture in config.architectures or ()
+    )
+    auto = AutoModelForCausalLM if with_head else AutoModel
+    with _unreadable(path, "loaded"):
         model = auto.from_pretrained(path, attn_implementation="eager", local_files_only=True)
         tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
-    except UnknownFamily as error:
-        raise ModelLoadError(f"model folder {path} holds {error}") from None
-    except Exception as error:  # transformers raises many types for a broken folder; all mean the same here
-        first_line = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-        raise ModelLoadError(f"model folder {path} could not be loaded: {first_line}") from error
     modules = [module for module, _, _ in hook_table(family, model.config)]
     missing = [module for module in modules if not _has_submodule(model.base_model, module)]
     if missing or not tokenizer.is_fast:
@@ -99,17 +94,27 @@ def load_model(path: Path | None = None) -> LoadedModel:
     return LoadedModel(name, path, model, tokenizer, family, pooling, pooled_length, digest)
 
 
-def check_model_folder(path: Path) -> None:
-    """What can be told of a folder without loading its weights: it exists and holds a family the lab reads."""
+def read_model_config(path: Path) -> tuple[PretrainedConfig, Family]:
+    """What can be told of a folder without loading its weights: it exists, and its config and the family
+    the lab reads it as. A model folder listed beside the default is checked with this at start."""
     if not path.is_dir():
         raise ModelLoadError(f"model folder {path} does not exist")
+    with _unreadable(path, "read"):
+        config = AutoConfig.from_pretrained(path, local_files_only=True)
     try:
-        family_of(AutoConfig.from_pretrained(path, local_files_only=True))
+        return config, family_of(config)
     except UnknownFamily as error:
         raise ModelLoadError(f"model folder {path} holds {error}") from None
+
+
+@contextmanager
+def _unreadable(path: Path, doing: str) -> Iterator[None]:
+    """transformers raises many types for a broken folder; all mean the same here: one line saying so."""
+    try:
+        yield
     except Exception as error:
         first_line = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-        raise ModelLoadError(f"model folder {path} could not be read: {first_line}") from error
+        raise ModelLoadError(f"model folder {path} could not be {doing}: {first_line}") from error
 
 
 def model_digest(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, pooled_length: int | None) -> str:

@@ -6,7 +6,7 @@ import asyncio
 from collections import OrderedDict
 from pathlib import Path
 
-from app.engine.model import LoadedModel, ModelLoadError, check_model_folder, load_model
+from app.engine.model import LoadedModel, ModelLoadError, load_model, read_model_config
 from app.engine.runs import Engine, InvalidInput
 
 
@@ -24,7 +24,7 @@ class Models:
             name = Path(folder).name
             if name in self.folders:
                 raise ModelLoadError(f"two models are named {name!r} (a model is named by its folder): rename one")
-            check_model_folder(Path(folder))  # a bad folder stops the lab at start, not a learner's request
+            read_model_config(Path(folder))  # a bad folder stops the lab at start, not a learner's request
             self.folders[name] = Path(folder)
         self._engines: OrderedDict[str, Engine] = OrderedDict({default.name: Engine(default, max_chars)})
         self._loading: dict[str, asyncio.Lock] = {}
