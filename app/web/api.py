@@ -13,7 +13,7 @@ from app.engine import lessons, measures
 from app.engine.capture import NEXT_TOKENS
 from app.engine.runs import InvalidInput, OutOfRange, Run, pick
 from app.web.deps import ClientDep, LabDep
-from app.web.encoding import MEDIA_TYPE, AttentionDtype, encode_attention
+from app.web.encoding import MEDIA_TYPE, PIECE_BYTES, AttentionDtype, encode_attention
 from app.web.schemas import (
     AnalyzeRequest,
     AnalyzeResponse,
@@ -350,4 +350,8 @@ def attention(
     # Weights and ALTI's shares lie in [0, 1]; norms do not, so uint8 spans this answer's own largest value.
     top = max(float(block.max()) for block in matrices) if measure == "norm" else 1.0
     pieces, headers = encode_attention(matrices, dtype, size, top)
-    return StreamingResponse(pieces, media_type=MEDIA_TYPE, headers={**headers, "X-Attention-Measure": measure})
+    headers["X-Attention-Measure"] = measure
+    if int(headers["Content-Length"]) <= PIECE_BYTES:
+        # One piece: answered whole from this thread, not streamed with a thread hop per piece.
+        return Response(b"".join(pieces), media_type=MEDIA_TYPE, headers=headers)
+    return StreamingResponse(pieces, media_type=MEDIA_TYPE, headers=headers)
