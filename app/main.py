@@ -18,6 +18,7 @@ from app.engine.model import LoadedModel, ModelLoadError, load_model
 from app.engine.runs import InvalidInput, OutOfRange, PassFailed, TextTooLong
 from app.serving.gate import Busy, PassGate, TooManyWaiting
 from app.serving.lab import Lab, RunNotFound
+from app.serving.memory import keep_freed_memory
 from app.serving.specs import REDIS_SCHEMES, SpecStore, StoreError, open_spec_store
 from app.settings import SettingsError, get_settings
 from app.web import api, docs, pages
@@ -40,6 +41,7 @@ def create_app(model: LoadedModel | None = None, specs: SpecStore | None = None)
     @asynccontextmanager
     async def lifespan(app: FastAPI):
         settings = app.state.settings = get_settings()
+        keep_freed_memory()
         loaded = model or load_model(settings.model_path)
         store = specs or open_spec_store(settings)
         gate = PassGate(
