@@ -68,10 +68,15 @@ class Run:
     # The LM head's best next tokens after each position, best first: ids, logits and probabilities,
     # [pos, NEXT_TOKENS] each; None for a model without an LM head.
     next_tokens: tuple[Tensor, Tensor, Tensor] | None = None
-    nbytes: int = field(init=False)
+    # The memory the run holds: {storage address: bytes}. Runs computed in one batch hold parts of the same
+    # tensors; a cache counts each storage once.
+    storages: dict[int, int] = field(init=False)
 
     def __post_init__(self):
-        self.nbytes = sum(a.numel() * a.element_size() for a in self.activations.values())
+        held = [*self.activations.values(), self.pooled_output, *(self.next_tokens or ())]
+        self.storages = {
+            storage.data_ptr(): storage.nbytes() for storage in (tensor.untyped_storage() for tensor in held)
+        }
 
     @property
     def run_id(self) -> str:
