@@ -19,12 +19,11 @@ def test_trimming_gives_freed_pages_back():
 # Five different 512-token runs kept, as the cache keeps them while it fills, in a fresh process: for each
 # run after the first, its minor page faults against the pages it keeps.
 KEPT_RUN_FAULTS = """
-import resource, sys
+import resource
 from app.engine.model import load_model
 from app.engine.runs import Engine
 from app.serving.memory import PAGE_BYTES, keep_freed_memory
-if sys.argv[1] == "keep":
-    keep_freed_memory()
+keep_freed_memory()
 engine = Engine(load_model(), 100_000)
 kept = []
 for take in range(5):
@@ -41,13 +40,6 @@ def test_a_kept_run_takes_new_pages_only_for_what_it_keeps():
     """A pass allocates its tensors anew; by default glibc gives the freed ones back to the kernel at once
     and takes them again, zeroed, one page fault each, in the next pass. Kept for reuse, a run faults in
     about the pages it keeps and no more."""
-
-    def faults_per_kept_page(mode: str) -> list[float]:
-        found = subprocess.run(
-            [sys.executable, "-c", KEPT_RUN_FAULTS, mode], capture_output=True, text=True, check=True
-        )
-        return [float(line) for line in found.stdout.split()]
-
-    default = faults_per_kept_page("default")
-    assert sum(default) / len(default) > 1.6  # measured 1.5-2.5 per run
-    assert max(faults_per_kept_page("keep")) < 1.3  # measured 1.03-1.15
+    found = subprocess.run([sys.executable, "-c", KEPT_RUN_FAULTS], capture_output=True, text=True, check=True)
+    # Measured 1.03-1.15; by default glibc's dynamic thresholds decide, 1.03 to 2.5 run by run.
+    assert max(float(line) for line in found.stdout.split()) < 1.3
