@@ -151,6 +151,35 @@ def capture_batch(
     activations and logits, cut back to its own length. Padding changes nothing a real token computes: an
     encoder's mask hides the padding keys (their weights are exactly 0), a decoder's causal mask keeps every
     real token before them, and positions count from 0 either way. The same heads are switched off in all."""
+    inputs = model_inputs(model, family, sequences)
+    # Recording hooks go first: a switched-off head's context is recorded as it computed it (weights·V),
+    # and only then zeroed for the rest of the model.
+    with torch.inference_mode(), recording(model, family) as activations, ablating(model, family, ablate):
+        out = model(**inputs, output_attentions=True)
+    for layer, weights in enumerate(out.attentions):
+        activations[attn(layer, "weights")] = weights  # [batch, head, query_pos, key_pos]
+    if family.finish is not None:
+        family.finish(activations, model)
+    logits = getattr(out, "logits", None)  # [batch, pos, vocab]
+    lengths = [len(sequence.input_ids) for sequence in sequences]
+    return [
+        (
+            {name: own_part(name, values, row, length) for name, values in activations.items()},
+            None if logits is None else own_part("logits", logits, row, length),
+        )
+        for row, length in enumerate(lengths)
+    ]
+
+
+def final_states(model: torch.nn.Module, family: Family, sequence: Sequence, ablate: Heads = ()) -> Tensor:
+    """The last hidden states of one sequence, after the final norm in a pre-norm model, and nothing else:
+    no hooks, no attention weights kept, no LM head. [pos, d_model]"""
+    with torch.inference_mode(), ablating(model, family, ablate):
+        return model.base_model(**model_inputs(model, family, [sequence])).last_hidden_state[0]
+
+
+def model_inputs(model: torch.nn.Module, family: Family, sequences: list[Sequence]) -> dict[str, Tensor]:
+    """The model's keyword inputs for sequences padded on the right to the longest."""
     lengths = [len(sequence.input_ids) for sequence in sequences]
     longest = max(lengths)
     pad = lambda values, fill=0: torch.nn.functional.pad(values, (0, longest - len(values)), value=fill)  # noqa: E731
@@ -162,22 +191,7 @@ def capture_batch(
         inputs["attention_mask"] = torch.stack(
             [padded_mask(sequence.mask, length, longest) for sequence, length in zip(sequences, lengths, strict=True)]
         )[:, None]  # [batch, 1, query, key]
-    # Recording hooks go first: a switched-off head's context is recorded as it computed it (weights·V),
-    # and only then zeroed for the rest of the model.
-    with torch.inference_mode(), recording(model, family) as activations, ablating(model, family, ablate):
-        out = model(**inputs, output_attentions=True)
-    for layer, weights in enumerate(out.attentions):
-        activations[attn(layer, "weights")] = weights  # [batch, head, query_pos, key_pos]
-    if family.finish is not None:
-        family.finish(activations, model)
-    logits = getattr(out, "logits", None)  # [batch, pos, vocab]
-    return [
-        (
-            {name: own_part(name, values, row, length) for name, values in activations.items()},
-            None if logits is None else own_part("logits", logits, row, length),
-        )
-        for row, length in enumerate(lengths)
-    ]
+    return inputs
 
 
 def own_part(name: str, values: Tensor, row: int, length: int) -> Tensor:

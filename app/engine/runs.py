@@ -9,7 +9,15 @@ from torch import Tensor
 
 from app.engine import names
 from app.engine.attribution import Target, attribute, next_token_target, similarity_target
-from app.engine.capture import NEXT_TOKENS, Sequence, additive_mask, attention_scores, capture_batch, pool
+from app.engine.capture import (
+    NEXT_TOKENS,
+    Sequence,
+    additive_mask,
+    attention_scores,
+    capture_batch,
+    final_states,
+    pool,
+)
 from app.engine.families.base import Family
 from app.engine.model import LoadedModel
 from app.engine.spec import RunSpec
@@ -183,6 +191,13 @@ def pick(blocks: list[Tensor], layer: int | None, head: int | None) -> list[Tens
     return chosen if head is None else [block[head : head + 1] for block in chosen]
 
 
+def sequence(spec: RunSpec, tokens: list[Token]) -> Sequence:
+    """What the model reads of a spec's tokens."""
+    return Sequence(
+        torch.tensor([token.id for token in tokens]), torch.tensor([token.token_type for token in tokens]), spec.mask
+    )
+
+
 def segments(sequence_ids: list[int | None]) -> list[str]:
     """ "A" or "B" per token, by the text it comes from. Special tokens (no text) join the segment before
     them: [CLS] and the first [SEP] are A, the last [SEP] is B. Read from the sequence, not the token type,
@@ -348,8 +363,7 @@ class Engine:
                 # The sentence vector reads the input cut where the model's own pooling cuts it (its
                 # max_seq_length), as sentence-transformers encodes it: a second, shorter pass of the cut input.
                 cut, _ = self.tokenize(spec.text, spec.text_pair, self.loaded.max_seq_length)
-                ((cut_activations, _),) = self._capture([spec], [cut])
-                pooled_output = cut_activations[last(cut_activations)]
+                pooled_output = final_states(self.loaded.model, self.loaded.family, sequence(spec, cut), spec.ablated)
             runs.append(
                 Run(
                     spec=spec,
@@ -368,14 +382,7 @@ class Engine:
     def _capture(
         self, specs: list[RunSpec], inputs: list[list[Token]]
     ) -> list[tuple[dict[str, Tensor], Tensor | None]]:
-        sequences = [
-            Sequence(
-                torch.tensor([token.id for token in tokens]),
-                torch.tensor([token.token_type for token in tokens]),
-                spec.mask,
-            )
-            for spec, tokens in zip(specs, inputs, strict=True)
-        ]
+        sequences = [sequence(spec, tokens) for spec, tokens in zip(specs, inputs, strict=True)]
         return capture_batch(self.loaded.model, self.loaded.family, sequences, specs[0].ablated)
 
     def tokenize(
