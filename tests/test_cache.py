@@ -53,4 +53,3 @@ def test_storage_shared_by_runs_is_counted_once_until_the_last_goes():
     assert cache.nbytes == 1015
     cache.put("d", blob(5))  # "a" goes, and the batch with it
     assert cache.nbytes == 10
-

@@ -125,3 +125,16 @@ def test_compare_cosines_stay_within_minus_one_and_one(client):
     run = analyze(client, "the same sentence twice")["run_id"]
     compared = client.get("/api/compare", params={"a": run, "b": run, "token_a": 2, "token_b": 2}).json()
     assert all(-1 <= value <= 1 for value in compared["cosines"]) and compared["pooled_cosine"] <= 1
+
+
+def test_past_256_tokens_the_sentence_vector_keeps_the_switched_off_heads(client):
+    """The pooling's shorter pass of a long input switches off the run's heads too: its vector is the
+    vector of the first 254 words read alone (every word here is one token), under the same ablation."""
+    words = ("the river ran past quiet green fields while children counted birds " * 30).split()[:300]
+    ablate = [[0, 1], [3, 5], [5, 11]]
+    whole = analyze(client, " ".join(words), ablate=ablate)
+    first = analyze(client, " ".join(words[:254]), ablate=ablate)
+    assert len(whole["tokens"]) == 302 and len(first["tokens"]) == 256
+    assert np.abs(np.array(whole["pooled"]["vector"]) - np.array(first["pooled"]["vector"])).max() < 1e-5
+    intact = analyze(client, " ".join(words))
+    assert np.abs(np.array(intact["pooled"]["vector"]) - np.array(whole["pooled"]["vector"])).max() > 1e-3
