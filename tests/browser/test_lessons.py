@@ -81,6 +81,12 @@ def test_what_each_head_does(page, server, api):
     assert labels == [stat["label"] or "" for stat in stats]
     rollout = api.get(f"/api/runs/{run}/tokens/5/rollout").json()["rollout"]
     np.testing.assert_allclose(cells(page, "#lesson-panel [data-field=rollout] li"), rollout)
+    # Every square has room for its words: none spills into its neighbour (the grid scrolls instead).
+    spilling = page.evaluate(
+        "() => [...document.querySelectorAll('#lesson-panel .head-role')].filter((cell) =>"
+        " [...cell.children].some((part) => part.scrollWidth > cell.clientWidth)).length"
+    )
+    assert spilling == 0
     screenshot(page, "lesson-heads", page.locator("#lessons"))
     page.locator('#lesson-panel .head-role[data-layer="2"][data-head="7"]').click()
     assert page.locator("#layer").input_value() == "2" and page.locator("#head").input_value() == "7"
