@@ -186,12 +186,13 @@ class Lab:
         pass: a long input takes its turn alone and keeps no one waiting longer than before batching."""
         engine = self.models.loaded(spec.model)
         room = engine.loaded.max_tokens
-        count, longest = 1, engine.length(spec)
+        count, longest = 1, None  # the spec's own length is read only when someone waits to join it
 
         def joins(job: RunSpec) -> bool:
             nonlocal count, longest
             if job.model != spec.model:
                 return False
+            longest = longest or engine.length(spec)
             length = engine.length(job)
             if (count + 1) * max(longest, length) > room:
                 return False
