@@ -8,6 +8,7 @@ import uvicorn
 
 from app.engine.model import ModelLoadError, load_model
 from app.main import create_app
+from app.serving.compute import computed_now
 from app.serving.server import server_options
 from app.serving.specs import StoreError, open_spec_store
 from app.settings import SettingsError, get_settings
@@ -27,7 +28,7 @@ def main() -> None:
     args = parser.parse_args()
     try:
         specs = open_spec_store(settings)
-        model = load_model(settings.model_path)
+        model = computed_now(load_model, settings.model_path)  # on the thread that will run torch
     except (ModelLoadError, StoreError) as error:
         sys.exit(f"attention-lab: {error}")
     if args.workers == 1:
