@@ -8,7 +8,6 @@ import uvicorn
 
 from app.engine.model import ModelLoadError, load_model
 from app.main import create_app
-from app.serving.compute import computed_now
 from app.serving.server import server_options
 from app.serving.specs import StoreError, open_spec_store
 from app.settings import SettingsError, get_settings
@@ -28,7 +27,7 @@ def main() -> None:
     args = parser.parse_args()
     try:
         specs = open_spec_store(settings)
-        model = computed_now(load_model, settings.model_path)  # on the thread that will run torch
+        model = load_model(settings.model_path)
     except (ModelLoadError, StoreError) as error:
         sys.exit(f"attention-lab: {error}")
     if args.workers == 1:

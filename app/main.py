@@ -16,7 +16,6 @@ from app.classroom.backends import MemoryBackend, RedisBackend
 from app.classroom.classes import Classes, ClassLimit, ClassLimits, ClassNotFound, NotTheTeacher, UnknownLearner
 from app.engine.model import LoadedModel, ModelLoadError, load_model
 from app.engine.runs import InvalidInput, OutOfRange, PassFailed, TextTooLong
-from app.serving.compute import computed_pass, use_threads
 from app.serving.gate import Busy, PassGate, TooManyWaiting
 from app.serving.lab import Lab, RunNotFound
 from app.serving.memory import keep_freed_memory
@@ -43,8 +42,7 @@ def create_app(model: LoadedModel | None = None, specs: SpecStore | None = None)
     async def lifespan(app: FastAPI):
         settings = app.state.settings = get_settings()
         keep_freed_memory()
-        use_threads(settings.max_concurrent_passes)
-        loaded = model or await computed_pass(load_model, settings.model_path)
+        loaded = model or load_model(settings.model_path)
         store = specs or open_spec_store(settings)
         gate = PassGate(
             settings.max_concurrent_passes,
@@ -52,8 +50,7 @@ def create_app(model: LoadedModel | None = None, specs: SpecStore | None = None)
             settings.max_waiting_per_client,
             settings.max_wait_seconds,
         )
-        app.state.lab = await computed_pass(
-            Lab,
+        app.state.lab = Lab(
             loaded,
             store,
             gate,

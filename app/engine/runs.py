@@ -76,15 +76,12 @@ class Run:
     # The LM head's best next tokens after each position, best first: ids, logits and probabilities,
     # [pos, NEXT_TOKENS] each; None for a model without an LM head.
     next_tokens: tuple[Tensor, Tensor, Tensor] | None = None
-    # The sentence vector, pooled once as the run is made: [d_model]
-    pooled: Tensor = field(init=False)
     # The memory the run holds: {storage address: bytes}. Runs computed in one batch hold parts of the same
     # tensors; a cache counts each storage once.
     storages: dict[int, int] = field(init=False)
 
     def __post_init__(self):
-        self.pooled = pool(self.pooled_output, self.spec.pooling)
-        held = [*self.activations.values(), self.pooled_output, self.pooled, *(self.next_tokens or ())]
+        held = [*self.activations.values(), self.pooled_output, *(self.next_tokens or ())]
         self.storages = {
             storage.data_ptr(): storage.nbytes() for storage in (tensor.untyped_storage() for tensor in held)
         }
@@ -94,8 +91,13 @@ class Run:
         return self.spec.run_id
 
     @property
+    def pooled(self) -> Tensor:
+        """The sentence vector: [d_model]."""
+        return pool(self.pooled_output, self.spec.pooling)
+
+    @property
     def pooled_tokens(self) -> int:
-        return self.pooled_output.shape[0]
+        return len(self.pooled_output)
 
     def ablated(self, layer: int, head: int) -> bool:
         return (layer, head) in self.spec.ablated

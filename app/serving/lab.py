@@ -9,7 +9,6 @@ from app.engine.model import LoadedModel
 from app.engine.runs import Engine, Run
 from app.engine.spec import RUN_ID, RunSpec
 from app.serving.cache import RunCache
-from app.serving.compute import computed_pass
 from app.serving.gate import ANYONE, Client, PassGate
 from app.serving.memory import trim_if_over
 from app.serving.models import Models
@@ -119,7 +118,7 @@ class Lab:
         for checked in (ask["text"], ask.get("other") or " "):
             engine.spec(checked)  # the same character cap as any run, before waiting for a turn
         async with self.gate.admit(client):
-            return await computed_pass(lambda: engine.attribution(**ask))
+            return await asyncio.to_thread(lambda: engine.attribution(**ask))
 
     async def store_problem(self) -> str | None:
         """Why the shared spec store is not answering, or None if it is."""
@@ -165,7 +164,7 @@ class Lab:
                     return await claimed
                 others = self.gate.claim(self._joins(spec), self.max_batch_runs - 1)
                 self._started.update(job.run_id for job, _ in others)
-                outcomes = await computed_pass(self.analyze_batch, [spec, *(job for job, _ in others)])
+                outcomes = await asyncio.to_thread(self.analyze_batch, [spec, *(job for job, _ in others)])
                 for (_, answer), outcome in zip(others, outcomes[1:], strict=True):
                     if answer.done():  # its request went away meanwhile
                         continue

@@ -8,7 +8,6 @@ from pathlib import Path
 
 from app.engine.model import LoadedModel, ModelLoadError, load_model, read_model_config
 from app.engine.runs import Engine, InvalidInput
-from app.serving.compute import computed_pass
 
 
 class UnknownModel(InvalidInput):
@@ -43,7 +42,7 @@ class Models:
         return sum(engine.loaded.nbytes for name, engine in self._engines.items() if name != self.default)
 
     async def engine(self, name: str | None) -> Engine:
-        """The engine of a model by name (the default for None), loading it on the torch thread the first time."""
+        """The engine of a model by name (the default for None), loading it in a thread the first time."""
         name = name or self.default
         if name not in self.folders:
             raise UnknownModel(f"no model {name!r} here: this lab serves {', '.join(self.names)}")
@@ -52,8 +51,8 @@ class Models:
             async with self._loading.setdefault(name, asyncio.Lock()):
                 engine = self._engines.get(name)
                 if engine is None:
-                    engine = await computed_pass(lambda: Engine(load_model(self.folders[name]), self.max_chars))
-                    self._engines[name] = engine
+                    loaded = await asyncio.to_thread(load_model, self.folders[name])
+                    engine = self._engines[name] = Engine(loaded, self.max_chars)
         self._engines.move_to_end(name)
         while len(self._engines) > self.max_loaded:
             oldest = next(other for other in self._engines if other not in (self.default, name))

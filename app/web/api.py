@@ -2,7 +2,6 @@
 
 import os
 import socket
-from collections.abc import Iterator
 from typing import Annotated, Literal
 
 import numpy as np
@@ -13,7 +12,6 @@ from fastapi.responses import StreamingResponse
 from app.engine import lessons, measures
 from app.engine.capture import NEXT_TOKENS
 from app.engine.runs import InvalidInput, OutOfRange, Run, pick
-from app.serving.compute import computed, computed_pieces
 from app.web.deps import ClientDep, LabDep
 from app.web.encoding import MEDIA_TYPE, PIECE_BYTES, AttentionDtype, encode_attention
 from app.web.schemas import (
@@ -133,8 +131,6 @@ async def analyze(body: AnalyzeRequest, lab: LabDep, client: ClientDep):
     engine = await lab.engine_for(body.model)
     spec = engine.spec(body.text, body.text_pair, body.mask, body.pooling, body.ablate)
     run = await lab.submit(spec, client)
-    # Answered here, not on the torch thread, where it would wait for the next pass: the vector is pooled
-    # already, and the rest is read from it with NumPy.
     return NumbersResponse(
         {
             "run_id": run.run_id,
@@ -143,57 +139,67 @@ async def analyze(body: AnalyzeRequest, lab: LabDep, client: ClientDep):
             "tokens": [token.__dict__ for token in run.tokens],
             "truncated": run.truncated,
             "mask": spec.mask,
-            "pooled": pooled(spec.pooling, run.pooled.numpy(), run.pooled_tokens),
+            "pooled": pooled(spec.pooling, run.pooled, run.pooled_tokens),
             "ablated": spec.ablated,
         }
     )
 
 
-def pooled(strategy: str, vector: np.ndarray, tokens: int) -> dict:
-    norm = np.linalg.norm(vector)
-    return {"strategy": strategy, "tokens": tokens, "vector": vector, "norm": float(norm), "normalized": vector / norm}
+def pooled(strategy: str, vector, tokens: int) -> dict:
+    norm = vector.norm()
+    return {
+        "strategy": strategy,
+        "tokens": tokens,
+        "vector": vector.numpy(),
+        "norm": float(norm),
+        "normalized": (vector / norm).numpy(),
+    }
 
 
 @router.get("/compare", response_model=CompareResponse, responses=NOT_FOUND)
-async def compare(run_a: RunADep, run_b: RunBDep, token_a: int, token_b: int):
+def compare(run_a: RunADep, run_b: RunBDep, token_a: int, token_b: int):
     """One token's vector in run a against one in run b (the same word in two prompts, the same prompt
     under two masks, or a run against its ablated twin)."""
     run_a.check_token(token_a)
     run_b.check_token(token_b)
-    compared = await computed(lessons.compare, run_a, token_a, run_b, token_b)
-    return {"a": run_a.run_id, "b": run_b.run_id, "token_a": token_a, "token_b": token_b, **compared}
+    return {
+        "a": run_a.run_id,
+        "b": run_b.run_id,
+        "token_a": token_a,
+        "token_b": token_b,
+        **lessons.compare(run_a, token_a, run_b, token_b),
+    }
 
 
 @router.get("/runs/{run_id}/head-stats", response_model=HeadStatsResponse, responses=NOT_FOUND)
-async def head_stats(run: RunDep):
-    heads = await computed(lessons.head_stats, run)
-    return {"threshold": lessons.LABEL_THRESHOLD, "added": lessons.added_names(run), "heads": heads}
+def head_stats(run: RunDep):
+    return {"threshold": lessons.LABEL_THRESHOLD, "added": lessons.added_names(run), "heads": lessons.head_stats(run)}
 
 
 @router.get("/runs/{run_id}/tokens/{token}/rollout", response_model=RolloutResponse, responses=NOT_FOUND)
-async def rollout(run: RunDep, token: int):
+def rollout(run: RunDep, token: int):
     run.check_token(token)
-    return NumbersResponse({"index": token, "rollout": await computed(lambda: lessons.rollout(run)[token].numpy())})
+    return NumbersResponse({"index": token, "rollout": lessons.rollout(run)[token].numpy()})
 
 
 @router.get("/runs/{run_id}/tokens/{token}/nearest", response_model=NearestResponse, responses=NOT_FOUND)
-async def nearest(run: RunDep, lab: LabDep, token: int, k: Annotated[int, Query(ge=1, le=50)] = 5):
+def nearest(run: RunDep, lab: LabDep, token: int, k: Annotated[int, Query(ge=1, le=50)] = 5):
     run.check_token(token)
     engine = lab.engine_of(run)
-    stages = await computed(
-        lambda: lessons.nearest_rows(run, token, engine.unit_embedding_table, engine.loaded.tokenizer, k)
-    )
-    return {"index": token, "stages": stages}
+    return {
+        "index": token,
+        "stages": lessons.nearest_rows(run, token, engine.unit_embedding_table, engine.loaded.tokenizer, k),
+    }
 
 
 @router.get("/runs/{run_id}/tokens/{token}/next", response_model=NextTokensResponse, responses=NOT_FOUND)
-async def next_tokens(run: RunDep, lab: LabDep, token: int, k: Annotated[int, Query(ge=1, le=NEXT_TOKENS)] = 5):
+def next_tokens(run: RunDep, lab: LabDep, token: int, k: Annotated[int, Query(ge=1, le=NEXT_TOKENS)] = 5):
     """What the language-model head would write after this token: its k best candidates (models with an LM
     head; under the causal mask each position sees only itself and the tokens before it)."""
     run.check_token(token)
     if run.next_tokens is None:
         raise InvalidInput(f"{run.spec.model} has no language-model head: it predicts no next token")
-    ids, logits, probabilities = await computed(lambda: [values[token, :k].tolist() for values in run.next_tokens])
+    ids, logits, probabilities = (values[token, :k].tolist() for values in run.next_tokens)
     pieces = lab.engine_of(run).pieces(ids)
     return {
         "index": token,
@@ -210,29 +216,27 @@ async def pooling(body: PoolingRequest, lab: LabDep, client: ClientDep):
     engine = await lab.engine_for(body.model)
     run = await lab.submit(engine.spec(body.text, mask=body.mask), client)
     prefixed = await lab.submit(engine.spec(body.prefix + body.text, mask=body.mask), client)
-    return NumbersResponse(await computed(poolings, run, prefixed, engine.info["poolings"]))
-
-
-def poolings(run: Run, prefixed: Run, strategies: list[str]) -> dict:
     whole_input = lessons.whole_input_vector(run)
-    vectors = lessons.pooling_strategies(run, strategies)
+    vectors = lessons.pooling_strategies(run, engine.info["poolings"])
     names = list(vectors)
-    return {
-        "run_id": run.run_id,
-        "strategies": {name: pooled(name, vector.numpy(), run.pooled_tokens) for name, vector in vectors.items()},
-        "whole_input": {
-            **pooled(run.spec.pooling, whole_input.numpy(), len(run.tokens)),
-            "cosine": lessons.cosine(run.pooled, whole_input),
-        },
-        "cosines": {
-            f"{x}/{y}": lessons.cosine(vectors[x], vectors[y]) for i, x in enumerate(names) for y in names[i + 1 :]
-        },
-        "prefix": {
-            "text": prefixed.spec.text,
-            "run_id": prefixed.run_id,
-            "cosine": lessons.cosine(run.pooled, prefixed.pooled),
-        },
-    }
+    return NumbersResponse(
+        {
+            "run_id": run.run_id,
+            "strategies": {name: pooled(name, vector, run.pooled_tokens) for name, vector in vectors.items()},
+            "whole_input": {
+                **pooled(run.spec.pooling, whole_input, len(run.tokens)),
+                "cosine": lessons.cosine(run.pooled, whole_input),
+            },
+            "cosines": {
+                f"{x}/{y}": lessons.cosine(vectors[x], vectors[y]) for i, x in enumerate(names) for y in names[i + 1 :]
+            },
+            "prefix": {
+                "text": body.prefix + body.text,
+                "run_id": prefixed.run_id,
+                "cosine": lessons.cosine(run.pooled, prefixed.pooled),
+            },
+        }
+    )
 
 
 @router.post("/attribution", response_model=AttributionResponse)
@@ -241,52 +245,49 @@ async def attribution(body: AttributionRequest, lab: LabDep, client: ClientDep):
     of the LM head's logit of the next token."""
     ask = body.model_dump(exclude={"model"})
     found = await lab.attribution(body.model, client, **ask)
-    return NumbersResponse(await computed(attributed, found))
-
-
-def attributed(found: dict) -> dict:
-    return {
-        **found,
-        "tokens": [token.__dict__ for token in found["tokens"]],
-        "attributions": found["attributions"].numpy(),
-    }
+    return NumbersResponse(
+        {
+            **found,
+            "tokens": [token.__dict__ for token in found["tokens"]],
+            "attributions": found["attributions"].numpy(),
+        }
+    )
 
 
 @router.get("/runs/{run_id}/layers/{layer}/heads/{head}", response_model=HeadResponse, responses=NOT_FOUND)
-async def head(run: RunDep, layer: int, head: int):
-    matrices = await computed(lambda: numbers(run.head(layer, head)))
+def head(run: RunDep, layer: int, head: int):
+    matrices = numbers(run.head(layer, head))
     return NumbersResponse({"layer": layer, "head": head, "ablated": run.ablated(layer, head), **matrices})
 
 
 @router.get(
     "/runs/{run_id}/layers/{layer}/heads/{head}/queries/{query}", response_model=QueryResponse, responses=NOT_FOUND
 )
-async def query(run: RunDep, layer: int, head: int, query: int):
-    row = await computed(lambda: numbers(run.query(layer, head, query)))
+def query(run: RunDep, layer: int, head: int, query: int):
+    row = numbers(run.query(layer, head, query))
     return NumbersResponse({"layer": layer, "head": head, "query": query, "ablated": run.ablated(layer, head), **row})
 
 
 @router.get("/runs/{run_id}/layers/{layer}", response_model=LayerResponse, responses=NOT_FOUND)
-async def layer(run: RunDep, layer: int):
-    return NumbersResponse({"layer": layer, **await computed(lambda: numbers(run.layer(layer)))})
+def layer(run: RunDep, layer: int):
+    return NumbersResponse({"layer": layer, **numbers(run.layer(layer))})
 
 
 @router.get("/runs/{run_id}/embeddings", response_model=EmbeddingsResponse, responses=NOT_FOUND)
-async def embeddings(run: RunDep):
-    return NumbersResponse(await computed(lambda: numbers(run.embeddings())))
+def embeddings(run: RunDep):
+    return NumbersResponse(numbers(run.embeddings()))
 
 
 @router.get("/runs/{run_id}/tokens/{token}", response_model=TokenTraceResponse, responses=NOT_FOUND)
-async def token_trace(run: RunDep, token: int):
-    return NumbersResponse({"index": token, **await computed(traced, run, token)})
-
-
-def traced(run: Run, token: int) -> dict:
+def token_trace(run: RunDep, token: int):
     trace = run.token_trace(token)
-    return {
-        "embeddings": numbers(trace["embeddings"]),
-        "layers": [{"layer": row.pop("layer"), **numbers(row)} for row in trace["layers"]],
-    }
+    return NumbersResponse(
+        {
+            "index": token,
+            "embeddings": numbers(trace["embeddings"]),
+            "layers": [{"layer": row.pop("layer"), **numbers(row)} for row in trace["layers"]],
+        }
+    )
 
 
 @router.get(
@@ -294,7 +295,7 @@ def traced(run: Run, token: int) -> dict:
     response_class=Response,
     responses={200: {"content": {MEDIA_TYPE: {}}, "description": "[layer, head, query, key] weights"}, **NOT_FOUND},
 )
-async def attention(
+def attention(
     run: RunDep,
     lab: LabDep,
     measure: Annotated[
@@ -326,22 +327,14 @@ async def attention(
         Query(description="mean: average over every block (of `heads`, or of `head`): shape [1, 1, query, key]"),
     ] = None,
 ):
+    if layer is not None:
+        pick(run.attention(), layer, None)  # 404 for a block that does not exist, before any measuring
     if heads is not None and head is not None:
         raise InvalidInput("give `head` or `heads`, not both")
     if blocks is not None and layer is not None:
         raise InvalidInput("`blocks=mean` averages every block: give no `layer`")
-    model = lab.engine_of(run).loaded.model
-    body, headers = await computed(measured, run, model, measure, dtype, layer, head, size, heads, blocks)
-    if isinstance(body, bytes):
-        return Response(body, media_type=MEDIA_TYPE, headers=headers)
-    return StreamingResponse(computed_pieces(body), media_type=MEDIA_TYPE, headers=headers)
-
-
-def measured(run: Run, model, measure, dtype, layer, head, size, heads, blocks) -> tuple[bytes | Iterator[bytes], dict]:
-    """The attention route's body and headers: whole when it is one piece, else pieces yet to be encoded."""
-    if layer is not None:
-        pick(run.attention(), layer, None)  # 404 for a block that does not exist, before any measuring
     # The blocks asked for, then the head asked for among the measure's own heads (ALTI has one per block).
+    model = lab.engine_of(run).loaded.model
     matrices = measures.measure_blocks(run, model, measure, layer)
     if blocks == "mean" and head is not None:
         pick(matrices, 0, head)  # 404 for a head that does not exist
@@ -359,5 +352,6 @@ def measured(run: Run, model, measure, dtype, layer, head, size, heads, blocks) 
     pieces, headers = encode_attention(matrices, dtype, size, top)
     headers["X-Attention-Measure"] = measure
     if int(headers["Content-Length"]) <= PIECE_BYTES:
-        return b"".join(pieces), headers
-    return pieces, headers
+        # One piece: answered whole from this thread, not streamed with a thread hop per piece.
+        return Response(b"".join(pieces), media_type=MEDIA_TYPE, headers=headers)
+    return StreamingResponse(pieces, media_type=MEDIA_TYPE, headers=headers)
