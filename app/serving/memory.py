@@ -39,7 +39,7 @@ def keep_freed_memory() -> None:
 
 
 def _has_libc(function: str) -> bool:
-    return LIBC is not None and hasattr(LIBC, function) and os.path.exists("/proc/self/statm")
+    return LIBC is not None and hasattr(LIBC, function)
 
 
 def trim_if_over(limit_bytes: int) -> None:
@@ -47,5 +47,5 @@ def trim_if_over(limit_bytes: int) -> None:
     different sizes come and go, and the process grows past the store's bound. Past `limit_bytes` the
     free pages go back to the system (malloc_trim); below it they stay, so a typical run costs nothing
     extra. Elsewhere than Linux with glibc this does nothing."""
-    if _has_libc("malloc_trim") and resident_bytes() > limit_bytes:
+    if _has_libc("malloc_trim") and os.path.exists("/proc/self/statm") and resident_bytes() > limit_bytes:
         LIBC.malloc_trim(0)
