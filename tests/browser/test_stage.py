@@ -274,6 +274,10 @@ def test_a_phone_gets_one_column_that_never_scrolls_sideways(browser, server, wi
         zoomed = settle(page, PHONE_PARTS)
         assert zoomed["scrollWidth"] <= zoomed["width"] and crisp(zoomed)
 
+        # The search box shows its whole hint ("find a token"), beside the clear button a search box keeps.
+        overflow = page.evaluate(HINT_OVERFLOW, "#token-query")
+        assert overflow <= 0, f"the search hint is {overflow} px wider than its box"
+
         for panel in PANELS:  # each panel in the switchable area, opened in turn, fits the width too
             page.locator(f"#panel-tab-{panel}").tap()
             expect(page.locator(f"#panel-tab-{panel}")).to_have_attribute("aria-selected", "true")
@@ -285,6 +289,16 @@ def test_a_phone_gets_one_column_that_never_scrolls_sideways(browser, server, wi
             page.locator('#heatmap [data-zoom="Reset"]').tap()
             page.evaluate("scrollTo(0, 0)")
             screenshot(page, "phone-390")  # the README's picture, the whole page
+
+
+HINT_OVERFLOW = """(selector) => {
+  // The hint typed in as text: an input whose text does not fit scrolls it (scrollWidth > clientWidth).
+  const input = document.querySelector(selector);
+  input.value = input.placeholder;
+  const overflow = input.scrollWidth - input.clientWidth;
+  input.value = '';
+  return overflow;
+}"""
 
 
 # --- the tour --------------------------------------------------------------------------------------------------
