@@ -8,6 +8,7 @@ import uvicorn
 
 from app.engine.model import ModelLoadError, load_model
 from app.main import create_app
+from app.serving.memory import keep_freed_memory
 from app.serving.server import server_options
 from app.serving.specs import StoreError, open_spec_store
 from app.settings import SettingsError, get_settings
@@ -25,6 +26,7 @@ def main() -> None:
         "--workers", type=int, default=settings.workers, help="server processes; each holds its own model copy"
     )
     args = parser.parse_args()
+    keep_freed_memory()  # before the model loads, as the lifespan does when it loads the model itself
     try:
         specs = open_spec_store(settings)
         model = load_model(settings.model_path)

@@ -18,7 +18,7 @@ from app.engine.model import LoadedModel, ModelLoadError, load_model
 from app.engine.runs import InvalidInput, OutOfRange, PassFailed, TextTooLong
 from app.serving.gate import Busy, PassGate, TooManyWaiting
 from app.serving.lab import Lab, RunNotFound
-from app.serving.memory import keep_freed_memory
+from app.serving.memory import keep_freed_memory, reserve
 from app.serving.specs import REDIS_SCHEMES, SpecStore, StoreError, open_spec_store
 from app.settings import SettingsError, get_settings
 from app.web import api, docs, pages
@@ -70,6 +70,7 @@ def create_app(model: LoadedModel | None = None, specs: SpecStore | None = None)
             settings.class_actions_per_second,
         )
         app.state.classes = Classes(backend, limits)
+        reserve(min(settings.reserve_bytes, settings.max_store_bytes))
         yield
         await backend.close()
         store.close()

@@ -37,6 +37,9 @@ class Settings(BaseSettings):
     # least recently used run once either bound is passed (and recomputes it from its spec if asked again).
     max_runs: Annotated[int, between(1, 100_000)] = 64
     max_store_bytes: Annotated[int, between(1, 1024 * GIB)] = 2 * GIB
+    # Memory each server process takes at start and keeps for its runs, up to max_store_bytes, so that runs
+    # reuse pages the system has already handed over (app.serving.memory.reserve); 0: take it as runs need it.
+    reserve_bytes: Annotated[int, between(0, 1024 * GIB)] = 1 * GIB
     # Where run specs are shared between workers, replicas and restarts: "sqlite" (a file in data_dir,
     # nothing to install; the workers of one machine) or a Redis URL, redis://host:port/db (many machines).
     store: str = "sqlite"
