@@ -1,6 +1,8 @@
 """Builds the ASGI app: the model is loaded and the spec store opened once per server process, in the
 lifespan, and shared by every request of that process."""
 
+import logging
+import time
 from contextlib import asynccontextmanager
 
 from fastapi import FastAPI, Request
@@ -32,6 +34,8 @@ from app.web.middleware import (
     OneLineStartupFailure,
     SecurityHeaders,
 )
+
+log = logging.getLogger("uvicorn.error")  # uvicorn shows its INFO lines
 
 
 def create_app(model: LoadedModel | None = None, specs: SpecStore | None = None) -> FastAPI:
@@ -70,7 +74,14 @@ def create_app(model: LoadedModel | None = None, specs: SpecStore | None = None)
             settings.class_actions_per_second,
         )
         app.state.classes = Classes(backend, limits)
-        reserve(min(settings.reserve_bytes, settings.max_store_bytes))
+        if reserved := min(settings.reserve_bytes, settings.max_store_bytes):
+            reserving = time.perf_counter()
+            reserve(reserved)
+            log.info(
+                "Kept %.2f GiB free for runs in %.1f s (ATTENTION_LAB_RESERVE_BYTES; 0 turns this off)",
+                reserved / 1024**3,
+                time.perf_counter() - reserving,
+            )
         yield
         await backend.close()
         store.close()

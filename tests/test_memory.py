@@ -64,3 +64,11 @@ def test_runs_on_any_thread_write_to_the_reserved_pages():
     threads go: they take next to no new pages. Without one arena for every thread, the pass thread would
     take its own memory and fault as above."""
     assert max(kept_run_faults(800 * 1024**2)) < 0.05
+
+
+def test_the_lab_as_started_holds_its_reserve_and_says_so(live_lab):
+    """`python -m app` with the default settings: 1 GiB written at start and kept, and a line in its log."""
+    with open(f"/proc/{live_lab.process.pid}/status") as status:
+        resident = dict(line.split(":", 1) for line in status)["VmRSS"]
+    assert int(resident.split()[0]) * 1024 > 1024**3
+    assert "Kept 1.00 GiB free for runs" in live_lab.log.read_text()
