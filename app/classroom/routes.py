@@ -32,7 +32,7 @@ router = APIRouter(prefix="/api/classes", tags=["class mode"])
 HEARTBEAT_SECONDS = 15  # a comment line now and then keeps proxies and phones from closing an idle stream
 
 
-def get_classes(request: Request) -> Classes:
+async def get_classes(request: Request) -> Classes:
     return request.app.state.classes
 
 
