@@ -213,6 +213,32 @@ def test_giant_headers_are_refused_at_once_while_health_answers(lab):
     )
 
 
+def test_the_header_limit_counts_a_head_that_arrives_in_pieces_and_each_request_of_a_connection(lab):
+    def send(connection, request: bytes) -> bytes:
+        for start in range(0, len(request), 1000):
+            connection.sendall(request[start : start + 1000])
+        return connection.recv(200)
+
+    limit = 64 * 1024  # the default max_header_bytes
+    head = lambda junk: f"GET /api/health HTTP/1.1\r\nHost: lab\r\nX-Junk: {'j' * junk}\r\n\r\n".encode()  # noqa: E731
+    body = b'{"text": "a first request with a body"}'
+    post = (
+        b"POST /api/analyze HTTP/1.1\r\nHost: lab\r\nContent-Type: application/json\r\n"
+        + f"Content-Length: {len(body)}\r\n\r\n".encode()
+        + body
+    )
+    with socket.create_connection(("127.0.0.1", lab.port)) as connection:
+        connection.settimeout(30)
+        assert send(connection, post).startswith(b"HTTP/1.1 200")
+        while b'"ablated"' not in connection.recv(65536):  # the rest of the analyze answer
+            pass
+        # The next head on the same connection is counted from its own first byte.
+        assert send(connection, head(limit - 100)).startswith(b"HTTP/1.1 200")
+    with socket.create_connection(("127.0.0.1", lab.port)) as connection:
+        connection.settimeout(30)
+        assert send(connection, head(limit + 100)).startswith(b"HTTP/1.1 431")
+
+
 def test_a_half_sent_request_is_answered_408_and_closed(lab):
     with socket.create_connection(("127.0.0.1", lab.port)) as client:
         client.settimeout(10)
