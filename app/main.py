@@ -102,8 +102,8 @@ def create_app(model: LoadedModel | None = None, specs: SpecStore | None = None)
     app.add_middleware(OneLineStartupFailure, errors=(ModelLoadError, StoreError, SettingsError))
     app.add_middleware(ClientCookie)
     app.add_middleware(CancelOnDisconnect)
-    # Text (the page, scripts, styles, JSON) goes out compressed to a client that accepts it: plotly.js
-    # is 4.7 MB as it is and about 1 MB with brotli. So do the attention matrices: uint8 weights shrink
+    # The page and the API's answers go out compressed to a client that accepts it (static files come
+    # compressed already: app.web.precompressed). So do the attention matrices: uint8 weights shrink
     # about 11× with zstd (16.7 MB at 482 tokens to 1.5 MB, in about 40 ms).
     add_compress_type(MEDIA_TYPE)
     app.add_middleware(CompressMiddleware)

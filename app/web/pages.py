@@ -15,8 +15,11 @@ from fastapi import APIRouter, Request
 from fastapi.responses import FileResponse, HTMLResponse
 from fastapi.staticfiles import StaticFiles
 from fastapi.templating import Jinja2Templates
+from starlette.datastructures import Headers
+from starlette.responses import Response
 
 from app.web.deps import LabDep
+from app.web.precompressed import CompressedFiles
 
 ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_TEXT = "The animal didn't cross the street because it was too tired"
@@ -58,7 +61,17 @@ FIRST_SCREEN_MODULES = module_graph(ROOT / "static" / "js", "main.js")
 STYLESHEET = (ROOT / "static" / "lab.css").read_text()
 
 
-class ImmutableFiles(StaticFiles):
+COMPRESSED = CompressedFiles()
+
+
+class CompressedStaticFiles(StaticFiles):
+    """Static files, compressed once each for every browser that accepts it (app.web.precompressed)."""
+
+    async def get_response(self, path: str, scope) -> Response:
+        return await COMPRESSED.respond(await super().get_response(path, scope), Headers(scope=scope))
+
+
+class ImmutableFiles(CompressedStaticFiles):
     """Static files under a content-hashed URL: cached for a year, never revalidated."""
 
     def file_response(self, *args, **kwargs):
@@ -67,7 +80,7 @@ class ImmutableFiles(StaticFiles):
         return response
 
 
-class RevalidatedFiles(StaticFiles):
+class RevalidatedFiles(CompressedStaticFiles):
     """Static files under a fixed URL: kept, but checked with their ETag before each use."""
 
     def file_response(self, *args, **kwargs):
@@ -118,5 +131,8 @@ async def index(request: Request, lab: LabDep, model: str | None = None):
 
 
 @router.get(PLOTLY_URL)
-def plotly_js():
-    return FileResponse(PLOTLY_JS, media_type="text/javascript", headers={"Cache-Control": IMMUTABLE})
+async def plotly_js(request: Request):
+    response = FileResponse(
+        PLOTLY_JS, media_type="text/javascript", headers={"Cache-Control": IMMUTABLE}, stat_result=PLOTLY_JS.stat()
+    )
+    return await COMPRESSED.respond(response, request.headers)
