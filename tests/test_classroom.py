@@ -34,18 +34,22 @@ class Listener:
         assert self.ready.wait(15), "the stream did not open"
 
     def _read(self, url):
-        with httpx.Client(timeout=None) as client, client.stream("GET", url) as response:
-            assert response.headers["content-type"].startswith("text/event-stream")
-            kind = None
-            for line in response.iter_lines():
-                if self._stop.is_set():
-                    return
-                if line.startswith("event: "):
-                    kind = line[len("event: ") :]
-                elif line.startswith("data: "):
-                    self.events.append((kind, json.loads(line[len("data: ") :]), time.monotonic()))
-                    if kind == "snapshot":
-                        self.ready.set()
+        try:
+            with httpx.Client(timeout=None) as client, client.stream("GET", url) as response:
+                assert response.headers["content-type"].startswith("text/event-stream")
+                kind = None
+                for line in response.iter_lines():
+                    if self._stop.is_set():
+                        return
+                    if line.startswith("event: "):
+                        kind = line[len("event: ") :]
+                    elif line.startswith("data: "):
+                        self.events.append((kind, json.loads(line[len("data: ") :]), time.monotonic()))
+                        if kind == "snapshot":
+                            self.ready.set()
+        except httpx.TransportError:
+            if not self._stop.is_set():  # a closed listener's stream ends when its lab stops
+                raise
 
     def wait_for(self, kind: str, timeout: float = 5, where=lambda data: True) -> tuple[dict, float]:
         deadline = time.monotonic() + timeout
