@@ -7,7 +7,8 @@ For each input length N (tokens, [CLS] and [SEP] included) it measures, side by 
 - bertviz: head_view() on the same attentions, and the size of the HTML it returns;
 - the page in Debian's chromium: Enter → first heatmap painted, and token click → updated view,
   both timed inside the page with performance.now(), plus the bytes fetched for that first heatmap;
-and at the end the lab server's memory after 64 distinct 512-token runs.
+and at the end the lab server's memory after 64 distinct 512-token runs, a class opening the page (30
+phones at once, with Safari's and with Chrome's encodings) and a class pressing Enter at once (48 prompts).
 
 This machine is small and noisy: every number is a median of --reps repetitions, and every ratio is
 taken between numbers measured in this same run. Run it with `make bench`.
@@ -20,6 +21,7 @@ import json
 import os
 import platform
 import random
+import re
 import socket
 import statistics
 import subprocess
@@ -57,6 +59,11 @@ CHROMIUM_ARGS = [
 MEMORY_RUNS = 64
 BURST_LEARNERS = 48  # a class pressing Enter within the same second
 BURST_REPS = 3
+JOIN_PHONES = 30  # a class opening the page at once, each phone with the connections a browser opens
+JOIN_REPS = 3
+BROWSER_CONNECTIONS = 6
+# What a browser accepts: Safari (an iPhone) has no zstd, Chrome has.
+ACCEPT_ENCODINGS = {"Safari": "gzip, deflate, br", "Chrome": "gzip, deflate, br, zstd"}
 BERTVIZ_MAX_REPS = 3  # bertviz takes ~30 s and ~900 MB at N=512: once there, at most 3 times below
 BERTVIZ_ONCE_FROM = 512
 # Whole vocabulary words, one token each, so a text's length can be set one token at a time.
@@ -471,6 +478,69 @@ def run_browser(base: str, texts: Texts, sizes: list[int], reps: int) -> dict[in
     return results
 
 
+# ---- a class opening the page ---------------------------------------------------------------------
+
+
+def cpu_ms(pid: int) -> float:
+    """The CPU time a process has used, user and system, in ms."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    return (int(fields[11]) + int(fields[12])) * 1000 / os.sysconf("SC_CLK_TCK")
+
+
+async def time_join(base: str, phones: int, accept_encoding: str) -> dict:
+    """Phones opening the page at once: each gets the page, every asset it names and plotly.js (which
+    the page fetches when it first draws a chart). The time until the last phone has all of them."""
+
+    async def phone() -> bool:
+        limits = httpx.Limits(max_connections=BROWSER_CONNECTIONS)
+        headers = {"Accept-Encoding": accept_encoding}
+        async with httpx.AsyncClient(base_url=base, headers=headers, limits=limits, timeout=120) as client:
+            page = await client.get("/")
+            page.raise_for_status()
+            urls = set(re.findall(r'(?:src|href)="(/(?:assets|vendor)/[^"]+)"', page.text))
+            urls.add(re.search(r'"plotly": "(/vendor/plotly-[^"]+\.js)"', page.text).group(1))
+            answers = await asyncio.gather(*(client.get(url) for url in sorted(urls)))
+            return sum(answer.status_code == 200 for answer in [page, *answers]) == len(urls) + 1
+
+    start = time.perf_counter()
+    everyone = await asyncio.gather(*(phone() for _ in range(phones)))
+    return {"ms": ms_since(start), "everyone_served": all(everyone)}
+
+
+def measure_join(base: str, pid: int) -> dict:
+    """JOIN_PHONES phones at once and one alone, for each browser's encodings: wall time and the server's
+    CPU time per phone."""
+    found = {}
+    for browser, accept_encoding in ACCEPT_ENCODINGS.items():
+        samples = {"class": [], "alone": [], "cpu_per_phone": []}
+        served = True
+        for _ in range(JOIN_REPS):
+            before = cpu_ms(pid)
+            joined = asyncio.run(time_join(base, JOIN_PHONES, accept_encoding))
+            samples["cpu_per_phone"].append((cpu_ms(pid) - before) / JOIN_PHONES)
+            samples["class"].append(joined["ms"])
+            served = served and joined["everyone_served"]
+            samples["alone"].append(asyncio.run(time_join(base, 1, accept_encoding))["ms"])
+        found[browser] = {
+            **{f"{name}_ms": statistics.median(values) for name, values in samples.items()},
+            "everyone_served": served,
+        }
+    return {"phones": JOIN_PHONES, "browsers": found}
+
+
+def join_line(join: dict) -> str:
+    parts = "; ".join(
+        f"{browser}'s encodings: {found['class_ms']:,.0f} ms (one phone alone {found['alone_ms']:,.0f} ms; "
+        f"server CPU {found['cpu_per_phone_ms']:,.0f} ms per phone"
+        f"{'' if found['everyone_served'] else ', NOT every phone served'})"
+        for browser, found in join["browsers"].items()
+    )
+    return (
+        f"A class opens the page ({join['phones']} phones at once, each the page, every asset it names and "
+        f"plotly.js, {BROWSER_CONNECTIONS} connections each, median of {JOIN_REPS}): {parts}."
+    )
+
+
 # ---- memory ---------------------------------------------------------------------------------------
 
 
@@ -624,7 +694,9 @@ def machine_line(machine: dict, reps: int) -> str:
     )
 
 
-def write_markdown(path: Path, rows: list[dict], memory: dict, burst: dict, machine: dict, reps: int) -> None:
+def write_markdown(
+    path: Path, rows: list[dict], memory: dict, burst: dict, join: dict, machine: dict, reps: int
+) -> None:
     notes = (
         "raw forward: transformers alone, `output_attentions=True`, in a process that keeps freed memory as "
         "the lab's server does, the faster of two passes in a row. lab: `POST /api/analyze` + "
@@ -640,7 +712,7 @@ def write_markdown(path: Path, rows: list[dict], memory: dict, burst: dict, mach
     old = path.read_text() if path.exists() else ""
     lighthouse = old[old.index("<!-- lighthouse -->") :] if "<!-- lighthouse -->" in old else ""
     body = (
-        f"{markdown_table(rows)}\n\n{memory_line(memory)}\n\n{burst_line(burst)}\n\n"
+        f"{markdown_table(rows)}\n\n{memory_line(memory)}\n\n{burst_line(burst)}\n\n{join_line(join)}\n\n"
         f"{machine_line(machine, reps)}\n\n{notes}\n"
     )
     path.write_text(f"{body}\n{lighthouse}" if lighthouse else body)
@@ -702,6 +774,8 @@ def main() -> None:
             browser = run_browser(base, texts, args.sizes, args.reps)
 
         memory = measure_memory(client, process.pid, texts)
+        join = measure_join(base, process.pid)
+        print(f"  {join_line(join)}", flush=True)
 
         # Batching off as the reference: each request its own pass, as before the lab batched.
         with lab_server({"ATTENTION_LAB_MAX_BATCH_RUNS": "1"}) as (unbatched, _):
@@ -715,6 +789,7 @@ def main() -> None:
     print()
     print(memory_line(memory))
     print(burst_line(burst))
+    print(join_line(join))
     print(machine_line(machine, args.reps))
 
     results = {
@@ -728,10 +803,11 @@ def main() -> None:
         "rows": rows,
         "memory": memory,
         "burst": burst,
+        "join": join,
         "seconds": time.perf_counter() - started,
     }
     args.out.write_text(json.dumps(results, indent=2) + "\n")
-    write_markdown(args.out.with_suffix(".md"), rows, memory, burst, machine, args.reps)
+    write_markdown(args.out.with_suffix(".md"), rows, memory, burst, join, machine, args.reps)
     print(f"\nWrote {args.out} and {args.out.with_suffix('.md')} in {results['seconds']:.0f} s")
 
 
