@@ -154,3 +154,35 @@ def test_a_long_input_takes_its_turn_alone(tiny, tmp_path, monkeypatch):
     requests = [("short", Client("10.0.0.1")), (long, Client("10.0.0.2")), ("also short", Client("10.0.0.3"))]
     queue_behind_a_held_turn(lab, requests)
     assert batches == [["short"], [long], ["also short"]]
+
+
+def texts_of(engine, tokens: int, count: int, tag: str) -> list[str]:
+    """`count` different texts of exactly `tokens` tokens, [CLS] and [SEP] included."""
+    prefixes = [f"{tag} {number}" for number in range(count)]
+    texts = [f"{prefix} " + " ".join(["river"] * (tokens - engine.length(engine.spec(prefix)))) for prefix in prefixes]
+    assert {engine.length(engine.spec(text)) for text in texts} == {tokens}
+    return texts
+
+
+def test_short_prompts_share_a_turn_up_to_one_pass_of_padded_tokens(tiny, tmp_path, monkeypatch):
+    """A class's prompts take as few turns as fit in the engine's pass (BATCH_TOKENS = 2048 padded tokens):
+    forty-token prompts, 51 to a turn."""
+    lab = make_lab(tiny, tmp_path, max_runs=64)
+    lab.max_batch_runs = 1_000
+    batches = recorded_batches(lab, monkeypatch)
+    texts = texts_of(lab.engine, 40, 60, "learner")
+    queue_behind_a_held_turn(
+        lab, [(text, Client(f"10.0.{number // 4}.{number % 4}")) for number, text in enumerate(texts)]
+    )
+    assert [len(batch) for batch in batches] == [51, 9]
+    assert [text for batch in batches for text in batch] == texts  # in turn order
+
+
+def test_an_input_over_a_quarter_of_the_positions_takes_its_turn_alone(tiny, tmp_path, monkeypatch):
+    lab = make_lab(tiny, tmp_path)
+    batches = recorded_batches(lab, monkeypatch)
+    (over,) = texts_of(lab.engine, 512 // 4 + 1, 1, "over")  # the tiny BERT has 512 positions
+    (quarter,) = texts_of(lab.engine, 512 // 4, 1, "quarter")
+    requests = [("short", Client("10.0.0.1")), (over, Client("10.0.0.2")), (quarter, Client("10.0.0.3"))]
+    queue_behind_a_held_turn(lab, [*requests, ("also short", Client("10.0.0.4"))])
+    assert batches == [["short"], [over], [quarter, "also short"]]
