@@ -186,3 +186,13 @@ def test_an_input_over_a_quarter_of_the_positions_takes_its_turn_alone(tiny, tmp
     requests = [("short", Client("10.0.0.1")), (over, Client("10.0.0.2")), (quarter, Client("10.0.0.3"))]
     queue_behind_a_held_turn(lab, [*requests, ("also short", Client("10.0.0.4"))])
     assert batches == [["short"], [over], [quarter, "also short"]]
+
+
+def test_the_runs_of_a_pass_are_put_in_the_shared_store_in_one_write(tiny, tmp_path, monkeypatch):
+    lab = make_lab(tiny, tmp_path)
+    writes, real = [], lab.specs.put
+    monkeypatch.setattr(lab.specs, "put", lambda *specs: writes.append(len(specs)) or real(*specs))
+    requests = [(text, Client(f"10.0.0.{number}")) for number, text in enumerate(TEXTS)]
+    runs = queue_behind_a_held_turn(lab, requests)
+    assert writes == [len(TEXTS)]
+    assert [lab.specs.get(run.run_id) for run in runs] == [run.spec for run in runs]

@@ -184,3 +184,13 @@ def test_the_setting_chooses_the_store_and_its_name_hides_a_password(tmp_path):
     assert remote.name == "redis://10.0.0.7:6380/2"
     with pytest.raises(StoreError, match="give sqlite or a redis:// URL"):
         open_spec_store(Settings(store="postgres://db"))
+
+
+def test_several_specs_are_kept_in_one_write_within_the_bound(open_store):
+    store = open_store(max_specs=3)
+    several = [spec(f"one of several {i}") for i in range(3)]
+    store.put(*several)
+    assert [store.get(one.run_id) for one in several] == several
+    store.put(spec("a fourth"), spec("a fifth"))
+    kept = [one for one in several if store.get(one.run_id) is not None]
+    assert len(kept) == 1 and store.get(spec("a fifth").run_id) is not None

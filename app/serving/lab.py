@@ -60,6 +60,9 @@ class Lab:
         self._passes: dict[str, asyncio.Task] = {}
         self._waiters: dict[str, int] = {}
         self._started: set[str] = set()
+        # Specs waiting to be put in the store, with what their requests await, and the writes under way.
+        self._to_store: list[tuple[RunSpec, asyncio.Future]] = []
+        self._writers: set[asyncio.Task] = set()
 
     @property
     def engine(self) -> Engine:
@@ -95,8 +98,33 @@ class Lab:
         then its spec in the shared store, so that every worker can serve the id the client receives.
         `client` is whose turn at the gate this request takes."""
         run = await self._computed(spec, client)
-        await asyncio.to_thread(self.specs.put, spec)
+        await self._stored(spec)
         return run
+
+    async def _stored(self, spec: RunSpec) -> None:
+        """The spec put in the shared store, in one write with every other spec put at the same moment:
+        the requests of a batched pass all resume together, and made 47 writes, a thread hop and a
+        transaction (or a Redis round trip) each, in a class's burst."""
+        if not self._to_store:  # the first of the moment: the write starts once the others have asked
+            writer = asyncio.create_task(self._write_specs())
+            self._writers.add(writer)
+            writer.add_done_callback(self._writers.discard)
+        stored = asyncio.get_running_loop().create_future()
+        self._to_store.append((spec, stored))
+        await stored
+
+    async def _write_specs(self) -> None:
+        waiting, self._to_store = self._to_store, []
+        try:
+            await asyncio.to_thread(self.specs.put, *(spec for spec, _ in waiting))
+        except Exception as error:  # StoreError, or anything else: no request may wait forever
+            for _, stored in waiting:
+                if not stored.done():
+                    stored.set_exception(error)
+        else:
+            for _, stored in waiting:
+                if not stored.done():
+                    stored.set_result(None)
 
     async def run(self, run_id: str, client: Client = ANYONE) -> Run:
         """A run by id: from this worker's cache, or recomputed from the spec in the shared store."""
