@@ -214,7 +214,7 @@ class Lab:
         model's positions, while all of them padded to the longest fit in one pass of the engine
         (BATCH_TOKENS). A longer input takes its turn alone, so it neither pads short ones nor waits behind
         them. A full turn of short prompts takes about twice a 512-token analyze (340 against 157 ms for
-        MiniLM here), and a class's 48 prompts take two turns instead of four: a burst 357 against 423 ms
+        MiniLM here), and a class's 48 prompts take two turns instead of four: a burst 379 against 476 ms
         (servers alternating), since each pass beside the HTTP work of the learners answered before it
         runs at about half speed."""
         engine = self.models.loaded(spec.model)
