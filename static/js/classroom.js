@@ -141,7 +141,8 @@ function drawTally(question, tally, revealed) {
         el("span", {}, String(tally[index] ?? 0)),
       ),
     ),
-    revealed ? el("p", { class: "caption", dataset: { field: "answer" } }, `Answer: “${question.choices[revealed.answer]}”, weight ${fixed(revealed.weight)}.`) : null,
+    // replaceChildren writes a null as the text "null": before the reveal there is no answer line at all.
+    ...(revealed ? [el("p", { class: "caption", dataset: { field: "answer" } }, `Answer: “${question.choices[revealed.answer]}”, weight ${fixed(revealed.weight)}.`)] : []),
   );
 }
 

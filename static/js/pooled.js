@@ -23,13 +23,16 @@ export function renderPooled(container, pooled, model, tokens, pair = false) {
       el("strong", { dataset: { field: "norm", value: String(pooled.norm) } }, fixed(pooled.norm)),
       `; divided by that norm it has length 1: the sentence embedding used for search.`,
     ),
-    pooled.tokens < tokens.length
-      ? el(
-          "p",
-          { class: "caption cut", dataset: { field: "pooled-tokens", value: String(pooled.tokens) } },
-          `The model reads at most ${model.max_seq_length} tokens for its sentence vector (its max_seq_length), as sentence-transformers does: this one is pooled over ${pooled.tokens} of the ${tokens.length} tokens, a pass of its own over the input cut ${pair ? "from the longer sentence's end" : `after “${tokens[pooled.tokens - 2].text}” (token ${pooled.tokens - 2})`}. The other views show all ${tokens.length}.`,
-        )
-      : null,
+    // replaceChildren writes a null as the text "null": a child that is not there is left out.
+    ...(pooled.tokens < tokens.length
+      ? [
+          el(
+            "p",
+            { class: "caption cut", dataset: { field: "pooled-tokens", value: String(pooled.tokens) } },
+            `The model reads at most ${model.max_seq_length} tokens for its sentence vector (its max_seq_length), as sentence-transformers does: this one is pooled over ${pooled.tokens} of the ${tokens.length} tokens, a pass of its own over the input cut ${pair ? "from the longer sentence's end" : `after “${tokens[pooled.tokens - 2].text}” (token ${pooled.tokens - 2})`}. The other views show all ${tokens.length}.`,
+          ),
+        ]
+      : []),
     chart,
   );
   return drawChart(chart, pooled, model);

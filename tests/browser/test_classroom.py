@@ -106,6 +106,7 @@ def test_a_class_follows_the_teacher_answers_together_and_cannot_drive(page, bro
             for row in page.locator("#class-tally .tally-row").all()
         }
         assert counts == {"0": 8, "1": 9, "2": 7, "3": 7}
+        assert "null" not in page.locator("#class-tally").inner_text()  # no answer line before the reveal
         screenshot(page, "class-teacher-1280x720")
         page.click("#class-reveal")
         learners[1].wait_for_selector('#class-question [data-field="reveal"]')

@@ -117,4 +117,5 @@ def test_pooling_and_prefixes(page, server, api):
     assert norms == pytest.approx({name: value["norm"] for name, value in expected["strategies"].items()})
     shown = float(page.locator("#pooling-result [data-field=prefix]").get_attribute("data-value"))
     assert shown == pytest.approx(expected["prefix"]["cosine"])
+    assert "null" not in page.locator("#pooling-result").inner_text()  # a short prompt: no whole-input line
     screenshot(page, "lesson-pooling", page.locator("#lessons"))

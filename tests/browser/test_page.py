@@ -278,6 +278,7 @@ def test_pipeline_and_pooled_vector_show_the_apis_numbers(page, server, api):
     norm = float(page.locator('#pooled [data-field="norm"]').get_attribute("data-value"))
     assert norm == pytest.approx(analyzed["pooled"]["norm"], rel=1e-6)
     page.wait_for_selector("#pooled .pooled-chart .main-svg")
+    assert "null" not in page.locator("#pooled").inner_text()  # a short prompt: no line about the cut
     screenshot(page, "10-pooled", page.locator("#pooled"))
 
 

@@ -67,14 +67,17 @@ function show(result, pooled) {
       el("strong", {}, fixed(pooled.prefix.cosine)),
       ". Retrieval models trained with such prefixes expect them; a model trained without them still has its vector moved by the words.",
     ),
-    pooled.whole_input.tokens > pooled.strategies.mean.tokens
-      ? el(
-          "p",
-          { class: "caption", dataset: { field: "whole-input", value: String(pooled.whole_input.cosine) } },
-          `The model pools only its first ${pooled.strategies.mean.tokens} tokens (its max_seq_length). Pooled over all ${pooled.whole_input.tokens} tokens the lab read, the vector would be another one, not the model's own: cosine `,
-          el("strong", {}, fixed(pooled.whole_input.cosine)),
-          " to the real sentence vector.",
-        )
-      : null,
+    // replaceChildren writes a null as the text "null": a child that is not there is left out.
+    ...(pooled.whole_input.tokens > pooled.strategies.mean.tokens
+      ? [
+          el(
+            "p",
+            { class: "caption", dataset: { field: "whole-input", value: String(pooled.whole_input.cosine) } },
+            `The model pools only its first ${pooled.strategies.mean.tokens} tokens (its max_seq_length). Pooled over all ${pooled.whole_input.tokens} tokens the lab read, the vector would be another one, not the model's own: cosine `,
+            el("strong", {}, fixed(pooled.whole_input.cosine)),
+            " to the real sentence vector.",
+          ),
+        ]
+      : []),
   );
 }
