@@ -7,6 +7,7 @@ import sys
 import uvicorn
 
 from app.engine.model import ModelLoadError, load_model
+from app.engine.threads import one_core_elsewhere
 from app.main import create_app
 from app.serving.memory import keep_freed_memory
 from app.serving.server import server_options
@@ -26,7 +27,10 @@ def main() -> None:
         "--workers", type=int, default=settings.workers, help="server processes; each holds its own model copy"
     )
     args = parser.parse_args()
-    keep_freed_memory()  # before the model loads, as the lifespan does when it loads the model itself
+    # Before the model loads, as the lifespan does when it loads the model itself: this thread, which goes on
+    # to serve, then keeps no OpenMP team that would outnumber the cores with the passes' own.
+    keep_freed_memory()
+    one_core_elsewhere()
     try:
         specs = open_spec_store(settings)
         model = load_model(settings.model_path)

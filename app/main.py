@@ -18,6 +18,7 @@ from app.classroom.backends import MemoryBackend, RedisBackend
 from app.classroom.classes import Classes, ClassLimit, ClassLimits, ClassNotFound, NotTheTeacher, UnknownLearner
 from app.engine.model import LoadedModel, ModelLoadError, load_model
 from app.engine.runs import InvalidInput, OutOfRange, PassFailed, TextTooLong
+from app.engine.threads import one_core_elsewhere
 from app.serving.gate import Busy, PassGate, TooManyWaiting
 from app.serving.lab import Lab, RunNotFound
 from app.serving.memory import keep_freed_memory, reserve
@@ -46,6 +47,7 @@ def create_app(model: LoadedModel | None = None, specs: SpecStore | None = None)
     async def lifespan(app: FastAPI):
         settings = app.state.settings = get_settings()
         keep_freed_memory()
+        all_threads_back = one_core_elsewhere()
         loaded = model or load_model(settings.model_path)
         store = specs or open_spec_store(settings)
         gate = PassGate(
@@ -85,6 +87,8 @@ def create_app(model: LoadedModel | None = None, specs: SpecStore | None = None)
         yield
         await backend.close()
         store.close()
+        app.state.lab.close()
+        all_threads_back()
 
     # FastAPI's own /docs and /redoc load their scripts from a CDN; app.web.docs serves Swagger UI from the
     # installed fastapi-offline package instead, so the lab makes no request beyond itself.

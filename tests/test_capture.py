@@ -4,12 +4,9 @@ import pytest
 import torch
 
 from app.engine.capture import (
-    ONE_CORE_TOKENS,
-    Sequence,
     additive_mask,
     attention_scores,
     capture,
-    capture_batch,
     hook_table,
     recording,
 )
@@ -72,26 +69,6 @@ def test_no_hook_remains_after_a_run_even_a_failed_one(tiny):
         assert hook_count(tiny.model) > before
         raise RuntimeError("a forward pass that fails")
     assert hook_count(tiny.model) == before
-
-
-def test_a_small_pass_runs_on_one_core_and_a_larger_on_the_threads_own(tiny):
-    """What torch gives the model's modules during the pass, by padded size, and the thread's count after."""
-    own = torch.get_num_threads()
-    if own == 1:
-        pytest.skip("torch has one thread here: nothing to tell apart")
-    seen = []
-    handle = tiny.model.register_forward_pre_hook(lambda module, args: seen.append(torch.get_num_threads()))
-    ids = torch.full((ONE_CORE_TOKENS // 2,), 100)
-    try:
-        capture(tiny.model, tiny.family, ids, torch.zeros_like(ids), "bidirectional")
-        pair = [Sequence(ids, torch.zeros_like(ids), "bidirectional")] * 2  # exactly ONE_CORE_TOKENS padded
-        capture_batch(tiny.model, tiny.family, pair)
-        longer = torch.full((ONE_CORE_TOKENS + 1,), 100)
-        capture(tiny.model, tiny.family, longer, torch.zeros_like(longer), "bidirectional")
-    finally:
-        handle.remove()
-    assert seen == [1, 1, own]
-    assert torch.get_num_threads() == own
 
 
 def test_weights_equal_output_attentions(tiny):

@@ -17,17 +17,9 @@ from torch import Tensor
 
 from app.engine.families.base import Family, Hook
 from app.engine.names import LAYER, attn
-from app.engine.threads import one_core
 
 Heads = tuple[tuple[int, int], ...]  # (layer, head) pairs
 NEXT_TOKENS = 20  # the next-token candidates kept per position, for a model with an LM head
-# A pass of at most this many padded tokens runs on one core. In the server other threads run torch too,
-# and then OpenMP's workers sleep between operations instead of spinning: waking them for each of a small
-# pass's operations cost more than they do. Measured on 2 cores, on a thread beside others that had run
-# torch: 8 tokens 11.8 ms on one core against 15.2 on two, 16 tokens 15.4 against 20.0, 32 tokens 23.7
-# against 22.4; over HTTP, analyze + attention 27.8 -> 22.1 ms at 8 tokens, 28.1 -> 21.7 at 16, and
-# `make load` within its noise (272, 299 and 319 req/s in three runs, against 300, 299 and 317).
-ONE_CORE_TOKENS = 24
 
 
 def hook_table(family: Family, config) -> list[tuple[str, str, Hook]]:
@@ -160,12 +152,10 @@ def capture_batch(
     encoder's mask hides the padding keys (their weights are exactly 0), a decoder's causal mask keeps every
     real token before them, and positions count from 0 either way. The same heads are switched off in all."""
     inputs = model_inputs(model, family, sequences)
-    padded_tokens = inputs["input_ids"].numel()
     # Recording hooks go first: a switched-off head's context is recorded as it computed it (weights·V),
     # and only then zeroed for the rest of the model.
     with (
         torch.inference_mode(),
-        one_core(padded_tokens <= ONE_CORE_TOKENS),
         recording(model, family) as activations,
         ablating(model, family, ablate),
     ):

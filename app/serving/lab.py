@@ -8,6 +8,7 @@ from pathlib import Path
 from app.engine.model import LoadedModel
 from app.engine.runs import BATCH_TOKENS, Engine, Run
 from app.engine.spec import RUN_ID, RunSpec
+from app.engine.threads import ModelThreads
 from app.serving.cache import RunCache
 from app.serving.gate import ANYONE, Client, PassGate
 from app.serving.memory import trim_if_over
@@ -53,6 +54,7 @@ class Lab:
         self.models = Models(loaded, list(folders), max_chars, max_loaded_models)
         self.specs = specs
         self.gate = gate
+        self.model_threads = ModelThreads(gate.max_passes)  # the cores go to the passes (app.engine.threads)
         self.max_batch_runs = max_batch_runs  # runs one turn at the model may compute together
         self.runs: RunCache[Run] = RunCache(max_runs, max_cache_bytes)
         # Passes under way, by run id: a request for the same run meanwhile awaits that pass. A pass whose
@@ -147,7 +149,10 @@ class Lab:
         for checked in (ask["text"], ask.get("other") or " "):
             engine.spec(checked)  # the same character cap as any run, before waiting for a turn
         async with self.gate.admit(client):
-            return await asyncio.to_thread(lambda: engine.attribution(**ask))
+            return await self.model_threads.run(lambda: engine.attribution(**ask))
+
+    def close(self) -> None:
+        self.model_threads.close()
 
     async def store_problem(self) -> str | None:
         """Why the shared spec store is not answering, or None if it is."""
@@ -193,7 +198,7 @@ class Lab:
                     return await claimed
                 others = self.gate.claim(self._joins(spec), self.max_batch_runs - 1)
                 self._started.update(job.run_id for job, _ in others)
-                outcomes = await asyncio.to_thread(self.analyze_batch, [spec, *(job for job, _ in others)])
+                outcomes = await self.model_threads.run(self.analyze_batch, [spec, *(job for job, _ in others)])
                 for (_, answer), outcome in zip(others, outcomes[1:], strict=True):
                     if answer.done():  # its request went away meanwhile
                         continue
