@@ -10,6 +10,7 @@ from fastapi.testclient import TestClient
 
 from app.engine.threads import CORES, ModelThreads
 from app.main import create_app
+from tests.conftest import run_async
 
 pytestmark = pytest.mark.skipif(CORES == 1, reason="torch has one core here: nothing to tell apart")
 
@@ -42,7 +43,7 @@ def test_while_a_lab_serves_its_passes_have_every_core_and_every_other_thread_on
 def test_passes_that_may_run_at_once_share_the_cores():
     threads = ModelThreads(CORES)
     try:
-        counts = asyncio.run(asyncio.wait_for(gather_counts(threads, CORES), 30))
+        counts = run_async(asyncio.wait_for(gather_counts(threads, CORES), 30))
     finally:
         threads.close()
     assert counts == [1] * CORES
