@@ -62,26 +62,45 @@ def norm(run, model, layer: int) -> Tensor:
 
 
 def alti(run, model, layer: int) -> Tensor:
-    """ALTI's contributions of each input token to each token's attention-block output. [query, key]"""
+    """ALTI's contributions of each input token to each token's attention-block output. [query, key]
+
+    Computed as σ_i (T̃_i(x_j) − y_i) in one product per chunk of queries, the memory-bound part: in a
+    post-LN block σ_i T̃_i(x_j) = Σ_h α_ij^h γ⊙f_h(x_j) + [i = j] γ⊙x_j − γ·mean(T_i(x_j)), the mean being
+    the same α-weighted sum of the vectors' means, so the mean becomes one more "head" with the vector −γ
+    (a pre-LN block: γ = 1, σ = 1, no mean). Then ‖y_i − T̃_i(x_j)‖₁ = ‖σ_i (T̃_i(x_j) − y_i)‖₁ / σ_i.
+    Materialising T, T − mean, γ⊙… and y − T̃ one after another took three times as long."""
     weights = run.activations[names.attn(layer, "weights")].double()  # [head, query, key]
     f = transformed_values(run, model, layer).double()  # [head, key, d_model]
     x = run.block_input(layer).double()  # [key, d_model]
     y = run.activations[names.block(layer, "resid_mid")].double()  # [query, d_model]
+    n, d_model = x.shape
     _, _, layer_norm = attention_output_weights(run, model, layer)
-    if layer_norm is not None:
+    if layer_norm is None:
+        vectors, own, sigma = f, x, torch.ones(n, dtype=torch.float64)
+    else:
         gamma = layer_norm.weight.detach().double()
         # σ_i: the LayerNorm's scale for token i, from its input x_i + attention output (bias included).
         resid = x + run.activations[names.block(layer, "attention_output")].double()
         sigma = (resid.var(-1, unbiased=False) + layer_norm.eps).sqrt()  # [query]
-    n = len(x)
+        vectors = torch.cat([gamma * f, -gamma.expand(1, n, d_model)])  # [head + 1, key, d_model]
+        own = gamma * x
+        means, own_means = f.mean(-1), x.mean(-1)  # [head, key], [key]
+    target = sigma[:, None] * y  # σ_i y_i
+    y_size = y.abs().sum(-1)  # ‖y_i‖₁
     contributions = torch.empty(n, n, dtype=torch.float64)
     for start in range(0, n, QUERY_CHUNK):
         queries = torch.arange(start, min(start + QUERY_CHUNK, n))
-        t = torch.einsum("hqk,hkd->qkd", weights[:, queries], f)  # [chunk, key, d_model]
-        t[torch.arange(len(queries)), queries] += x[queries]  # the residual: token i carries itself
-        t_tilde = t if layer_norm is None else gamma * (t - t.mean(-1, keepdim=True)) / sigma[queries, None, None]
-        closeness = y[queries].abs().sum(-1, keepdim=True) - (y[queries, None, :] - t_tilde).abs().sum(-1)
-        kept = closeness.clamp_min(0)
+        chunk = torch.arange(len(queries))
+        alpha = weights[:, queries]  # [head, chunk, key]
+        if layer_norm is not None:
+            mean = torch.einsum("hqk,hk->qk", alpha, means)  # mean(T_i(x_j)) without the residual
+            mean[chunk, queries] += own_means[queries]
+            alpha = torch.cat([alpha, mean[None]])
+        scaled = torch.einsum("hqk,hkd->qkd", alpha, vectors)  # [chunk, key, d_model]
+        scaled[chunk, queries] += own[queries]  # the residual: token i carries itself
+        scaled -= target[queries, None, :]
+        distance = torch.linalg.vector_norm(scaled, ord=1, dim=-1) / sigma[queries, None]
+        kept = (y_size[queries, None] - distance).clamp_min(0)
         contributions[queries] = kept / kept.sum(-1, keepdim=True)
     return contributions.float()
 
