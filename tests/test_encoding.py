@@ -34,6 +34,18 @@ def test_uint8_keeps_exact_zeros_and_ones():
     assert abs(decoded[0, 0, 1, 0] - 0.5) <= 0.5 / 255 + 1e-7  # a tie: rounds half up
 
 
+def test_uint8_bytes_are_the_float64_rounding_of_every_cell_large_or_cut_from_a_batch():
+    """Matrices larger than one encoding chunk, and a batch's parts (non-contiguous views), byte for byte
+    against floor(w·255 + 0.5) in float64, half-step values included."""
+    generator = torch.Generator().manual_seed(1)
+    batch = torch.randn(2, 3, 600, 600, generator=generator).mul(4).softmax(-1)  # [batch, head, query, key]
+    batch[1, 2, 0, :4] = torch.tensor([0.8215686082839966, 0.5 / 255, 1.5 / 255, 254.5 / 255])
+    for part in (batch[0], batch[1, :, :590, :590]):  # a run alone, and one cut from the batch
+        body, _ = encode([part, part.flip(0)], "uint8")
+        cells = torch.stack([part, part.flip(0)]).double().numpy()
+        assert body == np.floor(cells * 255 + 0.5).astype(np.uint8).tobytes()
+
+
 def test_float16_is_within_its_relative_bound_and_float32_is_exact():
     blocks = softmax_blocks(seed=1)
     exact = torch.stack(blocks).numpy()
