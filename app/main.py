@@ -11,7 +11,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from fastapi.staticfiles import StaticFiles
 from starlette.exceptions import HTTPException as StarletteHTTPException
-from starlette_compress import CompressMiddleware, add_compress_type
+from starlette_compress import CompressMiddleware
 
 from app.classroom import routes as classroom
 from app.classroom.backends import MemoryBackend, RedisBackend
@@ -25,7 +25,6 @@ from app.serving.memory import keep_freed_memory, reserve
 from app.serving.specs import REDIS_SCHEMES, SpecStore, StoreError, open_spec_store
 from app.settings import SettingsError, get_settings
 from app.web import api, docs, pages
-from app.web.encoding import MEDIA_TYPE
 from app.web.middleware import (
     BoundedSend,
     CancelOnDisconnect,
@@ -106,10 +105,8 @@ def create_app(model: LoadedModel | None = None, specs: SpecStore | None = None)
     app.add_middleware(OneLineStartupFailure, errors=(ModelLoadError, StoreError, SettingsError))
     app.add_middleware(ClientCookie)
     app.add_middleware(CancelOnDisconnect)
-    # The page and the API's answers go out compressed to a client that accepts it (static files come
-    # compressed already: app.web.precompressed). So do the attention matrices: uint8 weights shrink
-    # about 11× with zstd (16.7 MB at 482 tokens to 1.5 MB, in about 40 ms).
-    add_compress_type(MEDIA_TYPE)
+    # The page and the API's answers go out compressed to a client that accepts it: static files come
+    # compressed already (app.web.precompressed), and so do the attention matrices (app.web.compression).
     app.add_middleware(CompressMiddleware)
     app.add_middleware(BoundedSend)
     app.include_router(api.router)

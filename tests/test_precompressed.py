@@ -11,7 +11,7 @@ import zstandard
 from starlette.datastructures import Headers
 from starlette.responses import FileResponse
 
-from app.web import precompressed
+from app.web import compression, precompressed
 from app.web.pages import ASSETS_URL, PLOTLY_JS, PLOTLY_URL, ROOT
 from tests.conftest import run_async
 
@@ -34,7 +34,7 @@ DECODE = {"zstd": zstandard.ZstdDecompressor().decompress, "br": brotli.decompre
     ],
 )
 def test_the_encoding_is_the_labs_best_that_the_client_accepts(accept, chosen):
-    assert precompressed.chosen_encoding(accept) == chosen
+    assert compression.chosen_encoding(accept) == chosen
 
 
 @pytest.mark.parametrize("encoding", ["zstd", "br", "gzip"])

@@ -6,12 +6,13 @@ from typing import Annotated, Literal
 
 import numpy as np
 import orjson
-from fastapi import APIRouter, Depends, Query, Response
+from fastapi import APIRouter, Depends, Header, Query, Response
 from fastapi.responses import StreamingResponse
 
 from app.engine import lessons, measures
 from app.engine.capture import NEXT_TOKENS
 from app.engine.runs import InvalidInput, OutOfRange, Run, pick
+from app.web.compression import MIN_BYTES, chosen_encoding, compressed
 from app.web.deps import ClientDep, LabDep
 from app.web.encoding import MEDIA_TYPE, PIECE_BYTES, AttentionDtype, encode_attention
 from app.web.schemas import (
@@ -326,6 +327,7 @@ def attention(
         Literal["mean"] | None,
         Query(description="mean: average over every block (of `heads`, or of `head`): shape [1, 1, query, key]"),
     ] = None,
+    accept_encoding: Annotated[str, Header(description="zstd, br or gzip: the body comes compressed")] = "",
 ):
     if layer is not None:
         pick(run.attention(), layer, None)  # 404 for a block that does not exist, before any measuring
@@ -351,7 +353,15 @@ def attention(
     top = max(float(block.max()) for block in matrices) if measure == "norm" else 1.0
     pieces, headers = encode_attention(matrices, dtype, size, top)
     headers["X-Attention-Measure"] = measure
-    if int(headers["Content-Length"]) <= PIECE_BYTES:
+    headers["Vary"] = "Accept-Encoding"
+    whole = int(headers["Content-Length"]) <= PIECE_BYTES
+    encoding = chosen_encoding(accept_encoding)
+    if encoding is not None and int(headers["Content-Length"]) >= MIN_BYTES:
+        # Compressed by the threads that encode, not by the middleware on the event loop (app.web.compression).
+        pieces = compressed(pieces, encoding)
+        headers["Content-Encoding"] = encoding
+        del headers["Content-Length"]
+    if whole:
         # One piece: answered whole from this thread, not streamed with a thread hop per piece.
         return Response(b"".join(pieces), media_type=MEDIA_TYPE, headers=headers)
     return StreamingResponse(pieces, media_type=MEDIA_TYPE, headers=headers)

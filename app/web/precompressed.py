@@ -18,7 +18,9 @@ import zstandard
 from starlette.datastructures import Headers
 from starlette.responses import FileResponse, Response
 
-# The lab's preference among what a client accepts, best first.
+from app.web.compression import chosen_encoding
+
+# What each encoding of app.web.compression compresses a file with, once.
 COMPRESSORS = {
     "zstd": lambda data: zstandard.ZstdCompressor(level=9).compress(data),
     "br": lambda data: brotli.compress(data, quality=6),
@@ -26,23 +28,6 @@ COMPRESSORS = {
 }
 COMPRESSIBLE = ("text/", "application/javascript", "application/json", "image/svg+xml")
 DROPPED_HEADERS = (b"content-length", b"accept-ranges")
-
-
-def chosen_encoding(accept_encoding: str) -> str | None:
-    """The first of COMPRESSORS the Accept-Encoding header allows (a q of 0 refuses an encoding)."""
-    weights = {}
-    for part in accept_encoding.lower().split(","):
-        name, _, parameters = part.partition(";")
-        weight = 1.0
-        for parameter in parameters.split(";"):
-            key, _, value = parameter.strip().partition("=")
-            if key == "q":
-                try:
-                    weight = float(value)
-                except ValueError:
-                    weight = 0.0
-        weights[name.strip()] = weight
-    return next((name for name in COMPRESSORS if weights.get(name, weights.get("*", 0.0)) > 0), None)
 
 
 class CompressedFiles:
