@@ -6,7 +6,9 @@ sleep between operations instead of spinning, and every operation of a pass wait
 server the model was loaded on one thread, passes ran on others and views on others again, so the
 process was always over: a raw 128-token pass took 36–47 ms on a thread beside one other that had run
 torch, against 26–32 ms alone (2 cores). So a server gives its cores to the threads that run the model's
-passes (ModelThreads), and one core to every other thread (one_core_elsewhere).
+passes (ModelThreads), and one core to every other thread (one_core_elsewhere). How long the passes'
+workers spin before they sleep is set where the package starts (app/__init__.py: GOMP_SPINCOUNT), since
+libgomp reads it only when torch loads it.
 
 OpenMP keeps its thread count per thread and torch has no call for that (torch.set_num_threads sets the
 calling thread's count and the count of every thread that has not run torch yet, and MKL's for all
@@ -36,7 +38,7 @@ def _library(path: str | None, *functions: str):
     return library if all(hasattr(library, name) for name in functions) else None
 
 
-OPENMP = _library(None, "omp_get_max_threads", "omp_set_num_threads")
+OPENMP = _library(None, "omp_set_num_threads")
 MKL = _library(str(Path(torch.__file__).parent / "lib" / "libtorch_cpu.so"), "MKL_Set_Num_Threads_Local")
 CORES = torch.get_num_threads()  # torch's own choice for this machine (or OMP_NUM_THREADS), read at import
 
