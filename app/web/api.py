@@ -354,14 +354,14 @@ def attention(
     pieces, headers = encode_attention(matrices, dtype, size, top)
     headers["X-Attention-Measure"] = measure
     headers["Vary"] = "Accept-Encoding"
-    whole = int(headers["Content-Length"]) <= PIECE_BYTES
+    length = int(headers["Content-Length"])
     encoding = chosen_encoding(accept_encoding)
-    if encoding is not None and int(headers["Content-Length"]) >= MIN_BYTES:
+    if encoding is not None and length >= MIN_BYTES:
         # Compressed by the threads that encode, not by the middleware on the event loop (app.web.compression).
         pieces = compressed(pieces, encoding)
         headers["Content-Encoding"] = encoding
         del headers["Content-Length"]
-    if whole:
+    if length <= PIECE_BYTES:
         # One piece: answered whole from this thread, not streamed with a thread hop per piece.
         return Response(b"".join(pieces), media_type=MEDIA_TYPE, headers=headers)
     return StreamingResponse(pieces, media_type=MEDIA_TYPE, headers=headers)

@@ -13,12 +13,11 @@ from collections.abc import Callable, Iterable, Iterator
 import brotli
 import zstandard
 
-ENCODINGS = ("zstd", "br", "gzip")  # the lab's preference among what a client accepts, best first
 MIN_BYTES = 500  # an answer smaller than this goes as it is (as in the middleware): a header would outweigh it
 
 
 def chosen_encoding(accept_encoding: str) -> str | None:
-    """The first of ENCODINGS the Accept-Encoding header allows (a q of 0 refuses an encoding)."""
+    """The first of STREAMS the Accept-Encoding header allows (a q of 0 refuses an encoding)."""
     weights = {}
     for part in accept_encoding.lower().split(","):
         name, _, parameters = part.partition(";")
@@ -31,7 +30,7 @@ def chosen_encoding(accept_encoding: str) -> str | None:
                 except ValueError:
                     weight = 0.0
         weights[name.strip()] = weight
-    return next((name for name in ENCODINGS if weights.get(name, weights.get("*", 0.0)) > 0), None)
+    return next((name for name in STREAMS if weights.get(name, weights.get("*", 0.0)) > 0), None)
 
 
 Stream = tuple[Callable[[bytes], bytes], Callable[[], bytes], Callable[[], bytes]]  # compress, flush, finish
@@ -52,6 +51,7 @@ def _gzip() -> Stream:
     return stream.compress, lambda: stream.flush(zlib.Z_SYNC_FLUSH), stream.flush
 
 
+# The lab's preference among what a client accepts, best first.
 STREAMS: dict[str, Callable[[], Stream]] = {"zstd": _zstd, "br": _brotli, "gzip": _gzip}
 
 
