@@ -20,7 +20,7 @@ def bank(client):
 
 
 def test_analyze_contract(bank):
-    assert set(bank) == {"run_id", "model", "text_pair", "tokens", "truncated", "mask", "pooled", "ablated"}
+    assert set(bank) == {"run_id", "model", "text_pair", "tokens", "truncated", "mask", "pooling", "pooled", "ablated"}
     assert bank["text_pair"] is None
     assert bank["ablated"] == []
     expected = {

@@ -2,9 +2,11 @@
 random BERT."""
 
 import asyncio
+import dataclasses
 import threading
 
 import pytest
+import torch
 
 import app.engine.runs
 from app.serving.lab import ForeignRun, RunNotFound
@@ -124,3 +126,31 @@ def test_passes_on_two_threads_at_once_record_only_their_own(tiny, tmp_path):
         for got, want in zip(results[text], expected[text], strict=True):
             assert got.shape == want.shape
             assert (got - want).abs().max() < 1e-5
+
+
+def test_a_long_inputs_pooling_pass_waits_until_its_vector_is_asked_for(tiny, tmp_path, monkeypatch):
+    """Past max_seq_length the sentence vector takes a pass of its own over the cut input: analyze leaves
+    it for later, the requests that ask for the vector at once share one, and the cache counts its bytes."""
+    lab = make_lab(dataclasses.replace(tiny, pooled_length=8), tmp_path)
+    passes = []
+    real = app.engine.runs.final_states
+    monkeypatch.setattr(app.engine.runs, "final_states", lambda *args: passes.append(args) or real(*args))
+    text = "a text longer than the eight tokens its pooling reads"
+    run = run_async(lab.submit(lab.spec(text)))
+    assert len(run.tokens) > 8 and run.pooling_pass_due and passes == []
+    held = lab.runs.nbytes
+
+    async def three_ask_at_once():
+        return await asyncio.gather(*(lab.pooled(run) for _ in range(3)))
+
+    pooled = run_async(three_ask_at_once())
+    assert len(passes) == 1 and pooled[0] is pooled[1] is pooled[2] and lab.kept(run.spec) is pooled[0]
+    assert run_async(lab.pooled(pooled[0])) is pooled[0] and len(passes) == 1
+    hidden = tiny.model.config.hidden_size
+    assert pooled[0].pooled_tokens == 8 and lab.runs.nbytes == held + 8 * hidden * 4
+    # transformers' own last hidden states of the input cut at 8 tokens, mean-pooled
+    cut = tiny.tokenizer(text, truncation=True, max_length=8, return_tensors="pt")
+    with torch.inference_mode():
+        expected = tiny.model.base_model(**cut).last_hidden_state[0].mean(0)
+    assert run.spec.pooling == "mean"
+    torch.testing.assert_close(pooled[0].pooled, expected, atol=1e-5, rtol=0)

@@ -45,6 +45,7 @@ def sub_resources(run: str, other: str) -> list[str]:
         f"{base}/embeddings",
         f"{base}/tokens/1",
         f"{base}/head-stats",
+        f"{base}/pooled",
         f"{base}/tokens/1/rollout",
         f"{base}/tokens/1/nearest?k=3",
         f"/api/compare?a={run}&b={other}&token_a=1&token_b=1",

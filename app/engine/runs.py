@@ -1,7 +1,7 @@
 """A run of the model on one input: tokenize, capture one forward pass, and serve its numbers by name.
 The engine is synchronous and knows nothing of HTTP, caches or queues (app.serving.lab has those)."""
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 
 import torch
@@ -67,9 +67,9 @@ class Run:
     truncated: bool
     activations: dict[str, Tensor]  # float32, named as in app.engine.capture
     # The model's last hidden states (the last block's output; after the final norm in a pre-norm model)
-    # for the input its pooling reads: the whole input, or its first max_seq_length tokens as their own
-    # pass. [pooled_tokens, d_model]
-    pooled_output: Tensor
+    # for the input its pooling reads: the whole input, or its first max_seq_length tokens, which take a
+    # pass of their own (Engine.pooling_pass; None until it is computed). [pooled_tokens, d_model]
+    pooled_output: Tensor | None
     n_layers: int
     n_heads: int
     family: Family
@@ -81,18 +81,34 @@ class Run:
     storages: dict[int, int] = field(init=False)
 
     def __post_init__(self):
-        held = [*self.activations.values(), self.pooled_output, *(self.next_tokens or ())]
+        held = [*self.activations.values(), *self._pooled_outputs(), *(self.next_tokens or ())]
         self.storages = {
             storage.data_ptr(): storage.nbytes() for storage in (tensor.untyped_storage() for tensor in held)
         }
+
+    def _pooled_outputs(self) -> list[Tensor]:
+        return [] if self.pooled_output is None else [self.pooled_output]
 
     @property
     def run_id(self) -> str:
         return self.spec.run_id
 
     @property
+    def pooling_pass_due(self) -> bool:
+        """Whether the sentence vector still needs its own pass (Engine.pooling_pass): the input is longer
+        than the model's pooling reads."""
+        return self.pooled_output is None
+
+    def with_pooled_output(self, states: Tensor) -> "Run":
+        """This run with the last hidden states of its pooling's own pass: a new Run, so that a cache counts
+        its bytes anew."""
+        return replace(self, pooled_output=states)
+
+    @property
     def pooled(self) -> Tensor:
         """The sentence vector: [d_model]."""
+        if self.pooling_pass_due:
+            raise RuntimeError("the sentence vector of this input takes a pass of its own: Engine.pooling_pass")
         return pool(self.pooled_output, self.spec.pooling)
 
     @property
@@ -300,16 +316,25 @@ class Engine:
         )
 
     def run(self, spec: RunSpec) -> Run:
-        """One forward pass of the spec (two where the model's pooling reads a shorter input)."""
+        """One forward pass of the spec, and the pooling's own where it reads a shorter input: a whole run."""
         (outcome,) = self.run_batch([spec])
         if isinstance(outcome, Exception):
             raise outcome
-        return outcome
+        return outcome.with_pooled_output(self.pooling_pass(outcome)) if outcome.pooling_pass_due else outcome
+
+    def pooling_pass(self, run: Run) -> Tensor:
+        """The last hidden states of the run's input cut where the model's own pooling cuts it (its
+        max_seq_length), as sentence-transformers encodes it: the sentence vector of a longer input. A pass
+        of its own, which run_batch leaves for when the vector is asked for: at 512 tokens it is about 60%
+        of the first pass, and the attention views do not need it."""
+        cut, _ = self.tokenize(run.spec.text, run.spec.text_pair, self.loaded.max_seq_length)
+        return final_states(self.loaded.model, self.loaded.family, sequence(run.spec, cut), run.spec.ablated)
 
     def run_batch(self, specs: list[RunSpec], max_tokens: int = BATCH_TOKENS) -> list[Run | Exception]:
         """The runs of several specs, each as if computed alone (to float rounding): padded passes of
         similar lengths, at most `max_tokens` padded tokens each, one pass per set of switched-off heads.
-        A spec the model cannot read gets its exception in its place; the others are computed."""
+        A spec the model cannot read gets its exception in its place; the others are computed. A run whose
+        pooling reads a shorter input has its pooling pass due (pooling_pass)."""
         outcomes: list[Run | Exception | None] = [None] * len(specs)
         inputs = {}
         for index, spec in enumerate(specs):
@@ -358,19 +383,14 @@ class Engine:
         last = lambda found: names.FINAL if names.FINAL in found else final  # noqa: E731
         runs = []
         for spec, (tokens, truncated), (activations, logits) in zip(specs, inputs, captured, strict=True):
-            pooled_output = activations[last(activations)]
-            if len(tokens) > self.loaded.max_seq_length:
-                # The sentence vector reads the input cut where the model's own pooling cuts it (its
-                # max_seq_length), as sentence-transformers encodes it: a second, shorter pass of the cut input.
-                cut, _ = self.tokenize(spec.text, spec.text_pair, self.loaded.max_seq_length)
-                pooled_output = final_states(self.loaded.model, self.loaded.family, sequence(spec, cut), spec.ablated)
+            pooled_whole = len(tokens) <= self.loaded.max_seq_length
             runs.append(
                 Run(
                     spec=spec,
                     tokens=tokens,
                     truncated=truncated,
                     activations=activations,
-                    pooled_output=pooled_output,
+                    pooled_output=activations[last(activations)] if pooled_whole else None,
                     n_layers=config.num_hidden_layers,
                     n_heads=config.num_attention_heads,
                     family=self.loaded.family,

@@ -60,6 +60,7 @@ class Lab:
         # Passes under way, by run id: a request for the same run meanwhile awaits that pass. A pass whose
         # waiters have all gone (their clients disconnected) before it started is called off.
         self._passes: dict[str, asyncio.Task] = {}
+        self._pooling_passes: dict[str, asyncio.Task] = {}  # the same for a run's pooling pass
         self._waiters: dict[str, int] = {}
         self._started: set[str] = set()
         # Specs waiting to be put in the store, with what their requests await, and the writes under way.
@@ -142,6 +143,26 @@ class Lab:
         if spec.model_digest != engine.loaded.digest:
             raise ForeignRun(run_id, spec, engine.loaded)
         return await self._computed(spec, client)
+
+    async def pooled(self, run: Run, client: Client = ANYONE) -> Run:
+        """The run with its sentence vector: for an input longer than the model's pooling reads, the
+        pooling's own pass (Engine.pooling_pass) at a turn of the gate, computed once however many ask for
+        it at a time, and the run kept with it."""
+        if not run.pooling_pass_due:
+            return run
+        underway = self._pooling_passes.get(run.run_id)
+        if underway is None:
+            underway = self._pooling_passes[run.run_id] = asyncio.create_task(self._pooling_pass(run, client))
+            underway.add_done_callback(lambda _: self._pooling_passes.pop(run.run_id, None))
+        return await asyncio.shield(underway)  # a client that goes away does not call it off for the others
+
+    async def _pooling_pass(self, run: Run, client: Client) -> Run:
+        engine = await self.models.engine(run.spec.model)  # loaded before the turn, in case it was let go
+        async with self.gate.admit(client):
+            states = await self.model_threads.run(engine.pooling_pass, run)
+        pooled = run.with_pooled_output(states)
+        self.runs.put(run.run_id, pooled)
+        return pooled
 
     async def attribution(self, model: str | None, client: Client = ANYONE, **ask) -> dict:
         """Which tokens make an output what it is (Engine.attribution's `ask`): a turn at the gate, a thread."""
@@ -240,10 +261,14 @@ class Lab:
         return joins
 
     def analyze(self, spec: RunSpec) -> Run:
-        """The kept run of the spec, or one forward pass of it, kept."""
+        """The kept run of the spec, or one forward pass of it, kept, with its sentence vector (its pooling's
+        own pass where due, Engine.pooling_pass): a whole run, for callers outside the server."""
         (outcome,) = self.analyze_batch([spec])
         if isinstance(outcome, Exception):
             raise outcome
+        if outcome.pooling_pass_due:
+            outcome = outcome.with_pooled_output(self.engine_of(outcome).pooling_pass(outcome))
+            self.runs.put(spec.run_id, outcome)
         return outcome
 
     def analyze_batch(self, specs: list[RunSpec]) -> list[Run | Exception]:

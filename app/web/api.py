@@ -31,6 +31,7 @@ from app.web.schemas import (
     ModelsResponse,
     NearestResponse,
     NextTokensResponse,
+    Pooled,
     PoolingRequest,
     PoolingResponse,
     QueryResponse,
@@ -69,17 +70,18 @@ async def get_run(run_id: str, lab: LabDep, client: ClientDep) -> Run:
     return await served(lab, run_id, client)
 
 
-async def get_run_a(a: str, lab: LabDep, client: ClientDep) -> Run:
-    return await served(lab, a, client)
+# The two runs of a comparison, each with its sentence vector (the comparison gives their cosine).
+async def get_pooled_run_a(a: str, lab: LabDep, client: ClientDep) -> Run:
+    return await lab.pooled(await served(lab, a, client), client)
 
 
-async def get_run_b(b: str, lab: LabDep, client: ClientDep) -> Run:
-    return await served(lab, b, client)
+async def get_pooled_run_b(b: str, lab: LabDep, client: ClientDep) -> Run:
+    return await lab.pooled(await served(lab, b, client), client)
 
 
 RunDep = Annotated[Run, Depends(get_run)]
-RunADep = Annotated[Run, Depends(get_run_a)]
-RunBDep = Annotated[Run, Depends(get_run_b)]
+PooledRunADep = Annotated[Run, Depends(get_pooled_run_a)]
+PooledRunBDep = Annotated[Run, Depends(get_pooled_run_b)]
 
 
 def numbers(tensors: dict) -> dict:
@@ -140,10 +142,22 @@ async def analyze(body: AnalyzeRequest, lab: LabDep, client: ClientDep):
             "tokens": [token.__dict__ for token in run.tokens],
             "truncated": run.truncated,
             "mask": spec.mask,
-            "pooled": pooled(spec.pooling, run.pooled, run.pooled_tokens),
+            "pooling": spec.pooling,
+            "pooled": None if run.pooling_pass_due else sentence_vector(run),
             "ablated": spec.ablated,
         }
     )
+
+
+@router.get("/runs/{run_id}/pooled", response_model=Pooled, responses=NOT_FOUND)
+async def pooled_vector(run: RunDep, lab: LabDep, client: ClientDep):
+    """The run's sentence vector; for an input longer than the model's max_seq_length, a pass of its own over
+    the input cut there (as sentence-transformers encodes it), computed when first asked for."""
+    return NumbersResponse(sentence_vector(await lab.pooled(run, client)))
+
+
+def sentence_vector(run: Run) -> dict:
+    return pooled(run.spec.pooling, run.pooled, run.pooled_tokens)
 
 
 def pooled(strategy: str, vector, tokens: int) -> dict:
@@ -158,7 +172,7 @@ def pooled(strategy: str, vector, tokens: int) -> dict:
 
 
 @router.get("/compare", response_model=CompareResponse, responses=NOT_FOUND)
-def compare(run_a: RunADep, run_b: RunBDep, token_a: int, token_b: int):
+def compare(run_a: PooledRunADep, run_b: PooledRunBDep, token_a: int, token_b: int):
     """One token's vector in run a against one in run b (the same word in two prompts, the same prompt
     under two masks, or a run against its ablated twin)."""
     run_a.check_token(token_a)
@@ -215,8 +229,8 @@ def next_tokens(run: RunDep, lab: LabDep, token: int, k: Annotated[int, Query(ge
 async def pooling(body: PoolingRequest, lab: LabDep, client: ClientDep):
     """CLS, mean and max pooling of one prompt side by side, and how an instruction prefix moves it."""
     engine = await lab.engine_for(body.model)
-    run = await lab.submit(engine.spec(body.text, mask=body.mask), client)
-    prefixed = await lab.submit(engine.spec(body.prefix + body.text, mask=body.mask), client)
+    run = await lab.pooled(await lab.submit(engine.spec(body.text, mask=body.mask), client), client)
+    prefixed = await lab.pooled(await lab.submit(engine.spec(body.prefix + body.text, mask=body.mask), client), client)
     whole_input = lessons.whole_input_vector(run)
     vectors = lessons.pooling_strategies(run, engine.info["poolings"])
     names = list(vectors)

@@ -135,7 +135,11 @@ class AnalyzeResponse(BaseModel):
     tokens: list[TokenPublic]
     truncated: bool
     mask: Mask
-    pooled: Pooled
+    pooling: Pooling = Field(description="How this run's sentence vector is pooled")
+    pooled: Pooled | None = Field(
+        description="The sentence vector; null for an input longer than the model's max_seq_length until its "
+        "vector is asked for (a pass of its own over the cut input): GET /api/runs/{run_id}/pooled"
+    )
     ablated: list[tuple[int, int]] = Field(description="(layer, head) pairs switched off in this run")
 
 

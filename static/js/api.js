@@ -64,6 +64,11 @@ export async function compare(a, b, tokenA, tokenB) {
   return (await request(`/api/compare?${params}`)).json();
 }
 
+// The sentence vector of a run whose input is longer than the model's max_seq_length (a pass of its own).
+export async function pooled(runId) {
+  return (await request(`/api/runs/${runId}/pooled`)).json();
+}
+
 export async function headStats(runId) {
   return (await request(`/api/runs/${runId}/head-stats`)).json();
 }

@@ -176,8 +176,9 @@ function bindExports(lab, heatmap) {
   const fileName = () => viewFileName(getState(), model);
   const numbers = async () => {
     const state = getState();
-    const { matrix, sink } = await lab.numbers().matrix(state, state.run.tokens, model.layers);
-    return exportedView({ state, model, matrix, sink, name: `${viewName(state, model)} · ${state.run.mask} mask` });
+    const kept = lab.numbers();
+    const [{ matrix, sink }, pooled] = await Promise.all([kept.matrix(state, state.run.tokens, model.layers), kept.pooled(state.run.pooled)]);
+    return exportedView({ state, model, matrix, sink, pooled, name: `${viewName(state, model)} · ${state.run.mask} mask` });
   };
   const menu = $("export-menu-box");
   const action = (id, save) =>

@@ -94,6 +94,12 @@ export class RunNumbers {
     return this.once(`next:${index}`, () => api.nextTokens(this.runId, index));
   }
 
+  // The sentence vector: the analyze answer's (`known`), or fetched once for an input longer than the
+  // model's max_seq_length, whose vector the server computes only when asked for.
+  pooled(known) {
+    return known ? Promise.resolve(known) : this.once("pooled", () => api.pooled(this.runId));
+  }
+
   headStats() {
     return this.once("head-stats", () => api.headStats(this.runId));
   }

@@ -17,7 +17,7 @@ function download(content, name, type) {
 // Exactly what the heatmap draws, and what it is: the view (block or the mean of all blocks, head or head
 // set, sink and segment filters) in words and as fields, the prompt, the model, the matrix with the cells
 // the view leaves out as null, and the weight on the hidden sink tokens per row when they are hidden.
-export function exportedView({ state, model, matrix, sink, name }) {
+export function exportedView({ state, model, matrix, sink, pooled, name }) {
   const { run } = state;
   const n = run.tokens.length;
   const cell = (value) => (Number.isNaN(value) ? null : value);
@@ -26,7 +26,7 @@ export function exportedView({ state, model, matrix, sink, name }) {
     text_pair: run.text_pair,
     model: model.name,
     mask: run.mask,
-    pooling: run.pooled.strategy,
+    pooling: run.pooling,
     view: {
       name,
       blocks: state.blockMean ? "mean" : state.layer,
@@ -39,7 +39,7 @@ export function exportedView({ state, model, matrix, sink, name }) {
     tokens: run.tokens,
     matrix: Array.from({ length: n }, (_, row) => Array.from(matrix.subarray(row * n, (row + 1) * n), cell)),
     sink: sink === null ? null : Array.from(sink),
-    pooled: run.pooled,
+    pooled,
   };
 }
 

@@ -42,7 +42,8 @@ export const pooledView = {
   id: "pooled",
   follows: ["run", "present"],
   shown: (state) => state.panel === "pooled",
-  render: (state, _, lab) => renderPooled(document.getElementById("pooled"), state.run.pooled, lab.model, state.run.tokens, Boolean(state.run.text_pair)),
+  load: (state, lab) => lab.numbers().pooled(state.run.pooled),
+  render: (state, pooled, lab) => renderPooled(document.getElementById("pooled"), pooled, lab.model, state.run.tokens, Boolean(state.run.text_pair)),
 };
 
 async function drawChart(chart, pooled, model) {

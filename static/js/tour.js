@@ -164,8 +164,8 @@ function facts(state, model) {
     n: run ? tokens.length : "N",
     m: model,
     example,
-    pooling: run ? run.pooled.strategy : state.pooling,
-    norm: run ? run.pooled.norm : null,
+    pooling: run ? run.pooling : state.pooling,
+    norm: run?.pooled?.norm ?? null, // null for an input past max_seq_length: its vector comes with its panel
   };
 }
 

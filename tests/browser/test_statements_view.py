@@ -41,4 +41,8 @@ def test_a_long_text_says_its_sentence_vector_reads_the_first_256_tokens(page, s
     note.wait_for()
     assert note.get_attribute("data-value") == "256"
     assert "max_seq_length" in note.inner_text() and "of the" in note.inner_text()
+    # The vector comes from its own pass, asked for when the panel opened: the numbers are the server's.
+    served = api.get(f"/api/runs/{run_id(page)}/pooled").json()
+    norm = float(page.locator('#pooled [data-field="norm"]').get_attribute("data-value"))
+    assert served["tokens"] == 256 and norm == pytest.approx(served["norm"], rel=1e-6)
     screenshot(page, "statements-pooled-cut", page.locator("#pooled"))
