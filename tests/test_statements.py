@@ -150,3 +150,14 @@ def test_past_256_tokens_the_sentence_vector_keeps_the_switched_off_heads(client
     assert np.abs(vector(whole) - vector(first)).max() < 1e-5
     intact = analyze(client, " ".join(words))
     assert np.abs(vector(intact) - vector(whole)).max() > 1e-3
+
+
+def test_comparing_two_long_inputs_compares_the_models_own_sentence_vectors(client, sentence_transformer):
+    """Past 256 tokens neither analyze answer holds the vector yet; the comparison asks for both passes."""
+    texts = [" ".join(f"{word}{index % 29}" for index in range(300)) for word in ("river", "loan")]
+    bodies = [analyze(client, text) for text in texts]
+    assert all(len(body["tokens"]) > 256 and body["pooled"] is None for body in bodies)
+    params = {"a": bodies[0]["run_id"], "b": bodies[1]["run_id"], "token_a": 1, "token_b": 1}
+    compared = client.get("/api/compare", params=params).json()
+    expected = sentence_transformer.encode(texts, normalize_embeddings=True)
+    assert compared["pooled_cosine"] == pytest.approx(float(expected[0] @ expected[1]), abs=1e-5)
