@@ -1,11 +1,13 @@
 """The HTTP API through the real app (TestClient runs the lifespan with the packaged MiniLM)."""
 
+import base64
 import os
 import socket
 
 import httpx
 import numpy as np
 import pytest
+import torch
 
 from app.web.encoding import decode_attention
 
@@ -20,7 +22,8 @@ def bank(client):
 
 
 def test_analyze_contract(bank):
-    assert set(bank) == {"run_id", "model", "text_pair", "tokens", "truncated", "mask", "pooling", "pooled", "ablated"}
+    fields = {"run_id", "model", "text_pair", "tokens", "truncated", "mask", "pooling", "pooled", "ablated"}
+    assert set(bank) == {*fields, "attention"} and bank["attention"] is None
     assert bank["text_pair"] is None
     assert bank["ablated"] == []
     expected = {
@@ -320,6 +323,48 @@ def test_the_server_averages_heads_and_blocks_in_one_matrix(client, bank):
     assert attention_of(client, run, layer=0, heads="0,12", status=404)
     for bad in ({"head": 1, "heads": "0,1"}, {"blocks": "mean", "layer": 1}, {"heads": "1;2"}, {"blocks": "max"}):
         assert attention_of(client, run, status=422, **bad)
+
+
+EMBEDDED_VIEWS = [
+    {},
+    {"dtype": "float32", "layer": 3, "head": 7},
+    {"dtype": "float32", "blocks": "mean"},
+    {"measure": "norm", "layer": 1, "dtype": "float16"},
+    {"size": 4},
+]
+
+
+def test_analyze_answers_with_the_attention_it_is_asked_for(client, minilm):
+    """The first view in the analysis's own answer: base64 of what the attention endpoint sends."""
+    body = {"text": "the river bank was steep", "text_pair": "and wet", "ablate": [[2, 5]]}
+    first = client.post("/api/analyze", json={**body, "attention": {"dtype": "float32"}}).json()
+    assert first["attention"]["shape"] == [6, 12, 10, 10] and first["attention"]["scale"] is None
+    got = np.frombuffer(base64.b64decode(first["attention"]["data"]), "<f4").reshape(first["attention"]["shape"])
+    encoded = minilm.tokenizer(body["text"], body["text_pair"], return_tensors="pt")
+    with torch.inference_mode():
+        attentions = minilm.model(**encoded, output_attentions=True).attentions  # no head switched off before 2
+    np.testing.assert_allclose(got[:3], torch.cat(attentions[:3]).numpy(), atol=1e-6)
+    assert client.post("/api/analyze", json=body).json()["attention"] is None
+    for params in EMBEDDED_VIEWS:
+        embedded = client.post("/api/analyze", json={**body, "attention": params}).json()["attention"]
+        answered = client.get(f"/api/runs/{first['run_id']}/attention", params=params)
+        assert base64.b64decode(embedded["data"]) == answered.content, params
+        assert embedded["shape"] == [int(n) for n in answered.headers["x-attention-shape"].split(",")], params
+        assert embedded["measure"] == answered.headers["x-attention-measure"], params
+        scale = answered.headers.get("x-attention-scale")
+        assert embedded["scale"] == (None if scale is None else float(scale)), params
+
+
+def test_an_attention_too_large_to_embed_says_where_to_get_it(client):
+    text = "a long enough text for every head of every block to pass one mebibyte " * 12
+    refused = client.post("/api/analyze", json={"text": text, "attention": {"dtype": "float32"}})
+    assert refused.status_code == 422 and "GET /api/runs/{run_id}/attention" in refused.json()["detail"]
+    first_heatmap = {"dtype": "float32", "layer": 0, "head": 0}  # what the page asks for: fits up to 512 tokens
+    one_head = client.post("/api/analyze", json={"text": text, "attention": first_heatmap}).json()
+    n = len(one_head["tokens"])
+    assert n > 60 and one_head["attention"]["shape"] == [1, 1, n, n]
+    for bad in ({"layer": 6}, {"blocks": "max"}, {"head": 1, "heads": "0,1"}, {"dtype": "int4"}, {"colour": "red"}):
+        assert client.post("/api/analyze", json={"text": "ok", "attention": bad}).status_code in (404, 422), bad
 
 
 def attention_of(client, run, status=200, **params):

@@ -1,23 +1,28 @@
 """The JSON API: parse the request, ask the lab, return its numbers. No model code here."""
 
+import base64
 import os
 import socket
-from typing import Annotated, Literal
+from typing import Annotated
 
 import numpy as np
 import orjson
 from fastapi import APIRouter, Depends, Header, Query, Response
 from fastapi.responses import StreamingResponse
+from starlette.concurrency import run_in_threadpool
+from torch import Tensor
 
 from app.engine import lessons, measures
 from app.engine.capture import NEXT_TOKENS
 from app.engine.runs import InvalidInput, OutOfRange, Run, pick
+from app.serving.lab import Lab
 from app.web.compression import MIN_BYTES, chosen_encoding, compressed
 from app.web.deps import ClientDep, LabDep
 from app.web.encoding import MEDIA_TYPE, PIECE_BYTES, AttentionDtype, encode_attention
 from app.web.schemas import (
     AnalyzeRequest,
     AnalyzeResponse,
+    AttentionView,
     AttributionRequest,
     AttributionResponse,
     CompareResponse,
@@ -134,6 +139,10 @@ async def analyze(body: AnalyzeRequest, lab: LabDep, client: ClientDep):
     engine = await lab.engine_for(body.model)
     spec = engine.spec(body.text, body.text_pair, body.mask, body.pooling, body.ablate)
     run = await lab.submit(spec, client)
+    # The first view's matrices in the same answer: no second round trip before the first heatmap. In a
+    # thread, as the attention endpoint's: a mean or a measure other than the weights is computed.
+    view = body.attention
+    attention = None if view is None else await run_in_threadpool(embedded_attention, run, lab, view)
     return NumbersResponse(
         {
             "run_id": run.run_id,
@@ -145,6 +154,7 @@ async def analyze(body: AnalyzeRequest, lab: LabDep, client: ClientDep):
             "pooling": spec.pooling,
             "pooled": None if run.pooling_pass_due else sentence_vector(run),
             "ablated": spec.ablated,
+            "attention": attention,
         }
     )
 
@@ -313,60 +323,13 @@ def token_trace(run: RunDep, token: int):
 def attention(
     run: RunDep,
     lab: LabDep,
-    measure: Annotated[
-        measures.Measure,
-        Query(
-            description="weights (softmax(QKᵀ/√d)); norm: ‖α f(x)‖ per head (Kobayashi et al. 2020); alti: each "
-            "block's token-to-token contributions, head dimension 1 (Ferrando et al. 2022); alti_rollout: "
-            "those rolled out through the blocks"
-        ),
-    ] = "weights",
-    dtype: Annotated[
-        AttentionDtype, Query(description="uint8 (default, ±1/510), float16 or float32 (exact)")
-    ] = "uint8",
-    layer: Annotated[int | None, Query(description="Only this block: shape [1, head, query, key]")] = None,
-    head: Annotated[int | None, Query(description="Only this head of `layer`: shape [1, 1, query, key]")] = None,
-    size: Annotated[
-        int | None,
-        Query(ge=1, description="Shrink each matrix to at most size×size, keeping each block's largest weight"),
-    ] = None,
-    heads: Annotated[
-        str | None,
-        Query(
-            pattern=r"^\d{1,4}(,\d{1,4})*$",
-            description="Average these heads (e.g. 0,3,7) of each block: shape [block, 1, query, key]",
-        ),
-    ] = None,
-    blocks: Annotated[
-        Literal["mean"] | None,
-        Query(description="mean: average over every block (of `heads`, or of `head`): shape [1, 1, query, key]"),
-    ] = None,
+    view: Annotated[AttentionView, Query()],
     accept_encoding: Annotated[str, Header(description="zstd, br or gzip: the body comes compressed")] = "",
 ):
-    if layer is not None:
-        pick(run.attention(), layer, None)  # 404 for a block that does not exist, before any measuring
-    if heads is not None and head is not None:
-        raise InvalidInput("give `head` or `heads`, not both")
-    if blocks is not None and layer is not None:
-        raise InvalidInput("`blocks=mean` averages every block: give no `layer`")
-    # The blocks asked for, then the head asked for among the measure's own heads (ALTI has one per block).
-    model = lab.engine_of(run).loaded.model
-    matrices = measures.measure_blocks(run, model, measure, layer)
-    if blocks == "mean" and head is not None:
-        pick(matrices, 0, head)  # 404 for a head that does not exist
-        matrices = [block[head : head + 1] for block in matrices]
-    else:
-        matrices = pick(matrices, None if layer is None else 0, head)
-    if heads is not None or blocks is not None:
-        available = len(matrices[0])  # the measure's heads per block (one after `head`, and for ALTI)
-        chosen = sorted({int(h) for h in heads.split(",")}) if heads else list(range(available))
-        if chosen[-1] >= available:
-            raise OutOfRange(f"head {chosen[-1]} does not exist: heads are 0 to {available - 1}")
-        matrices = measures.mean_view(matrices, chosen, blocks == "mean")
-    # Weights and ALTI's shares lie in [0, 1]; norms do not, so uint8 spans this answer's own largest value.
-    top = max(float(block.max()) for block in matrices) if measure == "norm" else 1.0
-    pieces, headers = encode_attention(matrices, dtype, size, top)
-    headers["X-Attention-Measure"] = measure
+    """The attention matrices a view asks for, encoded (app.web.encoding) and compressed as the client
+    accepts, in pieces as they are made where the body is larger than one."""
+    pieces, headers = encode_attention(*view_matrices(run, lab, view))
+    headers["X-Attention-Measure"] = view.measure
     headers["Vary"] = "Accept-Encoding"
     length = int(headers["Content-Length"])
     encoding = chosen_encoding(accept_encoding)
@@ -379,3 +342,51 @@ def attention(
         # One piece: answered whole from this thread, not streamed with a thread hop per piece.
         return Response(b"".join(pieces), media_type=MEDIA_TYPE, headers=headers)
     return StreamingResponse(pieces, media_type=MEDIA_TYPE, headers=headers)
+
+
+def embedded_attention(run: Run, lab: Lab, view: AttentionView) -> dict:
+    """What attention_answer sends, as one JSON field: its headers' numbers and the body in base64. At most
+    one piece (PIECE_BYTES): more goes out by the attention endpoint, in pieces."""
+    matrices, dtype, size, top = view_matrices(run, lab, view)
+    pieces, headers = encode_attention(matrices, dtype, size, top)
+    if int(headers["Content-Length"]) > PIECE_BYTES:
+        raise InvalidInput(
+            f"that attention is {int(headers['Content-Length']):,} bytes, more than the {PIECE_BYTES:,} an analyze "
+            "answer holds: ask GET /api/runs/{run_id}/attention for it"
+        )
+    return {
+        "shape": [int(n) for n in headers["X-Attention-Shape"].split(",")],
+        "dtype": dtype,
+        "scale": float(headers["X-Attention-Scale"]) if dtype == "uint8" else None,
+        "measure": view.measure,
+        "data": base64.b64encode(b"".join(pieces)).decode("ascii"),
+    }
+
+
+def view_matrices(run: Run, lab: Lab, view: AttentionView) -> tuple[list[Tensor], AttentionDtype, int | None, float]:
+    """encode_attention's arguments for a view: the matrices it asks for, its dtype and size, and the top of
+    the uint8 scale."""
+    layer, head, heads, blocks = view.layer, view.head, view.heads, view.blocks
+    if layer is not None:
+        pick(run.attention(), layer, None)  # 404 for a block that does not exist, before any measuring
+    if heads is not None and head is not None:
+        raise InvalidInput("give `head` or `heads`, not both")
+    if blocks is not None and layer is not None:
+        raise InvalidInput("`blocks=mean` averages every block: give no `layer`")
+    # The blocks asked for, then the head asked for among the measure's own heads (ALTI has one per block).
+    model = lab.engine_of(run).loaded.model
+    matrices = measures.measure_blocks(run, model, view.measure, layer)
+    if blocks == "mean" and head is not None:
+        pick(matrices, 0, head)  # 404 for a head that does not exist
+        matrices = [block[head : head + 1] for block in matrices]
+    else:
+        matrices = pick(matrices, None if layer is None else 0, head)
+    if heads is not None or blocks is not None:
+        available = len(matrices[0])  # the measure's heads per block (one after `head`, and for ALTI)
+        chosen = sorted({int(h) for h in heads.split(",")}) if heads else list(range(available))
+        if chosen[-1] >= available:
+            raise OutOfRange(f"head {chosen[-1]} does not exist: heads are 0 to {available - 1}")
+        matrices = measures.mean_view(matrices, chosen, blocks == "mean")
+    # Weights and ALTI's shares lie in [0, 1]; norms do not, so uint8 spans this answer's own largest value.
+    top = max(float(block.max()) for block in matrices) if view.measure == "norm" else 1.0
+    return matrices, view.dtype, view.size, top

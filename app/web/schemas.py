@@ -4,6 +4,9 @@ from typing import Annotated, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
+from app.engine.measures import Measure
+from app.web.encoding import AttentionDtype
+
 Matrix = list[list[float]]  # rows are tokens
 Mask = Literal["bidirectional", "causal"]
 Pooling = Literal["mean", "cls", "max", "last"]
@@ -31,6 +34,37 @@ ModelName = Annotated[
 ]
 
 
+class AttentionView(BaseModel):
+    """Which attention matrices an answer holds, and how they are written."""
+
+    measure: Measure = Field(
+        "weights",
+        description="weights (softmax(QKᵀ/√d)); norm: ‖α f(x)‖ per head (Kobayashi et al. 2020); alti: each "
+        "block's token-to-token contributions, head dimension 1 (Ferrando et al. 2022); alti_rollout: "
+        "those rolled out through the blocks",
+    )
+    dtype: AttentionDtype = Field("uint8", description="uint8 (default, ±1/510), float16 or float32 (exact)")
+    layer: int | None = Field(None, description="Only this block: shape [1, head, query, key]")
+    head: int | None = Field(None, description="Only this head of `layer`: shape [1, 1, query, key]")
+    size: int | None = Field(
+        None, ge=1, description="Shrink each matrix to at most size×size, keeping each block's largest weight"
+    )
+    heads: str | None = Field(
+        None,
+        pattern=r"^\d{1,4}(,\d{1,4})*$",
+        description="Average these heads (e.g. 0,3,7) of each block: shape [block, 1, query, key]",
+    )
+    blocks: Literal["mean"] | None = Field(
+        None, description="mean: average over every block (of `heads`, or of `head`): shape [1, 1, query, key]"
+    )
+
+
+class AttentionRequest(AttentionView):
+    """The same, in analyze's body: a key it does not know is an error, not ignored."""
+
+    model_config = ConfigDict(extra="forbid")
+
+
 class AnalyzeRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -51,6 +85,12 @@ class AnalyzeRequest(BaseModel):
         [], max_length=1000, description="(layer, head) pairs switched off: their context is zeroed before W_O"
     )
     model: ModelName = None
+    attention: AttentionRequest | None = Field(
+        None,
+        description="Attention matrices to answer with, as GET /api/runs/{run_id}/attention takes them (e.g. "
+        '{"dtype": "float32", "layer": 0, "head": 0} for the first heatmap), at most 1 MiB: the first view '
+        "comes with the analysis, in one round trip",
+    )
 
 
 class ServedModel(BaseModel):
@@ -141,6 +181,17 @@ class AnalyzeResponse(BaseModel):
         "vector is asked for (a pass of its own over the cut input): GET /api/runs/{run_id}/pooled"
     )
     ablated: list[tuple[int, int]] = Field(description="(layer, head) pairs switched off in this run")
+    attention: "EmbeddedAttention | None" = Field(description="The attention matrices the request asked for")
+
+
+class EmbeddedAttention(BaseModel):
+    """What GET /api/runs/{run_id}/attention sends, in JSON: its headers' numbers and the body in base64."""
+
+    shape: list[int] = Field(description="X-Attention-Shape: [layer, head, query, key]")
+    dtype: AttentionDtype
+    scale: float | None = Field(description="uint8 only: value = byte / scale")
+    measure: Measure
+    data: str = Field(description="The little-endian C-order array, base64")
 
 
 class CompareResponse(BaseModel):

@@ -55,8 +55,9 @@ export function useModel(name) {
   pageModel = name;
 }
 
-export function analyze({ text, textPair = null, mask, pooling, ablate = [] }) {
-  return post("/api/analyze", { text, text_pair: textPair || null, mask, pooling, ablate, model: pageModel });
+// attention: the attention endpoint's options for matrices to answer with (decodeAttention reads them).
+export function analyze({ text, textPair = null, mask, pooling, ablate = [], attention = null }) {
+  return post("/api/analyze", { text, text_pair: textPair || null, mask, pooling, ablate, model: pageModel, attention });
 }
 
 export async function compare(a, b, tokenA, tokenB) {
@@ -127,4 +128,18 @@ export async function attention(runId, options = {}) {
     return { shape, values: new Uint8Array(buffer), scale: Number(response.headers.get("X-Attention-Scale")) };
   }
   return { shape, values: new Float32Array(buffer), scale: 1 };
+}
+
+// Matrices an analyze answer holds (its `attention`), as attention() gives them.
+export function decodeAttention({ shape, dtype, scale, data }) {
+  const bytes = fromBase64(data);
+  return { shape, values: dtype === "uint8" ? bytes : new Float32Array(bytes.buffer), scale: scale ?? 1 };
+}
+
+function fromBase64(data) {
+  if (Uint8Array.fromBase64) return Uint8Array.fromBase64(data);
+  const text = atob(data);
+  const bytes = new Uint8Array(text.length);
+  for (let i = 0; i < text.length; i += 1) bytes[i] = text.charCodeAt(i);
+  return bytes;
 }

@@ -3,6 +3,7 @@
 
 import * as api from "./api.js";
 import { SCALES } from "./colors.js";
+import { firstView } from "./data.js";
 import { exportedView, saveCSV, saveImage, saveJSON } from "./export.js";
 import { gridPNG, gridSVG, showShares } from "./grid.js";
 import { renderHeadSet } from "./headset.js";
@@ -94,7 +95,9 @@ export async function runPrompt(lab) {
   showError(null);
   status("Running the model…");
   try {
-    const run = await api.analyze({ text, textPair: pair, mask, pooling });
+    const first = firstView(lab.getState(), lab.model.layers);
+    const { attention, ...run } = await api.analyze({ text, textPair: pair, mask, pooling, attention: first?.options });
+    first?.keep(run.run_id, attention);
     if (mine !== runCounter) return;
     document.body.dataset.run = run.run_id;
     const firstContent = run.tokens.find((token) => !token.special)?.index ?? 0;

@@ -19,6 +19,33 @@ export function numbersOf(runId) {
   return numbers;
 }
 
+// The request for the [query, key] matrix a view combines: its key among a run's numbers, and the
+// attention endpoint's options.
+function combinedRequest(view, nLayers) {
+  const { layers, heads } = viewSources(view, nLayers);
+  const measure = view.measure ?? "weights";
+  const which = layers.length > 1 ? { blocks: "mean" } : { layer: layers[0] };
+  const chosen = heads.length > 1 ? { heads: heads.join(",") } : { head: heads[0] };
+  const single = layers.length === 1 && heads.length === 1;
+  const key = single ? `head:${layers[0]}:${heads[0]}:${measure}` : `mean:${JSON.stringify({ ...which, ...chosen, measure })}`;
+  return { key, options: { dtype: "float32", measure, ...which, ...chosen } };
+}
+
+// The matrix a view of attention weights draws first, asked for in the analyze request itself (its
+// `attention`), so that no second round trip comes before the first heatmap: options to send, then
+// keep(runId, attention) with the answer's matrices. Other measures are computed (ALTI at 512 tokens
+// takes seconds): null, so that the analysis is not held back for them.
+export function firstView(view, nLayers) {
+  const { key, options } = combinedRequest(view, nLayers);
+  if (options.measure !== "weights") return null;
+  return {
+    options,
+    keep(runId, attention) {
+      numbersOf(runId).once(key, async () => api.decodeAttention(attention).values);
+    },
+  };
+}
+
 export class RunNumbers {
   constructor(runId) {
     this.runId = runId;
@@ -40,23 +67,14 @@ export class RunNumbers {
     return this.once(`layer:${layer}:${measure}`, async () => (await api.attention(this.runId, { dtype: "float32", layer, measure })).values);
   }
 
-  // One head of a measure, [query, key]: a twelfth of the block, so the first heatmap comes fast.
-  head(layer, head, n, measure = "weights") {
-    const block = this.cache.get(`layer:${layer}:${measure}`);
-    if (block) return block.then((values) => values.subarray(head * n * n, (head + 1) * n * n));
-    return this.once(`head:${layer}:${head}:${measure}`, async () => (await api.attention(this.runId, { dtype: "float32", layer, head, measure })).values);
-  }
-
-  // The [query, key] matrix a view combines before its sinks and segments: one head, or the mean of
-  // several heads or of every block, which the server computes (one N×N matrix, not every head's).
+  // The [query, key] matrix a view combines before its sinks and segments: one head (a twelfth of its
+  // block, so the first heatmap comes fast; cut from the block where that is here already), or the mean
+  // of several heads or of every block, which the server computes (one N×N matrix, not every head's).
   async combined(view, nLayers, n) {
-    const { layers, heads } = viewSources(view, nLayers);
-    const measure = view.measure ?? "weights";
-    if (layers.length === 1 && heads.length === 1) return this.head(layers[0], heads[0], n, measure);
-    const which = layers.length > 1 ? { blocks: "mean" } : { layer: layers[0] };
-    const chosen = heads.length > 1 ? { heads: heads.join(",") } : { head: heads[0] };
-    const key = `mean:${JSON.stringify({ ...which, ...chosen, measure })}`;
-    return this.once(key, async () => (await api.attention(this.runId, { dtype: "float32", measure, ...which, ...chosen })).values);
+    const { key, options } = combinedRequest(view, nLayers);
+    const block = key.startsWith("head:") && this.cache.get(`layer:${options.layer}:${options.measure}`);
+    if (block) return block.then((values) => values.subarray(options.head * n * n, (options.head + 1) * n * n));
+    return this.once(key, async () => (await api.attention(this.runId, options)).values);
   }
 
   // The matrix a view shows (matrix.viewMatrix), computed once per view of this run.

@@ -7,6 +7,7 @@ from urllib.parse import parse_qs, urlparse
 
 import numpy as np
 import pytest
+import torch
 from playwright.sync_api import expect
 
 from tests.browser.conftest import open_panel, save, screenshot, wait_until
@@ -349,3 +350,20 @@ def test_html_and_formulas_in_a_prompt_stay_text_everywhere(page, server):
         save(page, "export-json")
     assert json.loads(open(download.value.path()).read())["text"] == HOSTILE
     screenshot(page, "12-hostile-prompt", page.locator("#views"))
+
+
+def test_the_first_heatmap_comes_in_the_analyze_answer(page, server, minilm):
+    """One round trip from Enter to the first heatmap: the analyze request asks for the matrix the view
+    draws, and no request for it follows. Its numbers are the model's own weights."""
+    page.goto(f"{server}/?layer=2&head=5")
+    run_id(page)
+    text = "the first heatmap needs no second round trip"
+    page.requests.clear()
+    page.fill("#prompt", text)
+    page.press("#prompt", "Enter")
+    wait_until(page, f"document.getElementById('heatmap').dataset.view?.startsWith('{run_id(page)}:2:5:')")
+    assert [url for url in page.requests if "/attention" in url] == []
+    encoded = minilm.tokenizer(text, return_tensors="pt")
+    with torch.inference_mode():
+        weights = minilm.model(**encoded, output_attentions=True).attentions[2][0, 5].numpy()
+    np.testing.assert_allclose(heatmap_z(page), weights, atol=1e-6)
