@@ -344,16 +344,14 @@ def attention(
     return StreamingResponse(pieces, media_type=MEDIA_TYPE, headers=headers)
 
 
-def embedded_attention(run: Run, lab: Lab, view: AttentionView) -> dict:
-    """What attention_answer sends, as one JSON field: its headers' numbers and the body in base64. At most
-    one piece (PIECE_BYTES): more goes out by the attention endpoint, in pieces."""
+def embedded_attention(run: Run, lab: Lab, view: AttentionView) -> dict | None:
+    """What the attention endpoint sends, as one JSON field: its headers' numbers and the body in base64.
+    None past one piece (PIECE_BYTES), which the endpoint sends in pieces: the analysis is answered all the
+    same (a model reading more than 512 tokens makes a larger first heatmap)."""
     matrices, dtype, size, top = view_matrices(run, lab, view)
     pieces, headers = encode_attention(matrices, dtype, size, top)
     if int(headers["Content-Length"]) > PIECE_BYTES:
-        raise InvalidInput(
-            f"that attention is {int(headers['Content-Length']):,} bytes, more than the {PIECE_BYTES:,} an analyze "
-            "answer holds: ask GET /api/runs/{run_id}/attention for it"
-        )
+        return None
     return {
         "shape": [int(n) for n in headers["X-Attention-Shape"].split(",")],
         "dtype": dtype,

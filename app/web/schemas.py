@@ -88,8 +88,8 @@ class AnalyzeRequest(BaseModel):
     attention: AttentionRequest | None = Field(
         None,
         description="Attention matrices to answer with, as GET /api/runs/{run_id}/attention takes them (e.g. "
-        '{"dtype": "float32", "layer": 0, "head": 0} for the first heatmap), at most 1 MiB: the first view '
-        "comes with the analysis, in one round trip",
+        '{"dtype": "float32", "layer": 0, "head": 0} for the first heatmap): the first view comes with the '
+        "analysis, in one round trip",
     )
 
 
@@ -181,7 +181,10 @@ class AnalyzeResponse(BaseModel):
         "vector is asked for (a pass of its own over the cut input): GET /api/runs/{run_id}/pooled"
     )
     ablated: list[tuple[int, int]] = Field(description="(layer, head) pairs switched off in this run")
-    attention: "EmbeddedAttention | None" = Field(description="The attention matrices the request asked for")
+    attention: "EmbeddedAttention | None" = Field(
+        description="The attention matrices the request asked for; null if it asked for none, or for more than 1 MiB "
+        "(GET /api/runs/{run_id}/attention sends those)"
+    )
 
 
 class EmbeddedAttention(BaseModel):

@@ -41,7 +41,8 @@ export function firstView(view, nLayers) {
   return {
     options,
     keep(runId, attention) {
-      numbersOf(runId).once(key, async () => api.decodeAttention(attention).values);
+      // null past 1 MiB (a model reading more than 512 tokens): the view asks the attention endpoint.
+      if (attention) numbersOf(runId).once(key, async () => api.decodeAttention(attention).values);
     },
   };
 }
