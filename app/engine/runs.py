@@ -320,7 +320,11 @@ class Engine:
         (outcome,) = self.run_batch([spec])
         if isinstance(outcome, Exception):
             raise outcome
-        return outcome.with_pooled_output(self.pooling_pass(outcome)) if outcome.pooling_pass_due else outcome
+        return self.with_sentence_vector(outcome)
+
+    def with_sentence_vector(self, run: Run) -> Run:
+        """The run with its sentence vector: itself, or, where its pooling pass is due, a new Run with it."""
+        return run.with_pooled_output(self.pooling_pass(run)) if run.pooling_pass_due else run
 
     def pooling_pass(self, run: Run) -> Tensor:
         """The last hidden states of the run's input cut where the model's own pooling cuts it (its

@@ -157,11 +157,15 @@ class Lab:
         return await asyncio.shield(underway)  # a client that goes away does not call it off for the others
 
     async def _pooling_pass(self, run: Run, client: Client) -> Run:
-        engine = await self.models.engine(run.spec.model)  # loaded before the turn, in case it was let go
+        await self.models.engine(run.spec.model)  # loaded before the turn, in case it was let go
         async with self.gate.admit(client):
-            states = await self.model_threads.run(engine.pooling_pass, run)
-        pooled = run.with_pooled_output(states)
-        self.runs.put(run.run_id, pooled)
+            return await self.model_threads.run(self._with_sentence_vector, run)
+
+    def _with_sentence_vector(self, run: Run) -> Run:
+        """Engine.with_sentence_vector, and the new run kept in the old one's place (its bytes counted)."""
+        pooled = self.engine_of(run).with_sentence_vector(run)
+        if pooled is not run:
+            self.runs.put(run.run_id, pooled)
         return pooled
 
     async def attribution(self, model: str | None, client: Client = ANYONE, **ask) -> dict:
@@ -266,10 +270,7 @@ class Lab:
         (outcome,) = self.analyze_batch([spec])
         if isinstance(outcome, Exception):
             raise outcome
-        if outcome.pooling_pass_due:
-            outcome = outcome.with_pooled_output(self.engine_of(outcome).pooling_pass(outcome))
-            self.runs.put(spec.run_id, outcome)
-        return outcome
+        return self._with_sentence_vector(outcome)
 
     def analyze_batch(self, specs: list[RunSpec]) -> list[Run | Exception]:
         """The kept runs of specs of one model, and the others computed together (Engine.run_batch), kept."""

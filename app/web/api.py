@@ -3,6 +3,7 @@
 import base64
 import os
 import socket
+from collections.abc import Iterator
 from typing import Annotated
 
 import numpy as np
@@ -10,7 +11,6 @@ import orjson
 from fastapi import APIRouter, Depends, Header, Query, Response
 from fastapi.responses import StreamingResponse
 from starlette.concurrency import run_in_threadpool
-from torch import Tensor
 
 from app.engine import lessons, measures
 from app.engine.capture import NEXT_TOKENS
@@ -18,7 +18,7 @@ from app.engine.runs import InvalidInput, OutOfRange, Run, pick
 from app.serving.lab import Lab
 from app.web.compression import MIN_BYTES, chosen_encoding, compressed
 from app.web.deps import ClientDep, LabDep
-from app.web.encoding import MEDIA_TYPE, PIECE_BYTES, AttentionDtype, encode_attention
+from app.web.encoding import MEDIA_TYPE, PIECE_BYTES, encode_attention
 from app.web.schemas import (
     AnalyzeRequest,
     AnalyzeResponse,
@@ -328,8 +328,7 @@ def attention(
 ):
     """The attention matrices a view asks for, encoded (app.web.encoding) and compressed as the client
     accepts, in pieces as they are made where the body is larger than one."""
-    pieces, headers = encode_attention(*view_matrices(run, lab, view))
-    headers["X-Attention-Measure"] = view.measure
+    pieces, headers = encoded_view(run, lab, view)
     headers["Vary"] = "Accept-Encoding"
     length = int(headers["Content-Length"])
     encoding = chosen_encoding(accept_encoding)
@@ -348,22 +347,20 @@ def embedded_attention(run: Run, lab: Lab, view: AttentionView) -> dict | None:
     """What the attention endpoint sends, as one JSON field: its headers' numbers and the body in base64.
     None past one piece (PIECE_BYTES), which the endpoint sends in pieces: the analysis is answered all the
     same (a model reading more than 512 tokens makes a larger first heatmap)."""
-    matrices, dtype, size, top = view_matrices(run, lab, view)
-    pieces, headers = encode_attention(matrices, dtype, size, top)
+    pieces, headers = encoded_view(run, lab, view)
     if int(headers["Content-Length"]) > PIECE_BYTES:
         return None
     return {
         "shape": [int(n) for n in headers["X-Attention-Shape"].split(",")],
-        "dtype": dtype,
-        "scale": float(headers["X-Attention-Scale"]) if dtype == "uint8" else None,
+        "dtype": view.dtype,
+        "scale": float(headers["X-Attention-Scale"]) if view.dtype == "uint8" else None,
         "measure": view.measure,
         "data": base64.b64encode(b"".join(pieces)).decode("ascii"),
     }
 
 
-def view_matrices(run: Run, lab: Lab, view: AttentionView) -> tuple[list[Tensor], AttentionDtype, int | None, float]:
-    """encode_attention's arguments for a view: the matrices it asks for, its dtype and size, and the top of
-    the uint8 scale."""
+def encoded_view(run: Run, lab: Lab, view: AttentionView) -> tuple[Iterator[bytes], dict[str, str]]:
+    """The matrices a view asks for, encoded as it asks (encode_attention: pieces of the body, headers)."""
     layer, head, heads, blocks = view.layer, view.head, view.heads, view.blocks
     if layer is not None:
         pick(run.attention(), layer, None)  # 404 for a block that does not exist, before any measuring
@@ -387,4 +384,6 @@ def view_matrices(run: Run, lab: Lab, view: AttentionView) -> tuple[list[Tensor]
         matrices = measures.mean_view(matrices, chosen, blocks == "mean")
     # Weights and ALTI's shares lie in [0, 1]; norms do not, so uint8 spans this answer's own largest value.
     top = max(float(block.max()) for block in matrices) if view.measure == "norm" else 1.0
-    return matrices, view.dtype, view.size, top
+    pieces, headers = encode_attention(matrices, view.dtype, view.size, top)
+    headers["X-Attention-Measure"] = view.measure
+    return pieces, headers
