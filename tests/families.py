@@ -2,6 +2,7 @@
 with a few dimensions, WordPiece vocabularies written here, byte-level BPE tokenizers trained here with
 `tokenizers`. Nothing is downloaded."""
 
+from functools import partial
 from pathlib import Path
 
 import torch
@@ -17,6 +18,8 @@ from transformers import (
     GPT2LMHeadModel,
     LlamaConfig,
     LlamaForCausalLM,
+    MistralConfig,
+    MistralForCausalLM,
     MPNetConfig,
     MPNetModel,
     MPNetTokenizerFast,
@@ -146,8 +149,15 @@ def llama(folder: Path, family=(LlamaConfig, LlamaForCausalLM)) -> None:
 
 
 def qwen2(folder: Path) -> None:
-    """Llama's layout with biases on Q, K and V."""
-    llama(folder, (Qwen2Config, Qwen2ForCausalLM))
+    """Llama's layout with biases on Q, K and V, and a sliding window of 3 tokens in its second block only
+    (`layer_types`): shorter than the tests' texts."""
+    configure = partial(Qwen2Config, use_sliding_window=True, sliding_window=3, max_window_layers=1)
+    llama(folder, (configure, Qwen2ForCausalLM))
+
+
+def mistral(folder: Path) -> None:
+    """Llama's layout with a sliding window of 3 tokens in every block (no `layer_types`)."""
+    llama(folder, (partial(MistralConfig, sliding_window=3), MistralForCausalLM))
 
 
 BUILDERS = {
@@ -159,6 +169,7 @@ BUILDERS = {
     "gpt2": gpt2,
     "llama": llama,
     "qwen2": qwen2,
+    "mistral": mistral,
 }
 
 

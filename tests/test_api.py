@@ -41,6 +41,7 @@ def test_analyze_contract(bank):
         "position_offset": 0,
         "next_tokens": False,
         "key_value_heads": 12,
+        "windows": [None] * 6,  # MiniLM reads the whole context in every block
         "pair_layout": "[CLS] A [SEP] B [SEP]",
         "layers": 6,
         "heads": 12,

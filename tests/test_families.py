@@ -18,7 +18,7 @@ from tests.families import BUILDERS, build
 TEXT = "The cat sat on the mat."
 PAIR = "A quick fox!"
 FAMILIES = list(BUILDERS)
-DECODERS = {"gpt2", "llama", "qwen2"}
+DECODERS = {"gpt2", "llama", "qwen2", "mistral"}
 
 
 @pytest.fixture(scope="module", params=FAMILIES)
@@ -178,8 +178,11 @@ def test_what_the_page_is_told_follows_the_family(family):
     assert model["decoder"] == (name in DECODERS)
     assert model["default_mask"] == ("causal" if name in DECODERS else "bidirectional")
     assert model["next_tokens"] == (name in DECODERS)
-    assert model["key_value_heads"] == (2 if name in ("llama", "qwen2") else 4)
-    assert model["positions"] == {"llama": "rotary", "qwen2": "rotary", "mpnet": "relative"}.get(name, "absolute")
+    assert model["key_value_heads"] == (2 if name in ("llama", "qwen2", "mistral") else 4)
+    assert model["positions"] == {"llama": "rotary", "qwen2": "rotary", "mistral": "rotary", "mpnet": "relative"}.get(
+        name, "absolute"
+    )
+    assert model["windows"] == {"qwen2": [None, 3], "mistral": [3, 3]}.get(name, [None, None])
     if name in DECODERS:
         refused = client.post("/api/analyze", json={"text": TEXT, "mask": "bidirectional"})
         assert refused.status_code == 422 and "causal" in refused.json()["detail"]
@@ -220,6 +223,7 @@ EMBEDDINGS = {
     "gpt2": ["word", "position", "sum"],
     "llama": ["word"],
     "qwen2": ["word"],
+    "mistral": ["word"],
 }
 ATTENTION = ["q", "k", "v", "weights", "context"]
 BLOCK = ["attention_output", "resid_mid", "ffn_intermediate", "ffn_output", "output"]

@@ -60,17 +60,32 @@ def hooked(model: torch.nn.Module, family: Family) -> list[tuple[torch.nn.Module
     return _HOOKED[model]
 
 
-def additive_mask(kind: str, n_tokens: int) -> Tensor:
+def additive_mask(kind: str, n_tokens: int, window: int | None = None) -> Tensor:
     """What the model adds to QKᵀ/√d: 0 where a query may look, the float32 minimum where it may not.
+    `window`: a sliding window's length (attention_windows): a causal query sees itself and the window − 1
+    tokens before it.
 
     exp(minimum - max) underflows to exactly 0, so masked weights are exactly 0, as in the model.
     """
     mask = torch.zeros(n_tokens, n_tokens)  # [query_pos, key_pos]
     if kind == "causal":
-        mask = mask.masked_fill(
-            torch.ones(n_tokens, n_tokens, dtype=torch.bool).triu(1), torch.finfo(torch.float32).min
-        )
+        hidden = torch.ones(n_tokens, n_tokens, dtype=torch.bool).triu(1)
+        if window is not None:
+            hidden |= torch.ones(n_tokens, n_tokens, dtype=torch.bool).tril(-window)
+        mask = mask.masked_fill(hidden, torch.finfo(torch.float32).min)
     return mask
+
+
+def attention_windows(config) -> tuple[int | None, ...]:
+    """Each block's sliding window as transformers' masks make it (None: the whole context): a Mistral's
+    `sliding_window` holds in every block, a model with `layer_types` (Qwen2) slides in the blocks marked
+    "sliding_attention"."""
+    window = getattr(config, "sliding_window", None)
+    types = getattr(config, "layer_types", None)
+    return tuple(
+        window if types is None or types[layer] == "sliding_attention" else None
+        for layer in range(config.num_hidden_layers)
+    )
 
 
 @contextmanager

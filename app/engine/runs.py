@@ -14,6 +14,7 @@ from app.engine.capture import (
     Sequence,
     additive_mask,
     attention_scores,
+    attention_windows,
     capture_batch,
     final_states,
     pool,
@@ -73,6 +74,7 @@ class Run:
     n_layers: int
     n_heads: int
     family: Family
+    windows: tuple[int | None, ...]  # each block's sliding window, None for the whole context (attention_windows)
     # The LM head's best next tokens after each position, best first: ids, logits and probabilities,
     # [pos, NEXT_TOKENS] each; None for a model without an LM head.
     next_tokens: tuple[Tensor, Tensor, Tensor] | None = None
@@ -123,7 +125,7 @@ class Run:
         from it: the context, or zeros for a head switched off."""
         self._check(layer, head)
         attn = {name: self.activations[names.attn(layer, name)][head] for name in ("q", "k", "v")}
-        mask = additive_mask(self.spec.mask, len(self.tokens))
+        mask = additive_mask(self.spec.mask, len(self.tokens), self.windows[layer])
         bias = self.activations.get(names.attn(layer, "position_bias"))
         context = self.activations[names.attn(layer, "context")][head]
         return {
@@ -248,6 +250,7 @@ class Engine:
             "max_tokens": loaded.max_tokens,
             "max_seq_length": loaded.max_seq_length,
             "decoder": family.decoder,
+            "windows": list(attention_windows(config)),
             "masks": [family.native_mask] if family.decoder else ["bidirectional", "causal"],
             "default_mask": family.native_mask,
             "poolings": ["last", "mean", "max"] if family.decoder else ["mean", "cls", "max"],
@@ -385,6 +388,7 @@ class Engine:
         # What the pooling reads: the last block's output, normalised once more in a pre-norm model.
         final = names.block(config.num_hidden_layers - 1, "output")
         last = lambda found: names.FINAL if names.FINAL in found else final  # noqa: E731
+        windows = attention_windows(config)
         runs = []
         for spec, (tokens, truncated), (activations, logits) in zip(specs, inputs, captured, strict=True):
             pooled_whole = len(tokens) <= self.loaded.max_seq_length
@@ -398,6 +402,7 @@ class Engine:
                     n_layers=config.num_hidden_layers,
                     n_heads=config.num_attention_heads,
                     family=self.loaded.family,
+                    windows=windows,
                     next_tokens=None if logits is None else best_next(logits),
                 )
             )

@@ -119,6 +119,10 @@ class ModelInfo(BaseModel):
     family: str = Field(description="The architecture family the lab reads the model as: BERT, RoBERTa, GPT-2, …")
     key_value_heads: int = Field(description="K/V heads (fewer than heads in grouped-query attention)")
     decoder: bool = Field(description="A causal decoder: trained to read each token with only the ones before it")
+    windows: list[int | None] = Field(
+        description="Each block's sliding window (Mistral; Qwen2's sliding blocks): a token sees itself and the "
+        "window − 1 tokens before it. null: the block reads the whole context its mask allows"
+    )
     masks: list[Mask] = Field(description="The masks this model may be read with; the first is its own")
     default_mask: Mask
     poolings: list[Pooling]

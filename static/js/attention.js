@@ -2,7 +2,7 @@
 // redrawn crisp whenever the window changes size. Selecting a token only moves its outline.
 
 import { Heatmap } from "./heatmap.js";
-import { sinkNames, viewName } from "./matrix.js";
+import { maskName, sinkNames, viewLayers, viewName } from "./matrix.js";
 import { queries } from "./selection.js";
 
 const PHONE_HEIGHT_SHARE = 0.75; // on a phone the square takes at most this share of the window's height
@@ -56,7 +56,7 @@ export function createAttentionView(lab) {
         labels: run.tokens.map((token) => token.text),
         selected: first,
         also: others,
-        title: `${viewName(state, lab.model)} · ${run.mask} mask`,
+        title: `${viewName(state, lab.model)} · ${maskName(run.mask, lab.model, viewLayers(state, lab.model))}`,
         caption: `“${state.text}”${run.text_pair ? ` + “${run.text_pair}”` : ""} · ${lab.model.name}`,
         scale: state.scale,
       });

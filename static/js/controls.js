@@ -7,7 +7,7 @@ import { firstView } from "./data.js";
 import { exportedView, saveCSV, saveImage, saveJSON } from "./export.js";
 import { gridPNG, gridSVG, showShares } from "./grid.js";
 import { renderHeadSet } from "./headset.js";
-import { viewFileName, viewName } from "./matrix.js";
+import { maskName, viewFileName, viewLayers, viewName } from "./matrix.js";
 
 const $ = (id) => document.getElementById(id);
 
@@ -181,7 +181,7 @@ function bindExports(lab, heatmap) {
     const state = getState();
     const kept = lab.numbers();
     const [{ matrix, sink }, pooled] = await Promise.all([kept.matrix(state, state.run.tokens, model.layers), kept.pooled(state.run.pooled)]);
-    return exportedView({ state, model, matrix, sink, pooled, name: `${viewName(state, model)} · ${state.run.mask} mask` });
+    return exportedView({ state, model, matrix, sink, pooled, name: `${viewName(state, model)} · ${maskName(state.run.mask, model, viewLayers(state, model))}` });
   };
   const menu = $("export-menu-box");
   const action = (id, save) =>
@@ -198,7 +198,7 @@ function bindExports(lab, heatmap) {
   action("export-svg", async () => saveImage(heatmap.toSVG(), fileName(), "svg"));
   action("export-json", async () => saveJSON(await numbers(), fileName()));
   action("export-csv", async () => saveCSV(await numbers(), fileName()));
-  const gridTitle = () => `Every head: “${getState().text.slice(0, 60)}” · ${getState().run.mask} mask · ${model.name}`;
+  const gridTitle = () => `Every head: “${getState().text.slice(0, 60)}” · ${maskName(getState().run.mask, model, viewLayers({ blockMean: true }, model))} · ${model.name}`;
   $("export-grid-png").addEventListener("click", async () => getState().run && saveImage(await gridPNG($("grid"), gridTitle()), "attention-grid", "png"));
   $("export-grid-svg").addEventListener("click", () => getState().run && saveImage(gridSVG($("grid"), gridTitle()), "attention-grid", "svg"));
 }

@@ -126,6 +126,21 @@ export function viewName(view, model) {
   return `${measure}${block}, ${heads}`;
 }
 
+// The blocks a view draws: one, or every block for the block mean.
+export function viewLayers(view, model) {
+  return view.blockMean ? [...Array(model.layers).keys()] : [view.layer];
+}
+
+// How those blocks mask attention: "causal mask", and where a block slides (model.windows: a token sees
+// itself and the window − 1 tokens before it), its window.
+export function maskName(mask, model, layers) {
+  const sliding = layers.filter((layer) => model.windows[layer] !== null);
+  if (!sliding.length) return `${mask} mask`;
+  const sizes = [...new Set(sliding.map((layer) => model.windows[layer]))].join("/");
+  const where = sliding.length === layers.length ? "" : ` in block${sliding.length > 1 ? "s" : ""} ${sliding.join(", ")}`;
+  return `${mask} mask, sliding window of ${sizes} tokens${where}`;
+}
+
 // The same, as a file name: attention-block2-head5, attention-blocks-mean-heads-1-4-9, …
 export function viewFileName(view, model) {
   const block = view.blockMean ? "blocks-mean" : `block${view.layer}`;

@@ -3,7 +3,7 @@
 // heatmap then reveals (matrix.js: the same head, head set, block mean and filters).
 
 import { el, fixed } from "./format.js";
-import { meanRow, viewName } from "./matrix.js";
+import { meanRow, viewLayers, viewName } from "./matrix.js";
 
 const $ = (id) => document.getElementById(id);
 
@@ -34,8 +34,11 @@ function quoted(tokens, index) {
 
 function renderQuestion(container, state, row, model, onAnswer) {
   const { run, token } = state;
-  // Under a causal mask a token cannot see later ones, and a filter may leave keys out: those are not offered.
-  const hidden = (index) => (run.mask === "causal" && index > token) || Number.isNaN(row[index]);
+  // Under a causal mask a token cannot see later ones, nor, where every block the view draws slides, the
+  // ones its widest window has passed; a filter may leave keys out too: those are not offered.
+  const windows = viewLayers(state, model).map((layer) => model.windows[layer]);
+  const reach = windows.includes(null) ? Infinity : Math.max(...windows);
+  const hidden = (index) => (run.mask === "causal" && (index > token || token - index >= reach)) || Number.isNaN(row[index]);
   container.replaceChildren(
     el("h3", { id: "predict-title" }, `Which token will “${run.tokens[token].text}” attend to most in ${viewName(state, model)}?`),
     el("p", { class: "hint" }, "Guess first: pick a token. Then the heatmap, the lines and the worked example show the real weights."),
@@ -50,7 +53,7 @@ function renderQuestion(container, state, row, model, onAnswer) {
             class: `token predict-choice${candidate.special ? " special" : ""}`,
             title: `token ${candidate.index}`,
             dataset: { index: String(candidate.index) },
-            ...(hidden(candidate.index) ? { disabled: "", title: "this view leaves this token out (the causal mask, or a filter)" } : {}),
+            ...(hidden(candidate.index) ? { disabled: "", title: "this view leaves this token out (the causal mask or its window, or a filter)" } : {}),
           },
           el("span", { class: "token-text" }, candidate.text),
           el("span", { class: "token-id" }, `#${candidate.index}`),

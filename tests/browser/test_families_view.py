@@ -1,5 +1,6 @@
-"""The page adapts to the model it serves: a Llama-style decoder (RoPE, RMSNorm, SwiGLU, grouped K/V heads,
-an LM head) and a RoBERTa encoder, tiny random models built in a temp folder and served by `python -m app`."""
+"""The page adapts to the model it serves: a Llama-style decoder (Mistral: RoPE, RMSNorm, SwiGLU, grouped K/V
+heads, a sliding window, an LM head) and a RoBERTa encoder, tiny random models built in a temp folder and
+served by `python -m app`."""
 
 import httpx
 import pytest
@@ -10,7 +11,7 @@ from tests.conftest import LabProcess
 from tests.families import build
 
 
-@pytest.fixture(scope="module", params=["llama", "roberta"])
+@pytest.fixture(scope="module", params=["mistral", "roberta"])
 def family_lab(request, tmp_path_factory):
     folder = build(request.param, tmp_path_factory.mktemp(request.param) / "model")
     lab = LabProcess(folder.parent, env={"ATTENTION_LAB_MODEL_PATH": str(folder)})
@@ -45,7 +46,7 @@ def test_the_page_follows_the_models_family(family_page):
     assert page.locator("#mask").input_value() == model["default_mask"]
     open_panel(page, "pipeline")
     pipeline = page.locator("#pipeline")
-    if name == "llama":
+    if name == "mistral":
         assert masks == ["causal"] and model["default_pooling"] == "last"
         expect(pipeline).to_contain_text("RoPE")
         expect(pipeline).to_contain_text("SiLU(x · W_gate)")
@@ -75,11 +76,36 @@ def test_the_tour_says_how_this_model_knows_positions(family_page):
     for _ in range(3):
         page.click("#tour-next")
     text, title = page.locator("#tour-text").inner_text(), page.locator("#tour-title").inner_text()
-    if name == "llama":
+    if name == "mistral":
         assert "rotates each query and key" in text and "RoPE" in title
     else:
         assert "a second table adds a vector for each position" in text
     page.click("#tour-close")
+
+
+def test_a_sliding_window_is_named_and_its_hidden_keys_are_not_offered(browser, family_lab):
+    """Every block of the Mistral slides a window of 3 tokens (tests/families.py): the heatmap's title says so,
+    predict-first offers token 5 only the keys its window lets it see, 3 to 5, and the masks lesson says why."""
+    name, url = family_lab
+    if name != "mistral":
+        pytest.skip("a RoBERTa encoder has no sliding window")
+    assert httpx.get(f"{url}/api/model").json()["windows"] == [3, 3]
+    context = browser.new_context(viewport={"width": 1280, "height": 720})
+    page = context.new_page()
+    page.goto(f"{url}/?text=The+cat+sat+on+the+mat.&layer=1&head=0&token=5&predict=1")
+    page.locator("#predict-question").wait_for(state="visible")
+    choices = page.locator(".predict-choice:not([disabled])")
+    offered = choices.evaluate_all("choices => choices.map(c => c.dataset.index)")
+    assert offered == ["3", "4", "5"]
+    page.locator('.predict-choice[data-index="4"]').click()
+    wait_until(page, "document.querySelector('#heatmap .hm-title')?.textContent.includes('sliding window of 3 tokens')")
+    assert page.locator("#heatmap .hm-title").inner_text().endswith("· causal mask, sliding window of 3 tokens")
+    screenshot(page, "70-family-mistral-window")
+    page.goto(f"{url}/?text=The+cat+sat+on+the+mat.&token=5&panel=lessons&lesson=masks")
+    expect(page.locator("#masks-decoder")).to_contain_text(
+        "Its blocks also slide a window (block 0: 3, block 1: 3): there row i is zero before column i − window + 1"
+    )
+    context.close()
 
 
 @pytest.fixture(scope="module")
@@ -121,7 +147,7 @@ def test_the_explain_lesson_attributes_what_the_model_outputs(browser, family_la
     page = context.new_page()
     page.goto(f"{url}/?text=The+cat+sat+on+the+mat.&layer=1&head=1&token=4&panel=lessons&lesson=explain")
     wait_until(page, "document.querySelector('#explain-result [data-field=correlations]')", timeout=60)
-    if name == "llama":
+    if name == "mistral":
         expect(page.locator("#lessons")).to_contain_text("the token the model would write next")
         target = {"target": "next_token"}
     else:

@@ -9,8 +9,12 @@ import { fillResult } from "./result.js";
 
 export function renderMasks(container, { run, text, token, model }) {
   if (model.masks.length === 1) {
+    const sliding = model.windows.flatMap((window, layer) => (window === null ? [] : [`block ${layer}: ${window}`]));
+    const windows = sliding.length
+      ? ` ${sliding.length === model.layers ? "Its blocks" : "Some of its blocks"} also slide a window (${sliding.join(", ")}): there row i is zero before column i − window + 1 as well, so a token sees itself and the window − 1 tokens before it.`
+      : "";
     container.replaceChildren(
-      el("p", { class: "hint", id: "masks-decoder" }, `${model.name} is a causal decoder (${model.family}): it was trained to read each token with only the ones before it, so it is read with the causal mask only. Every row i of its attention is zero after column i: see the heatmap. Load an encoder (e.g. MiniLM) to compare the two masks on the same weights.`),
+      el("p", { class: "hint", id: "masks-decoder" }, `${model.name} is a causal decoder (${model.family}): it was trained to read each token with only the ones before it, so it is read with the causal mask only. Every row i of its attention is zero after column i: see the heatmap.${windows} Load an encoder (e.g. MiniLM) to compare the two masks on the same weights.`),
     );
     return;
   }
