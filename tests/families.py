@@ -108,8 +108,11 @@ def mpnet(folder: Path) -> None:
 
 
 def gpt2(folder: Path) -> None:
+    """With scores divided by the block's number as well as √d_head (`scale_attn_by_inverse_layer_idx`, as
+    some GPT-2s were trained): a scale that is not 1/√d_head."""
     tokenizer = byte_level_bpe(["<|endoftext|>"])
     config = GPT2Config(
+        scale_attn_by_inverse_layer_idx=True,
         vocab_size=tokenizer.get_vocab_size(),
         n_positions=POSITIONS,
         n_embd=64,

@@ -42,6 +42,7 @@ def test_analyze_contract(bank):
         "next_tokens": False,
         "key_value_heads": 12,
         "windows": [None] * 6,  # MiniLM reads the whole context in every block
+        "scales": [32**-0.5] * 6,  # 1/√d_head
         "pair_layout": "[CLS] A [SEP] B [SEP]",
         "layers": 6,
         "heads": 12,

@@ -87,7 +87,7 @@ def test_scores_softmax_to_weights_and_context_is_weighted_values(tiny):
         for layer in range(2):
             q, k, v = (acts[f"blocks.{layer}.attn.{name}"] for name in "qkv")
             assert q.shape == (4, len(ids), 12)  # [head, pos, d_head]
-            scores = attention_scores(q, k, additive_mask(mask, len(ids)))
+            scores = attention_scores(q, k, additive_mask(mask, len(ids)), q.shape[-1] ** -0.5)
             weights = acts[f"blocks.{layer}.attn.weights"]
             torch.testing.assert_close(scores.softmax(-1), weights, atol=1e-6, rtol=0)
             torch.testing.assert_close(weights @ v, acts[f"blocks.{layer}.attn.context"], atol=1e-6, rtol=0)

@@ -183,6 +183,8 @@ def test_what_the_page_is_told_follows_the_family(family):
         name, "absolute"
     )
     assert model["windows"] == {"qwen2": [None, 3], "mistral": [3, 3]}.get(name, [None, None])
+    # 1/√16, and GPT-2's divided by the block's number too (tests/families.py)
+    assert model["scales"] == pytest.approx([0.25, 0.125] if name == "gpt2" else [0.25, 0.25], rel=1e-12)
     if name in DECODERS:
         refused = client.post("/api/analyze", json={"text": TEXT, "mask": "bidirectional"})
         assert refused.status_code == 422 and "causal" in refused.json()["detail"]

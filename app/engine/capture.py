@@ -62,8 +62,8 @@ def hooked(model: torch.nn.Module, family: Family) -> list[tuple[torch.nn.Module
 
 def additive_mask(kind: str, n_tokens: int, window: int | None = None) -> Tensor:
     """What the model adds to QKᵀ/√d: 0 where a query may look, the float32 minimum where it may not.
-    `window`: a sliding window's length (attention_windows): a causal query sees itself and the window − 1
-    tokens before it.
+    `window`: a sliding window's length (Scoring): a causal query sees itself and the window − 1 tokens
+    before it.
 
     exp(minimum - max) underflows to exactly 0, so masked weights are exactly 0, as in the model.
     """
@@ -76,16 +76,30 @@ def additive_mask(kind: str, n_tokens: int, window: int | None = None) -> Tensor
     return mask
 
 
-def attention_windows(config) -> tuple[int | None, ...]:
-    """Each block's sliding window as transformers' masks make it (None: the whole context): a Mistral's
-    `sliding_window` holds in every block, a model with `layer_types` (Qwen2) slides in the blocks marked
-    "sliding_attention"."""
-    window = getattr(config, "sliding_window", None)
-    types = getattr(config, "layer_types", None)
-    return tuple(
-        window if types is None or types[layer] == "sliding_attention" else None
-        for layer in range(config.num_hidden_layers)
-    )
+@dataclass(frozen=True)
+class Scoring:
+    """What a block does to q·k before its softmax, besides the mask it is read with: the scale (1/√d_head
+    in most models; a GPT-2 may leave it out or divide it by the block's number too) and its sliding window
+    (None: the whole context the mask allows)."""
+
+    scale: float
+    window: int | None
+
+
+def block_scoring(model: torch.nn.Module, family: Family) -> tuple[Scoring, ...]:
+    """Each block's scoring as the model does it: the scale its attention module keeps (transformers'
+    `scaling`; MPNet's divides by √d_head in its code), and the window as transformers' masks make it (a
+    Mistral's `sliding_window` in every block, a model with `layer_types`, such as Qwen2, in the blocks
+    marked "sliding_attention")."""
+    config = model.config
+    d_head = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+    window, types = getattr(config, "sliding_window", None), getattr(config, "layer_types", None)
+    scoring = []
+    for layer, block in enumerate(model.base_model.get_submodule(family.blocks)):
+        kept = (module.scaling for module in block.modules() if isinstance(getattr(module, "scaling", None), float))
+        slides = types is None or types[layer] == "sliding_attention"
+        scoring.append(Scoring(next(kept, d_head**-0.5), window if slides else None))
+    return tuple(scoring)
 
 
 @contextmanager
@@ -229,10 +243,10 @@ def own_part(name: str, values: Tensor, row: int, length: int) -> Tensor:
     return part
 
 
-def attention_scores(q: Tensor, k: Tensor, mask: Tensor, position_bias: Tensor | None = None) -> Tensor:
-    """QKᵀ/√d (+ the relative-position bias where the model adds one) + mask: the logits the model feeds
-    to softmax. [head, query_pos, key_pos]"""
-    scores = q @ k.transpose(-1, -2) * q.shape[-1] ** -0.5
+def attention_scores(q: Tensor, k: Tensor, mask: Tensor, scale: float, position_bias: Tensor | None = None) -> Tensor:
+    """QKᵀ · scale (1/√d in most models: Scoring) + the relative-position bias where the model adds one +
+    mask: the logits the model feeds to softmax. [head, query_pos, key_pos]"""
+    scores = q @ k.transpose(-1, -2) * scale
     if position_bias is not None:
         scores = scores + position_bias
     return scores + mask

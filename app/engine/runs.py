@@ -11,10 +11,11 @@ from app.engine import names
 from app.engine.attribution import Target, attribute, next_token_target, similarity_target
 from app.engine.capture import (
     NEXT_TOKENS,
+    Scoring,
     Sequence,
     additive_mask,
     attention_scores,
-    attention_windows,
+    block_scoring,
     capture_batch,
     final_states,
     pool,
@@ -74,7 +75,7 @@ class Run:
     n_layers: int
     n_heads: int
     family: Family
-    windows: tuple[int | None, ...]  # each block's sliding window, None for the whole context (attention_windows)
+    scoring: tuple[Scoring, ...]  # each block's scale of q·k and sliding window (capture.block_scoring)
     # The LM head's best next tokens after each position, best first: ids, logits and probabilities,
     # [pos, NEXT_TOKENS] each; None for a model without an LM head.
     next_tokens: tuple[Tensor, Tensor, Tensor] | None = None
@@ -125,13 +126,14 @@ class Run:
         from it: the context, or zeros for a head switched off."""
         self._check(layer, head)
         attn = {name: self.activations[names.attn(layer, name)][head] for name in ("q", "k", "v")}
-        mask = additive_mask(self.spec.mask, len(self.tokens), self.windows[layer])
+        scoring = self.scoring[layer]
+        mask = additive_mask(self.spec.mask, len(self.tokens), scoring.window)
         bias = self.activations.get(names.attn(layer, "position_bias"))
         context = self.activations[names.attn(layer, "context")][head]
         return {
             **attn,
             # [query_pos, key_pos]
-            "scores": attention_scores(attn["q"], attn["k"], mask, None if bias is None else bias[head]),
+            "scores": attention_scores(attn["q"], attn["k"], mask, scoring.scale, None if bias is None else bias[head]),
             "weights": self.activations[names.attn(layer, "weights")][head],
             "context": context,
             "context_to_output": torch.zeros_like(context) if self.ablated(layer, head) else context,
@@ -232,6 +234,7 @@ class Engine:
     def __init__(self, loaded: LoadedModel, max_chars: int):
         self.loaded = loaded
         self.max_chars = max_chars
+        self.scoring = block_scoring(loaded.model, loaded.family)  # read once: the modules do not change
         self.info = self._info()  # at start: the health and model endpoints answer on the event loop
 
     def _info(self) -> dict:
@@ -250,7 +253,8 @@ class Engine:
             "max_tokens": loaded.max_tokens,
             "max_seq_length": loaded.max_seq_length,
             "decoder": family.decoder,
-            "windows": list(attention_windows(config)),
+            "scales": [scoring.scale for scoring in self.scoring],
+            "windows": [scoring.window for scoring in self.scoring],
             "masks": [family.native_mask] if family.decoder else ["bidirectional", "causal"],
             "default_mask": family.native_mask,
             "poolings": ["last", "mean", "max"] if family.decoder else ["mean", "cls", "max"],
@@ -388,7 +392,6 @@ class Engine:
         # What the pooling reads: the last block's output, normalised once more in a pre-norm model.
         final = names.block(config.num_hidden_layers - 1, "output")
         last = lambda found: names.FINAL if names.FINAL in found else final  # noqa: E731
-        windows = attention_windows(config)
         runs = []
         for spec, (tokens, truncated), (activations, logits) in zip(specs, inputs, captured, strict=True):
             pooled_whole = len(tokens) <= self.loaded.max_seq_length
@@ -402,7 +405,7 @@ class Engine:
                     n_layers=config.num_hidden_layers,
                     n_heads=config.num_attention_heads,
                     family=self.loaded.family,
-                    windows=windows,
+                    scoring=self.scoring,
                     next_tokens=None if logits is None else best_next(logits),
                 )
             )

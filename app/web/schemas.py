@@ -119,6 +119,10 @@ class ModelInfo(BaseModel):
     family: str = Field(description="The architecture family the lab reads the model as: BERT, RoBERTa, GPT-2, …")
     key_value_heads: int = Field(description="K/V heads (fewer than heads in grouped-query attention)")
     decoder: bool = Field(description="A causal decoder: trained to read each token with only the ones before it")
+    scales: list[float] = Field(
+        description="Each block's factor on q·k before the mask and softmax: 1/√head_dim in most models (a GPT-2 "
+        "may leave it out, or divide it by the block's number too)"
+    )
     windows: list[int | None] = Field(
         description="Each block's sliding window (Mistral; Qwen2's sliding blocks): a token sees itself and the "
         "window − 1 tokens before it. null: the block reads the whole context its mask allows"

@@ -20,6 +20,10 @@ export function renderDissection(container, { tokens, selected, layer, head, num
     return;
   }
   const d = model.head_dim;
+  // The factor on q·k: 1/√d in most models, the block's own where it differs (a GPT-2 may divide by the
+  // block's number too, or not scale at all).
+  const scale = model.scales[layer];
+  const scaledByRootD = Math.abs(scale * Math.sqrt(d) - 1) < 1e-9;
   const n = tokens.length;
   const i = selected;
   const query = tokens[i];
@@ -55,7 +59,7 @@ export function renderDissection(container, { tokens, selected, layer, head, num
       numberList(k, "k"),
     ),
     step(
-      "Dot product, then scale by √d",
+      scaledByRootD ? "Dot product, then scale by √d" : "Dot product, then this block's scale",
       "scalar",
       el(
         "p",
@@ -66,7 +70,7 @@ export function renderDissection(container, { tokens, selected, layer, head, num
       el(
         "p",
         { class: "math" },
-        `score = q·k ÷ √${d} = ${fixed(dot)} ÷ ${fixed(Math.sqrt(d), 3)} = `,
+        scaledByRootD ? `score = q·k ÷ √${d} = ${fixed(dot)} ÷ ${fixed(Math.sqrt(d), 3)} = ` : `score = q·k × ${fixed(scale, 5)} = ${fixed(dot)} × ${fixed(scale, 5)} = `,
         el("strong", { dataset: { field: "score", value: String(scores[j]) } }, fixed(scores[j])),
         " (the model's own value)",
       ),

@@ -24,6 +24,15 @@ const POSITIONS = {
 
 const normName = (m) => (m.normalization === "pre-RMSNorm" ? "RMSNorm" : "LayerNorm");
 
+// Whether every block scales q·k by 1/√d, as most models do (a GPT-2 may divide by the block's number too).
+const byRootD = (m) => m.scales.every((scale) => Math.abs(scale * Math.sqrt(m.head_dim) - 1) < 1e-9);
+
+// How the scores are scaled, in words.
+function scaling(m) {
+  if (byRootD(m)) return `divided by √${m.head_dim} ≈ ${fixed(Math.sqrt(m.head_dim), 2)}`;
+  return `multiplied by each block's own scale (${m.scales.map((scale) => fixed(scale, 4)).join(", ")})`;
+}
+
 // The special tokens the tokenizer puts around a text, read off its pair layout ("[CLS] A [SEP] B [SEP]").
 function addedAround(m) {
   const parts = m.pair_layout.split(" ");
@@ -80,9 +89,9 @@ const STEPS = [
   },
   {
     target: "dissection",
-    title: () => "Scores: QKᵀ/√d",
+    title: ({ m }) => (byRootD(m) ? "Scores: QKᵀ/√d" : "Scores: QKᵀ × each block's scale"),
     text: ({ m }) =>
-      `In each head every query meets every key: their dot product, divided by √${m.head_dim} ≈ ${fixed(Math.sqrt(m.head_dim), 2)} so the numbers stay moderate, says how well they match. The worked example works one out with the real numbers.`,
+      `In each head every query meets every key: their dot product, ${scaling(m)} so the numbers stay moderate, says how well they match. The worked example works one out with the real numbers.`,
     shape: ({ n, m }) => `${n}×${m.head_dim} · ${m.head_dim}×${n} → ${m.heads} heads × ${n}×${n}`,
   },
   {

@@ -110,8 +110,9 @@ def test_a_sliding_window_is_named_and_its_hidden_keys_are_not_offered(browser, 
 
 @pytest.fixture(scope="module")
 def two_model_lab(tmp_path_factory):
-    """The packaged MiniLM by default, and a tiny Llama-style model in the picker."""
-    folder = build("llama", tmp_path_factory.mktemp("picker") / "tiny-llama")
+    """The packaged MiniLM by default, and a tiny GPT-2 in the picker (its scores scaled by 1/√d_head and by
+    the block's number: tests/families.py)."""
+    folder = build("gpt2", tmp_path_factory.mktemp("picker") / "tiny-gpt2")
     lab = LabProcess(folder.parent, env={"ATTENTION_LAB_MODELS": str(folder)})
     lab.start()
     yield lab.url
@@ -125,18 +126,40 @@ def test_the_model_picker_opens_the_other_model_with_the_prompt(browser, two_mod
     wait_until(page, "document.querySelectorAll('#tokens .token').length > 0")
     assert page.locator("#model-picker option").all_inner_texts() == [
         "sentence-transformers/all-MiniLM-L6-v2",
-        "tiny-llama",
+        "tiny-gpt2",
     ]
-    page.select_option("#model-picker", "tiny-llama")
-    page.wait_for_url("**model=tiny-llama**")
+    page.select_option("#model-picker", "tiny-gpt2")
+    page.wait_for_url("**model=tiny-gpt2**")
     wait_until(page, "document.querySelectorAll('#tokens .token').length > 0")
-    expect(page.locator("#model-name")).to_contain_text("Llama")
+    expect(page.locator("#model-name")).to_contain_text("GPT-2")
     assert page.locator("#prompt").input_value() == "The cat sat."
     assert page.locator("#mask option").all_inner_texts() == ["causal"]
-    assert "model=tiny-llama" in page.url  # a link to this view opens this model
+    assert "model=tiny-gpt2" in page.url  # a link to this view opens this model
     page.reload()
-    expect(page.locator("#model-name")).to_contain_text("Llama")
-    screenshot(page, "71-model-picker-llama")
+    expect(page.locator("#model-name")).to_contain_text("GPT-2")
+    screenshot(page, "71-model-picker-gpt2")
+    context.close()
+
+
+def test_the_worked_example_scales_by_the_blocks_own_factor(browser, two_model_lab):
+    """Block 1 of the tiny GPT-2 scales q·k by 1/(√16 · 2): the worked example says so, and q·k times that
+    factor is the score the server computed."""
+    context = browser.new_context(viewport={"width": 1280, "height": 720})
+    page = context.new_page()
+    page.goto(f"{two_model_lab}/?model=tiny-gpt2&text=The+cat+sat+on+the+mat.&layer=1&head=2&token=4&panel=dissection")
+    score = page.locator("#dissection [data-field=score]")
+    score.wait_for()
+    step = score.locator("xpath=ancestor::div[contains(@class, 'step')]")
+    expect(step).to_contain_text("Dot product, then this block's scale")
+    expect(step).to_contain_text("score = q·k × 0.12500")
+    dot = float(page.locator("#dissection [data-field=dot]").get_attribute("data-value"))
+    run = httpx.post(f"{two_model_lab}/api/analyze", json={"text": "The cat sat on the mat.", "model": "tiny-gpt2"})
+    numbers = httpx.get(f"{two_model_lab}/api/runs/{run.json()['run_id']}/layers/1/heads/2/queries/4").json()
+    top = max(range(len(numbers["weights"])), key=numbers["weights"].__getitem__)
+    assert float(score.get_attribute("data-value")) == pytest.approx(numbers["scores"][top], abs=1e-6)
+    assert dot * 0.125 == pytest.approx(numbers["scores"][top], abs=1e-5)
+    step.scroll_into_view_if_needed()
+    screenshot(page, "71-gpt2-worked-example")
     context.close()
 
 
