@@ -2,6 +2,7 @@
 // vector, with the model's own numbers, and where the head's 32 numbers go in the 384 of the block.
 
 import { argmax, el, fixed, numberList, vectorStrip } from "./format.js";
+import { scaledByRootD } from "./matrix.js";
 
 const SHOWN_KEYS = 12;
 
@@ -23,7 +24,7 @@ export function renderDissection(container, { tokens, selected, layer, head, num
   // The factor on q·k: 1/√d in most models, the block's own where it differs (a GPT-2 may divide by the
   // block's number too, or not scale at all).
   const scale = model.scales[layer];
-  const scaledByRootD = Math.abs(scale * Math.sqrt(d) - 1) < 1e-9;
+  const byRootD = scaledByRootD(model, [layer]);
   const n = tokens.length;
   const i = selected;
   const query = tokens[i];
@@ -59,7 +60,7 @@ export function renderDissection(container, { tokens, selected, layer, head, num
       numberList(k, "k"),
     ),
     step(
-      scaledByRootD ? "Dot product, then scale by √d" : "Dot product, then this block's scale",
+      byRootD ? "Dot product, then scale by √d" : "Dot product, then this block's scale",
       "scalar",
       el(
         "p",
@@ -70,7 +71,7 @@ export function renderDissection(container, { tokens, selected, layer, head, num
       el(
         "p",
         { class: "math" },
-        scaledByRootD ? `score = q·k ÷ √${d} = ${fixed(dot)} ÷ ${fixed(Math.sqrt(d), 3)} = ` : `score = q·k × ${fixed(scale, 5)} = ${fixed(dot)} × ${fixed(scale, 5)} = `,
+        byRootD ? `score = q·k ÷ √${d} = ${fixed(dot)} ÷ ${fixed(Math.sqrt(d), 3)} = ` : `score = q·k × ${fixed(scale, 5)} = ${fixed(dot)} × ${fixed(scale, 5)} = `,
         el("strong", { dataset: { field: "score", value: String(scores[j]) } }, fixed(scores[j])),
         " (the model's own value)",
       ),

@@ -141,6 +141,12 @@ export function maskName(mask, model, layers) {
   return `${mask} mask, sliding window of ${sizes} tokens${where}`;
 }
 
+// Whether those blocks scale q·k by 1/√d, as most models do (model.scales: a GPT-2 may divide by the
+// block's number too, or not scale at all).
+export function scaledByRootD(model, layers) {
+  return layers.every((layer) => Math.abs(model.scales[layer] * Math.sqrt(model.head_dim) - 1) < 1e-9);
+}
+
 // The same, as a file name: attention-block2-head5, attention-blocks-mean-heads-1-4-9, …
 export function viewFileName(view, model) {
   const block = view.blockMean ? "blocks-mean" : `block${view.layer}`;

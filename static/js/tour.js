@@ -3,6 +3,7 @@
 // covers neither the heatmap nor that view.
 
 import { fixed } from "./format.js";
+import { scaledByRootD, viewLayers } from "./matrix.js";
 import { PANELS } from "./panels.js";
 
 const POOLING = {
@@ -24,8 +25,7 @@ const POSITIONS = {
 
 const normName = (m) => (m.normalization === "pre-RMSNorm" ? "RMSNorm" : "LayerNorm");
 
-// Whether every block scales q·k by 1/√d, as most models do (a GPT-2 may divide by the block's number too).
-const byRootD = (m) => m.scales.every((scale) => Math.abs(scale * Math.sqrt(m.head_dim) - 1) < 1e-9);
+const byRootD = (m) => scaledByRootD(m, viewLayers({ blockMean: true }, m));
 
 // How the scores are scaled, in words.
 function scaling(m) {
