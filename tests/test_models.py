@@ -91,3 +91,28 @@ def test_the_page_offers_a_picker_and_renders_the_model_asked_for(client):
     assert 'id="model-picker"' in page and '<option value="llama" selected>' in page
     assert "Llama" in page and '<option value="causal">causal</option>' in page
     assert '<option value="bidirectional">' not in page
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_a_folder_saved_in_half_precision_is_read_in_float32(tmp_path, dtype):
+    """Many decoders ship float16 or bfloat16 weights: the lab reads them as float32, and its weights and
+    states are transformers' own for the same folder read in float32."""
+    from transformers import AutoModelForCausalLM
+
+    folder = build("llama", tmp_path / "half")
+    AutoModelForCausalLM.from_pretrained(folder).to(dtype).save_pretrained(folder)
+    assert AutoModelForCausalLM.from_pretrained(folder).dtype == dtype  # what transformers keeps by itself
+    loaded = load_model(folder)
+    assert all(parameter.dtype == torch.float32 for parameter in loaded.model.parameters())
+    reference = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32, attn_implementation="eager")
+    ids = loaded.tokenizer(TEXT, return_tensors="pt")["input_ids"]
+    with torch.no_grad():
+        expected = reference(input_ids=ids, output_attentions=True, output_hidden_states=True)
+    with TestClient(create_app(loaded)) as client:
+        run = client.post("/api/analyze", json={"text": TEXT}).json()
+        got = client.get(f"/api/runs/{run['run_id']}/attention", params={"dtype": "float32"})
+        assert got.status_code == 200
+        weights = decode_attention(got.content, got.headers)
+        np.testing.assert_allclose(weights, np.stack([w[0].numpy() for w in expected.attentions]), atol=1e-6)
+        last = expected.hidden_states[-1][0, -1].numpy()  # the last token, after the final norm: "last" pooling
+        np.testing.assert_allclose(run["pooled"]["vector"], last, atol=1e-5)

@@ -78,7 +78,9 @@ def load_model(path: Path | None = None) -> LoadedModel:
     )
     auto = AutoModelForCausalLM if with_head else AutoModel
     with _unreadable(path, "loaded"):
-        model = auto.from_pretrained(path, attn_implementation="eager", local_files_only=True)
+        # float32 whatever the folder was saved in (many decoders ship float16 or bfloat16, which
+        # transformers would keep): the lab's numbers are float32, as its encodings and NumPy expect.
+        model = auto.from_pretrained(path, attn_implementation="eager", dtype=torch.float32, local_files_only=True)
         tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
     modules = [module for module, _, _ in hook_table(family, model.config)]
     missing = [module for module in modules if not _has_submodule(model.base_model, module)]
