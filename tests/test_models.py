@@ -116,3 +116,14 @@ def test_a_folder_saved_in_half_precision_is_read_in_float32(tmp_path, dtype):
         np.testing.assert_allclose(weights, np.stack([w[0].numpy() for w in expected.attentions]), atol=1e-6)
         last = expected.hidden_states[-1][0, -1].numpy()  # the last token, after the final norm: "last" pooling
         np.testing.assert_allclose(run["pooled"]["vector"], last, atol=1e-5)
+
+
+def test_a_model_of_one_block_and_one_head_is_named_so(tmp_path, monkeypatch):
+    import tests.families
+
+    monkeypatch.setattr(
+        tests.families, "SIZE", {**tests.families.SIZE, "num_hidden_layers": 1, "num_attention_heads": 1}
+    )
+    with TestClient(create_app(load_model(build("bert", tmp_path / "one")))) as client:
+        page = client.get("/").text
+    assert "1 block × 1 head ·" in page and "mean of 1 head<" in page

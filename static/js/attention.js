@@ -1,6 +1,7 @@
 // The stage's heatmap: the matrix of the current view (matrix.js), as large a square as the stage leaves,
 // redrawn crisp whenever the window changes size. Selecting a token only moves its outline.
 
+import { count } from "./format.js";
 import { Heatmap } from "./heatmap.js";
 import { maskName, sinkNames, viewLayers, viewName } from "./matrix.js";
 import { queries } from "./selection.js";
@@ -47,7 +48,7 @@ export function createAttentionView(lab) {
     render(state, { matrix, sink }) {
       const { run } = state;
       const n = run.tokens.length;
-      $("attention-shape").textContent = `${n}×${n} per head · ${lab.model.heads} heads per block`;
+      $("attention-shape").textContent = `${n}×${n} per head · ${count(lab.model.heads, "head")} per block`;
       const [first = null, ...others] = queries(state);
       heatmap.draw({
         matrix,

@@ -1,7 +1,7 @@
 // The worked example: for query token i in head h of block l, every step from Q and K to the context
 // vector, with the model's own numbers, and where the head's 32 numbers go in the 384 of the block.
 
-import { argmax, el, fixed, numberList, vectorStrip } from "./format.js";
+import { argmax, count, el, fixed, numberList, vectorStrip } from "./format.js";
 import { scaledByRootD } from "./matrix.js";
 
 const SHOWN_KEYS = 12;
@@ -90,7 +90,7 @@ export function renderDissection(container, { tokens, selected, layer, head, num
       numberList(context, "context"),
     ),
     step(
-      `Concatenate the ${model.heads} heads and multiply by W_O`,
+      `Concatenate the ${count(model.heads, "head")} and multiply by W_O`,
       `1×${model.hidden_size} · ${model.hidden_size}×${model.hidden_size}`,
       concatBar(model.heads, head),
       numbers.ablated

@@ -2,6 +2,11 @@
 
 import { diverging, rgb } from "./colors.js";
 
+// "1 head", "12 heads": a count and its noun.
+export function count(n, noun) {
+  return `${n} ${noun}${n === 1 ? "" : "s"}`;
+}
+
 export function fixed(value, digits = 4) {
   return Number(value).toFixed(digits);
 }

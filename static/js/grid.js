@@ -1,7 +1,7 @@
 // The whole model at a glance: one small picture per (block, head), drawn straight onto canvases.
 
 import { sequential } from "./colors.js";
-import { el } from "./format.js";
+import { count, el } from "./format.js";
 import { sinkNames, viewMatrix } from "./matrix.js";
 
 // overview: {shape: [layer, head, size, size], values: Uint8Array, scale}, each head shrunk by the server
@@ -147,7 +147,7 @@ export const gridView = {
   render(state, overview, lab) {
     const { run } = state;
     const n = run.tokens.length;
-    document.getElementById("grid-shape").textContent = `${lab.model.layers} blocks × ${lab.model.heads} heads, each ${n}×${n}`;
+    document.getElementById("grid-shape").textContent = `${count(lab.model.layers, "block")} × ${count(lab.model.heads, "head")}, each ${n}×${n}`;
     document.getElementById("grid-hint").textContent =
       overview.shape[2] === n
         ? "Each square is one head's attention, with the filters above. Click one to open it."

@@ -9,6 +9,8 @@
 // view: {layer, head (a number or "mean"), heads (the heads "mean" averages), blockMean, sinks, segments}
 //   sinks: "show" | "hide" | "renormalise"; segments: "all" | "AA" | "AB" | "BA" | "BB".
 
+import { count } from "./format.js";
+
 // The tokens the sink controls hide: the ones the tokenizer adds around the text ([CLS]/[SEP], <s>/</s>;
 // the API's `added`). A special id typed in the text or an [UNK] keeps its place.
 export function isSink(token) {
@@ -119,10 +121,10 @@ export function meanOf(values, rows) {
 // How the heatmap's title, the difference view, predict-first and the exports name a view.
 export function viewName(view, model) {
   const measure = MEASURE_NAMES[view.measure ?? "weights"];
-  const block = view.blockMean ? `all ${model.layers} blocks averaged` : `block ${view.layer}`;
+  const block = view.blockMean ? `all ${count(model.layers, "block")} averaged` : `block ${view.layer}`;
   if (isPerBlock(view.measure)) return `${measure}· ${block}`;
   if (view.head !== "mean") return `${measure}${block}, head ${view.head}`;
-  const heads = view.heads.length === model.heads ? `all ${model.heads} heads averaged` : `heads ${view.heads.join(", ")} averaged`;
+  const heads = view.heads.length === model.heads ? `all ${count(model.heads, "head")} averaged` : `heads ${view.heads.join(", ")} averaged`;
   return `${measure}${block}, ${heads}`;
 }
 

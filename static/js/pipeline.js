@@ -2,7 +2,7 @@
 // and FFN, and, for a model with an LM head, the next tokens it predicts. What each stage is comes from
 // the model (/api/model's activations): the page writes no family's formulas of its own.
 
-import { el, fixed, norm, vectorStrip } from "./format.js";
+import { count, el, fixed, norm, vectorStrip } from "./format.js";
 
 const TOP_NEURONS = 5;
 
@@ -108,7 +108,7 @@ export function renderPipeline(container, { tokens, selected, trace, next, model
   const order = model.normalization === "post-LN" ? `attention, add & LayerNorm, ${ffn}, add & LayerNorm` : `${model.normalization === "pre-RMSNorm" ? "RMSNorm" : "LayerNorm"} → attention, add; norm → ${ffn}, add`;
   container.replaceChildren(
     ...embeddingStages(token, selected, trace.embeddings, model),
-    stage(`${model.layers} blocks: ${order}`, `N×${h} in, N×${h} out`, el("div", { class: "scroll-x" }, blocksTable(trace.layers, model))),
+    stage(`${count(model.layers, "block")}: ${order}`, `N×${h} in, N×${h} out`, el("div", { class: "scroll-x" }, blocksTable(trace.layers, model))),
     ...(next ? [nextTokensStage(token, next)] : []),
   );
 }

@@ -2,7 +2,7 @@
 // real shapes. Each step outlines the view that shows it, opening its panel, and the box sits where it
 // covers neither the heatmap nor that view.
 
-import { fixed } from "./format.js";
+import { count, fixed } from "./format.js";
 import { scaledByRootD, viewLayers } from "./matrix.js";
 import { PANELS } from "./panels.js";
 
@@ -84,22 +84,22 @@ const STEPS = [
     target: "dissection",
     title: () => "Queries, keys, values",
     text: ({ n, m }) =>
-      `Three learned ${m.hidden_size}×${m.hidden_size} matrices turn every token into a query (what it looks for), a key (what it offers) and a value (what it passes on). Each is cut into ${m.heads} heads of ${m.head_dim} numbers: ${n}×${m.head_dim} per head.`,
-    shape: ({ n, m }) => `Q, K, V: ${n}×${m.hidden_size} each = ${m.heads} heads × ${n}×${m.head_dim}`,
+      `Three learned ${m.hidden_size}×${m.hidden_size} matrices turn every token into a query (what it looks for), a key (what it offers) and a value (what it passes on). Each is cut into ${count(m.heads, "head")} of ${m.head_dim} numbers: ${n}×${m.head_dim} per head.`,
+    shape: ({ n, m }) => `Q, K, V: ${n}×${m.hidden_size} each = ${count(m.heads, "head")} × ${n}×${m.head_dim}`,
   },
   {
     target: "dissection",
     title: ({ m }) => (byRootD(m) ? "Scores: QKᵀ/√d" : "Scores: QKᵀ × each block's scale"),
     text: ({ m }) =>
       `In each head every query meets every key: their dot product, ${scaling(m)} so the numbers stay moderate, says how well they match. The worked example works one out with the real numbers.`,
-    shape: ({ n, m }) => `${n}×${m.head_dim} · ${m.head_dim}×${n} → ${m.heads} heads × ${n}×${n}`,
+    shape: ({ n, m }) => `${n}×${m.head_dim} · ${m.head_dim}×${n} → ${count(m.heads, "head")} × ${n}×${n}`,
   },
   {
     target: "heatmap",
     title: () => "Softmax",
     text: ({ n }) =>
       `Each row of scores becomes weights that are positive and add up to 1: how much that token attends to each token. The heatmap is one head's ${n}×${n} weights; row = who looks, column = who is looked at.`,
-    shape: ({ n, m }) => `${m.heads} heads × ${n}×${n}, every row sums to 1`,
+    shape: ({ n, m }) => `${count(m.heads, "head")} × ${n}×${n}, every row sums to 1`,
   },
   {
     target: "dissection",
@@ -131,10 +131,10 @@ const STEPS = [
   },
   {
     target: "grid",
-    title: ({ m }) => `× ${m.layers} blocks`,
+    title: ({ m }) => `× ${count(m.layers, "block")}`,
     text: ({ m }) =>
       `That was one block. The model stacks ${m.layers}, each with its own weights, the output of one feeding the next. Here are all ${m.layers * m.heads} attention maps; click one to open it.`,
-    shape: ({ n, m }) => `${m.layers} blocks × ${m.heads} heads × ${n}×${n}; ${n}×${m.hidden_size} in and out of each block`,
+    shape: ({ n, m }) => `${count(m.layers, "block")} × ${count(m.heads, "head")} × ${n}×${n}; ${n}×${m.hidden_size} in and out of each block`,
   },
   {
     target: "pooled",
