@@ -37,6 +37,8 @@ def test_analyze_contract(bank):
         "normalization": "post-LN",
         "positions": "absolute",
         "ffn": "GELU",
+        "ffn_gated": False,
+        "ffn_activation": "GELU",
         "token_types": True,
         "position_offset": 0,
         "next_tokens": False,

@@ -183,12 +183,46 @@ def test_what_the_page_is_told_follows_the_family(family):
         name, "absolute"
     )
     assert model["windows"] == {"qwen2": [None, 3], "mistral": [3, 3]}.get(name, [None, None])
+    gated = name in ("llama", "qwen2", "mistral")
+    assert (model["ffn"], model["ffn_gated"]) == (("SwiGLU", True) if gated else ("GELU", False))
+    assert model["activations"]["ffn_intermediate"] == ("SiLU(x · W_gate) ⊙ (x · W_up)" if gated else "GELU(x · W₁)")
     # 1/√16, and GPT-2's divided by the block's number too (tests/families.py)
     assert model["scales"] == pytest.approx([0.25, 0.125] if name == "gpt2" else [0.25, 0.25], rel=1e-12)
     if name in DECODERS:
         refused = client.post("/api/analyze", json={"text": TEXT, "mask": "bidirectional"})
         assert refused.status_code == 422 and "causal" in refused.json()["detail"]
         assert model["default_pooling"] == "last"
+
+
+@pytest.mark.parametrize(
+    ("name", "act", "ffn", "label"),
+    [("bert", "relu", "ReLU", "ReLU(x · W₁)"), ("llama", "gelu", "GeGLU", "GELU(x · W_gate) ⊙ (x · W_up)")],
+)
+def test_the_ffn_is_named_by_the_activation_its_config_gives(tmp_path, monkeypatch, name, act, ffn, label):
+    """A BERT with ReLU and a Llama gated by GELU: the page names what they compute, and the recorded FFN
+    activations are that function of the raw weights."""
+    import tests.families
+
+    monkeypatch.setattr(tests.families, "SIZE", {**tests.families.SIZE, "hidden_act": act})
+    loaded = load_model(build(name, tmp_path / name))
+    with TestClient(create_app(loaded)) as client:
+        model = client.get("/api/model").json()
+        assert (model["ffn"], model["ffn_activation"], model["activations"]["ffn_intermediate"]) == (
+            ffn,
+            "ReLU" if act == "relu" else "GELU",
+            label,
+        )
+        run = client.post("/api/analyze", json={"text": TEXT}).json()["run_id"]
+        numbers = client.get(f"/api/runs/{run}/layers/0").json()
+    resid_mid, got = np.array(numbers["resid_mid"]), np.array(numbers["ffn_intermediate"])
+    if name == "bert":
+        w = weights(loaded.model.base_model.encoder.layer[0])
+        expected = np.maximum(resid_mid @ w["intermediate.dense.weight"].T + w["intermediate.dense.bias"], 0)
+    else:
+        w = weights(loaded.model.base_model.layers[0])
+        h = rms_norm(resid_mid, w["post_attention_layernorm.weight"], loaded.model.config.rms_norm_eps)
+        expected = gelu(h @ w["mlp.gate_proj.weight"].T) * (h @ w["mlp.up_proj.weight"].T)
+    np.testing.assert_allclose(got, expected, atol=1e-5)
 
 
 def test_a_switched_off_head_is_zero_before_w_o_in_every_family(family):

@@ -261,11 +261,13 @@ class Engine:
             "default_pooling": loaded.default_pooling,
             "normalization": family.normalization,
             "positions": family.positions,
-            "ffn": family.ffn,
+            "ffn": family.ffn(config),
+            "ffn_gated": family.gated_ffn,
+            "ffn_activation": family.activation(config),
             "token_types": family.token_types,
             "position_offset": family.position_offset,
             "next_tokens": loaded.has_lm_head,
-            "activations": family.labels(self._recorded()),
+            "activations": family.labels(self._recorded(), config),
             "pair_layout": self._pair_layout(),
         }
 

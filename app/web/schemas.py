@@ -133,7 +133,9 @@ class ModelInfo(BaseModel):
     default_pooling: Pooling
     normalization: Literal["post-LN", "pre-LN", "pre-RMSNorm"]
     positions: Literal["absolute", "relative", "rotary"]
-    ffn: Literal["GELU", "SwiGLU"]
+    ffn: str = Field(description="The FFN by its activation: GELU, ReLU, …, or for a gated one SwiGLU, GeGLU, …")
+    ffn_gated: bool = Field(description="act(x · W_gate) ⊙ (x · W_up), then W_down; else act(x · W₁), then W₂")
+    ffn_activation: str = Field(description="The FFN's activation: GELU (its approximations too), ReLU, SiLU, …")
     token_types: bool
     position_offset: int = Field(
         description="Positions the model reserves before the first token: token i reads position row i + this"
@@ -344,7 +346,7 @@ class LayerResponse(BaseModel):
         "x + attention_output in a pre-LN one: [pos, hidden]"
     )
     ffn_intermediate: Matrix = Field(
-        description="GELU(x · W_1), or SwiGLU's SiLU(x W_gate) ⊙ x W_up: [pos, intermediate]"
+        description="act(x · W_1), or a gated FFN's act(x W_gate) ⊙ x W_up (SwiGLU: SiLU): [pos, intermediate]"
     )
     ffn_output: Matrix = Field(description="ffn_intermediate · W_2: [pos, hidden]")
     output: Matrix = Field(description="The block's output, the residual stream after the FFN: [pos, hidden]")

@@ -104,7 +104,7 @@ export function renderPipeline(container, { tokens, selected, trace, next, model
   }
   const token = tokens[selected];
   const h = model.hidden_size;
-  const ffn = model.ffn === "SwiGLU" ? `SwiGLU FFN ${h} → 2×${model.intermediate_size} → ${h}` : `FFN ${h} → ${model.intermediate_size} (GELU) → ${h}`;
+  const ffn = model.ffn_gated ? `${model.ffn} FFN ${h} → 2×${model.intermediate_size} → ${h}` : `FFN ${h} → ${model.intermediate_size} (${model.ffn}) → ${h}`;
   const order = model.normalization === "post-LN" ? `attention, add & LayerNorm, ${ffn}, add & LayerNorm` : `${model.normalization === "pre-RMSNorm" ? "RMSNorm" : "LayerNorm"} → attention, add; norm → ${ffn}, add`;
   container.replaceChildren(
     ...embeddingStages(token, selected, trace.embeddings, model),

@@ -126,7 +126,7 @@ const STEPS = [
     target: "pipeline",
     title: () => "Feed-forward network",
     text: ({ m }) =>
-      `Then each token on its own goes through ${m.intermediate_size} neurons ${m.ffn === "SwiGLU" ? "(SwiGLU: SiLU of one projection times another)" : "with GELU"} and back down to ${m.hidden_size}, and is added to its input${m.normalization === "post-LN" ? " and normalised once more" : ""}. The table shows the most active neurons.`,
+      `Then each token on its own goes through ${m.intermediate_size} neurons ${m.ffn_gated ? `(${m.ffn}: ${m.ffn_activation} of one projection times another)` : `with ${m.ffn}`} and back down to ${m.hidden_size}, and is added to its input${m.normalization === "post-LN" ? " and normalised once more" : ""}. The table shows the most active neurons.`,
     shape: ({ n, m }) => `${n}×${m.hidden_size} → ${n}×${m.intermediate_size} (${m.ffn}) → ${n}×${m.hidden_size}`,
   },
   {

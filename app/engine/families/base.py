@@ -13,6 +13,22 @@ from app.engine.names import LAYER, attn, block, embedding
 # (module inputs, module output or None for a hook that runs before the module) -> {short name: tensor}
 Reader = Callable[[tuple, object], dict[str, Tensor]]
 
+# transformers' activation names (ACT2FN) as the page writes them: an approximation of GELU is GELU, as
+# the papers that use one call it. A name not listed is written as the config gives it.
+ACTIVATIONS = {
+    "gelu": "GELU",
+    "gelu_python": "GELU",
+    "gelu_new": "GELU",
+    "gelu_pytorch_tanh": "GELU",
+    "gelu_fast": "GELU",
+    "gelu_accurate": "GELU",
+    "quick_gelu": "QuickGELU",
+    "relu": "ReLU",
+    "silu": "SiLU",
+    "swish": "SiLU",
+}
+GATED = {"SiLU": "SwiGLU", "GELU": "GeGLU", "ReLU": "ReGLU"}  # a gated FFN's name by its activation
+
 
 @dataclass(frozen=True)
 class Hook:
@@ -30,10 +46,11 @@ class Family:
     attention_output: str  # W_O inside a block: its input is the heads' contexts side by side
     normalization: Literal["post-LN", "pre-LN", "pre-RMSNorm"]
     positions: Literal["absolute", "relative", "rotary"]
-    ffn: Literal["GELU", "SwiGLU"]
+    gated_ffn: bool  # act(x · W_gate) ⊙ (x · W_up), then W_down; else act(x · W₁), then W₂
     decoder: bool = False  # causal by training: the only mask it is read with; pooled by its last token
     token_types: bool = False  # the model takes token_type_ids
     ffn_size: Callable[[object], int] = lambda config: config.intermediate_size  # the FFN's inner width
+    activation_name: Callable[[object], str] = lambda config: config.hidden_act  # the config's, for the FFN
     # post-LN: the LayerNorm after attention's residual, inside a block (ALTI decomposes through it)
     post_attention_norm: str | None = None
     position_offset: int = 0  # positions the model reserves before the first token (RoBERTa's padding)
@@ -48,9 +65,20 @@ class Family:
     def default_pooling(self) -> str:
         return "last" if self.decoder else "mean"
 
-    def labels(self, recorded: set[str]) -> dict[str, str]:
+    def activation(self, config) -> str:
+        """The FFN's activation, as the page writes it: GELU, ReLU, SiLU, …"""
+        name = self.activation_name(config)
+        return ACTIVATIONS.get(name, name) if isinstance(name, str) else type(name).__name__
+
+    def ffn(self, config) -> str:
+        """The FFN's name: its activation, or for a gated one SwiGLU, GeGLU, …."""
+        activation = self.activation(config)
+        return GATED.get(activation, f"{activation}-gated") if self.gated_ffn else activation
+
+    def labels(self, recorded: set[str], config) -> dict[str, str]:
         """What each recorded embedding and block activation is in this family, in formulas: the page's
         pipeline labels its rows and columns with these. Keys are the last part of the name."""
+        activation = self.activation(config)
         norm = "RMSNorm" if self.normalization == "pre-RMSNorm" else "LN"
         post = self.normalization == "post-LN"
         parts = [name for name in ("word", "position", "token_type") if f"embeddings.{name}" in recorded]
@@ -62,7 +90,7 @@ class Family:
             "normalized": "LayerNorm(sum): the input to block 0",
             "attention_output": "concat(heads) · W_O",
             "resid_mid": "LN(x + attention)" if post else "x + attention (the residual stream)",
-            "ffn_intermediate": "GELU(x · W₁)" if self.ffn == "GELU" else "SiLU(x · W_gate) ⊙ (x · W_up)",
+            "ffn_intermediate": f"{activation}(x · W_gate) ⊙ (x · W_up)" if self.gated_ffn else f"{activation}(x · W₁)",
             "ffn_output": "the FFN's output projection" if post else f"FFN({norm}(x + attention))",
             "output": "LN(x + FFN)" if post else "x + attention + FFN",
         }

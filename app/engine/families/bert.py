@@ -39,7 +39,7 @@ BERT = Family(
     post_attention_norm="attention.output.LayerNorm",
     normalization="post-LN",
     positions="absolute",
-    ffn="GELU",
+    gated_ffn=False,
     token_types=True,
 )
 

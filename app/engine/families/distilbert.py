@@ -37,6 +37,7 @@ DISTILBERT = Family(
     post_attention_norm="sa_layer_norm",
     normalization="post-LN",
     positions="absolute",
-    ffn="GELU",
+    gated_ffn=False,
     ffn_size=lambda config: config.hidden_dim,
+    activation_name=lambda config: config.activation,
 )

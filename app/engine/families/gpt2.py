@@ -33,7 +33,8 @@ GPT2 = Family(
     attention_output="attn.c_proj",
     normalization="pre-LN",
     positions="absolute",
-    ffn="GELU",
+    gated_ffn=False,
     ffn_size=lambda config: config.n_inner or 4 * config.hidden_size,
+    activation_name=lambda config: config.activation_function,
     decoder=True,
 )

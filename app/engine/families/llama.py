@@ -43,7 +43,7 @@ LLAMA = Family(
     attention_output="self_attn.o_proj",
     normalization="pre-RMSNorm",
     positions="rotary",
-    ffn="SwiGLU",
+    gated_ffn=True,
     decoder=True,
     finish=rotate,
 )

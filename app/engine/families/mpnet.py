@@ -40,6 +40,6 @@ MPNET = Family(
     post_attention_norm="attention.LayerNorm",
     normalization="post-LN",
     positions="relative",
-    ffn="GELU",
+    gated_ffn=False,
     position_offset=2,
 )
