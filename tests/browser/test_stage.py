@@ -86,6 +86,12 @@ MEASURE = """(selectors) => {
     scrollWidth: root.scrollWidth, scrollHeight: root.scrollHeight,
     boxes: Object.fromEntries(selectors.map((s) => [s, box(document.querySelector(s))])),
     backing: canvas ? [canvas.width, canvas.height] : null,
+    present: document.body.classList.contains('present'),
+    prompt: (() => {
+      const prompt = document.getElementById('prompt');
+      const rem = parseFloat(getComputedStyle(document.documentElement).fontSize);
+      return { rems: prompt.clientWidth / rem, whole: prompt.scrollHeight <= prompt.clientHeight + 1 };
+    })(),
   };
 }"""
 
@@ -125,6 +131,13 @@ def stage_problems(m: dict, label: str, selectors=CORE) -> list[str]:
         problems.append(f"{label}: the page scrolls: {m['scrollHeight']} px tall in a {m['height']} px window")
     if m["scrollWidth"] > m["width"]:
         problems.append(f"{label}: the page scrolls sideways: {m['scrollWidth']} px in a {m['width']} px window")
+    # The prompt keeps room for a sentence and shows all of it (options wrap rather than squeeze it), but
+    # for presentation mode on a screen under 1200×900, where the heatmap's height wins (lab.css).
+    if not (m["present"] and m["width"] < 1200 and m["height"] < 900):
+        if m["prompt"]["rems"] < 15:
+            problems.append(f"{label}: the prompt is {m['prompt']['rems']:.1f} rem wide")
+        if not m["prompt"]["whole"]:
+            problems.append(f"{label}: the prompt hides part of its text")
     for selector in selectors:
         box = m["boxes"][selector]
         if box is None or box["width"] == 0 or box["height"] == 0:
