@@ -11,13 +11,27 @@ from tests.conftest import LabProcess
 from tests.families import build
 
 
-@pytest.fixture(scope="module", params=["mistral", "roberta"])
-def family_lab(request, tmp_path_factory):
-    folder = build(request.param, tmp_path_factory.mktemp(request.param) / "model")
+def serve(name: str, tmp_path_factory):
+    folder = build(name, tmp_path_factory.mktemp(name) / "model")
     lab = LabProcess(folder.parent, env={"ATTENTION_LAB_MODEL_PATH": str(folder)})
     lab.start()
-    yield request.param, lab.url
+    yield name, lab.url
     lab.stop()
+
+
+@pytest.fixture(scope="module")
+def mistral_lab(tmp_path_factory):
+    yield from serve("mistral", tmp_path_factory)
+
+
+@pytest.fixture(scope="module")
+def roberta_lab(tmp_path_factory):
+    yield from serve("roberta", tmp_path_factory)
+
+
+@pytest.fixture(scope="module", params=["mistral", "roberta"])
+def family_lab(request):
+    return request.getfixturevalue(f"{request.param}_lab")
 
 
 @pytest.fixture
@@ -83,12 +97,10 @@ def test_the_tour_says_how_this_model_knows_positions(family_page):
     page.click("#tour-close")
 
 
-def test_a_sliding_window_is_named_and_its_hidden_keys_are_not_offered(browser, family_lab):
+def test_a_sliding_window_is_named_and_its_hidden_keys_are_not_offered(browser, mistral_lab):
     """Every block of the Mistral slides a window of 3 tokens (tests/families.py): the heatmap's title says so,
     predict-first offers token 5 only the keys its window lets it see, 3 to 5, and the masks lesson says why."""
-    name, url = family_lab
-    if name != "mistral":
-        pytest.skip("a RoBERTa encoder has no sliding window")
+    _, url = mistral_lab
     assert httpx.get(f"{url}/api/model").json()["windows"] == [3, 3]
     context = browser.new_context(viewport={"width": 1280, "height": 720})
     page = context.new_page()
