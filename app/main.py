@@ -60,6 +60,7 @@ def create_app(model: LoadedModel | None = None, specs: SpecStore | None = None)
             store,
             gate,
             max_chars=settings.max_chars,
+            max_tokens=settings.max_tokens,
             max_runs=settings.max_runs,
             max_cache_bytes=settings.max_store_bytes,
             folders=settings.models,

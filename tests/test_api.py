@@ -53,6 +53,7 @@ def test_analyze_contract(bank):
         "intermediate_size": 1536,
         "vocab_size": 30522,
         "max_tokens": 512,
+        "max_input_tokens": 512,
         "max_seq_length": 256,  # the packaged sentence_bert_config.json
     }
     assert {name: value for name, value in bank["model"].items() if name != "activations"} == expected

@@ -81,9 +81,9 @@ def test_an_unknown_model_is_refused_naming_the_served_ones(client, tiny):
 
 def test_a_bad_or_doubled_folder_stops_the_lab_at_start(tiny, folders, tmp_path):
     with pytest.raises(ModelLoadError, match="does not exist"):
-        Models(tiny, [tmp_path / "missing"], 100, 3)
+        Models(tiny, [tmp_path / "missing"], 100, None, 3)
     with pytest.raises(ModelLoadError, match="two models are named"):
-        Models(tiny, [folders["gpt2"], folders["gpt2"]], 100, 3)
+        Models(tiny, [folders["gpt2"], folders["gpt2"]], 100, None, 3)
 
 
 def test_the_page_offers_a_picker_and_renders_the_model_asked_for(client):
@@ -127,3 +127,25 @@ def test_a_model_of_one_block_and_one_head_is_named_so(tmp_path, monkeypatch):
     with TestClient(create_app(load_model(build("bert", tmp_path / "one")))) as client:
         page = client.get("/").text
     assert "1 block × 1 head ·" in page and "mean of 1 head<" in page
+
+
+def test_a_run_reads_at_most_the_labs_token_limit(tmp_path, monkeypatch):
+    """A model of 64 positions behind ATTENTION_LAB_MAX_TOKENS=16: a longer input is cut at 16 tokens, says
+    so, and its numbers are transformers' own for those 16 tokens."""
+    monkeypatch.setenv("ATTENTION_LAB_MAX_TOKENS", "16")
+    get_settings.cache_clear()
+    loaded = load_model(build("llama", tmp_path / "long"))
+    text = " ".join([TEXT] * 10)
+    with TestClient(create_app(loaded)) as client:
+        model = client.get("/api/model").json()
+        assert (model["max_tokens"], model["max_input_tokens"]) == (64, 16)
+        run = client.post("/api/analyze", json={"text": text}).json()
+        got = client.get(f"/api/runs/{run['run_id']}/attention", params={"dtype": "float32"})
+    get_settings.cache_clear()
+    ids = loaded.tokenizer(text)["input_ids"][:16]
+    assert run["truncated"] and [token["id"] for token in run["tokens"]] == ids
+    with torch.no_grad():
+        expected = loaded.model(input_ids=torch.tensor([ids]), output_attentions=True).attentions
+    np.testing.assert_allclose(
+        decode_attention(got.content, got.headers), np.stack([w[0].numpy() for w in expected]), atol=1e-6
+    )

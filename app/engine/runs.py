@@ -231,9 +231,11 @@ def segments(sequence_ids: list[int | None]) -> list[str]:
 class Engine:
     """One loaded model: what a request may ask of it, and its runs, computed here and now."""
 
-    def __init__(self, loaded: LoadedModel, max_chars: int):
+    def __init__(self, loaded: LoadedModel, max_chars: int, max_tokens: int | None = None):
+        """`max_tokens`: the most tokens a run reads (a longer input is cut), below the model's own limit."""
         self.loaded = loaded
         self.max_chars = max_chars
+        self.max_tokens = min(loaded.max_tokens, max_tokens or loaded.max_tokens)
         self.scoring = block_scoring(loaded.model, loaded.family)  # read once: the modules do not change
         self.info = self._info()  # at start: the health and model endpoints answer on the event loop
 
@@ -251,6 +253,7 @@ class Engine:
             "intermediate_size": family.ffn_size(config),
             "vocab_size": config.vocab_size,
             "max_tokens": loaded.max_tokens,
+            "max_input_tokens": self.max_tokens,
             "max_seq_length": loaded.max_seq_length,
             "decoder": family.decoder,
             "scales": [scoring.scale for scoring in self.scoring],
@@ -430,7 +433,7 @@ class Engine:
             text,
             text_pair,
             truncation=True,
-            max_length=max_length or self.loaded.max_tokens,
+            max_length=max_length or self.max_tokens,
             return_offsets_mapping=True,
             # More than one window means something was cut; the fast tokenizer makes windows for pairs too,
             # and the first is the same encoding as without this flag.
@@ -471,7 +474,7 @@ class Engine:
 
     def length(self, spec: RunSpec) -> int:
         """How many tokens the spec's input is, as read (cut at the model's positions)."""
-        encoding = self.loaded.tokenizer(spec.text, spec.text_pair, truncation=True, max_length=self.loaded.max_tokens)
+        encoding = self.loaded.tokenizer(spec.text, spec.text_pair, truncation=True, max_length=self.max_tokens)
         return len(encoding["input_ids"])
 
     def attribution(

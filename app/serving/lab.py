@@ -44,6 +44,7 @@ class Lab:
         gate: PassGate,
         *,
         max_chars: int,
+        max_tokens: int | None = None,
         max_runs: int,
         max_cache_bytes: int,
         folders: list[Path] = (),
@@ -51,7 +52,7 @@ class Lab:
         max_batch_runs: int = 64,
     ):
         """`loaded`: the default model; `folders`: more models, loaded when first asked for."""
-        self.models = Models(loaded, list(folders), max_chars, max_loaded_models)
+        self.models = Models(loaded, list(folders), max_chars, max_tokens, max_loaded_models)
         self.specs = specs
         self.gate = gate
         self.model_threads = ModelThreads(gate.max_passes)  # the cores go to the passes (app.engine.threads)
@@ -248,7 +249,7 @@ class Lab:
         (servers alternating), since each pass beside the HTTP work of the learners answered before it
         runs at about half speed."""
         engine = self.models.loaded(spec.model)
-        shared = engine.loaded.max_tokens // SHARED_PART
+        shared = engine.max_tokens // SHARED_PART
         count, longest = 1, None  # the spec's own length is read only when someone waits to join it
 
         def joins(job: RunSpec) -> bool:

@@ -15,9 +15,11 @@ class UnknownModel(InvalidInput):
 
 
 class Models:
-    def __init__(self, default: LoadedModel, folders: list[Path], max_chars: int, max_loaded: int):
+    def __init__(
+        self, default: LoadedModel, folders: list[Path], max_chars: int, max_tokens: int | None, max_loaded: int
+    ):
         self.default = default.name
-        self.max_chars = max_chars
+        self.limits = (max_chars, max_tokens)  # every engine's input limits (Engine)
         self.max_loaded = max_loaded
         self.folders: dict[str, Path] = {default.name: default.path}
         for folder in folders:
@@ -26,7 +28,7 @@ class Models:
                 raise ModelLoadError(f"two models are named {name!r} (a model is named by its folder): rename one")
             read_model_config(Path(folder))  # a bad folder stops the lab at start, not a learner's request
             self.folders[name] = Path(folder)
-        self._engines: OrderedDict[str, Engine] = OrderedDict({default.name: Engine(default, max_chars)})
+        self._engines: OrderedDict[str, Engine] = OrderedDict({default.name: Engine(default, *self.limits)})
         self._loading: dict[str, asyncio.Lock] = {}
 
     @property
@@ -52,7 +54,7 @@ class Models:
                 engine = self._engines.get(name)
                 if engine is None:
                     loaded = await asyncio.to_thread(load_model, self.folders[name])
-                    engine = self._engines[name] = Engine(loaded, self.max_chars)
+                    engine = self._engines[name] = Engine(loaded, *self.limits)
         self._engines.move_to_end(name)
         while len(self._engines) > self.max_loaded:
             oldest = next(other for other in self._engines if other not in (self.default, name))

@@ -111,7 +111,11 @@ class ModelInfo(BaseModel):
     head_dim: int
     intermediate_size: int
     vocab_size: int
-    max_tokens: int
+    max_tokens: int = Field(description="The model's own limit: its positions (and its tokenizer's)")
+    max_input_tokens: int = Field(
+        description="The most tokens a run reads here (ATTENTION_LAB_MAX_TOKENS, at most max_tokens): a longer "
+        "input is cut and its run says `truncated`"
+    )
     max_seq_length: int = Field(
         description="Tokens the sentence vector is pooled over (the folder's sentence-transformers max_seq_length; "
         "longer inputs are pooled from a pass over their first max_seq_length tokens, as sentence-transformers does)"

@@ -103,7 +103,7 @@ export async function runPrompt(lab) {
     const firstContent = run.tokens.find((token) => !token.special)?.index ?? 0;
     const { token } = lab.getState();
     lab.setState({ run, token: token !== null && token < run.tokens.length ? token : firstContent });
-    status(run.truncated ? `Only the first ${lab.model.max_tokens} tokens were analyzed (the model's limit).` : "");
+    status(run.truncated ? `Only the first ${lab.model.max_input_tokens} tokens were analyzed (${lab.model.max_input_tokens < lab.model.max_tokens ? "this lab's limit" : "the model's limit"}).` : "");
   } catch (error) {
     if (mine !== runCounter) return;
     showError(error.message);
