@@ -86,19 +86,24 @@ class Scoring:
     window: int | None
 
 
+def head_dim(config) -> int:
+    """The width of one head's q, k and v: the config's own where it sets one (a Llama may), else an even
+    share of the hidden size."""
+    return getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+
+
 def block_scoring(model: torch.nn.Module, family: Family) -> tuple[Scoring, ...]:
     """Each block's scoring as the model does it: the scale its attention module keeps (transformers'
     `scaling`; MPNet's divides by √d_head in its code), and the window as transformers' masks make it (a
     Mistral's `sliding_window` in every block, a model with `layer_types`, such as Qwen2, in the blocks
     marked "sliding_attention")."""
     config = model.config
-    d_head = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
     window, types = getattr(config, "sliding_window", None), getattr(config, "layer_types", None)
     scoring = []
     for layer, block in enumerate(model.base_model.get_submodule(family.blocks)):
         kept = (module.scaling for module in block.modules() if isinstance(getattr(module, "scaling", None), float))
         slides = types is None or types[layer] == "sliding_attention"
-        scoring.append(Scoring(next(kept, d_head**-0.5), window if slides else None))
+        scoring.append(Scoring(next(kept, head_dim(config) ** -0.5), window if slides else None))
     return tuple(scoring)
 
 

@@ -18,6 +18,7 @@ from app.engine.capture import (
     block_scoring,
     capture_batch,
     final_states,
+    head_dim,
     pool,
 )
 from app.engine.families.base import Family
@@ -249,7 +250,7 @@ class Engine:
             "heads": n_heads,
             "key_value_heads": getattr(config, "num_key_value_heads", None) or n_heads,
             "hidden_size": config.hidden_size,
-            "head_dim": getattr(config, "head_dim", None) or config.hidden_size // n_heads,
+            "head_dim": head_dim(config),
             "intermediate_size": family.ffn_size(config),
             "vocab_size": config.vocab_size,
             "max_tokens": loaded.max_tokens,
