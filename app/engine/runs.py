@@ -427,7 +427,8 @@ class Engine:
         self, text: str, text_pair: str | None = None, max_length: int | None = None
     ) -> tuple[list[Token], bool]:
         """The input as the tokenizer makes it ([CLS] text [SEP] text_pair [SEP] for BERT, <s> … </s> for
-        RoBERTa, the bare pieces for GPT-2), cut at max_length tokens (the model's positions by default).
+        RoBERTa, the bare pieces for GPT-2), cut at max_length tokens (by default
+        max_tokens: the model's positions, or the lab's lower limit).
         A pair too long loses tokens from the end of whichever side is longer ("longest_first")."""
         tokenizer = self.loaded.tokenizer
         encoding = tokenizer(
@@ -474,7 +475,7 @@ class Engine:
         return [piece if "\ufffd" in text else text for piece, text in zip(pieces, read, strict=True)]
 
     def length(self, spec: RunSpec) -> int:
-        """How many tokens the spec's input is, as read (cut at the model's positions)."""
+        """How many tokens the spec's input is, as read (cut at max_tokens)."""
         encoding = self.loaded.tokenizer(spec.text, spec.text_pair, truncation=True, max_length=self.max_tokens)
         return len(encoding["input_ids"])
 
