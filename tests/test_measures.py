@@ -131,3 +131,14 @@ def test_uint8_norms_carry_their_own_scale_and_bad_measures_are_422(client):
     )
     bad = client.get(f"/api/runs/{run}/attention", params={"measure": "saliency"})
     assert bad.status_code == 422 and "measure" in bad.json()["detail"]
+
+
+def test_every_measure_the_api_takes_is_declared_once_with_its_words():
+    from typing import get_args
+
+    from app.engine.measures import MEASURES, Measure
+
+    assert set(get_args(Measure)) <= set(MEASURES)
+    for key, measure in MEASURES.items():
+        assert measure.key == key and measure.symbol and measure.name and measure.values and measure.meaning
+    assert [key for key, measure in MEASURES.items() if measure.per_block] == ["alti", "alti_rollout"]

@@ -18,6 +18,7 @@
 A switched-off head moves nothing: its f_h counts as zero, as W_O receives zeros from it.
 """
 
+from dataclasses import dataclass
 from typing import Literal
 
 import torch
@@ -26,6 +27,76 @@ from torch import Tensor
 from app.engine import names
 
 Measure = Literal["weights", "norm", "alti", "alti_rollout"]
+
+
+@dataclass(frozen=True)
+class MeasureName:
+    """What a measure's numbers are called, declared once: every label, readout, title, hint, verdict and
+    export of the page (sent in its config) and every question the class is asked reads it from here."""
+
+    key: str  # the API's `measure=`, or "difference" for one measure of two runs subtracted
+    symbol: str  # a cell's value as a formula names it: "A[i,j]" for a weight
+    name: str  # what one value is, in words: "attention weight"
+    short: str  # in a title before the view: "norm-weighted block 3, head 7"
+    values: str  # its unit or range, for a colour bar and a hint
+    meaning: str  # one line a learner can read
+    per_block: bool  # one picture per block, not per head
+
+
+MEASURES: dict[str, MeasureName] = {
+    measure.key: measure
+    for measure in (
+        MeasureName(
+            key="weights",
+            symbol="A[i,j]",
+            name="attention weight",
+            short="",
+            values="0 to 1; each row sums to 1",
+            meaning="softmax(QKᵀ/√d): how much query token i reads key token j.",
+            per_block=False,
+        ),
+        MeasureName(
+            key="norm",
+            symbol="‖α·f(x)‖[i,j]",
+            name="norm-weighted attention",
+            short="norm-weighted",
+            values="0 and up (a length, not a weight)",
+            meaning="The weight times the length of what token j's value carries out of the head "
+            "(Kobayashi et al. 2020).",
+            per_block=False,
+        ),
+        MeasureName(
+            key="alti",
+            symbol="ALTI[i,j]",
+            name="ALTI contribution",
+            short="ALTI",
+            values="0 to 1; each row sums to 1",
+            meaning="Token j's share in token i's output of the block, residual and LayerNorm included "
+            "(Ferrando et al. 2022).",
+            per_block=True,
+        ),
+        MeasureName(
+            key="alti_rollout",
+            symbol="R[i,j]",
+            name="ALTI rollout",
+            short="ALTI rollout",
+            values="0 to 1; each row sums to 1",
+            meaning="ALTI's shares multiplied through the blocks: how much input token j makes up token i "
+            "after this block.",
+            per_block=True,
+        ),
+        MeasureName(
+            key="difference",
+            symbol="ΔA[i,j]",
+            name="difference A − B",
+            short="A − B",
+            values="−1 to 1",
+            meaning="The same measure in two runs, the second subtracted from the first.",
+            per_block=False,
+        ),
+    )
+}
+
 QUERY_CHUNK = 32  # queries decomposed at once: [chunk, key, d_model] floats stay about 25 MB at 512 tokens
 
 

@@ -8,6 +8,7 @@ asks again, and a new version of the lab is a new name. /static/… stays, answe
 import hashlib
 import posixpath
 import re
+from dataclasses import asdict
 from pathlib import Path
 
 import plotly
@@ -18,6 +19,7 @@ from fastapi.templating import Jinja2Templates
 from starlette.datastructures import Headers
 from starlette.responses import Response
 
+from app.engine.measures import MEASURES
 from app.web.deps import LabDep
 from app.web.precompressed import CompressedFiles
 
@@ -104,6 +106,7 @@ async def index(request: Request, lab: LabDep, model: str | None = None):
         "defaultText": DEFAULT_TEXT,
         "maxChars": engine.max_chars,
         "plotly": PLOTLY_URL,
+        "measures": {key: asdict(measure) for key, measure in MEASURES.items()},
     }
     first_token = info["pair_layout"].split()[0]
     return templates.TemplateResponse(
