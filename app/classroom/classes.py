@@ -476,13 +476,18 @@ class Classes:
         ttl = await self._ttl(code, record)
         browser = browser_of(client)
         nickname = nickname.strip()[:MAX_NICKNAME]
-        known = await self.backend.hget(self._key(code, "browsers"), browser)
-        entry = await self.backend.hget(self._key(code, "learners"), known) if known else None
-        if entry is not None:
+        # This browser's learner: by its cookie, or one its address joined before it had a cookie.
+        for key in dict.fromkeys([browser, browser_of(Client(client.address))]):
+            known = await self.backend.hget(self._key(code, "browsers"), key)
+            if known is None or await self.backend.hget(self._key(code, "learners"), known) is None:
+                continue
+            try:
+                entry = await self._learner(code, known, client, acting=False)
+            except NotYourLearner:
+                continue
             if nickname:
-                await self.backend.hset(
-                    self._key(code, "learners"), {known: json.dumps({**json.loads(entry), "nickname": nickname})}, ttl
-                )
+                entry["nickname"] = nickname
+                await self.backend.hset(self._key(code, "learners"), {known: json.dumps(entry)}, ttl)
             return known, True
         if await self.backend.hlen(self._key(code, "learners")) >= self.limits.max_learners:
             raise ClassLimit(f"this class is full ({self.limits.max_learners} learners)")
@@ -506,7 +511,7 @@ class Classes:
         self._presence_due.add(code)
         return learner, False
 
-    async def _learner(self, code: str, learner: str, client: Client) -> dict:
+    async def _learner(self, code: str, learner: str, client: Client, acting: bool = True) -> dict:
         """The learner, if this browser joined it; its actions count against its own rate."""
         await self._record(code)
         found = await self.backend.hget(self._key(code, "learners"), learner)
@@ -521,9 +526,10 @@ class Classes:
             await self.backend.hset(self._key(code, "browsers"), {browser: learner}, ttl)
         if not hmac.compare_digest(entry["browser"] or browser_of(Client(client.address)), browser):
             raise NotYourLearner()
-        self._learner_actions.take(
-            f"{code}:{learner}", f"at most {self.limits.learner_actions_per_second:g} actions a second"
-        )
+        if acting:
+            self._learner_actions.take(
+                f"{code}:{learner}", f"at most {self.limits.learner_actions_per_second:g} actions a second"
+            )
         return entry
 
     async def update(self, code: str, learner: str, client: Client, following: bool, nickname: str) -> None:

@@ -148,22 +148,24 @@ class Streams:
             raise TooManyStreams(f"this browser already follows {self.per_browser} class streams: close a tab")
         if self._addresses.get(address, 0) >= self.per_address:
             raise TooManyStreams(f"this address already holds {self.per_address} class streams")
-        try:
-            await asyncio.wait_for(self._ready.wait(), READY_SECONDS)
-        except TimeoutError:
-            raise EventsDown(
-                f"the class events ({self.backend.name}) are not reaching this server: try again in a moment"
-            ) from None
-        stream = Stream(code, teacher)
-        self._streams.setdefault(code, set()).add(stream)
+        # Counted before the first wait, so that streams opened at the same moment cannot all pass the check.
         self._browsers[address, browser] = self._browsers.get((address, browser), 0) + 1
         self._addresses[address] = self._addresses.get(address, 0) + 1
+        stream = Stream(code, teacher)
         try:
+            try:
+                await asyncio.wait_for(self._ready.wait(), READY_SECONDS)
+            except TimeoutError:
+                raise EventsDown(
+                    f"the class events ({self.backend.name}) are not reaching this server: try again in a moment"
+                ) from None
+            self._streams.setdefault(code, set()).add(stream)
             yield stream
         finally:
-            self._streams[code].discard(stream)
-            if not self._streams[code]:
-                del self._streams[code]
+            if stream in self._streams.get(code, ()):
+                self._streams[code].discard(stream)
+                if not self._streams[code]:
+                    del self._streams[code]
             for counts, key in ((self._browsers, (address, browser)), (self._addresses, address)):
                 counts[key] -= 1
                 if not counts[key]:
