@@ -619,8 +619,12 @@ class Classes:
                 yield self._events(code, stream, teacher, snapshot)
             finally:
                 if not teacher:
+                    # Counted out even when the stream is cancelled (its client left, the server stops); a
+                    # store that is down meanwhile costs the count, not a traceback.
+                    leaving = asyncio.ensure_future(self._connected(code, -1))
+                    leaving.add_done_callback(lambda done: done.cancelled() or done.exception())
                     with suppress(StoreDown, ClassNotFound):
-                        await asyncio.shield(self._connected(code, -1))
+                        await asyncio.shield(leaving)
 
     async def _events(self, code: str, stream, teacher: bool, snapshot: ClassSnapshot):
         yield "snapshot", snapshot.model_dump(mode="json")
