@@ -274,7 +274,9 @@ class Classes:
     def _lock(self, code: str) -> asyncio.Lock:
         return self._locks.setdefault(code, asyncio.Lock())
 
-    async def ask(self, code: str, question: Question, view: dict, step: dict | None, text: str | None) -> dict:
+    async def ask(
+        self, code: str, question: Question, view: dict, step: dict | None, text: str | None
+    ) -> QuestionState:
         """A new question, its first round open. The one before stays in the class's record (for the CSV)."""
         async with self._lock(code):
             ttl = await self._ttl(code)
@@ -324,7 +326,7 @@ class Classes:
         votes = await self.backend.hgetall(self._key(code, f"votes-{record['round']}:{record['id']}"))
         record["tallies"].append(tally(votes))
 
-    async def show_votes(self, code: str) -> dict:
+    async def show_votes(self, code: str) -> QuestionState:
         """The open round closes and its histogram goes to every screen, without the answer."""
         async with self._lock(code):
             record = await self._current(code)
@@ -335,7 +337,7 @@ class Classes:
             await self._save(code, record, await self._ttl(code))
             return await self._announce(code, record)
 
-    async def again(self, code: str) -> dict:
+    async def again(self, code: str) -> QuestionState:
         """Round 2 of the same question, after the class has seen round 1's votes (and talked)."""
         async with self._lock(code):
             record = await self._current(code)
@@ -347,7 +349,7 @@ class Classes:
             await self.backend.set(self._key(code, "open"), f"{record['id']}:2", ttl)
             return await self._announce(code, record)
 
-    async def reveal(self, code: str) -> dict:
+    async def reveal(self, code: str) -> QuestionState:
         """The answer, its value, each round's tally and share right; every learner's score counts it."""
         async with self._lock(code):
             record = await self._current(code)
@@ -380,7 +382,7 @@ class Classes:
             await self._save(code, record, ttl)
             return await self._announce(code, record)
 
-    async def _announce(self, code: str, record: dict) -> dict:
+    async def _announce(self, code: str, record: dict) -> QuestionState:
         state = await self._public(code, record)
         await self._publish(code, "question", QuestionEvent(question=state))
         return state
@@ -609,7 +611,7 @@ class Classes:
         teacher = secret is not None
         if teacher and not self.is_teacher(record, secret):
             raise NotTheTeacher()
-        async with self.streams.open(code, client.address, browser_of(client), teacher) as stream:
+        async with self.streams.open(code, client.address, browser_of(client)) as stream:
             if teacher:
                 await self.keep_alive(code, record)
             snapshot = await self.snapshot(code)  # after the stream is open: nothing falls between the two
