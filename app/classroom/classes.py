@@ -223,8 +223,10 @@ class Classes:
         )
         if found is not None:
             await self.backend.hdel(f"lab:class-owner:{json.loads(found)['owner']}", code)
-        self._locks.pop(code, None)
-        self._kept_alive.pop(code, None)
+        for held in (self._locks, self._kept_alive, self._presence):
+            held.pop(code, None)
+        self._presence_due.discard(code)
+        self._votes_due.discard(code)
         await self._publish(code, "ended", EndEvent(reason=reason))
 
     async def _record(self, code: str) -> dict:
@@ -673,9 +675,15 @@ class Classes:
                 self.backend.sweep()
 
     async def _quietly(self, work) -> None:
-        """The store may be down for a moment: the subscription's watch says so once, not every tick."""
-        with suppress(StoreDown, ClassNotFound):
+        """One class's coalesced events or end, without stopping the others': a store down for a moment
+        (the subscription's watch says so once, not every tick), or a class that ended meanwhile, is
+        expected; anything else is logged and the ticks go on."""
+        try:
             await work
+        except (StoreDown, ClassNotFound, WrongPhase):
+            pass
+        except Exception:
+            log.exception("A class's coalesced events failed")
 
     async def _send_votes(self, code: str) -> None:
         if not await self.backend.set_nx(self._key(code, "votes-sent"), "1", VOTES_SECONDS):

@@ -111,6 +111,9 @@ class Streams:
                 if problem is None:  # one line per outage, not one per attempt
                     log.warning("Class events: %s; renewing the subscription, open class streams reconnect", error)
                 problem = error
+            except Exception as error:  # never left without a subscription, whatever broke it
+                log.exception("Class events: the subscription failed; renewing it")
+                problem = error
             self._ready.clear()
             self.end_all(End(None, "the class events were interrupted"))
             await asyncio.sleep(wait)
