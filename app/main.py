@@ -80,6 +80,8 @@ def create_app(model: LoadedModel | None = None, specs: SpecStore | None = None)
             folders=settings.models,
             max_loaded_models=settings.max_loaded_models,
             max_batch_runs=settings.max_batch_runs,
+            max_attribution_step_tokens=settings.max_attribution_step_tokens,
+            model_loads_per_hour=settings.model_loads_per_hour,
         )
         # A class lives where the run specs do when that is Redis (every worker sees it), else in this process.
         backend = (

@@ -56,6 +56,11 @@ class Settings(BaseSettings):
     max_waiting: Annotated[int, between(0, 10_000)] = 64
     max_waiting_per_client: Annotated[int, between(1, 1_000)] = 4
     max_wait_seconds: Annotated[float, between(0.1, 600)] = 30.0
+    # Integrated Gradients costs about its steps times the tokens it reads (each step is a forward and a
+    # backward pass): past this product a request answers 422 (256 steps at 256 tokens is 65,536).
+    max_attribution_step_tokens: Annotated[int, between(64, 10_000_000)] = 65_536
+    # Models one address may have loaded (a model let go, asked for again) in an hour; 429 past it.
+    model_loads_per_hour: Annotated[int, between(1, 10_000)] = 20
     # A request that gets its turn computes the runs waiting behind it (fair order, same model) in the same
     # padded passes, up to this many: a class pressing Enter at once costs a few passes, not one each. 1: off.
     max_batch_runs: Annotated[int, between(1, 1_000)] = 64

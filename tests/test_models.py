@@ -149,3 +149,38 @@ def test_a_run_reads_at_most_the_labs_token_limit(tmp_path, monkeypatch):
     np.testing.assert_allclose(
         decode_attention(got.content, got.headers), np.stack([w[0].numpy() for w in expected]), atol=1e-6
     )
+
+
+def test_views_of_a_model_load_nothing(client, tiny):
+    """The page and GET /api/model read each model's shape, read once at start: cycling between the models
+    (which used to force a load every 0.76 s) loads none."""
+    lab = client.app.state.lab
+    for _ in range(3):
+        for name in ("gpt2", "llama", tiny.name):
+            assert client.get("/api/model", params={"name": name}).json()["name"] == name
+            assert client.get("/", params={"model": name}).status_code == 200
+    assert [name for name in lab.models.names if lab.models.loaded(name)] == [tiny.name]
+
+
+def test_loads_are_turns_and_one_address_causes_at_most_a_few_an_hour(tiny, folders, tmp_path):
+    """A model not loaded is loaded at a turn of the gate, and counted against the address whose request
+    needed it: past model_loads_per_hour that address is refused (429), and another is not."""
+    from app.serving.gate import Client
+    from app.serving.models import TooManyLoads
+    from tests.conftest import make_lab, run_async
+
+    lab = make_lab(tiny, tmp_path)
+    lab.models = Models(tiny, list(folders.values()), 100, None, 2)
+    lab.loads.per_hour = 2
+    hog, other = Client("10.0.0.9"), Client("10.0.0.7")
+
+    async def scenario():
+        await lab.engine_for("gpt2", hog)
+        await lab.engine_for("llama", hog)  # two loaded at most: GPT-2 goes
+        await lab.engine_for("llama", hog)  # loaded already: no load
+        with pytest.raises(TooManyLoads, match="this address has had 2 models loaded in the last hour"):
+            await lab.engine_for("gpt2", hog)
+        assert (await lab.engine_for("gpt2", other)).info["family"] == "GPT-2"
+
+    run_async(scenario())
+    lab.close()

@@ -1,17 +1,59 @@
-"""The models one lab serves, by name: the default one loaded at start, the others on first use, at most
-a few at a time (the least recently used one beyond the default is let go; its runs are recomputed from
-their specs if it is needed again)."""
+"""The models one lab serves, by name: the default one loaded at start, the others read once at start (their
+shape, for the page and the API: nothing a page view or GET /api/model asks for loads a model again), then
+loaded when a run needs them, at most a few at a time (the least recently used one beyond the default is let
+go; its runs are recomputed from their specs if it is needed again). A load is a turn of the lab's own
+(app.serving.lab), and one address may cause at most a few an hour (Loads)."""
 
 import asyncio
-from collections import OrderedDict
+import time
+from collections import OrderedDict, deque
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 from app.engine.model import LoadedModel, ModelLoadError, load_model, read_model_config
 from app.engine.runs import Engine, InvalidInput
+from app.serving.gate import TooManyWaiting
+
+HOUR = 3600.0
 
 
 class UnknownModel(InvalidInput):
     pass
+
+
+class TooManyLoads(TooManyWaiting):
+    """This address has caused as many model loads as it may in an hour (429); others are unaffected."""
+
+
+class Loads:
+    """At most `per_hour` model loads an hour per client address, in this process."""
+
+    def __init__(self, per_hour: int, clock: Callable[[], float] = time.monotonic):
+        self.per_hour = per_hour
+        self.clock = clock
+        self._times: dict[str, deque[float]] = {}
+
+    def take(self, address: str) -> None:
+        now = self.clock()
+        for key in list(self._times):  # loads are rare: forgetting the hour's old ones costs nothing
+            times = self._times[key]
+            while times and times[0] <= now - HOUR:
+                times.popleft()
+            if not times:
+                del self._times[key]
+        times = self._times.setdefault(address, deque())
+        if len(times) >= self.per_hour:
+            wait = int(times[0] + HOUR - now) + 1
+            raise TooManyLoads(
+                f"this address has had {self.per_hour} models loaded in the last hour; this lab keeps the "
+                f"models in use loaded: try again in {wait // 60 + 1} min, or use a model already loaded",
+                wait,
+            )
+        times.append(now)
+
+
+async def in_a_thread(make: Callable[[], Engine]) -> Engine:
+    return await asyncio.to_thread(make)
 
 
 class Models:
@@ -29,11 +71,27 @@ class Models:
             read_model_config(Path(folder))  # a bad folder stops the lab at start, not a learner's request
             self.folders[name] = Path(folder)
         self._engines: OrderedDict[str, Engine] = OrderedDict({default.name: Engine(default, *self.limits)})
+        # Each model's shape (Engine.info), read once here: a model is loaded for its runs, never for a view.
+        self.infos = {default.name: self._engines[default.name].info}
+        for name, folder in self.folders.items():
+            if name not in self.infos:
+                self.infos[name] = Engine(load_model(folder), *self.limits).info
         self._loading: dict[str, asyncio.Lock] = {}
 
     @property
     def names(self) -> list[str]:
         return list(self.folders)
+
+    def known(self, name: str | None) -> str:
+        """The model's name (the default for None), if this lab serves it."""
+        name = name or self.default
+        if name not in self.folders:
+            raise UnknownModel(f"no model {name!r} here: this lab serves {', '.join(self.names)}")
+        return name
+
+    def info(self, name: str | None) -> dict:
+        """A model's shape and family, loaded or not."""
+        return self.infos[self.known(name)]
 
     def loaded(self, name: str) -> Engine | None:
         return self._engines.get(name)
@@ -43,18 +101,19 @@ class Models:
         """The weights of the models loaded besides the default one (which the runtime's share counts)."""
         return sum(engine.loaded.nbytes for name, engine in self._engines.items() if name != self.default)
 
-    async def engine(self, name: str | None) -> Engine:
-        """The engine of a model by name (the default for None), loading it in a thread the first time."""
-        name = name or self.default
-        if name not in self.folders:
-            raise UnknownModel(f"no model {name!r} here: this lab serves {', '.join(self.names)}")
+    async def engine(
+        self, name: str | None, load: Callable[[Callable[[], Engine]], Awaitable[Engine]] = in_a_thread
+    ) -> Engine:
+        """The engine of a model by name (the default for None); one not loaded is loaded by `load`, which
+        runs the loading function it is given (the lab: at a turn of its own, on the model's thread)."""
+        name = self.known(name)
         engine = self._engines.get(name)
         if engine is None:
             async with self._loading.setdefault(name, asyncio.Lock()):
                 engine = self._engines.get(name)
                 if engine is None:
-                    loaded = await asyncio.to_thread(load_model, self.folders[name])
-                    engine = self._engines[name] = Engine(loaded, *self.limits)
+                    folder = self.folders[name]
+                    engine = self._engines[name] = await load(lambda: Engine(load_model(folder), *self.limits))
         self._engines.move_to_end(name)
         while len(self._engines) > self.max_loaded:
             oldest = next(other for other in self._engines if other not in (self.default, name))
