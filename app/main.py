@@ -36,6 +36,7 @@ from app.engine.threads import one_core_elsewhere
 from app.serving.gate import Busy, PassGate, TooManyWaiting
 from app.serving.lab import Lab, RunNotFound
 from app.serving.memory import keep_freed_memory, reserve
+from app.serving.server import check_protocol
 from app.serving.specs import REDIS_SCHEMES, SpecStore, StoreError, open_spec_store
 from app.settings import Settings, SettingsError, get_settings
 from app.web import api, docs, pages
@@ -43,10 +44,12 @@ from app.web.middleware import (
     BoundedSend,
     CancelOnDisconnect,
     ClientCookie,
+    ForwardedClient,
     HeadAsGet,
     LimitBody,
     OneLineStartupFailure,
     SecurityHeaders,
+    StreamsCounted,
 )
 
 log = logging.getLogger("uvicorn.error")  # uvicorn shows its INFO lines
@@ -58,6 +61,7 @@ def create_app(model: LoadedModel | None = None, specs: SpecStore | None = None)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
+        check_protocol()
         settings = app.state.settings = get_settings()
         keep_freed_memory()
         all_threads_back = one_core_elsewhere()
@@ -128,6 +132,8 @@ def create_app(model: LoadedModel | None = None, specs: SpecStore | None = None)
     # compressed already (app.web.precompressed), and so do the attention matrices (app.web.compression).
     app.add_middleware(CompressMiddleware)
     app.add_middleware(BoundedSend)
+    app.add_middleware(ForwardedClient)
+    app.add_middleware(StreamsCounted)
     app.include_router(api.router)
     app.include_router(classroom.router)
     app.include_router(pages.router)

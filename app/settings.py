@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Annotated
 
 import annotated_types
-from pydantic import Field, ValidationError, field_validator
+from pydantic import Field, IPvAnyNetwork, ValidationError, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 ENV_PREFIX = "ATTENTION_LAB_"
@@ -75,13 +75,19 @@ class Settings(BaseSettings):
     max_body_bytes: Annotated[int, between(1 * KIB, 64 * 1024**2)] = 512 * KIB
     # A client must take each 1 MiB piece of an answer within this, or it is dropped.
     slow_reader_seconds: Annotated[float, between(1, 600)] = 30.0
-    # HTTP limits of `python -m app` (app.serving.server): the request line and headers together (431 past it),
-    # the time to send a whole request (408 past it), idle keep-alive, and open connections per process
-    # (503 past it).
+    # HTTP limits of the lab's server (app.serving.server): the request line and headers together (431 past
+    # it), the time to send a whole request (408 past it), idle keep-alive; open connections per process (503
+    # past it) and per client address (429 past it); and connections kept for ordinary requests, which
+    # event streams and connections that have sent no whole request (half-open, idle) can never take.
     max_header_bytes: Annotated[int, between(4 * KIB, 1024 * KIB)] = 64 * KIB
     request_timeout_seconds: Annotated[float, between(1, 600)] = 20.0
     keep_alive_seconds: Annotated[float, between(1, 600)] = 5.0
-    max_connections: Annotated[int, between(8, 100_000)] = 500
+    max_connections: Annotated[int, between(16, 1_000_000)] = 4096
+    max_connections_per_client: Annotated[int, between(1, 1_000_000)] = 1000
+    connections_kept_for_requests: Annotated[int, between(8, 1_000_000)] = 512
+    # Proxies whose X-Forwarded-For names the client (addresses or networks, separated by commas): only
+    # a request from one of these is taken to come from the address it forwards. None by default.
+    trusted_proxies: Annotated[list[IPvAnyNetwork], NoDecode] = []
     # A stopping server waits this long for requests under way (a class's event streams never end by
     # themselves), then closes them.
     shutdown_grace_seconds: Annotated[float, between(0, 600)] = 5.0
@@ -110,7 +116,7 @@ class Settings(BaseSettings):
     # Server processes `python -m app` starts; each loads its own copy of the model (about 0.5 GB).
     workers: Annotated[int, between(1, 64)] = 1
 
-    @field_validator("models", mode="before")
+    @field_validator("models", "trusted_proxies", mode="before")
     @classmethod
     def comma_separated(cls, value):
         return [part.strip() for part in value.split(",") if part.strip()] if isinstance(value, str) else value
@@ -132,9 +138,19 @@ def explain(error: ValidationError) -> str:
     return "bad setting " + "; ".join(problems)
 
 
+def check(settings: Settings) -> Settings:
+    """The bounds that depend on one another."""
+    if settings.connections_kept_for_requests >= settings.max_connections:
+        raise SettingsError(
+            f"bad setting {ENV_PREFIX}CONNECTIONS_KEPT_FOR_REQUESTS={settings.connections_kept_for_requests}: "
+            f"valid: less than {ENV_PREFIX}MAX_CONNECTIONS ({settings.max_connections:,})"
+        )
+    return settings
+
+
 @lru_cache
 def get_settings() -> Settings:
     try:
-        return Settings()
+        return check(Settings())
     except ValidationError as error:
         raise SettingsError(explain(error)) from None
