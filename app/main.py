@@ -67,11 +67,13 @@ def create_app(model: LoadedModel | None = None, specs: SpecStore | None = None)
         all_threads_back = one_core_elsewhere()
         loaded = model or load_model(settings.model_path)
         store = specs or open_spec_store(settings)
+        app.state.secret = store.secret()  # signs the browsers' cookies (app.web.middleware.ClientCookie)
         gate = PassGate(
             settings.max_concurrent_passes,
             settings.max_waiting,
             settings.max_waiting_per_client,
             settings.max_wait_seconds,
+            max_waiting_per_address=settings.max_waiting_per_address,
         )
         app.state.lab = Lab(
             loaded,

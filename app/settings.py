@@ -51,10 +51,12 @@ class Settings(BaseSettings):
     store_timeout_seconds: Annotated[float, between(0.05, 60)] = 2.0
     # Forward passes run at once (each uses every core torch is given), and requests that may wait for
     # one, in turn by client; past that, or after max_wait_seconds, the API answers 503 with Retry-After.
-    # One client (an address, and a browser's cookie within it) past max_waiting_per_client gets 429.
+    # One client (an address, and a browser's cookie within it) past max_waiting_per_client gets 429, and so
+    # does an address past max_waiting_per_address, whatever cookies its requests carry.
     max_concurrent_passes: Annotated[int, between(1, 64)] = 1
     max_waiting: Annotated[int, between(0, 10_000)] = 64
     max_waiting_per_client: Annotated[int, between(1, 1_000)] = 4
+    max_waiting_per_address: Annotated[int, between(1, 10_000)] = 48
     max_wait_seconds: Annotated[float, between(0.1, 600)] = 30.0
     # Integrated Gradients costs about its steps times the tokens it reads (each step is a forward and a
     # backward pass): past this product a request answers 422 (256 steps at 256 tokens is 65,536).

@@ -1,5 +1,5 @@
-"""Bounds per client, not per lab: one device holding streams and half-sent requests, or forging
-X-Forwarded-For, is refused alone, and everyone else is served. Real sockets on loopback, each device
+"""Bounds per client, not per lab: one device holding streams and half-sent requests, gathering cookies or
+forging X-Forwarded-For is refused alone, and everyone else is served. Real sockets on loopback, each device
 from an address of its own, against `python -m app` with the default bounds (the tiny model, and no reserve
 of memory: neither changes a bound), and a second lab of 64 connections for the places kept for requests."""
 
@@ -10,8 +10,11 @@ import sys
 import threading
 import time
 
+import httpx
 import pytest
 
+from app.serving.gate import Client, PassGate, TooManyWaiting
+from app.web.middleware import signature, verified_browser
 from tests.class_client import device, start_class
 from tests.conftest import LabProcess, free_port, run_async
 from tests.floods import answered, cpu_seconds, gather_cookies, half_sent, stream, timed_get, timed_post
@@ -201,6 +204,60 @@ def test_x_forwarded_for_counts_only_from_a_trusted_proxy(lab, small_lab):
     proxied = started(small_lab.url, "127.0.0.5", ["10.0.1.1"] * 4 + ["9.9.9.9, 10.0.1.2"] * 3)
     assert proxied == [201, 201, 201, 429, 201, 201, 201]
     assert started(small_lab.url, "127.0.0.6", [f"10.0.2.{n}" for n in range(1, 5)]) == [201, 201, 201, 429]
+
+
+def test_a_cookie_the_lab_did_not_sign_is_replaced_and_counts_as_none(lab):
+    """A learner who joined without a cookie is bound to its address; a request under a made-up cookie is
+    that same browser (it gets its learner back, not a new one), and is given a signed cookie instead."""
+    code, _ = start_class(device("127.0.0.8"), lab.url)
+    joins = f"{lab.url}/api/classes/{code}/learners"
+    with device("127.0.0.9") as browser, device("127.0.0.9") as forger:
+        first = browser.post(joins, json={})
+        forged = forger.post(joins, json={}, headers={"Cookie": "lab_client=madeUpByMe.abcdefabcdefabcdefabcdef"})
+    assert first.status_code == forged.status_code == 201
+    assert forged.json() == {"learner": first.json()["learner"], "rejoined": True}
+    signed = forged.cookies["lab_client"]
+    assert signed != "madeUpByMe.abcdefabcdefabcdefabcdef"
+    again = httpx.get(f"{lab.url}/api/health", headers={"Cookie": f"lab_client={signed}"})
+    assert "set-cookie" not in again.headers  # a signed cookie is kept
+
+
+def test_a_signature_names_its_browser_and_nothing_else():
+    secret, other = b"s" * 32, b"t" * 32
+    cookie = f"browser1.{signature('browser1', secret)}"
+    assert verified_browser(cookie, secret) == "browser1"
+    assert verified_browser(cookie, other) == ""
+    assert verified_browser(cookie.replace("browser1", "browser2", 1), secret) == ""
+    assert verified_browser("browser1", secret) == verified_browser("", secret) == ""
+
+
+def test_an_address_gathering_cookies_cannot_fill_the_queue():
+    """Past max_waiting_per_address an address is refused (429) whatever cookies its requests carry, and
+    another address still gets in line."""
+
+    async def scenario():
+        gate = PassGate(1, max_waiting=64, max_waiting_per_client=4, max_wait_seconds=10, max_waiting_per_address=8)
+        release = asyncio.Event()
+
+        async def request(client):
+            async with gate.admit(client):
+                await release.wait()
+
+        running = asyncio.create_task(request(Client("10.0.0.9", "first")))
+        await asyncio.sleep(0.01)
+        waiting = [asyncio.create_task(request(Client("10.0.0.9", f"cookie{n}"))) for n in range(8)]
+        await asyncio.sleep(0.01)
+        with pytest.raises(TooManyWaiting, match="this address already has 8 requests waiting"):
+            async with gate.admit(Client("10.0.0.9", "cookie-new")):
+                pass
+        other = asyncio.create_task(request(Client("10.0.0.7")))
+        await asyncio.sleep(0.01)
+        assert gate.waiting == 9
+        release.set()
+        await asyncio.gather(running, *waiting, other)
+        assert gate.waiting == 0 and gate.running == 0
+
+    run_async(scenario())
 
 
 def start(env: dict[str, str], command=("-m", "app")) -> subprocess.CompletedProcess:

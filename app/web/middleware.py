@@ -7,10 +7,15 @@ Settings are read from the app's state, which the lifespan fills: building the a
 setting fails at start-up, in one line, however the server is started."""
 
 import asyncio
+import base64
+import hashlib
+import hmac
 import ipaddress
 import json
 import logging
 import secrets
+
+from starlette.requests import cookie_parser
 
 from app.serving.server import STREAM_EXTENSION, is_trusted
 
@@ -152,17 +157,37 @@ class OneLineStartupFailure:
             raise
 
 
+def signature(browser: str, secret: bytes) -> str:
+    return base64.urlsafe_b64encode(hmac.digest(secret, browser.encode(), hashlib.sha256)[:18]).decode()
+
+
+def verified_browser(cookie: str, secret: bytes) -> str:
+    """The browser a `lab_client` cookie names, if the lab signed it; "" otherwise."""
+    browser, _, mac = cookie.partition(".")
+    return browser if browser and hmac.compare_digest(mac, signature(browser, secret)) else ""
+
+
 class ClientCookie:
-    """Gives a browser without one a random `lab_client` cookie: learners behind one address (a school's
-    NAT, the lab's own proxy) then take separate turns at the model."""
+    """Gives a browser without a valid one a `lab_client` cookie, signed with the lab's secret (kept in the run
+    store, so that every worker and replica, and the lab after a restart, verifies it): learners behind one
+    address (a school's NAT, the lab's own proxy) then take separate turns at the model. A cookie that does
+    not verify (one a client made up) is replaced, and its request counts as one without a cookie. The
+    browser it names is scope["lab_client"] ("" for none), which app.web.deps reads."""
 
     def __init__(self, app):
         self.app = app
 
     async def __call__(self, scope, receive, send):
-        if scope["type"] != "http" or f"{CLIENT_COOKIE}=".encode() in dict(scope["headers"]).get(b"cookie", b""):
+        if scope["type"] != "http":
             return await self.app(scope, receive, send)
-        cookie = f"{CLIENT_COOKIE}={secrets.token_urlsafe(12)}; Path=/; Max-Age=31536000; HttpOnly; SameSite=Strict"
+        secret = scope["app"].state.secret
+        sent = cookie_parser(dict(scope["headers"]).get(b"cookie", b"").decode("latin-1")).get(CLIENT_COOKIE, "")
+        scope["lab_client"] = verified_browser(sent, secret)
+        if scope["lab_client"]:
+            return await self.app(scope, receive, send)
+        browser = secrets.token_urlsafe(12)
+        value = f"{browser}.{signature(browser, secret)}"
+        cookie = f"{CLIENT_COOKIE}={value}; Path=/; Max-Age=31536000; HttpOnly; SameSite=Strict"
 
         async def with_cookie(message):
             if message["type"] == "http.response.start":
