@@ -10,7 +10,7 @@ import uvicorn
 from app.engine.model import ModelLoadError, load_model
 from app.engine.threads import one_core_elsewhere
 from app.main import create_app
-from app.serving.memory import keep_freed_memory
+from app.serving.memory import check_memory, keep_freed_memory
 from app.serving.server import connections, server_options
 from app.serving.specs import StoreError, open_spec_store
 from app.settings import ENV_PREFIX, SettingsError, get_settings
@@ -19,6 +19,7 @@ from app.settings import ENV_PREFIX, SettingsError, get_settings
 def checked_settings():
     try:
         settings = get_settings()
+        check_memory(settings)
     except SettingsError as error:
         sys.exit(f"attention-lab: {error}")
     return settings

@@ -35,7 +35,7 @@ from app.engine.runs import InvalidInput, OutOfRange, PassFailed, TextTooLong
 from app.engine.threads import one_core_elsewhere
 from app.serving.gate import Busy, PassGate, TooManyWaiting
 from app.serving.lab import Lab, RunNotFound
-from app.serving.memory import keep_freed_memory, reserve
+from app.serving.memory import check_memory, keep_freed_memory, reserve, reserve_size
 from app.serving.server import check_protocol
 from app.serving.specs import REDIS_SCHEMES, SpecStore, StoreError, open_spec_store
 from app.settings import Settings, SettingsError, get_settings
@@ -63,6 +63,7 @@ def create_app(model: LoadedModel | None = None, specs: SpecStore | None = None)
     async def lifespan(app: FastAPI):
         check_protocol()
         settings = app.state.settings = get_settings()
+        check_memory(settings)
         keep_freed_memory()
         all_threads_back = one_core_elsewhere()
         loaded = model or load_model(settings.model_path)
@@ -100,13 +101,16 @@ def create_app(model: LoadedModel | None = None, specs: SpecStore | None = None)
             log.warning("%s", classes.unavailable)
         else:
             classes.start()
-        if reserved := min(settings.reserve_bytes, settings.max_store_bytes):
+        if reserved := reserve_size(settings):
             reserving = time.perf_counter()
             reserve(reserved)
             log.info(
-                "Kept %.2f GiB free for runs in %.1f s (ATTENTION_LAB_RESERVE_BYTES; 0 turns this off)",
+                "Kept %.2f GiB free for runs in %.1f s (ATTENTION_LAB_RESERVE_BYTES%s; 0 turns this off)",
                 reserved / 1024**3,
                 time.perf_counter() - reserving,
+                ""
+                if reserved == min(settings.reserve_bytes, settings.max_store_bytes)
+                else " lowered to half the memory this machine had available",
             )
         yield
         await classes.close()

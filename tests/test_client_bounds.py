@@ -14,6 +14,8 @@ import httpx
 import pytest
 
 from app.serving.gate import Client, PassGate, TooManyWaiting
+from app.serving.memory import reserve_size
+from app.settings import GIB, Settings
 from app.web.middleware import signature, verified_browser
 from tests.class_client import device, start_class
 from tests.conftest import LabProcess, free_port, run_async
@@ -277,3 +279,20 @@ def test_uvicorn_without_the_labs_protocol_refuses_to_start_in_one_line():
         "ERROR:    attention-lab: serve the lab with its own HTTP protocol, which bounds connections per client: "
         "uvicorn app.main:app --http app.serving.server:LabProtocol (or python -m app)"
     ]
+
+
+def test_memory_settings_past_the_machines_memory_stop_the_lab_in_one_line():
+    result = start({"ATTENTION_LAB_MAX_STORE_BYTES": str(1024 * GIB)})
+    assert result.returncode != 0
+    (line,) = result.stderr.strip().splitlines()
+    assert line.startswith(f"attention-lab: ATTENTION_LAB_MAX_STORE_BYTES={1024 * GIB} (1024.0 GiB) is more than ")
+    assert line.endswith(" GiB)") and "this machine's memory" in line
+
+
+def test_the_reserve_takes_at_most_half_of_what_the_machine_has_available():
+    settings = Settings(reserve_bytes=4 * GIB, max_store_bytes=8 * GIB)
+    assert reserve_size(settings, available=20 * GIB) == 4 * GIB
+    assert reserve_size(settings, available=2 * GIB) == 1 * GIB
+    assert (
+        reserve_size(Settings(reserve_bytes=4 * GIB, max_store_bytes=8 * GIB, workers=2), available=8 * GIB) == 2 * GIB
+    )
