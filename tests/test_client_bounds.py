@@ -209,17 +209,22 @@ def test_x_forwarded_for_counts_only_from_a_trusted_proxy(lab, small_lab):
 
 
 def test_a_cookie_the_lab_did_not_sign_is_replaced_and_counts_as_none(lab):
-    """A learner who joined without a cookie is bound to its address; a request under a made-up cookie is
-    that same browser (it gets its learner back, not a new one), and is given a signed cookie instead."""
+    """A browser holds at most 6 class streams; a device that has 6 without a cookie gets no seventh by
+    making a cookie up (it counts as none: the same browser), and is given a signed cookie instead."""
     code, _ = start_class(device("127.0.0.8"), lab.url)
-    joins = f"{lab.url}/api/classes/{code}/learners"
-    with device("127.0.0.9") as browser, device("127.0.0.9") as forger:
-        first = browser.post(joins, json={})
-        forged = forger.post(joins, json={}, headers={"Cookie": "lab_client=madeUpByMe.abcdefabcdefabcdefabcdef"})
-    assert first.status_code == forged.status_code == 201
-    assert forged.json() == {"learner": first.json()["learner"], "rejoined": True}
+    events = f"/api/classes/{code}/events"
+
+    async def streams() -> list[int]:
+        held = [await stream(lab.port, "127.0.0.9", events) for _ in range(6)]
+        held.append(await stream(lab.port, "127.0.0.9", events, cookie="madeUpByMe12345"))
+        for one in held:
+            one.close()
+        return [one.status for one in held]
+
+    assert in_a_loop(streams()) == [200] * 6 + [429]
+    forged = httpx.get(f"{lab.url}/api/health", headers={"Cookie": "lab_client=madeUpByMe12345"})
     signed = forged.cookies["lab_client"]
-    assert signed != "madeUpByMe.abcdefabcdefabcdefabcdef"
+    assert signed != "madeUpByMe12345"
     again = httpx.get(f"{lab.url}/api/health", headers={"Cookie": f"lab_client={signed}"})
     assert "set-cookie" not in again.headers  # a signed cookie is kept
 
