@@ -1,5 +1,6 @@
 // The whole model at a glance: one small picture per (block, head), drawn straight onto canvases.
 
+import { blankNote } from "./blind.js";
 import { sequential } from "./colors.js";
 import { count, el } from "./format.js";
 import { sinkNames, viewMatrix } from "./matrix.js";
@@ -143,6 +144,7 @@ export const gridView = {
   follows: ["run", "scale", "sinks", "segments", "measure"],
   moves: ["layer", "head"],
   shown: (state) => state.panel === "grid",
+  blank: blankNote("grid"),
   load: (state, lab) => lab.numbers().overview(state.measure),
   render(state, overview, lab) {
     const { run } = state;
