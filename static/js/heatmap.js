@@ -394,6 +394,8 @@ export class Heatmap {
     const context = this.canvas.getContext("2d");
     context.clearRect(0, 0, this.canvas.width, this.canvas.height);
     this.colorbar.replaceChildren();
+    this.yLabels.replaceChildren(); // the run may change before the reveal: no labels of another input
+    this.xLabels.replaceChildren();
     for (const node of [this.outline, this.cursorBox, this.tooltip, this.sinkColumn, this.sinkLabel, this.answerBox]) node.hidden = true;
     this.extraOutlines.replaceChildren();
     this.container.dataset.selectedRow = "";
