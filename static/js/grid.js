@@ -44,7 +44,8 @@ export function renderGrid(container, { overview, tokens, view, onOpen }) {
       );
     }
   }
-  const header = [el("span"), ...Array.from({ length: heads }, (_, head) => el("span", { class: "grid-label" }, `head ${head}`))];
+  // The heads by number under one "head", so that twelve columns keep their labels in large type.
+  const header = [el("span", { class: "grid-label" }, "head"), ...Array.from({ length: heads }, (_, head) => el("span", { class: "grid-label", title: `head ${head}` }, String(head)))];
   container.style.setProperty("--heads", String(heads));
   container.replaceChildren(...header, ...cells);
   container.onclick = (event) => {

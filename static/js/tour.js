@@ -247,8 +247,13 @@ function scrollToPart(step) {
 }
 
 function highlight(step) {
-  for (const node of document.querySelectorAll(".tour-focus")) node.classList.remove("tour-focus");
-  if (step !== null) outlined(step).classList.add("tour-focus");
+  for (const node of document.querySelectorAll(".tour-focus")) {
+    node.classList.remove("tour-focus");
+    delete node.dataset.tourTarget;
+  }
+  if (step === null) return;
+  outlined(step).classList.add("tour-focus");
+  outlined(step).dataset.tourTarget = STEPS[step - 1].target; // the view it outlines
 }
 
 function go(lab, step) {
