@@ -297,6 +297,13 @@ def test_peer_instruction_blind_votes_two_rounds_and_a_reveal_for_each_kind(brow
         counted(teacher, 9)
         for who, page in [("teacher", teacher), *((f"learner {i}", page) for i, page in enumerate(learners))]:
             assert_blind(page, value, f"{who}, round 2 open")
+        # A learner who explores alone is blind as well, whatever it looks at.
+        alone = learners[2]
+        alone.click("#class-follow")
+        alone.select_option("#head", "0")
+        alone.locator('#tokens .token[data-index="3"]').click()
+        assert_blind(alone, value, "a learner exploring alone")
+        alone.click("#class-follow")
         viewport_shot(learners[0], "class-learner-phone-blind")
         # Reveal: the answer is NumPy's argmax of the float32 row, with its value; every page sees again.
         teacher.click("#class-reveal")

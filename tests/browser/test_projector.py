@@ -3,11 +3,12 @@ and closes again; in presentation mode at 1280×720 no visible text is under 18 
 token chips under 16), and a question's votes take at least a third of the stage; the tour never cuts its own
 text and never hides what it explains."""
 
+import httpx
 import pytest
 from playwright.sync_api import expect
 
 from tests.browser.conftest import wait_until
-from tests.browser.test_classroom import counted, end_class, ready, start_class, viewport_shot, vote_on
+from tests.browser.test_classroom import Learners, counted, end_class, ready, start_class, viewport_shot, vote_on
 from tests.browser.test_stage import CANVAS, lab_page, off_screen, open_stage, overlap, rounded, settle
 
 pytestmark = pytest.mark.slow
@@ -111,7 +112,12 @@ def test_present_mode_at_1280x720_is_read_from_the_back_of_the_room(browser, ser
             page.click("#class-ask")
             phone.wait_for_selector("#class-question .choices button")
             vote_on(phone, "river")
-            counted(page, 1)
+            # Eight more learners on their own devices: a histogram with some spread, as a class votes.
+            others = Learners(server, started["code"], 8)
+            question = httpx.get(f"{server}/api/classes/{started['code']}").json()["question"]["id"]
+            others.vote(question, 1, [8, 8, 0, 0, 0, 11, 6, 4])  # river, [CLS], bank #11, of, the #4
+            others.close()
+            counted(page, 9)
             assert page.evaluate(TYPE) == [], "a question open"
             page.click("#class-show")
             wait_until(page, "document.getElementById('class-stage').dataset.phase === 'shown'")
@@ -126,8 +132,15 @@ def test_present_mode_at_1280x720_is_read_from_the_back_of_the_room(browser, ser
                 }"""
             )
             assert shares >= 1 / 3, f"the votes take {shares:.0%} of the stage"
-            expect(page.locator("#class-stage .tally-label")).to_have_text(["river"])
-            viewport_shot(page, "class-votes-present-1280x720")
+            expect(page.locator("#class-stage .tally-label")).to_have_text(
+                ["[CLS]", "the #4", "of", "river", "bank #11"]
+            )
+            wait_until(page, "document.getElementById('class-presence').dataset.learners === '9'")
+            page.click("#class-fold")  # projected: the panel folds to a strip, the votes take the stage
+            expect(page.locator("#class-body")).to_be_hidden()
+            assert page.evaluate(TYPE) == [], "the panel folded"
+            viewport_shot(page, "class-votes-present-1280x720")  # the README's picture
+            page.click("#class-fold")
             page.click("#class-reveal")
             wait_until(page, "document.getElementById('class-stage').hidden")
             assert page.evaluate(TYPE) == [], "revealed"
