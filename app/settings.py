@@ -87,7 +87,7 @@ class Settings(BaseSettings):
     max_learners_per_class: Annotated[int, between(1, 5_000)] = 500
     class_actions_per_second: Annotated[float, between(1, 1_000)] = 20.0
     # A class ends when its teacher has had no page of it open (and made no move) for this long.
-    class_teacher_away_seconds: Annotated[float, between(5, 86_400)] = 600.0
+    class_teacher_away_seconds: Annotated[float, between(2, 86_400)] = 600.0
     # Per client, so that one device cannot take the class mode from the others (app.classroom.classes): an
     # address runs at most max_classes_per_client classes at once and starts at most class_starts_per_hour
     # an hour; it adds at most class_joins_per_minute new learners a minute (a class behind one NAT joins

@@ -223,8 +223,10 @@ class Classes:
         )
         if found is not None:
             await self.backend.hdel(f"lab:class-owner:{json.loads(found)['owner']}", code)
-        self._locks.pop(code, None)
-        self._kept_alive.pop(code, None)
+        for held in (self._locks, self._kept_alive, self._presence):
+            held.pop(code, None)
+        self._presence_due.discard(code)
+        self._votes_due.discard(code)
         await self._publish(code, "ended", EndEvent(reason=reason))
 
     async def _record(self, code: str) -> dict:
@@ -274,7 +276,9 @@ class Classes:
     def _lock(self, code: str) -> asyncio.Lock:
         return self._locks.setdefault(code, asyncio.Lock())
 
-    async def ask(self, code: str, question: Question, view: dict, step: dict | None, text: str | None) -> dict:
+    async def ask(
+        self, code: str, question: Question, view: dict, step: dict | None, text: str | None
+    ) -> QuestionState:
         """A new question, its first round open. The one before stays in the class's record (for the CSV)."""
         async with self._lock(code):
             ttl = await self._ttl(code)
@@ -324,7 +328,7 @@ class Classes:
         votes = await self.backend.hgetall(self._key(code, f"votes-{record['round']}:{record['id']}"))
         record["tallies"].append(tally(votes))
 
-    async def show_votes(self, code: str) -> dict:
+    async def show_votes(self, code: str) -> QuestionState:
         """The open round closes and its histogram goes to every screen, without the answer."""
         async with self._lock(code):
             record = await self._current(code)
@@ -335,7 +339,7 @@ class Classes:
             await self._save(code, record, await self._ttl(code))
             return await self._announce(code, record)
 
-    async def again(self, code: str) -> dict:
+    async def again(self, code: str) -> QuestionState:
         """Round 2 of the same question, after the class has seen round 1's votes (and talked)."""
         async with self._lock(code):
             record = await self._current(code)
@@ -347,7 +351,7 @@ class Classes:
             await self.backend.set(self._key(code, "open"), f"{record['id']}:2", ttl)
             return await self._announce(code, record)
 
-    async def reveal(self, code: str) -> dict:
+    async def reveal(self, code: str) -> QuestionState:
         """The answer, its value, each round's tally and share right; every learner's score counts it."""
         async with self._lock(code):
             record = await self._current(code)
@@ -380,7 +384,7 @@ class Classes:
             await self._save(code, record, ttl)
             return await self._announce(code, record)
 
-    async def _announce(self, code: str, record: dict) -> dict:
+    async def _announce(self, code: str, record: dict) -> QuestionState:
         state = await self._public(code, record)
         await self._publish(code, "question", QuestionEvent(question=state))
         return state
@@ -609,7 +613,7 @@ class Classes:
         teacher = secret is not None
         if teacher and not self.is_teacher(record, secret):
             raise NotTheTeacher()
-        async with self.streams.open(code, client.address, browser_of(client), teacher) as stream:
+        async with self.streams.open(code, client.address, browser_of(client)) as stream:
             if teacher:
                 await self.keep_alive(code, record)
             snapshot = await self.snapshot(code)  # after the stream is open: nothing falls between the two
@@ -619,8 +623,12 @@ class Classes:
                 yield self._events(code, stream, teacher, snapshot)
             finally:
                 if not teacher:
+                    # Counted out even when the stream is cancelled (its client left, the server stops); a
+                    # store that is down meanwhile costs the count, not a traceback.
+                    leaving = asyncio.ensure_future(self._connected(code, -1))
+                    leaving.add_done_callback(lambda done: done.cancelled() or done.exception())
                     with suppress(StoreDown, ClassNotFound):
-                        await asyncio.shield(self._connected(code, -1))
+                        await asyncio.shield(leaving)
 
     async def _events(self, code: str, stream, teacher: bool, snapshot: ClassSnapshot):
         yield "snapshot", snapshot.model_dump(mode="json")
@@ -667,9 +675,15 @@ class Classes:
                 self.backend.sweep()
 
     async def _quietly(self, work) -> None:
-        """The store may be down for a moment: the subscription's watch says so once, not every tick."""
-        with suppress(StoreDown, ClassNotFound):
+        """One class's coalesced events or end, without stopping the others': a store down for a moment
+        (the subscription's watch says so once, not every tick), or a class that ended meanwhile, is
+        expected; anything else is logged and the ticks go on."""
+        try:
             await work
+        except (StoreDown, ClassNotFound, WrongPhase):
+            pass
+        except Exception:
+            log.exception("A class's coalesced events failed")
 
     async def _send_votes(self, code: str) -> None:
         if not await self.backend.set_nx(self._key(code, "votes-sent"), "1", VOTES_SECONDS):

@@ -1,9 +1,8 @@
 """The class mode's HTTP API: start and end a class, move it (the teacher, with the class's secret), ask
 it questions in rounds, join and follow it (learners, over Server-Sent Events), vote. The class logic is
 in app.classroom.classes; a question's choices and answer come from the run's numbers
-(app.engine.questions), computed in a thread."""
+(app.engine.questions), computed in the thread pool the attention endpoint's measures use."""
 
-import asyncio
 import io
 import ipaddress
 import json
@@ -13,6 +12,7 @@ from typing import Annotated
 import segno
 from fastapi import APIRouter, Cookie, Depends, Header, Request, Response
 from fastapi.responses import StreamingResponse
+from starlette.concurrency import run_in_threadpool
 from starlette.types import Receive, Scope, Send
 
 from app.classroom.classes import Classes, ClassModeOff
@@ -139,11 +139,11 @@ async def ask(
         view = questions.View(
             body.layer, body.head, tuple(body.heads), body.block_mean, body.measure, body.sinks, body.segments
         )
-        question = await asyncio.to_thread(questions.attends, run, engine.loaded.model, view, body.token)
+        question = await run_in_threadpool(questions.attends, run, engine.loaded.model, view, body.token)
     elif isinstance(body, HeadAsk):
-        question = await asyncio.to_thread(questions.head, run, body.layer, body.pattern)
+        question = await run_in_threadpool(questions.head, run, body.layer, body.pattern)
     else:
-        question = await asyncio.to_thread(questions.next_token, run, engine.pieces, body.token)
+        question = await run_in_threadpool(questions.next_token, run, engine.pieces, body.token)
     view = body.model_dump(exclude={"kind", "step", "text"})
     step = body.step.model_dump() if body.step else None
     return await classes.ask(code, question, view, step, body.text)

@@ -48,8 +48,6 @@ class End:
 
 @dataclass(eq=False)
 class Stream:
-    code: str
-    teacher: bool
     queue: asyncio.Queue = field(default_factory=lambda: asyncio.Queue(QUEUE_BOUND + 1))  # room for the End
 
     def put(self, item) -> None:
@@ -60,7 +58,7 @@ class Stream:
         self.queue.put_nowait(item)
 
     async def next(self, timeout: float):
-        """The next (kind, data) event or End; None after `timeout` seconds with nothing to send."""
+        """The next message (the JSON of an event) or End; None after `timeout` seconds with nothing to send."""
         try:
             return await asyncio.wait_for(self.queue.get(), timeout)
         except TimeoutError:
@@ -113,6 +111,9 @@ class Streams:
                 if problem is None:  # one line per outage, not one per attempt
                     log.warning("Class events: %s; renewing the subscription, open class streams reconnect", error)
                 problem = error
+            except Exception as error:  # never left without a subscription, whatever broke it
+                log.exception("Class events: the subscription failed; renewing it")
+                problem = error
             self._ready.clear()
             self.end_all(End(None, "the class events were interrupted"))
             await asyncio.sleep(wait)
@@ -140,7 +141,7 @@ class Streams:
         await self.backend.publish(CHANNEL + code, message)
 
     @asynccontextmanager
-    async def open(self, code: str, address: str, browser: str, teacher: bool) -> AsyncIterator[Stream]:
+    async def open(self, code: str, address: str, browser: str) -> AsyncIterator[Stream]:
         """A stream of the class's events from now on, once this client may hold one more."""
         if self.stopping.is_set():
             raise EventsDown("this server is stopping: try again in a moment")
@@ -151,7 +152,7 @@ class Streams:
         # Counted before the first wait, so that streams opened at the same moment cannot all pass the check.
         self._browsers[address, browser] = self._browsers.get((address, browser), 0) + 1
         self._addresses[address] = self._addresses.get(address, 0) + 1
-        stream = Stream(code, teacher)
+        stream = Stream()
         try:
             try:
                 await asyncio.wait_for(self._ready.wait(), READY_SECONDS)
