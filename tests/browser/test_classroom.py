@@ -479,13 +479,26 @@ def test_a_lesson_plan_is_saved_opened_from_its_link_and_played(browser, server,
         assert rows == [("1", "Which bank?", "river"), ("2", "A sink", "head 7")]
 
 
-def test_the_sample_lesson_is_served_and_reads_as_a_plan(api):
+def test_the_sample_lesson_is_served_and_its_answers_are_the_readmes(api, server):
+    """The sample plan as the README tells it: each step's answer, from NumPy on the API's float32 weights."""
     plan = api.get("/static/lessons/sample.json").json()
-    assert plan["format"] == "attention-lab lesson plan" and len(plan["steps"]) >= 3
-    kinds = [(step["question"] or {}).get("kind") for step in plan["steps"]]
-    patterns = [(step["question"] or {}).get("pattern") for step in plan["steps"]]
-    assert "attends" in kinds and "cls" in patterns and "previous" in patterns
-    assert any("bank" in step["view"]["text"] and "river" in step["view"]["text"] for step in plan["steps"])
+    assert plan["format"] == "attention-lab lesson plan"
+    found = []
+    for step in plan["steps"]:
+        view, question = step["view"], step["question"]
+        run = api.post("/api/analyze", json={"text": view["text"]}).json()
+        weights = float32_attention(server, run["run_id"])
+        texts = [token["text"] for token in run["tokens"]]
+        if question["kind"] == "attends":
+            key, value = attends_answer(weights, view["token"], view["layer"], [view["head"]])
+            found.append((texts[view["token"]], texts[key], round(value, 2)))
+        elif question["pattern"] == "previous":
+            head, share = previous_token_head(weights, view["layer"])
+            found.append(("previous", head, round(100 * share)))
+        else:  # the first token's share: the [CLS] sink
+            shares = weights[view["layer"], :, :, 0].astype(np.float64).mean(axis=1)
+            found.append(("cls", int(np.argmax(shares)), round(100 * float(shares.max()))))
+    assert found == [("bank", "river", 0.66), ("bank", "account", 0.83), ("cls", 7, 86), ("previous", 2, 100)]
 
 
 # --- a phone that follows ----------------------------------------------------------------------------------------
