@@ -362,8 +362,10 @@ def test_peer_instruction_blind_votes_two_rounds_and_a_reveal_for_each_kind(brow
         expect(teacher.locator("#class-phase")).to_contain_text(f"“head {head}”, share {share:.4f}")
 
         # The answers' CSV: every learner's two votes on the first question, one row per learner per question.
-        teacher.locator("#class-csv").click()
+        with teacher.expect_download() as download:  # the panel's button: the server's CSV, as a file
+            teacher.locator("#class-csv").click()
         rows = answers_csv(teacher_lab, started)
+        assert list(csv.DictReader(io.StringIO(download.value.path().read_text()))) == rows
         first_rows = [row for row in rows if row["question id"] == question["id"]]
         votes = zip(round1 + others_round1, round2 + others_round2, strict=True)
         assert sorted((row["round 1"], row["round 2"]) for row in first_rows) == sorted(votes)

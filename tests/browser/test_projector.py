@@ -191,7 +191,7 @@ def test_the_tour_never_cuts_its_text_nor_hides_what_it_explains(browser, server
             settle(page, ["#tour", CANVAS, ".tour-focus"])
             if step in PARTS:
                 wait_until(page, f"document.querySelector('{PARTS[step]}')")
-                settle(page, ["#tour", ".tour-focus", PARTS[step]])
+                settle(page, ["#tour", CANVAS, ".tour-focus", PARTS[step]])
             seen = page.evaluate(TOUR, PARTS.get(step))
             label = f"{width}×{height}{' present' if present else ''} step {step}"
             if seen["cut"] or seen["scrolls"]:
