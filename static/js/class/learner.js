@@ -67,6 +67,14 @@ export async function initLearner(lab, code) {
     }
     ask();
   };
+  // The score once per revealed question (a learner's actions are counted by the server: no more than needed).
+  const scores = new Map();
+  const scoreAfter = (id) => {
+    if (!scores.has(id)) {
+      scores.set(id, score(code, learner).catch(() => scores.delete(id) && null)); // asked again next time
+    }
+    return scores.get(id);
+  };
   // The question box: the choices while a round is open, the learner's own votes, the answer once revealed.
   const ask = async () => {
     const box = $("class-question");
@@ -106,9 +114,10 @@ export async function initLearner(lab, code) {
       const line = el("p", { dataset: { field: "reveal", answer: String(question.answer.choice) } }, `${answerLine(question)} Round 1: ${right(1)}.${question.votes.length > 1 ? ` Round 2: ${right(2)}.` : ""}`);
       parts.push(line);
       const shownFor = question.id;
-      const { right: count, asked } = await score(code, learner).catch(() => ({ right: null, asked: null }));
-      if (question?.id !== shownFor || count === null) return box.replaceChildren(...parts);
-      parts.push(el("p", { dataset: { field: "score", right: String(count), asked: String(asked) } }, `Your score: ${count} of ${asked}.`));
+      box.replaceChildren(...parts);
+      const mark = await scoreAfter(shownFor);
+      if (question?.id !== shownFor || mark === null) return;
+      parts.push(el("p", { dataset: { field: "score", right: String(mark.right), asked: String(mark.asked) } }, `Your score: ${mark.right} of ${mark.asked}.`));
     }
     box.replaceChildren(...parts);
   };
@@ -124,8 +133,7 @@ export async function initLearner(lab, code) {
       ask();
     },
     votes: (next) => {
-      question = next;
-      if (next.phase !== "open") ask();
+      question = next; // counts only, shown on the stage: the box (and a choice being tapped) stays
     },
     ended: () => {
       status.textContent = `Class ${code} has ended: the lab is yours to explore.`;

@@ -20,6 +20,7 @@ export function initTeacher(lab) {
   let taught = JSON.parse(sessionStorage.getItem(TEACHER_KEY) ?? "null");
   let feed = null;
   let question = null;
+  let phaseShown = null; // the question's id and phase last drawn: a new phase is scrolled into the panel's sight
 
   const openPanel = (open) => {
     panel.hidden = !open;
@@ -48,7 +49,10 @@ export function initTeacher(lab) {
     $("class-again").disabled = !(phase === "shown" && question.round === 1);
     $("class-reveal").disabled = !(phase === "open" || phase === "shown");
     $("class-csv").disabled = !live;
+    const before = phaseShown;
+    phaseShown = question ? `${question.id}:${question.phase}:${question.round}` : null;
     showQuestion(question, lab);
+    if (question && phaseShown !== before) reveal(panel, $("class-phase"));
   };
 
   const act = (action) => async () => {
@@ -173,6 +177,12 @@ function showQuestion(question, lab) {
   // The question and its votes are on the stage; the panel says where it stands.
   phase.textContent = `${phaseLine(question)} The stage stays blind until Reveal.`;
   tally.replaceChildren();
+}
+
+// Scrolls the panel (never the page) to a part of it: the question's new phase at the top, what follows
+// (the rounds, once revealed) under it.
+function reveal(panel, part) {
+  panel.scrollTop += part.getBoundingClientRect().top - panel.getBoundingClientRect().top - 8;
 }
 
 function button(label, action) {
