@@ -11,11 +11,11 @@ const PLAN_KEY = "attention-lab-plan"; // sessionStorage: the plan this tab hold
 const SAMPLE = new URL("../../lessons/sample.json", import.meta.url);
 const QUESTIONS = {
   "": "no question",
-  attends: "Which token does the selected token attend to most?",
-  "head:previous": "Which head of this block attends to the previous token most?",
-  "head:cls": "Which head of this block attends to the first special token most?",
-  "head:period": "Which head of this block attends to the period most?",
-  next_token: "What is the next token?",
+  attends: "Token it attends to most",
+  "head:previous": "Head: the previous token",
+  "head:cls": "Head: the first special token",
+  "head:period": "Head: the period",
+  next_token: "Next token",
 };
 
 function questionOf(choice) {
@@ -92,7 +92,7 @@ export function initPlanner(lab, teacher) {
     next.textContent = at < 0 ? "Start" : "Next step";
     steps.replaceChildren(
       ...plan.steps.map((item, index) => {
-        const go = el("button", { type: "button", class: "plan-go", "aria-current": index === at ? "step" : "false" }, `${index + 1}. ${item.title}${item.question ? " ?" : ""}`);
+        const go = el("button", { type: "button", class: "plan-go", "aria-current": index === at ? "step" : "false" }, `${index + 1}. ${item.title}${item.question ? " · asks" : ""}`);
         go.addEventListener("click", () => play(index));
         const move = (label, name, action) => {
           const node = el("button", { type: "button", "aria-label": `${name} step ${index + 1}`, title: name }, label);
