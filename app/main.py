@@ -14,8 +14,22 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette_compress import CompressMiddleware
 
 from app.classroom import routes as classroom
-from app.classroom.backends import MemoryBackend, RedisBackend
-from app.classroom.classes import Classes, ClassLimit, ClassLimits, ClassNotFound, NotTheTeacher, UnknownLearner
+from app.classroom.backends import MemoryBackend, RedisBackend, StoreDown
+from app.classroom.classes import (
+    BadChoice,
+    Classes,
+    ClassLimit,
+    ClassLimits,
+    ClassModeOff,
+    ClassNotFound,
+    NotTheTeacher,
+    NotYourLearner,
+    UnknownLearner,
+    ViewTooLarge,
+    WrongPhase,
+    not_shared,
+)
+from app.classroom.streams import TooManyStreams
 from app.engine.model import LoadedModel, ModelLoadError, load_model
 from app.engine.runs import InvalidInput, OutOfRange, PassFailed, TextTooLong
 from app.engine.threads import one_core_elsewhere
@@ -23,7 +37,7 @@ from app.serving.gate import Busy, PassGate, TooManyWaiting
 from app.serving.lab import Lab, RunNotFound
 from app.serving.memory import keep_freed_memory, reserve
 from app.serving.specs import REDIS_SCHEMES, SpecStore, StoreError, open_spec_store
-from app.settings import SettingsError, get_settings
+from app.settings import Settings, SettingsError, get_settings
 from app.web import api, docs, pages
 from app.web.middleware import (
     BoundedSend,
@@ -68,14 +82,16 @@ def create_app(model: LoadedModel | None = None, specs: SpecStore | None = None)
             max_batch_runs=settings.max_batch_runs,
         )
         # A class lives where the run specs do when that is Redis (every worker sees it), else in this process.
-        backend = RedisBackend(settings.store) if settings.store.startswith(REDIS_SCHEMES) else MemoryBackend()
-        limits = ClassLimits(
-            settings.class_hours * 3600,
-            settings.max_classes,
-            settings.max_learners_per_class,
-            settings.class_actions_per_second,
+        backend = (
+            RedisBackend(settings.store, settings.store_timeout_seconds)
+            if settings.store.startswith(REDIS_SCHEMES)
+            else MemoryBackend()
         )
-        app.state.classes = Classes(backend, limits)
+        classes = app.state.classes = Classes(backend, class_limits(settings), not_shared(backend, settings.workers))
+        if classes.unavailable:
+            log.warning("%s", classes.unavailable)
+        else:
+            classes.start()
         if reserved := min(settings.reserve_bytes, settings.max_store_bytes):
             reserving = time.perf_counter()
             reserve(reserved)
@@ -85,7 +101,7 @@ def create_app(model: LoadedModel | None = None, specs: SpecStore | None = None)
                 time.perf_counter() - reserving,
             )
         yield
-        await backend.close()
+        await classes.close()
         store.close()
         app.state.lab.close()
         all_threads_back()
@@ -127,12 +143,35 @@ def create_app(model: LoadedModel | None = None, specs: SpecStore | None = None)
     app.add_exception_handler(ClassNotFound, _error(404))
     app.add_exception_handler(UnknownLearner, _error(404))
     app.add_exception_handler(NotTheTeacher, _error(403))
+    app.add_exception_handler(NotYourLearner, _error(403))
     app.add_exception_handler(ClassLimit, _error(429))
+    app.add_exception_handler(TooManyStreams, _error(429))
+    app.add_exception_handler(ViewTooLarge, _error(413))
+    app.add_exception_handler(WrongPhase, _error(409))
+    app.add_exception_handler(BadChoice, _error(422))
+    app.add_exception_handler(StoreDown, _error(503))
+    app.add_exception_handler(ClassModeOff, _error(503))
     app.add_exception_handler(PassFailed, _error(503))
     app.add_exception_handler(StoreError, _error(503))
     # Last resort: whatever else goes wrong answers as a clear 503 (the server still logs the traceback).
     app.add_exception_handler(Exception, unexpected)
     return app
+
+
+def class_limits(settings: Settings) -> ClassLimits:
+    return ClassLimits(
+        ttl_seconds=settings.class_hours * 3600,
+        max_classes=settings.max_classes,
+        max_learners=settings.max_learners_per_class,
+        actions_per_second=settings.class_actions_per_second,
+        classes_per_client=settings.max_classes_per_client,
+        starts_per_hour=settings.class_starts_per_hour,
+        joins_per_minute=settings.class_joins_per_minute,
+        learner_actions_per_second=settings.learner_actions_per_second,
+        teacher_away_seconds=settings.class_teacher_away_seconds,
+        streams_per_browser=settings.class_streams_per_browser,
+        streams_per_address=settings.class_streams_per_address,
+    )
 
 
 def _error(status: int):

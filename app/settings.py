@@ -86,6 +86,20 @@ class Settings(BaseSettings):
     max_classes: Annotated[int, between(1, 10_000)] = 100
     max_learners_per_class: Annotated[int, between(1, 5_000)] = 500
     class_actions_per_second: Annotated[float, between(1, 1_000)] = 20.0
+    # A class ends when its teacher has had no page of it open (and made no move) for this long.
+    class_teacher_away_seconds: Annotated[float, between(2, 86_400)] = 600.0
+    # Per client, so that one device cannot take the class mode from the others (app.classroom.classes): an
+    # address runs at most max_classes_per_client classes at once and starts at most class_starts_per_hour
+    # an hour; it adds at most class_joins_per_minute new learners a minute (a class behind one NAT joins
+    # from one address; a browser that joins again gets its learner back); a learner acts (votes, follows)
+    # at most learner_actions_per_second. A browser (its lab_client cookie) holds at most
+    # class_streams_per_browser event streams and an address class_streams_per_address, in each process.
+    max_classes_per_client: Annotated[int, between(1, 1_000)] = 3
+    class_starts_per_hour: Annotated[int, between(1, 10_000)] = 12
+    class_joins_per_minute: Annotated[int, between(1, 100_000)] = 60
+    learner_actions_per_second: Annotated[float, between(1, 1_000)] = 5.0
+    class_streams_per_browser: Annotated[int, between(1, 1_000)] = 6
+    class_streams_per_address: Annotated[int, between(1, 100_000)] = 600
     host: str = "127.0.0.1"
     port: Annotated[int, between(1, 65_535)] = 8000
     # Server processes `python -m app` starts; each loads its own copy of the model (about 0.5 GB).

@@ -1,7 +1,8 @@
-"""The class mode's HTTP API: start a class, move it (the teacher, with the class's secret), join and
-follow it (learners, over Server-Sent Events), and answer its questions."""
+"""The class mode's HTTP API: start and end a class, move it (the teacher, with the class's secret), ask
+it questions in rounds, join and follow it (learners, over Server-Sent Events), vote. The class logic is
+in app.classroom.classes; a question's choices and answer come from the run's numbers
+(app.engine.questions), computed in the thread pool the attention endpoint's measures use."""
 
-import asyncio
 import io
 import ipaddress
 import json
@@ -9,35 +10,46 @@ import socket
 from typing import Annotated
 
 import segno
-from fastapi import APIRouter, Depends, Header, Request, Response
+from fastapi import APIRouter, Cookie, Depends, Header, Request, Response
 from fastapi.responses import StreamingResponse
+from starlette.concurrency import run_in_threadpool
+from starlette.types import Receive, Scope, Send
 
-from app.classroom.classes import Classes
+from app.classroom.classes import Classes, ClassModeOff
 from app.classroom.schemas import (
-    Answer,
+    AttendsAsk,
     ClassSnapshot,
     ClassStarted,
     ClassView,
     Code,
+    HeadAsk,
     Join,
     Joined,
     LearnerState,
-    Question,
-    Reveal,
+    QuestionAsk,
+    QuestionState,
     Score,
-    Tally,
+    Vote,
+    VoteTaken,
 )
+from app.engine import questions
+from app.web.deps import ClientDep, LabDep
 
 router = APIRouter(prefix="/api/classes", tags=["class mode"])
-HEARTBEAT_SECONDS = 15  # a comment line now and then keeps proxies and phones from closing an idle stream
+TEACHER_COOKIE = "lab_class_teacher"  # the secret again, for the teacher's own event streams and CSV link
+RETRY_MS = 1000  # how soon a browser's EventSource reconnects after a stream ends
 
 
 async def get_classes(request: Request) -> Classes:
-    return request.app.state.classes
+    classes = request.app.state.classes
+    if classes.unavailable:
+        raise ClassModeOff(classes.unavailable)
+    return classes
 
 
 ClassesDep = Annotated[Classes, Depends(get_classes)]
 Secret = Annotated[str | None, Header(alias="X-Class-Secret")]
+TeacherCookie = Annotated[str | None, Cookie(alias=TEACHER_COOKIE)]
 
 
 def join_url(request: Request, code: str) -> tuple[str, bool]:
@@ -72,10 +84,26 @@ def network_address() -> str:
 
 
 @router.post("", response_model=ClassStarted, status_code=201)
-async def start(request: Request, classes: ClassesDep):
-    code, secret = await classes.start()
+async def start(request: Request, response: Response, classes: ClassesDep, client: ClientDep):
+    """A new class. Its secret also goes back as a cookie that only this class's event stream and answers
+    are sent: the teacher's own page opens its stream with it (an EventSource sends no header)."""
+    code, secret = await classes.start_class(client)
     url, reachable = join_url(request, code)
+    response.set_cookie(
+        TEACHER_COOKIE,
+        secret,
+        max_age=int(classes.limits.ttl_seconds),
+        path=f"/api/classes/{code}",
+        httponly=True,
+        samesite="strict",
+    )
     return {"code": code, "secret": secret, "join_url": url, "reachable": reachable}
+
+
+@router.delete("/{code}", status_code=204)
+async def end(code: Code, classes: ClassesDep, secret: Secret = None):
+    await classes.check_teacher(code, secret)
+    await classes.end(code, "the teacher ended the class")
 
 
 @router.get("/{code}", response_model=ClassSnapshot)
@@ -98,65 +126,109 @@ async def show(code: Code, body: ClassView, classes: ClassesDep, secret: Secret 
     await classes.show(code, body.view)
 
 
-@router.post("/{code}/question", status_code=204)
-async def ask(code: Code, body: Question, classes: ClassesDep, secret: Secret = None):
+@router.post("/{code}/question", response_model=QuestionState, status_code=201)
+async def ask(
+    code: Code, body: QuestionAsk, classes: ClassesDep, lab: LabDep, client: ClientDep, secret: Secret = None
+):
+    """A question about a run, its choices and answer computed here from the run's numbers; its first round
+    opens. Any question asked before is closed (and kept for the answers' CSV)."""
     await classes.check_teacher(code, secret)
-    await classes.ask(code, body.model_dump())
+    run = await lab.run(body.run_id, client)
+    engine = await lab.engine_for(run.spec.model)
+    if isinstance(body, AttendsAsk):
+        view = questions.View(
+            body.layer, body.head, tuple(body.heads), body.block_mean, body.measure, body.sinks, body.segments
+        )
+        question = await run_in_threadpool(questions.attends, run, engine.loaded.model, view, body.token)
+    elif isinstance(body, HeadAsk):
+        question = await run_in_threadpool(questions.head, run, body.layer, body.pattern)
+    else:
+        question = await run_in_threadpool(questions.next_token, run, engine.pieces, body.token)
+    view = body.model_dump(exclude={"kind", "step", "text"})
+    step = body.step.model_dump() if body.step else None
+    return await classes.ask(code, question, view, step, body.text)
 
 
-@router.post("/{code}/reveal", response_model=Tally)
-async def reveal(code: Code, body: Reveal, classes: ClassesDep, secret: Secret = None):
+@router.post("/{code}/question/show", response_model=QuestionState)
+async def show_votes(code: Code, classes: ClassesDep, secret: Secret = None):
     await classes.check_teacher(code, secret)
-    return await classes.reveal(code, body.answer, body.weight)
+    return await classes.show_votes(code)
 
 
-@router.post("/{code}/learners", response_model=Joined, status_code=201)
-async def join(code: Code, body: Join, classes: ClassesDep):
-    return {"learner": await classes.join(code, body.nickname)}
+@router.post("/{code}/question/again", response_model=QuestionState)
+async def again(code: Code, classes: ClassesDep, secret: Secret = None):
+    await classes.check_teacher(code, secret)
+    return await classes.again(code)
 
 
-@router.put("/{code}/learners/{learner}", status_code=204)
-async def update(code: Code, learner: str, body: LearnerState, classes: ClassesDep):
-    await classes.update(code, learner, body.following, body.nickname)
+@router.post("/{code}/question/reveal", response_model=QuestionState)
+async def reveal(code: Code, classes: ClassesDep, secret: Secret = None):
+    await classes.check_teacher(code, secret)
+    return await classes.reveal(code)
 
 
-@router.post("/{code}/learners/{learner}/answers", response_model=Tally)
-async def answer(code: Code, learner: str, body: Answer, classes: ClassesDep):
-    return {"tally": await classes.answer(code, learner, body.question, body.token)}
-
-
-@router.get("/{code}/learners/{learner}/score", response_model=Score)
-async def score(code: Code, learner: str, classes: ClassesDep):
-    return {"score": await classes.score(code, learner)}
-
-
-@router.get("/{code}/events", response_class=StreamingResponse, responses={200: {"content": {"text/event-stream": {}}}})
-async def events(code: Code, classes: ClassesDep):
-    """Server-Sent Events: first the class as it is ("snapshot"), then each change as it happens ("view",
-    "question", "tally", "reveal", "presence"). The browser's EventSource reconnects by itself, and gets a
-    fresh snapshot, so nothing is missed across a dropped connection."""
-    await classes.snapshot(code)  # 404 before the stream starts, for a class that does not exist
-
-    async def stream():
-        async with classes.events(code) as queue:
-            await classes.connected(code, +1)
-            try:
-                yield "retry: 2000\n\n"
-                yield message("snapshot", await classes.snapshot(code))
-                while True:
-                    try:
-                        event = json.loads(await asyncio.wait_for(queue.get(), HEARTBEAT_SECONDS))
-                    except TimeoutError:
-                        yield ": still here\n\n"
-                        continue
-                    yield message(event.pop("kind"), event)
-            finally:
-                await asyncio.shield(classes.connected(code, -1))
-
-    return StreamingResponse(
-        stream(), media_type="text/event-stream", headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"}
+@router.get("/{code}/answers.csv", response_class=Response, responses={200: {"content": {"text/csv": {}}}})
+async def answers(code: Code, classes: ClassesDep, secret: Secret = None, cookie: TeacherCookie = None):
+    """Every learner's votes per question, for the teacher: nicknames or "learner N", never an address."""
+    await classes.check_teacher(code, secret or cookie)
+    return Response(
+        await classes.answers_csv(code),
+        media_type="text/csv; charset=utf-8",
+        headers={"Content-Disposition": f'attachment; filename="class-{code}-answers.csv"'},
     )
 
 
-def message(kind: str, data: dict) -> str:
-    return f"event: {kind}\ndata: {json.dumps(data)}\n\n"
+@router.post("/{code}/learners", response_model=Joined, status_code=201)
+async def join(code: Code, body: Join, classes: ClassesDep, client: ClientDep):
+    learner, rejoined = await classes.join(code, client, body.nickname)
+    return {"learner": learner, "rejoined": rejoined}
+
+
+@router.put("/{code}/learners/{learner}", status_code=204)
+async def update(code: Code, learner: str, body: LearnerState, classes: ClassesDep, client: ClientDep):
+    await classes.update(code, learner, client, body.following, body.nickname)
+
+
+@router.put("/{code}/learners/{learner}/vote", response_model=VoteTaken)
+async def vote(code: Code, learner: str, body: Vote, classes: ClassesDep, client: ClientDep):
+    await classes.vote(code, learner, client, body.question, body.round, body.choice)
+    return body.model_dump()
+
+
+@router.get("/{code}/learners/{learner}/score", response_model=Score)
+async def score(code: Code, learner: str, classes: ClassesDep, client: ClientDep):
+    return await classes.score(code, learner, client)
+
+
+class EventStream(StreamingResponse):
+    """Server-Sent Events from a class's `follow`: the stream is opened when the response is sent, so
+    that a refusal (404, 403, 429, 503) is still an ordinary answer, and closed with the response
+    whichever way it ends."""
+
+    def __init__(self, following):
+        super().__init__(
+            iter(()), media_type="text/event-stream", headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"}
+        )
+        self.following = following
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        async with self.following as events:
+            self.body_iterator = sse(events)
+            await super().__call__(scope, receive, send)
+
+
+async def sse(events):
+    yield f"retry: {RETRY_MS}\n\n"
+    async for event in events:
+        yield ": still here\n\n" if event is None else f"event: {event[0]}\ndata: {json.dumps(event[1])}\n\n"
+
+
+@router.get("/{code}/events", response_class=StreamingResponse, responses={200: {"content": {"text/event-stream": {}}}})
+async def events(
+    code: Code, classes: ClassesDep, client: ClientDep, secret: Secret = None, cookie: TeacherCookie = None
+):
+    """Server-Sent Events: first the class as it is ("snapshot"), then each change ("view", "question",
+    "votes", "presence"), and last "ended" when the class ends or "closing" when this server stops. A
+    stream that ends without either (the store's events were interrupted) is reconnected by the browser,
+    which takes a fresh snapshot. The teacher's page is known by the class's secret (header or cookie)."""
+    return EventStream(classes.follow(code, client, secret or cookie))

@@ -1,10 +1,15 @@
-"""Requests and responses of the class mode's API."""
+"""Requests, responses and events of the class mode's API (docs: /work/coord/class-api.md's contract,
+README "A live class")."""
 
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from app.engine.measures import Measure
+from app.engine.questions import Pattern, Segments, Sinks
+
 Code = Annotated[str, Field(pattern=r"^[23456789A-Z]{6}$", description="The class's join code")]
+Phase = Literal["open", "shown", "revealed"]
 
 
 class Strict(BaseModel):
@@ -24,18 +29,102 @@ class ClassView(Strict):
     view: dict[str, Any]
 
 
-class Question(Strict):
-    text: str = Field(max_length=200, description="What the learners are asked, shown to them as it is")
-    layer: int = Field(ge=0)
-    head: int | str
+class Step(Strict):
+    """Where a question sits in a lesson plan: its step's place and title (the answers' CSV groups by it)."""
+
+    index: int = Field(ge=0, le=10_000)
+    title: str = Field("", max_length=200)
+
+
+class Ask(Strict):
+    run_id: str = Field(max_length=64, description="The run the question is about (its numbers give the answer)")
+    step: Step | None = None
+    text: str | None = Field(None, max_length=300, description="The question's wording; by default the server's")
+
+
+class AttendsAsk(Ask):
+    """Which token does token `token` attend to most in this view?"""
+
+    kind: Literal["attends"]
     token: int = Field(ge=0)
-    run_id: str = Field(max_length=64)
-    choices: list[str] = Field(max_length=512, description="The tokens a learner can pick, in order")
+    layer: int = Field(0, ge=0, description="Ignored under block_mean")
+    head: Annotated[int, Field(ge=0)] | Literal["mean"] = Field(
+        0, description='A head, or "mean" of `heads`; ALTI has one'
+    )
+    heads: list[Annotated[int, Field(ge=0)]] = Field([], max_length=1024)
+    block_mean: bool = False
+    measure: Measure = "weights"
+    sinks: Sinks = "show"
+    segments: Segments = "all"
 
 
-class Reveal(Strict):
-    answer: int = Field(ge=0, description="The token the question's token attends to most")
-    weight: float = Field(ge=0, le=1)
+class HeadAsk(Ask):
+    """Which head of block `layer` attends most to the pattern?"""
+
+    kind: Literal["head"]
+    layer: int = Field(ge=0)
+    pattern: Pattern
+
+
+class NextTokenAsk(Ask):
+    """Which token does the language-model head write after token `token`? (a model with an LM head)"""
+
+    kind: Literal["next_token"]
+    token: int = Field(ge=0)
+
+
+QuestionAsk = Annotated[AttendsAsk | HeadAsk | NextTokenAsk, Field(discriminator="kind")]
+
+
+class MeasureInfo(BaseModel):
+    key: str
+    symbol: str
+    name: str
+
+
+class Choice(BaseModel):
+    index: int
+    label: str = Field(description='A token\'s text, with its position where it repeats ("bank #2"), or "head 7"')
+    token: int | None = None
+    head: int | None = None
+
+
+class Answer(BaseModel):
+    choice: int
+    label: str
+    value: float = Field(description="The answer's exact number: its weight in the view, its share, its probability")
+
+
+class QuestionState(BaseModel):
+    """What every screen shows of a question: never the answer, nor a tally of a round still open."""
+
+    id: str
+    kind: Literal["attends", "head", "next_token"]
+    text: str
+    step: Step | None
+    view: dict[str, Any] = Field(description="What was asked about: the ask's fields but kind, step and text")
+    measure: MeasureInfo | None
+    choices: list[Choice]
+    phase: Phase
+    round: Literal[1, 2]
+    votes: list[int] = Field(description="Votes cast in each round so far")
+    tallies: list[dict[str, int]] = Field(description="Per closed round: votes by choice index (as text)")
+    answer: Answer | None = Field(description="Once revealed")
+    correct: list[float | None] | None = Field(
+        description="Once revealed: the share of each round's votes that were right (null: no votes, no round 2)"
+    )
+
+
+class Presence(BaseModel):
+    learners: int
+    following: int
+    connected: int = Field(description="Learners' event streams open now (the teacher's not counted)")
+
+
+class ClassSnapshot(Presence):
+    code: str
+    view: dict[str, Any] | None
+    question: QuestionState | None
 
 
 class Join(Strict):
@@ -44,6 +133,7 @@ class Join(Strict):
 
 class Joined(BaseModel):
     learner: str
+    rejoined: bool = Field(description="True when this browser had joined already: its learner is given back")
 
 
 class LearnerState(Strict):
@@ -51,24 +141,42 @@ class LearnerState(Strict):
     nickname: str = Field("", max_length=40)
 
 
-class Answer(Strict):
+class Vote(Strict):
     question: str = Field(max_length=16)
-    token: int = Field(ge=0, le=511)
+    round: Literal[1, 2]
+    choice: int = Field(description="The index of one of the question's choices")
 
 
-class Tally(BaseModel):
-    tally: dict[str, int] = Field(description="Learners per chosen token index")
+class VoteTaken(BaseModel):
+    question: str
+    round: int
+    choice: int
 
 
 class Score(BaseModel):
-    score: str = Field(description="right/asked over the questions revealed since the learner joined")
+    """Questions revealed since the learner joined, and how many it got right (its round-2 vote where it
+    voted in round 2, else its round-1 vote; a tie with the answer's value counts as right)."""
+
+    right: int
+    asked: int
 
 
-class ClassSnapshot(BaseModel):
-    code: str
-    view: dict[str, Any] | None
-    question: dict[str, Any] | None
-    tally: dict[str, int]
-    learners: int
-    following: int
-    connected: int
+# Events (Server-Sent Events' data), by event name.
+
+
+class ViewEvent(BaseModel):
+    view: dict[str, Any]
+
+
+class QuestionEvent(BaseModel):
+    question: QuestionState
+
+
+class VotesEvent(BaseModel):
+    question: str
+    round: int
+    votes: list[int]
+
+
+class EndEvent(BaseModel):
+    reason: str

@@ -1,6 +1,7 @@
 // The one place view state lives. Every change is mirrored into the URL, so a shared link opens the
 // same view; `run` holds the current run's data and `guesses` the predict-first answers (keyed by
-// run:layer:head:token); neither is part of the URL.
+// run:layer:head:token); neither is part of the URL, nor is `question` (a live class's question, as its
+// server sends it: blind.js).
 // A short view is a readable query (?text=…&layer=…). A long one (a long prompt) goes compressed into
 // the fragment (#z=…), which browsers do not send to the server: a 20,000-character prompt still makes
 // a link of a few kilobytes, under every server's limit on request lines.
@@ -13,12 +14,14 @@ const listeners = new Set();
 let headCount = 0; // the model's heads: a mean over all of them needs no "heads" in the URL
 let defaultModel = null; // a page of another model carries ?model= in its links
 let state = {};
+let linkLimits = null;
 
 // limits: {defaultModel, layers, heads, masks, poolings, tourSteps, lessons, panels, scales}, to refuse a URL that names a block, head,
 // tour step, lesson, panel or colour scale that does not exist.
 export async function initState(defaults, limits) {
   headCount = limits.heads;
   defaultModel = limits.defaultModel;
+  linkLimits = limits;
   state = { ...defaults, ...readView(await linkParams(), limits), run: null, guesses: new Map() };
   return state;
 }
@@ -89,7 +92,7 @@ let urlsWritten = 0;
 
 async function writeURL() {
   const ticket = ++urlsWritten;
-  const params = viewParams();
+  const params = viewParams(state);
   const query = params.toString();
   // Compressed as JSON pairs, not as the query: percent-encoding triples the bytes of non-Latin text.
   // The model stays in the query even then: the server renders the page for it.
@@ -100,7 +103,17 @@ async function writeURL() {
   if (ticket === urlsWritten) window.history.replaceState(null, "", `${window.location.pathname}${url}`);
 }
 
-function viewParams() {
+// A view as its link's parameters (a lesson plan's step keeps them), and such parameters read back as a
+// patch of the state, each checked as a link's would be.
+export function viewOf(view) {
+  return Object.fromEntries(viewParams(view));
+}
+
+export function readLink(params) {
+  return readView(new URLSearchParams(Object.entries(params).map(([key, value]) => [key, String(value)])), linkLimits);
+}
+
+function viewParams(state) {
   const params = new URLSearchParams();
   if (state.model !== defaultModel) params.set("model", state.model);
   params.set("text", state.text);
@@ -127,7 +140,7 @@ function viewParams() {
 }
 
 // deflate-raw, then base64url: the URL-safe alphabet, without padding.
-async function deflate(text) {
+export async function deflate(text) {
   const stream = new Blob([text]).stream().pipeThrough(new CompressionStream("deflate-raw"));
   const bytes = new Uint8Array(await new Response(stream).arrayBuffer());
   let binary = "";
@@ -137,7 +150,7 @@ async function deflate(text) {
   return btoa(binary).replaceAll("+", "-").replaceAll("/", "_").replace(/=+$/, "");
 }
 
-async function inflate(encoded) {
+export async function inflate(encoded) {
   const binary = atob(encoded.replaceAll("-", "+").replaceAll("_", "/"));
   const bytes = Uint8Array.from(binary, (char) => char.charCodeAt(0));
   const stream = new Blob([bytes]).stream().pipeThrough(new DecompressionStream("deflate-raw"));

@@ -1,5 +1,6 @@
-"""A live class under load: one teacher moving the view every second, N learners on event streams,
-against 127.0.0.1 only. Each change carries its send time; every learner must receive every change.
+"""A live class under load: one teacher moving the view every second, N learners on event streams, each
+from a loopback address of its own (a device of its own to the lab's per-client bounds), against this
+machine only. Each change carries its send time; every learner must receive every change.
 
 Long form, for the README's figures:  .venv/bin/python -m tests.load.class_learners --learners 200 --seconds 60
 (`make class-load` starts a lab, runs this against it and stops the lab). The test suite runs a short form.
@@ -16,11 +17,19 @@ import httpx
 from tests.load.learners import peak_rss_mb, percentile
 
 
-async def listen(
-    client: httpx.AsyncClient, code: str, arrivals: dict[int, float], ready: asyncio.Event, failures: list
-):
+def learner_address(n: int) -> str:
+    """Learner n's own loopback address: each learner is a device of its own to the lab's per-client bounds."""
+    return f"127.1.{n // 250}.{n % 250 + 1}"
+
+
+async def listen(base_url: str, n: int, code: str, arrivals: dict[int, float], ready: asyncio.Event, failures: list):
+    transport = httpx.AsyncHTTPTransport(local_address=learner_address(n))
+    timeout = httpx.Timeout(30, read=None)
     try:
-        async with client.stream("GET", f"/api/classes/{code}/events") as response:
+        async with (
+            httpx.AsyncClient(base_url=base_url, transport=transport, timeout=timeout) as client,
+            client.stream("GET", f"/api/classes/{code}/events") as response,
+        ):
             kind = None
             async for line in response.aiter_lines():
                 if line.startswith("event: "):
@@ -39,21 +48,22 @@ async def listen(
 async def simulate(base_url: str, learners: int, seconds: float, server_pid: int | None = None) -> dict:
     if urlparse(base_url).hostname not in ("127.0.0.1", "localhost", "::1"):
         raise ValueError("load goes to this machine's loopback only")
-    limits = httpx.Limits(max_connections=learners + 10)
-    async with httpx.AsyncClient(base_url=base_url, timeout=httpx.Timeout(30, read=None), limits=limits) as client:
-        started = (await client.post("/api/classes")).json()
-        code, teacher = started["code"], {"X-Class-Secret": started["secret"]}
+    async with httpx.AsyncClient(base_url=base_url, timeout=httpx.Timeout(30, read=None)) as teacher:
+        started = (await teacher.post("/api/classes")).json()
+        code, secret = started["code"], {"X-Class-Secret": started["secret"]}
         arrivals = [{} for _ in range(learners)]
         readies = [asyncio.Event() for _ in range(learners)]
         failures: list[str] = []
-        tasks = [asyncio.create_task(listen(client, code, arrivals[n], readies[n], failures)) for n in range(learners)]
+        tasks = [
+            asyncio.create_task(listen(base_url, n, code, arrivals[n], readies[n], failures)) for n in range(learners)
+        ]
         await asyncio.wait_for(asyncio.gather(*(ready.wait() for ready in readies)), 60)
         rss_before = peak_rss_mb(server_pid)
         sent = 0
         start = time.monotonic()
         while time.monotonic() - start < seconds:
             view = {"layer": sent % 6, "head": sent % 12, "token": sent % 9, "seq": sent, "sent": time.time()}
-            response = await client.put(f"/api/classes/{code}/view", json={"view": view}, headers=teacher)
+            response = await teacher.put(f"/api/classes/{code}/view", json={"view": view}, headers=secret)
             assert response.status_code == 204, response.text
             sent += 1
             await asyncio.sleep(max(0.0, start + sent - time.monotonic()))
@@ -61,6 +71,7 @@ async def simulate(base_url: str, learners: int, seconds: float, server_pid: int
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+        await teacher.delete(f"/api/classes/{code}", headers=secret)
     delays = [delay for received in arrivals for delay in received.values()]
     return {
         "learners": learners,

@@ -1,0 +1,215 @@
+"""The questions a class is asked, built and answered from a run's own numbers: which token a token attends
+to most in a view, which head of a block does a pattern most, which token the language-model head writes
+next. The server asks and answers them here; a page never computes an answer. Synchronous, and knows
+nothing of HTTP or of classes.
+
+A view's row is the one the page draws (static/js/matrix.js, viewMatrix): the measure's blocks, the chosen
+head or the float64 mean of a head set, or of every block; the sink tokens (those the tokenizer added)
+hidden, and the rest rescaled to sum to 1 under "renormalise"; a segment filter's keys only; and never a
+key the causal mask, or the sliding window of every block drawn, keeps from the query."""
+
+import math
+import random
+from dataclasses import dataclass
+from typing import Literal
+
+import torch
+
+from app.engine.lessons import added_names, head_stats
+from app.engine.measures import MEASURES, Measure, mean_view, measure_blocks
+from app.engine.runs import InvalidInput, OutOfRange, Run, Token
+
+Sinks = Literal["show", "hide", "renormalise"]
+Segments = Literal["all", "AA", "AB", "BA", "BB"]
+Pattern = Literal["previous", "cls", "sep", "period", "self", "next"]
+PATTERNS: tuple[str, ...] = Pattern.__args__
+NEXT_CHOICES = 6  # the LM head's best candidates a next-token question offers
+
+
+@dataclass(frozen=True)
+class View:
+    """What the heatmap shows: block `layer` (ignored under block_mean), one head or the mean of `heads`
+    ("mean"), a measure (ALTI measures a block as a whole: its head is ignored), and the two filters."""
+
+    layer: int
+    head: int | Literal["mean"] = 0
+    heads: tuple[int, ...] = ()
+    block_mean: bool = False
+    measure: Measure = "weights"
+    sinks: Sinks = "show"
+    segments: Segments = "all"
+
+
+@dataclass(frozen=True)
+class Choice:
+    label: str
+    value: float  # the choice's number (its weight in the view, its share, its probability)
+    token: int | None = None
+    head: int | None = None
+
+
+@dataclass(frozen=True)
+class Question:
+    kind: str
+    text: str  # the default wording, which a teacher may replace
+    choices: tuple[Choice, ...]
+    measure: str | None = None  # the measure an "attends" question is asked under (MEASURES)
+
+    @property
+    def answer(self) -> int:
+        """The choice with the largest value; the first of equal ones."""
+        values = [choice.value for choice in self.choices]
+        return values.index(max(values))
+
+    @property
+    def right(self) -> tuple[int, ...]:
+        """Every choice that counts as right: a choice whose value equals the answer's (a tie counts for the
+        learner, as predict-first counts it)."""
+        best = self.choices[self.answer].value
+        return tuple(index for index, choice in enumerate(self.choices) if choice.value == best)
+
+
+def shown(text: str) -> str:
+    """A piece as a label: without the space a byte-level piece carries in front, "␣" for a blank one."""
+    return text.strip() or "␣" * len(text)
+
+
+def token_labels(tokens: list[Token]) -> list[str]:
+    """Each token's label: its text, and its position where the same text appears more than once in the
+    run ("bank #2", "bank #11"), so that no two choices, bars or answers read alike."""
+    texts = [shown(token.text) for token in tokens]
+    seen = {text: texts.count(text) for text in texts}
+    return [text if seen[text] == 1 else f"{text} #{index}" for index, text in enumerate(texts)]
+
+
+def count(n: int, noun: str) -> str:
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
+
+
+def view_heads(run: Run, view: View) -> list[int]:
+    """The heads a view averages: [0] for a measure with one matrix per block."""
+    if MEASURES[view.measure].per_block:
+        return [0]
+    chosen = sorted(set(view.heads)) if view.head == "mean" else [view.head]
+    if not chosen:
+        raise InvalidInput("a mean of heads needs at least one head in `heads`")
+    for head in chosen:
+        if not 0 <= head < run.n_heads:
+            raise OutOfRange(f"head {head} does not exist: heads are 0 to {run.n_heads - 1}")
+    return chosen
+
+
+def view_layers(run: Run, view: View) -> list[int]:
+    if view.block_mean:
+        return list(range(run.n_layers))
+    if not 0 <= view.layer < run.n_layers:
+        raise OutOfRange(f"layer {view.layer} does not exist: layers are 0 to {run.n_layers - 1}")
+    return [view.layer]
+
+
+def view_row(run: Run, model: torch.nn.Module, view: View, token: int) -> torch.Tensor:
+    """Token `token`'s row in the view, float64, NaN for each key the view leaves out. [key]"""
+    run.check_token(token)
+    layers = view_layers(run, view)
+    heads = view_heads(run, view)
+    blocks = measure_blocks(run, model, view.measure, None if view.block_mean else view.layer)
+    (combined,) = mean_view(blocks, heads, view.block_mean)  # [1, query, key], float32 as the page holds it
+    row = combined[0, token].double()
+    hidden = torch.tensor([t.added for t in run.tokens])
+    if view.sinks != "show":
+        kept = row[~hidden].sum()
+        if view.sinks == "renormalise" and kept > 0:
+            row = row / kept
+        row[hidden] = math.nan
+    if view.segments != "all":
+        source, target = view.segments
+        if run.tokens[token].segment != source:
+            raise InvalidInput(
+                f"token {token} is in segment {run.tokens[token].segment}: "
+                f"the {source} → {target} filter shows the queries of segment {source}"
+            )
+        row[torch.tensor([t.segment != target for t in run.tokens])] = math.nan
+    if run.spec.mask == "causal":
+        keys = torch.arange(len(run.tokens))
+        row[keys > token] = math.nan
+        windows = [run.scoring[layer].window for layer in layers]
+        if None not in windows:  # every block drawn slides: the widest window is what the view can reach
+            row[token - keys >= max(windows)] = math.nan
+    return row
+
+
+def describe(run: Run, view: View) -> str:
+    """The view in words, as the heatmap's title names it: "block 2, head 5", "all 6 blocks averaged, heads
+    1, 4 averaged", with its measure and filters after it."""
+    layers = f"all {count(run.n_layers, 'block')} averaged" if view.block_mean else f"block {view.layer}"
+    if MEASURES[view.measure].per_block:
+        where = layers
+    elif view.head != "mean":
+        where = f"{layers}, head {view.head}"
+    else:
+        heads = view_heads(run, view)
+        averaged = (
+            f"all {count(run.n_heads, 'head')}" if len(heads) == run.n_heads else f"heads {', '.join(map(str, heads))}"
+        )
+        where = f"{layers}, {averaged} averaged"
+    notes = [MEASURES[view.measure].short] if MEASURES[view.measure].short else []
+    if view.sinks != "show":
+        sinks = "+".join(name for name in added_names(run).values() if name)
+        notes.append(f"{sinks} hidden" + (", the rest rescaled" if view.sinks == "renormalise" else ""))
+    if view.segments != "all":
+        notes.append(f"segment {view.segments[0]} → {view.segments[1]}")
+    return where + (f" ({'; '.join(notes)})" if notes else "")
+
+
+def attends(run: Run, model: torch.nn.Module, view: View, token: int) -> Question:
+    """Which token does token `token` attend to most in the view? Choices: the keys the view keeps."""
+    row = view_row(run, model, view, token)
+    labels = token_labels(run.tokens)
+    choices = tuple(
+        Choice(labels[key], float(value), token=key) for key, value in enumerate(row.tolist()) if not math.isnan(value)
+    )
+    if len(choices) < 2:
+        raise InvalidInput(f"this view leaves token {token} fewer than two tokens to choose from: ask another token")
+    text = f"Which token does “{labels[token]}” attend to most in {describe(run, view)}?"
+    return Question("attends", text, choices, measure=view.measure)
+
+
+PATTERN_WORDS = {
+    "previous": "the token before it",
+    "next": "the token after it",
+    "self": "itself",
+    "period": "“.”",
+}
+
+
+def head(run: Run, layer: int, pattern: Pattern) -> Question:
+    """Which head of block `layer` does the pattern most? Choices: the block's heads; values: each head's
+    mean share of attention on that pattern (lessons.head_stats)."""
+    if not 0 <= layer < run.n_layers:
+        raise OutOfRange(f"layer {layer} does not exist: layers are 0 to {run.n_layers - 1}")
+    shares = [stats[pattern] for stats in head_stats(run) if stats["layer"] == layer]
+    words = {**PATTERN_WORDS, **{role: name for role, name in added_names(run).items() if name}}
+    if pattern not in words or not any(shares):
+        raise InvalidInput(f"no head of block {layer} attends to {words.get(pattern, pattern)} in this input")
+    choices = tuple(Choice(f"head {number}", share, head=number) for number, share in enumerate(shares))
+    return Question("head", f"Which head of block {layer} attends most to {words[pattern]}?", choices)
+
+
+def next_token(run: Run, pieces, token: int) -> Question:
+    """Which token does the language-model head write after token `token`? Choices: its best candidates
+    there, in an order shuffled once for this run and token (the same on every screen and every time);
+    values: their probabilities. `pieces`: ids -> each token as a person reads it (Engine.pieces)."""
+    if run.next_tokens is None:
+        raise InvalidInput(f"{run.spec.model} has no language-model head: it predicts no next token")
+    run.check_token(token)
+    ids, _, probabilities = (values[token, :NEXT_CHOICES].tolist() for values in run.next_tokens)
+    texts = pieces(ids)
+    labels = [shown(text) for text in texts]
+    # Two ids that read alike (" the" and "the") keep their spaces visible.
+    labels = [
+        label if labels.count(label) == 1 else text.replace(" ", "␣") for label, text in zip(labels, texts, strict=True)
+    ]
+    choices = [Choice(label, probability) for label, probability in zip(labels, probabilities, strict=True)]
+    random.Random(f"{run.run_id}:{token}").shuffle(choices)
+    query = token_labels(run.tokens)[token]
+    return Question("next_token", f"Which token does the model write next, after “{query}”?", tuple(choices))
