@@ -1,6 +1,7 @@
 // "What does this token attend to?": lines from the selected query to every key (as bertviz draws
 // them) beside bars with the exact weights; one head, the mean, or all heads in their own colours.
 
+import { blankNote, revealedKey } from "./blind.js";
 import { HEAD_COLORS } from "./colors.js";
 import { meanOf, meanRow, segmentRule, sinkNames, viewName } from "./matrix.js";
 import { el, fixed } from "./format.js";
@@ -39,7 +40,7 @@ function caption(state, chosen, model) {
 
 export const attendsView = {
   id: "attends",
-  follows: ["run", "layer", "head", "heads", "blockMean", "token", "also", "preview", "sinks", "segments", "allHeads", "measure"],
+  follows: ["run", "layer", "head", "heads", "blockMean", "token", "also", "preview", "sinks", "segments", "allHeads", "measure", "question"],
   load: (state, lab) => (queries(state).length ? attendRows(state, lab) : []),
   render(state, rows, lab) {
     const chosen = queries(state);
@@ -50,14 +51,17 @@ export const attendsView = {
       sinks: state.sinks,
       segments: segmentRule(state.segments),
       caption: chosen.length ? caption(state, chosen, lab.model) : "",
+      answer: revealedKey(state),
     });
   },
+  blank: blankNote("attends"),
 };
 
 // rows: [{head, color, row, sink}] with row = the view's weights of the selected query over all keys (NaN
 // where the view leaves a key out) and sink = the weight on the hidden sink tokens, or null.
 // segments: a segment rule (matrix.js) or null: with one, only queries of its first segment have a row.
-export function renderAttends(container, { tokens, selected, rows, sinks: mode, segments = null, caption }) {
+// answer: a key outlined as a class question's revealed answer, or null.
+export function renderAttends(container, { tokens, selected, rows, sinks: mode, segments = null, caption, answer = null }) {
   const hideSpecial = mode !== "show";
   if (segments && selected !== null && tokens[selected].segment !== segments.from) {
     container.replaceChildren(
@@ -126,7 +130,7 @@ export function renderAttends(container, { tokens, selected, rows, sinks: mode, 
       return el(
         "li",
         {
-          class: `attend-row${token.special ? " special" : ""}`,
+          class: `attend-row${token.special ? " special" : ""}${token.index === answer ? " answer" : ""}`,
           dataset: { index: String(token.index), ...(single === null ? {} : { weight: String(single) }) },
         },
         el("span", { class: "attend-token" }, token.text),

@@ -1,6 +1,7 @@
 // The stage's heatmap: the matrix of the current view (matrix.js), as large a square as the stage leaves,
 // redrawn crisp whenever the window changes size. Selecting a token only moves its outline.
 
+import { revealedKey } from "./blind.js";
 import { count } from "./format.js";
 import { Heatmap } from "./heatmap.js";
 import { maskName, sinkNames, viewLayers, viewName } from "./matrix.js";
@@ -26,6 +27,12 @@ function showSelection(heatmap, state) {
   if (state.token !== null) heatmap.reveal(state.token);
 }
 
+// A revealed class question's answer, outlined as a cell: the asked token's row, the answer's column.
+function markAnswer(heatmap, state) {
+  const key = revealedKey(state);
+  heatmap.mark(key === null ? null : { row: state.token, col: key });
+}
+
 export function createAttentionView(lab) {
   const heatmap = new Heatmap($("heatmap"), (index) => lab.setState({ token: index, also: [] }), {
     bounds: stageBounds,
@@ -42,7 +49,7 @@ export function createAttentionView(lab) {
   return {
     heatmap,
     id: "heatmap",
-    follows: ["run", "layer", "head", "heads", "blockMean", "segments", "sinks", "scale", "present", "measure"],
+    follows: ["run", "layer", "head", "heads", "blockMean", "segments", "sinks", "scale", "present", "measure", "question"],
     moves: ["token", "also", "preview"],
     load: (state, lab) => lab.numbers().matrix(state, state.run.tokens, lab.model.layers),
     render(state, { matrix, sink }) {
@@ -62,7 +69,12 @@ export function createAttentionView(lab) {
         scale: state.scale,
       });
       if (state.token !== null) heatmap.reveal(state.token);
+      markAnswer(heatmap, state);
     },
-    move: (state) => showSelection(heatmap, state),
+    blank: () => heatmap.blank(),
+    move(state) {
+      showSelection(heatmap, state);
+      markAnswer(heatmap, state);
+    },
   };
 }

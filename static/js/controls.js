@@ -22,6 +22,8 @@ export function initControls(lab, heatmap) {
   bindExports(lab, heatmap);
   bindKeys(lab);
   $("present").addEventListener("click", () => setState({ present: !getState().present }));
+  bindMore("options-toggle", "prompt-options");
+  bindMore("toolbar-more-toggle", "toolbar-more");
   $("share").addEventListener("click", async () => {
     try {
       await navigator.clipboard.writeText(window.location.href);
@@ -64,6 +66,27 @@ function showControls(state, changed, lab) {
   if (changed.has("head") || changed.has("heads")) {
     renderHeadSet($("head-set"), state, lab.model.heads, (heads) => lab.setState({ heads }));
   }
+}
+
+// "Options…" and "More…" (presentation mode): the prompt bar's and the toolbar's less used controls, opened
+// under their bar; Esc or a click elsewhere closes them.
+function bindMore(toggleId, groupId) {
+  const toggle = $(toggleId);
+  const group = $(groupId);
+  const show = (open) => {
+    group.classList.toggle("open", open);
+    toggle.setAttribute("aria-expanded", String(open));
+  };
+  toggle.addEventListener("click", () => show(!group.classList.contains("open")));
+  group.addEventListener("keydown", (event) => {
+    if (event.key !== "Escape") return;
+    event.stopPropagation();
+    show(false);
+    toggle.focus();
+  });
+  document.addEventListener("click", (event) => {
+    if (group.classList.contains("open") && !group.contains(event.target) && event.target !== toggle) show(false);
+  });
 }
 
 function setBusy(busy) {

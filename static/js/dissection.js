@@ -1,6 +1,7 @@
 // The worked example: for query token i in head h of block l, every step from Q and K to the context
 // vector, with the model's own numbers, and where the head's 32 numbers go in the 384 of the block.
 
+import { blankNote } from "./blind.js";
 import { argmax, count, el, fixed, numberList, vectorStrip } from "./format.js";
 import { scaledByRootD } from "./matrix.js";
 
@@ -147,6 +148,7 @@ export const dissectionView = {
   id: "dissection",
   follows: ["run", "layer", "head", "token"],
   shown: (state) => state.panel === "dissection",
+  blank: blankNote("dissection"),
   async load({ layer, head, token }, lab) {
     if (token === null || head === "mean") return null;
     const [numbers, trace] = await Promise.all([lab.numbers().query(layer, head, token), lab.numbers().trace(token)]);

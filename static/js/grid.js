@@ -1,5 +1,6 @@
 // The whole model at a glance: one small picture per (block, head), drawn straight onto canvases.
 
+import { blankNote } from "./blind.js";
 import { sequential } from "./colors.js";
 import { count, el } from "./format.js";
 import { sinkNames, viewMatrix } from "./matrix.js";
@@ -43,7 +44,8 @@ export function renderGrid(container, { overview, tokens, view, onOpen }) {
       );
     }
   }
-  const header = [el("span"), ...Array.from({ length: heads }, (_, head) => el("span", { class: "grid-label" }, `head ${head}`))];
+  // The heads by number under one "head", so that twelve columns keep their labels in large type.
+  const header = [el("span", { class: "grid-label" }, "head"), ...Array.from({ length: heads }, (_, head) => el("span", { class: "grid-label", title: `head ${head}` }, String(head)))];
   container.style.setProperty("--heads", String(heads));
   container.replaceChildren(...header, ...cells);
   container.onclick = (event) => {
@@ -143,6 +145,7 @@ export const gridView = {
   follows: ["run", "scale", "sinks", "segments", "measure"],
   moves: ["layer", "head"],
   shown: (state) => state.panel === "grid",
+  blank: blankNote("grid"),
   load: (state, lab) => lab.numbers().overview(state.measure),
   render(state, overview, lab) {
     const { run } = state;

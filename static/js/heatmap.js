@@ -33,6 +33,8 @@ export class Heatmap {
     this.canvas = el("canvas", { class: "hm-canvas" });
     this.outline = el("div", { class: "hm-outline", hidden: "" });
     this.cursorBox = el("div", { class: "hm-cursor", hidden: "" });
+    this.answerBox = el("div", { class: "hm-answer", hidden: "" }); // a class question's revealed answer
+    this.answer = null;
     this.tooltip = el("div", { class: "hm-tooltip", role: "tooltip", hidden: "" });
     this.yLabels = el("div", { class: "hm-ylabels", "aria-hidden": "true" });
     this.xLabels = el("div", { class: "hm-xlabels", "aria-hidden": "true" });
@@ -69,6 +71,7 @@ export class Heatmap {
       this.sinkLabel,
       this.outline,
       this.extraOutlines,
+      this.answerBox,
       this.cursorBox,
       this.tooltip,
     );
@@ -107,7 +110,7 @@ export class Heatmap {
     window.addEventListener("mouseup", () => setTimeout(() => (press = null)));
     this.canvas.addEventListener("mouseleave", () => (this.tooltip.hidden = true));
     this.canvas.addEventListener("click", (event) => {
-      const cell = this.cellAt(event);
+      const cell = this.matrix ? this.cellAt(event) : null;
       if (!cell || press?.moved) return;
       this.onSelect(cell.row);
       this.cursor = cell; // after the selection, which starts the cursor afresh on its row
@@ -116,7 +119,7 @@ export class Heatmap {
     this.canvas.addEventListener(
       "wheel",
       (event) => {
-        const cell = this.cellAt(event);
+        const cell = this.matrix ? this.cellAt(event) : null;
         if (!cell) return;
         event.preventDefault();
         this.zoom(event.deltaY < 0 ? 2 : 0.5, cell);
@@ -268,6 +271,7 @@ export class Heatmap {
     this.drawLabels(side);
     this.drawColorbar(side);
     this.select(this.selected, this.also);
+    this.mark(this.answer);
     this.zoomLabel.textContent = size === this.n ? "" : `tokens ${this.window.row}–${this.window.row + size - 1} × ${this.window.col}–${this.window.col + size - 1}`;
     this.container.dataset.window = `${this.window.row},${this.window.col},${size}`;
   }
@@ -320,7 +324,8 @@ export class Heatmap {
   // The window's token indices that get a label: every one, or every k-th when they would collide.
   labelled() {
     const { row, col, size } = this.window;
-    const step = Math.max(1, Math.ceil(MIN_LABEL_GAP / this.cell));
+    const gap = Math.max(MIN_LABEL_GAP, 1.1 * parseFloat(getComputedStyle(this.yLabels).fontSize)); // larger type, fewer labels
+    const step = Math.max(1, Math.ceil(gap / this.cell));
     const offsets = [];
     for (let offset = 0; offset < size; offset += step) offsets.push(offset);
     return { rows: offsets.map((offset) => row + offset), cols: offsets.map((offset) => col + offset), offsets };
@@ -365,6 +370,39 @@ export class Heatmap {
     this.showCursor();
   }
 
+  // One cell outlined as an answer ({row, col}), or none (null).
+  mark(cell) {
+    this.answer = cell;
+    const { row: row0, col: col0, size } = this.window ?? { row: 0, col: 0, size: 0 };
+    this.answerBox.hidden = !this.matrix || !cell || cell.row < row0 || cell.row >= row0 + size || cell.col < col0 || cell.col >= col0 + size;
+    this.container.dataset.answer = this.answerBox.hidden ? "" : `${cell.row},${cell.col}`;
+    if (this.answerBox.hidden) return;
+    Object.assign(this.answerBox.style, {
+      left: `${(cell.col - col0) * this.cell - 3}px`,
+      top: `${(cell.row - row0) * this.cell - 3}px`,
+      width: `${this.cell + 6}px`,
+      height: `${this.cell + 6}px`,
+    });
+  }
+
+  // Drawn with no numbers (a class votes blind): an empty square in the same frame, no colour bar, no
+  // outline, nothing in the readout. The next draw fills it again.
+  blank() {
+    this.matrix = null;
+    this.selected = null;
+    this.cursor = null;
+    const context = this.canvas.getContext("2d");
+    context.clearRect(0, 0, this.canvas.width, this.canvas.height);
+    this.colorbar.replaceChildren();
+    this.yLabels.replaceChildren(); // the run may change before the reveal: no labels of another input
+    this.xLabels.replaceChildren();
+    for (const node of [this.outline, this.cursorBox, this.tooltip, this.sinkColumn, this.sinkLabel, this.answerBox]) node.hidden = true;
+    this.extraOutlines.replaceChildren();
+    this.container.dataset.selectedRow = "";
+    this.container.dataset.answer = "";
+    if (this.readout) this.readout.textContent = "";
+  }
+
   // The outline reaches past the row by its border, so even a 1 px row at 512 tokens shows.
   place(outline, row) {
     const { row: row0, size } = this.window;
@@ -388,6 +426,7 @@ export class Heatmap {
   }
 
   pan(rows, cols) {
+    if (!this.matrix) return;
     const { row, col, size } = this.window;
     this.window = { size, row: this.clamp(row + rows, size), col: this.clamp(col + cols, size) };
     this.render();
@@ -426,7 +465,7 @@ export class Heatmap {
   }
 
   hover(event) {
-    const cell = this.cellAt(event);
+    const cell = this.matrix ? this.cellAt(event) : null;
     this.tooltip.hidden = !cell;
     if (!cell) return;
     const { row, col } = cell;

@@ -12,6 +12,12 @@ export const PANELS = {
   lessons: "Experiments",
 };
 
+// The open tab, scrolled into a tab row that scrolls (presentation mode keeps the tabs on one row).
+function inView(tabs, tab) {
+  const [row, box] = [tabs.getBoundingClientRect(), tab.getBoundingClientRect()];
+  if (box.left < row.left || box.right > row.right) tabs.scrollLeft += box.left - row.left - (row.width - box.width) / 2;
+}
+
 // lab: {getState, setState, subscribe}
 export function initPanels(lab) {
   const tabs = document.getElementById("panel-tabs");
@@ -52,6 +58,7 @@ export function initPanels(lab) {
       const tab = document.getElementById(`panel-tab-${name}`);
       tab.setAttribute("aria-selected", String(name === panel));
       tab.tabIndex = name === panel || (panel === null && index === 0) ? 0 : -1;
+      if (name === panel) inView(tabs, tab);
       document.getElementById(`panel-${name}`).hidden = name !== panel;
     });
   };

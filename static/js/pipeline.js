@@ -2,6 +2,7 @@
 // and FFN, and, for a model with an LM head, the next tokens it predicts. What each stage is comes from
 // the model (/api/model's activations): the page writes no family's formulas of its own.
 
+import { blankNote } from "./blind.js";
 import { count, el, fixed, norm, vectorStrip } from "./format.js";
 
 const TOP_NEURONS = 5;
@@ -117,6 +118,7 @@ export const pipelineView = {
   id: "pipeline",
   follows: ["run", "token"],
   shown: (state) => state.panel === "pipeline",
+  blank: blankNote("pipeline"),
   load: ({ token }, lab) =>
     token === null ? null : Promise.all([lab.numbers().trace(token), lab.model.next_tokens ? lab.numbers().nextTokens(token) : null]),
   render({ run, token }, loaded, lab) {

@@ -1,6 +1,7 @@
 // The one place view state lives. Every change is mirrored into the URL, so a shared link opens the
 // same view; `run` holds the current run's data and `guesses` the predict-first answers (keyed by
-// run:layer:head:token); neither is part of the URL.
+// run:layer:head:token); neither is part of the URL, nor is `question` (a live class's question, as its
+// server sends it: blind.js).
 // A short view is a readable query (?text=…&layer=…). A long one (a long prompt) goes compressed into
 // the fragment (#z=…), which browsers do not send to the server: a 20,000-character prompt still makes
 // a link of a few kilobytes, under every server's limit on request lines.
@@ -22,6 +23,7 @@ let defaultModel = null; // a page of another model carries ?model= in its links
 let viewBytes = FIELDS_BYTES; // the most a view's JSON may take (set from the lab's maxChars)
 let mostTokens = 0; // the most tokens a run reads: a `with` list names no more
 let state = {};
+let linkLimits = null;
 
 class LinkRefused extends Error {}
 
@@ -30,6 +32,7 @@ class LinkRefused extends Error {}
 export async function initState(defaults, limits) {
   headCount = limits.heads;
   defaultModel = limits.defaultModel;
+  linkLimits = limits;
   const config = JSON.parse(document.getElementById("lab-config").textContent);
   viewBytes = 2 * 6 * config.maxChars + FIELDS_BYTES;
   mostTokens = config.model.max_input_tokens;
@@ -133,7 +136,7 @@ let urlsWritten = 0;
 
 async function writeURL() {
   const ticket = ++urlsWritten;
-  const params = viewParams();
+  const params = viewParams(state);
   const query = params.toString();
   // Compressed as JSON pairs, not as the query: percent-encoding triples the bytes of non-Latin text.
   // The model stays in the query even then: the server renders the page for it.
@@ -144,7 +147,17 @@ async function writeURL() {
   if (ticket === urlsWritten) window.history.replaceState(null, "", `${window.location.pathname}${url}`);
 }
 
-function viewParams() {
+// A view as its link's parameters (a lesson plan's step keeps them), and such parameters read back as a
+// patch of the state, each checked as a link's would be.
+export function viewOf(view) {
+  return Object.fromEntries(viewParams(view));
+}
+
+export function readLink(params) {
+  return readView(new URLSearchParams(Object.entries(params).map(([key, value]) => [key, String(value)])), linkLimits);
+}
+
+function viewParams(state) {
   const params = new URLSearchParams();
   if (state.model !== defaultModel) params.set("model", state.model);
   params.set("text", state.text);
@@ -171,7 +184,7 @@ function viewParams() {
 }
 
 // deflate-raw, then base64url: the URL-safe alphabet, without padding.
-async function deflate(text) {
+export async function deflate(text) {
   const stream = new Blob([text]).stream().pipeThrough(new CompressionStream("deflate-raw"));
   const bytes = new Uint8Array(await new Response(stream).arrayBuffer());
   let binary = "";
@@ -183,7 +196,7 @@ async function deflate(text) {
 
 // Inflated as a stream and stopped past `limit` bytes (a view's, by default): deflate makes nothing much
 // larger than itself, so a longer link is refused before it is decoded at all.
-async function inflate(encoded, limit = viewBytes) {
+export async function inflate(encoded, limit = viewBytes) {
   const tooLarge = `This link's view is larger than the lab makes (over ${Math.round(limit / 1000)} kB): the lab opened without it.`;
   if (encoded.length > ((limit + limit / 1000 + 64) * 4) / 3) throw new LinkRefused(tooLarge);
   const binary = atob(encoded.replaceAll("-", "+").replaceAll("_", "/"));

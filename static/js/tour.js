@@ -42,7 +42,8 @@ function addedAround(m) {
   return `, and the special ${[first && `${first} at the start`, last && `${last} at the end`].filter(Boolean).join(" and ")}`;
 }
 
-// target: the id of the element that shows the step. n is the run's token count ("N" before a run);
+// target: the id of the element that shows the step; anchor: where in it the step's part is, when the target
+// is a tall panel that scrolls (a selector; the first match). n is the run's token count ("N" before a run);
 // m is the model's config (layers, heads, hidden_size, head_dim, intermediate_size, vocab_size, ...).
 const STEPS = [
   {
@@ -60,6 +61,7 @@ const STEPS = [
   },
   {
     target: "pipeline",
+    anchor: '[data-field="word"]',
     title: () => "Embedding rows",
     text: ({ n, m }) =>
       `Each id picks one row of a learned table, so the text becomes ${n} vectors of ${m.hidden_size} numbers each: the model's first idea of what each piece means.`,
@@ -67,12 +69,14 @@ const STEPS = [
   },
   {
     target: "pipeline",
+    anchor: '[data-field="position"], .hint',
     title: ({ m }) => (m.positions === "rotary" ? "Positions: rotation (RoPE)" : "+ position"),
     text: ({ m }) => POSITIONS[m.positions](m),
     shape: ({ n, m }) => `${n}×${m.hidden_size} + ${n}×${m.hidden_size} → ${n}×${m.hidden_size}`,
   },
   {
     target: "pipeline",
+    anchor: '[data-field="normalized"], .blocks',
     title: ({ m }) => (m.normalization === "post-LN" ? "LayerNorm" : `${normName(m)} before each part`),
     text: ({ m }) =>
       m.normalization === "post-LN"
@@ -82,6 +86,7 @@ const STEPS = [
   },
   {
     target: "dissection",
+    anchor: ".step",
     title: () => "Queries, keys, values",
     text: ({ n, m }) =>
       `Three learned ${m.hidden_size}×${m.hidden_size} matrices turn every token into a query (what it looks for), a key (what it offers) and a value (what it passes on). Each is cut into ${count(m.heads, "head")} of ${m.head_dim} numbers: ${n}×${m.head_dim} per head.`,
@@ -89,6 +94,7 @@ const STEPS = [
   },
   {
     target: "dissection",
+    anchor: ".step:nth-of-type(3)",
     title: ({ m }) => (byRootD(m) ? "Scores: QKᵀ/√d" : "Scores: QKᵀ × each block's scale"),
     text: ({ m }) =>
       `In each head every query meets every key: their dot product, ${scaling(m)} so the numbers stay moderate, says how well they match. The worked example works one out with the real numbers.`,
@@ -103,6 +109,7 @@ const STEPS = [
   },
   {
     target: "dissection",
+    anchor: ".step:nth-of-type(5)",
     title: () => "Weighted sum of values",
     text: ({ m }) =>
       `Each token's output from a head is the mix of all value vectors, each weighted by its attention: mostly the values of the tokens it attends to. ${m.head_dim} numbers per token per head.`,
@@ -110,6 +117,7 @@ const STEPS = [
   },
   {
     target: "dissection",
+    anchor: ".step:nth-of-type(6)",
     title: () => "Concatenate and W_O",
     text: ({ m }) =>
       `The ${m.heads} heads' outputs are put side by side again (${m.heads} × ${m.head_dim} = ${m.hidden_size}), and one more ${m.hidden_size}×${m.hidden_size} matrix, W_O, mixes what the heads found.`,
@@ -117,6 +125,7 @@ const STEPS = [
   },
   {
     target: "pipeline",
+    anchor: ".blocks",
     title: ({ m }) => (m.normalization === "post-LN" ? "Residual + LayerNorm" : "Residual"),
     text: ({ m }) =>
       `The attention output is added to the block's input, so nothing the token had is lost (the "residual stream")${m.normalization === "post-LN" ? ", and the sum is normalised again" : ""}. The pipeline table lists both norms per block.`,
@@ -124,6 +133,7 @@ const STEPS = [
   },
   {
     target: "pipeline",
+    anchor: ".blocks",
     title: () => "Feed-forward network",
     text: ({ m }) =>
       `Then each token on its own goes through ${m.intermediate_size} neurons ${m.ffn_gated ? `(${m.ffn}: ${m.ffn_activation} of one projection times another)` : `with ${m.ffn}`} and back down to ${m.hidden_size}, and is added to its input${m.normalization === "post-LN" ? " and normalised once more" : ""}. The table shows the most active neurons.`,
@@ -193,33 +203,57 @@ function overlaps(a, b) {
   return a.left < b.right && b.left < a.right && a.top < b.bottom && b.top < a.bottom;
 }
 
+// The outlined part of a step's view: the panel's visible area for a view in a panel that scrolls (never the
+// whole of a view taller than the screen), else the view itself.
+function outlined(step) {
+  const target = $(STEPS[step - 1].target);
+  return target.closest(".panel-body") ?? target;
+}
+
 // On the stage, the box takes the largest place beside the heatmap that does not hold the step's view:
-// the whole side column, or the attends view when the view is a panel below or beside it. On a phone
-// it stands in the page's flow, above the views, and is scrolled to.
+// the whole side column, or the attends view when the view is a panel below it. It is as tall as its text:
+// the attends view's place takes that height (--tour-room, at most 60% of the column), the panel the rest.
+// On a phone the box stands in the page's flow, above the views, and is scrolled to.
 function place(dialog, step) {
   const target = $(STEPS[step - 1].target);
   if (getComputedStyle(dialog).position !== "fixed") {
     dialog.removeAttribute("style");
+    document.body.classList.remove("tour-room");
     dialog.scrollIntoView({ block: "start" });
     return;
   }
-  const avoid = [document.querySelector(".heatmap-column").getBoundingClientRect(), target.getBoundingClientRect()];
-  const room = [".side", ".attends-panel", ".panels"]
-    .map((selector) => document.querySelector(selector).getBoundingClientRect())
-    .filter((box) => box.height > 0 && !avoid.some((other) => overlaps(box, other)))
-    .sort((a, b) => b.width * b.height - a.width * a.height)[0];
-  const box = room ?? { left: window.innerWidth / 2, top: GAP, width: window.innerWidth / 2 - GAP, height: window.innerHeight / 3 };
-  Object.assign(dialog.style, {
-    left: `${box.left + GAP / 2}px`,
-    top: `${box.top + GAP / 2}px`,
-    width: `${box.width - GAP}px`,
-    maxHeight: `${box.height - GAP}px`,
-  });
+  const avoid = [document.querySelector(".heatmap-column").getBoundingClientRect(), outlined(step).getBoundingClientRect(), target.getBoundingClientRect()];
+  const rooms = [".side", ".attends-panel", ".panels"].map((selector) => ({ selector, box: document.querySelector(selector).getBoundingClientRect() }));
+  const room = rooms
+    .filter(({ box }) => box.height > 0 && !avoid.some((other) => overlaps(box, other)))
+    .sort((a, b) => b.box.width * b.box.height - a.box.width * a.box.height)[0];
+  const box = room?.box ?? { left: window.innerWidth / 2, top: GAP, width: window.innerWidth / 2 - GAP, height: window.innerHeight / 3 };
+  Object.assign(dialog.style, { left: `${box.left + GAP / 2}px`, top: `${box.top + GAP / 2}px`, width: `${box.width - GAP}px`, maxHeight: "none" });
+  const needed = dialog.scrollHeight + 2 * parseFloat(getComputedStyle(dialog).borderTopWidth);
+  const grows = room?.selector === ".attends-panel" && rooms[0].box.height > box.height + 1; // the side column stacks it over the panel
+  document.body.classList.toggle("tour-room", grows); // the attends view's place is the box's, the panel takes the rest
+  if (grows) document.documentElement.style.setProperty("--tour-room", `${Math.min(needed + GAP, rooms[0].box.height * 0.6)}px`);
+  dialog.style.maxHeight = `${(grows ? Math.min(needed + GAP, rooms[0].box.height * 0.6) : box.height) - GAP}px`;
+}
+
+// The step's part of a tall panel, scrolled to the top of the panel's visible area.
+function scrollToPart(step) {
+  const { target, anchor } = STEPS[step - 1];
+  const view = $(target);
+  const scroller = view.closest(".panel-body");
+  if (!scroller) return;
+  const part = (anchor && view.querySelector(anchor)?.closest(".stage-row, .step, table, p")) || view;
+  scroller.scrollTop += part.getBoundingClientRect().top - scroller.getBoundingClientRect().top - GAP / 2;
 }
 
 function highlight(step) {
-  for (const node of document.querySelectorAll(".tour-focus")) node.classList.remove("tour-focus");
-  if (step !== null) $(STEPS[step - 1].target).classList.add("tour-focus");
+  for (const node of document.querySelectorAll(".tour-focus")) {
+    node.classList.remove("tour-focus");
+    delete node.dataset.tourTarget;
+  }
+  if (step === null) return;
+  outlined(step).classList.add("tour-focus");
+  outlined(step).dataset.tourTarget = STEPS[step - 1].target; // the view it outlines
 }
 
 function go(lab, step) {
@@ -261,9 +295,11 @@ export function initTour(lab) {
       if (open && !wasOpen) dialog.focus({ preventScroll: true });
       if (!open && hadFocus) opener.focus({ preventScroll: true }); // the page stays where the tour left it
     }
+    if (!open) document.body.classList.remove("tour-room");
     if (open) {
       render(state, model);
       place(dialog, state.tour);
+      if (changed.has("tour") || changed.has("panel")) scrollToPart(state.tour);
     }
     // A button disabled under the keyboard's focus would drop the focus to the page.
     if (open && document.activeElement?.disabled) dialog.focus({ preventScroll: true });
@@ -274,6 +310,9 @@ export function initTour(lab) {
   // The views around the box move when the window changes size or a panel fills in.
   const observer = new ResizeObserver(() => getState().tour !== null && place(dialog, getState().tour));
   for (const selector of [".side", ".attends-panel", ".panels"]) observer.observe(document.querySelector(selector));
+  // A panel filling in (or drawn again) is scrolled to the step's part once it is there.
+  const filled = new ResizeObserver(() => getState().tour !== null && scrollToPart(getState().tour));
+  for (const target of new Set(STEPS.map((step) => step.target))) filled.observe($(target));
   window.addEventListener("resize", () => getState().tour !== null && place(dialog, getState().tour));
   show(getState(), new Set(["tour"]));
 }

@@ -5,8 +5,13 @@
 //   render    (state, data, lab) draws them (and may return a promise)
 //   moves     keys whose change calls move(state, lab) instead: a cheap update of what is drawn
 //   shown     (state) → whether it is on screen: a hidden view is drawn when it is next shown
+//   blank     (state, lab) draws the view with none of its numbers: while the class votes blind (blind.js)
+//             it is called instead of load and render, and the view is drawn again once the answer is
+//             revealed. A view without it shows no numbers a question could ask about (the tokens).
 // A view is refreshed only when a key it follows changes, and only its newest request is drawn.
 // lab: {getState, setState, subscribe, model, numbers (the current run's RunNumbers), showError}.
+
+import { blind } from "./blind.js";
 
 function viewKey({ run, layer, head, token }) {
   return `${run.run_id}:${layer}:${head}:${token}`;
@@ -16,6 +21,7 @@ export function mountViews(views, lab) {
   const latest = new Map(); // view → number of its newest request
   const drawn = new Map(); // view → number of the request it last drew
   const stale = new Set(views); // views with changes they have not drawn (hidden, or never drawn)
+  const blanked = new Set(); // views drawn blank for a blind vote, and not drawn since
   const element = (view) => document.getElementById(view.id);
   const follows = (view, state) => (typeof view.follows === "function" ? view.follows(state) : view.follows);
 
@@ -25,9 +31,19 @@ export function mountViews(views, lab) {
       stale.add(view);
       return;
     }
-    stale.delete(view);
     const mine = (latest.get(view) ?? 0) + 1;
-    latest.set(view, mine);
+    latest.set(view, mine); // a request on its way is not drawn over a blank either
+    if (view.blank && blind(state)) {
+      stale.add(view); // drawn once the class may see it
+      if (!blanked.has(view)) {
+        blanked.add(view);
+        view.blank(state, lab);
+        element(view).dataset.view = "blind";
+      }
+      return;
+    }
+    blanked.delete(view);
+    stale.delete(view);
     try {
       const data = view.load ? await view.load(state, lab) : null;
       if (latest.get(view) !== mine) return;
@@ -43,9 +59,10 @@ export function mountViews(views, lab) {
   lab.subscribe((state, changed) => {
     if (!state.run) return;
     for (const view of views) {
-      if (follows(view, state).some((key) => changed.has(key)) || (stale.has(view) && (!view.shown || view.shown(state)))) {
+      const sight = view.blank && changed.has("question") && blind(state) !== blanked.has(view);
+      if (sight || follows(view, state).some((key) => changed.has(key)) || (stale.has(view) && (!view.shown || view.shown(state)))) {
         refresh(view);
-      } else if (view.moves?.some((key) => changed.has(key)) && drawn.has(view)) {
+      } else if (view.moves?.some((key) => changed.has(key)) && drawn.has(view) && !blanked.has(view)) {
         view.move(state, lab);
         if (drawn.get(view) === latest.get(view)) element(view).dataset.view = viewKey(state);
       }

@@ -1,15 +1,29 @@
-"""A live class in chromium: a teacher page, learner pages on a projector's and a phone's size, and
-simulated learners answering through the API; once on one lab process, once on two sharing a real Redis."""
+"""Issue #32, a lesson: a teacher's page (the projector) and learners' pages (a laptop and two phones) in
+chromium, through peer instruction — Ask (blind votes), Show votes, Vote again, Reveal — once on one lab
+process and once on two sharing a real Redis; a next-token question on a model with an LM head; a lesson
+plan saved, opened and played; a phone that follows. Every answer is checked against NumPy on the API's
+float32 numbers, never against the page; every vote against the answers' CSV."""
 
-import time
+import csv
+import io
+import json
+from collections import Counter
+from contextlib import contextmanager
 
 import httpx
+import numpy as np
 import pytest
+from playwright.sync_api import expect
 
-from tests.browser.conftest import screenshot, wait_until
+from tests.browser.conftest import ARTIFACTS, wait_until
+from tests.class_client import device
 from tests.conftest import LabProcess
+from tests.families import build
 
 pytestmark = pytest.mark.slow
+
+TEXT = "I sat on the bank of the river and the bank was wet"  # "the" at 4, 7, 10; "bank" at 5 and 11
+LEARNER_SIZES = [(390, 844), (360, 740), (1280, 720)]
 
 
 @pytest.fixture(params=["one process", "two processes over redis"])
@@ -30,95 +44,489 @@ def labs(request, server, tmp_path, redis_server):
         process.stop()
 
 
-def selected(page) -> tuple[str, str, str | None]:
-    chip = page.locator('#tokens .token[aria-selected="true"]')
-    return (
-        page.locator("#layer").input_value(),
-        page.locator("#head").input_value(),
-        chip.first.get_attribute("data-index") if chip.count() else None,
+# --- pages ---------------------------------------------------------------------------------------------------
+
+
+def new_page(browser, width, height, errors, **options):
+    context = browser.new_context(viewport={"width": width, "height": height}, accept_downloads=True, **options)
+    page = context.new_page()
+    page.on("pageerror", lambda error: errors.append(f"{width}×{height}: {error}"))
+    page.on(
+        "console",
+        lambda message: message.type == "error" and errors.append(f"{width}×{height} console: {message.text}"),
+    )
+    return page
+
+
+def ready(page):
+    wait_until(page, "document.body.dataset.run && document.body.dataset.busy === 'false'")
+
+
+def start_class(page) -> dict:
+    """Opens the class panel and starts a class: {code, secret, join_url} as the page keeps it."""
+    page.click("#class-start")
+    page.click("#class-open")
+    wait_until(page, "document.getElementById('class-join').href.includes('?class=')")
+    return page.evaluate("JSON.parse(sessionStorage.getItem('attention-lab-class'))")
+
+
+def end_class(base: str, started: dict):
+    httpx.delete(f"{base}/api/classes/{started['code']}", headers={"X-Class-Secret": started["secret"]})
+
+
+def answers_csv(base: str, started: dict) -> list[dict]:
+    secret = {"X-Class-Secret": started["secret"]}
+    return list(
+        csv.DictReader(io.StringIO(httpx.get(f"{base}/api/classes/{started['code']}/answers.csv", headers=secret).text))
     )
 
 
-def wait_selected(page, expected, timeout=1.0) -> float:
-    start = time.monotonic()
-    while time.monotonic() - start < timeout:
-        if selected(page) == expected:
-            return time.monotonic() - start
-        time.sleep(0.02)
-    raise AssertionError(f"learner shows {selected(page)}, not {expected}, after {timeout} s")
+class Learners:
+    """Learners on devices of their own (a loopback address and a cookie jar each), voting through the API."""
+
+    def __init__(self, base: str, code: str, count: int):
+        self.url = f"{base}/api/classes/{code}/learners"
+        self.clients = [device(f"127.0.3.{n}") for n in range(1, count + 1)]
+        self.ids = [
+            client.post(self.url, json={"nickname": f"api {n}"}).json()["learner"]
+            for n, client in enumerate(self.clients)
+        ]
+
+    def vote(self, question: str, round_: int, choices: list[int]):
+        for client, learner, choice in zip(self.clients, self.ids, choices, strict=True):
+            answer = client.put(
+                f"{self.url}/{learner}/vote", json={"question": question, "round": round_, "choice": choice}
+            )
+            assert answer.status_code == 200, answer.text
+
+    def close(self):
+        for client in self.clients:
+            client.close()
 
 
-def test_a_class_follows_the_teacher_answers_together_and_cannot_drive(page, browser, labs):
-    teacher_lab, learner_lab = labs
-    page.goto(teacher_lab)
-    wait_until(page, "document.body.dataset.run && document.body.dataset.busy === 'false'")
-    page.click("#class-start")
-    wait_until(page, "document.getElementById('class-join').href.includes('?class=')")
-    code = page.locator("#class-code").inner_text()
-    join = page.locator("#class-join").get_attribute("href").replace(teacher_lab, learner_lab)
-    assert page.locator("#class-qr").evaluate("img => img.complete && img.naturalWidth > 0")
+@contextmanager
+def a_class(browser, teacher_lab, learner_lab, query: str, sizes=LEARNER_SIZES, present=False):
+    """A teacher's page at 1280×720 with a class started, and a learner's page per size, each following."""
+    errors = []
+    teacher = new_page(browser, 1280, 720, errors)
+    teacher.goto(f"{teacher_lab}/?{'present=1&' if present else ''}{query}")
+    ready(teacher)
+    started = start_class(teacher)
     learners = []
-    for size in ({"width": 1280, "height": 720}, {"width": 390, "height": 844}, {"width": 390, "height": 844}):
-        context = browser.new_context(viewport=size)
-        learner = context.new_page()
-        learner.goto(join)
-        wait_until(learner, "document.body.dataset.run && document.body.dataset.busy === 'false'")
-        learners.append(learner)
     try:
-        wait_until(page, "document.getElementById('class-presence').dataset.following === '3'")
-        # The teacher moves: block, head, token. Every following learner shows it within a second.
-        page.select_option("#layer", "4")
-        page.select_option("#head", "7")
-        page.locator('#tokens .token[data-index="3"]').click()
-        for learner in learners:
-            assert wait_selected(learner, ("4", "7", "3")) < 1
-        # A learner who goes free stays where it is.
-        free = learners[2]
-        free.click("#class-follow")
-        wait_until(page, "document.getElementById('class-presence').dataset.following === '2'")
-        page.select_option("#head", "2")
-        for learner in learners[:2]:
-            wait_selected(learner, ("4", "2", "3"))
-        time.sleep(0.5)
-        assert selected(free) == ("4", "7", "3")
-        # A new prompt reaches the class too, and runs there.
-        page.fill("#prompt", "the river bank flooded")
-        page.press("#prompt", "Enter")
-        wait_until(
-            learners[0],
-            "document.querySelectorAll('#tokens .token').length === 6 && document.body.dataset.busy === 'false'",
-        )
-        page.locator('#tokens .token[data-index="2"]').click()
-        wait_selected(learners[0], ("4", "2", "2"))
-        # Ask the class: 30 simulated learners and one page answer; the teacher sees the histogram.
-        page.click("#class-ask")
-        learners[1].wait_for_selector("#class-question .choices button")
-        learners[1].locator('#class-question .choices button[data-index="1"]').click()
-        question = httpx.get(f"{learner_lab}/api/classes/{code}").json()["question"]
-        with httpx.Client(base_url=learner_lab) as client:
-            for number in range(30):
-                learner_id = client.post(f"/api/classes/{code}/learners", json={}).json()["learner"]
-                answer = {"question": question["id"], "token": number % 4}
-                assert client.post(f"/api/classes/{code}/learners/{learner_id}/answers", json=answer).status_code == 200
-        wait_until(page, "document.getElementById('class-tally').dataset.total === '31'")
-        counts = {
-            row.get_attribute("data-token"): int(row.get_attribute("data-count"))
-            for row in page.locator("#class-tally .tally-row").all()
-        }
-        assert counts == {"0": 8, "1": 9, "2": 7, "3": 7}
-        assert "null" not in page.locator("#class-tally").inner_text()  # no answer line before the reveal
-        screenshot(page, "class-teacher-1280x720")
-        page.click("#class-reveal")
-        learners[1].wait_for_selector('#class-question [data-field="reveal"]')
-        screenshot(learners[1], "class-learner-phone-390")
-        # A learner cannot drive the class: the teacher's action without the secret is refused.
-        status = learners[0].evaluate(
-            """code => fetch(`/api/classes/${code}/view`, {method: 'PUT', headers: {'content-type': 'application/json'},
-               body: JSON.stringify({view: {layer: 0}})}).then(response => response.status)""",
-            code,
-        )
-        assert status == 403
+        join = started["join_url"].replace(teacher_lab, learner_lab)
+        for width, height in sizes:
+            learner = new_page(browser, width, height, errors)
+            learner.goto(join)
+            ready(learner)
+            learners.append(learner)
+        wait_until(teacher, f"document.getElementById('class-presence').dataset.following === '{len(sizes)}'")
+        yield teacher, learners, started
+        assert errors == [], errors
     finally:
+        for page in [*learners, teacher]:
+            page.context.close()
+        end_class(teacher_lab, started)
+
+
+def vote_on(page, label: str):
+    buttons = page.locator("#class-question .choices button")
+    labels = buttons.all_inner_texts()
+    assert label in labels, (label, labels)
+    buttons.nth(labels.index(label)).click()
+    expect(buttons.nth(labels.index(label))).to_have_attribute("aria-pressed", "true")
+
+
+def bars(where) -> Counter:
+    """A histogram's bars as {choice label: count}."""
+    labels = where.locator(".tally-label").all_inner_texts()
+    return Counter(dict(zip(labels, map(int, where.locator(".tally-count").all_inner_texts()), strict=True)))
+
+
+def viewport_shot(page, name: str):
+    """What the window shows, as a person sees it (not the whole page)."""
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=ARTIFACTS / f"{name}.png")
+
+
+def counted(teacher, votes: int):
+    """The teacher's stage counts this many votes in the open round (the count goes out within a second)."""
+    wait_until(teacher, f"document.getElementById('class-stage').textContent.includes('{votes} vote')")
+
+
+def choice_labels(page) -> list[str]:
+    page.wait_for_selector("#class-question .choices button")
+    return page.locator("#class-question .choices button").all_inner_texts()
+
+
+BLIND = """() => {
+  // What is on top at the centre of the heatmap and of the attends view, each scrolled into sight first.
+  const onTop = (id) => {
+    const node = document.getElementById(id);
+    node.scrollIntoView({ block: 'center' });
+    const box = node.getBoundingClientRect();
+    const top = document.elementFromPoint(box.left + box.width / 2, box.top + box.height / 2);
+    return top ? (top.closest('#class-stage') ? 'cover' : top.id || top.className || top.tagName) : 'nothing';
+  };
+  const canvas = document.querySelector('#heatmap .hm-canvas');
+  const pixels = canvas.getContext('2d').getImageData(0, 0, canvas.width, canvas.height).data;
+  const drawn = pixels.some((value, index) => index % 4 === 3 && value !== 0);
+  const result = {
+    heatmap: onTop('heatmap'), attends: onTop('attends'), drawn,
+    rows: document.querySelectorAll('#attends .attend-row').length,
+    text: document.body.innerText, all: document.body.textContent,
+  };
+  scrollTo(0, 0);
+  return result;
+}"""
+
+
+def assert_blind(page, value: float, who: str):
+    """Nothing of the asked matrix on this page: no cell colour, no bar, no readout, and the answer's value
+    nowhere in its text; the stage's cover is what is on top where the heatmap and the attends view are."""
+    seen = page.evaluate(BLIND)
+    assert seen["heatmap"] == "cover" and seen["attends"] == "cover", (who, seen["heatmap"], seen["attends"])
+    assert not seen["drawn"], f"{who}: the heatmap's canvas is drawn"
+    assert seen["rows"] == 0, f"{who}: the attends view lists {seen['rows']} rows"
+    for shown in (f"{value:.4f}", f"{value:.3f}"):
+        assert shown not in seen["text"] and shown not in seen["all"], f"{who} shows {shown}"
+
+
+# --- independent answers -----------------------------------------------------------------------------------------
+
+
+def float32_attention(base: str, run_id: str, measure: str = "weights") -> np.ndarray:
+    """Every block's matrices under a measure, [layer, head, query, key], float32 as the API sends them."""
+    response = httpx.get(
+        f"{base}/api/runs/{run_id}/attention", params={"dtype": "float32", "measure": measure}, timeout=60
+    )
+    response.raise_for_status()
+    shape = [int(n) for n in response.headers["X-Attention-Shape"].split(",")]
+    return np.frombuffer(response.content, dtype=np.float32).reshape(shape)
+
+
+def attends_answer(
+    attention, token, layer, heads, block_mean=False, hidden=None, renormalise=False
+) -> tuple[int, float]:
+    """The key the token's row peaks at in a view, in float64: the heads' mean, every block's mean, the sinks
+    left out (and the rest rescaled to sum to 1)."""
+    layers = range(attention.shape[0]) if block_mean else [layer]
+    matrix = np.mean([attention[block][heads].astype(np.float64).mean(axis=0) for block in layers], axis=0)
+    row = matrix[token].copy()
+    if hidden is not None:
+        if renormalise:
+            row = row / row[~hidden].sum()
+        row[hidden] = -np.inf
+    best = int(np.argmax(row))
+    return best, float(row[best])
+
+
+def previous_token_head(attention, layer) -> tuple[int, float]:
+    """The head of a block whose queries put the most weight, on average, on the token just before them."""
+    shares = [
+        float(np.diagonal(attention[layer, head].astype(np.float64), offset=-1).mean())
+        for head in range(attention.shape[1])
+    ]
+    best = int(np.argmax(shares))
+    return best, shares[best]
+
+
+def labels_of(tokens) -> list[str]:
+    """A token's label as every choice, bar and answer shows it: its text, and its position where it repeats."""
+    texts = [token["text"].strip() or "␣" for token in tokens]
+    return [text if texts.count(text) == 1 else f"{text} #{index}" for index, text in enumerate(texts)]
+
+
+# --- the flow ----------------------------------------------------------------------------------------------------
+
+
+def class_question(base: str, code: str) -> dict:
+    return httpx.get(f"{base}/api/classes/{code}").json()["question"]
+
+
+def test_peer_instruction_blind_votes_two_rounds_and_a_reveal_for_each_kind(browser, labs):
+    teacher_lab, learner_lab = labs
+    query = f"text={TEXT.replace(' ', '+')}&layer=2&head=5&token=11"
+    with a_class(browser, teacher_lab, learner_lab, query) as (teacher, learners, started):
+        code = started["code"]
+        for learner in learners:  # following: the teacher's block, head and token
+            wait_until(learner, "document.querySelector('#tokens .token[aria-selected=true]')?.dataset.index === '11'")
+        run = teacher.evaluate("document.body.dataset.run")
+        tokens = httpx.post(f"{teacher_lab}/api/analyze", json={"text": TEXT}).json()["tokens"]
+        labels = labels_of(tokens)
+        weights = float32_attention(teacher_lab, run)
+        answer, value = attends_answer(weights, 11, 2, [5])
+
+        # Ask: every page goes blind; the learners choose among positions, not among look-alikes.
+        teacher.click("#class-ask")
         for learner in learners:
-            learner.context.close()
-        page.goto("about:blank")  # the teacher's event stream ends here, not cut by the labs stopping
+            offered = choice_labels(learner)
+            assert offered == labels, offered  # every key: bidirectional, nothing hidden
+            assert {"bank #5", "bank #11", "the #4", "the #7", "the #10"} <= set(offered)
+        for who, page in [("teacher", teacher), *((f"learner {i}", page) for i, page in enumerate(learners))]:
+            wait_until(page, "document.body.classList.contains('blind')")
+            assert_blind(page, value, f"{who}, round 1 open")
+        # Round 1: the three pages and six learners on their own devices (addresses, cookie jars).
+        question = class_question(learner_lab, code)
+        others = Learners(learner_lab, code, 6)
+        assert labels[answer] not in ("river", "bank #5", "wet"), "the votes below need the answer to be another key"
+        round1 = ["river", "bank #5", labels[answer]]
+        others_round1 = ["river", "river", "bank #5", labels[answer], "wet", "wet"]
+        first = Counter(round1 + others_round1)  # 9 votes, 2 of them right
+        for page, label in zip(learners, round1, strict=True):
+            vote_on(page, label)
+        others.vote(question["id"], 1, [labels.index(label) for label in others_round1])
+        counted(teacher, 9)
+        # Show votes: the histogram on every screen, still no answer.
+        teacher.click("#class-show")
+        for who, page in [("teacher", teacher), *((f"learner {i}", page) for i, page in enumerate(learners))]:
+            wait_until(page, "document.getElementById('class-stage').dataset.phase === 'shown'")
+            assert bars(page.locator("#class-stage")) == first, who
+            assert_blind(page, value, f"{who}, round 1 shown")
+        viewport_shot(teacher, "class-votes-shown-1280x720")
+        # Vote again: both rounds kept.
+        teacher.click("#class-again")
+        for page in learners:
+            wait_until(page, "document.getElementById('class-stage').dataset.round === '2'")
+            expect(page.locator('#class-question [data-field="mine"]')).to_contain_text("In round 1 you chose")
+        round2 = [labels[answer], labels[answer], labels[answer]]
+        for page, label in zip(learners, round2, strict=True):
+            vote_on(page, label)
+        others_round2 = [labels[answer], "river", labels[answer], labels[answer], "wet", labels[answer]]
+        others.vote(question["id"], 2, [labels.index(label) for label in others_round2])
+        counted(teacher, 9)
+        for who, page in [("teacher", teacher), *((f"learner {i}", page) for i, page in enumerate(learners))]:
+            assert_blind(page, value, f"{who}, round 2 open")
+        # A learner who explores alone is blind as well, whatever it looks at.
+        alone = learners[2]
+        alone.click("#class-follow")
+        alone.select_option("#head", "0")
+        alone.locator('#tokens .token[data-index="3"]').click()
+        assert_blind(alone, value, "a learner exploring alone")
+        alone.click("#class-follow")
+        viewport_shot(learners[0], "class-learner-phone-blind")
+        # Reveal: the answer is NumPy's argmax of the float32 row, with its value; every page sees again.
+        teacher.click("#class-reveal")
+        state = class_question(learner_lab, code)
+        assert state["phase"] == "revealed" and state["answer"]["label"] == labels[answer]
+        assert abs(state["answer"]["value"] - value) < 1e-6
+        for page in [teacher, *learners]:
+            wait_until(
+                page, "!document.body.classList.contains('blind') && document.getElementById('class-stage').hidden"
+            )
+            wait_until(page, f"document.getElementById('heatmap').dataset.answer === '11,{answer}'")
+            wait_until(page, f"document.querySelector('#attends .attend-row.answer')?.dataset.index === '{answer}'")
+        for page in learners:
+            line = page.locator('#class-question [data-field="reveal"]')
+            expect(line).to_contain_text(f"“{labels[answer]}”, attention weight {value:.4f}")
+            expect(page.locator('#class-question [data-field="score"]')).to_have_text("Your score: 1 of 1.")
+        # The teacher's panel: round 1 and round 2 side by side, each its histogram and share right.
+        for round_, votes in [(1, first), (2, Counter(round2 + others_round2))]:
+            column = teacher.locator(f'#class-tally .round[data-round="{round_}"]')
+            share = votes[labels[answer]] / votes.total()
+            assert abs(float(column.get_attribute("data-share")) - share) < 1e-9
+            expect(column.locator(".round-share")).to_have_text(f"{round(100 * share)}% right")
+            assert bars(column) == votes
+        viewport_shot(teacher, "class-teacher-revealed-1280x720")
+
+        # A second kind of view: norm-weighted, a head set, every block's mean, the sinks hidden.
+        view = "measure=norm&head=mean&heads=1,4,7&blocks=mean&sinks=hide&token=8"
+        teacher.goto(f"{teacher_lab}/?text={TEXT.replace(' ', '+')}&{view}")
+        ready(teacher)
+        wait_until(teacher, "document.getElementById('class-live') && !document.getElementById('class-live').hidden")
+        teacher.click("#class-ask")
+        norms = float32_attention(teacher_lab, run, "norm")
+        hidden = np.array([token["added"] for token in tokens])
+        answer2, value2 = attends_answer(norms, 8, 0, [1, 4, 7], block_mean=True, hidden=hidden)
+        offered = choice_labels(learners[2])
+        assert "[CLS]" not in offered and "[SEP]" not in offered  # a hidden sink is not a choice
+        vote_on(learners[2], labels[answer2])
+        counted(teacher, 1)
+        assert_blind(learners[2], value2, "laptop learner, norm question open")
+        teacher.click("#class-reveal")
+        state = class_question(learner_lab, code)
+        assert state["answer"]["label"] == labels[answer2] and abs(state["answer"]["value"] - value2) < 1e-6
+        assert state["measure"]["key"] == "norm"
+
+        # A head question: which head of block 0 looks at the previous token most (NumPy on the weights).
+        teacher.select_option("#class-kind", "head")
+        teacher.select_option("#class-pattern", "previous")
+        teacher.click("#class-ask")
+        head, share = previous_token_head(weights, 0)
+        assert choice_labels(learners[0]) == [f"head {h}" for h in range(weights.shape[1])]
+        vote_on(learners[0], f"head {head}")
+        counted(teacher, 1)
+        teacher.click("#class-reveal")
+        state = class_question(learner_lab, code)
+        assert state["answer"]["label"] == f"head {head}" and abs(state["answer"]["value"] - share) < 1e-6
+        expect(teacher.locator("#class-phase")).to_contain_text(f"“head {head}”, share {share:.4f}")
+
+        # The answers' CSV: every learner's two votes on the first question, one row per learner per question.
+        with teacher.expect_download() as download:  # the panel's button: the server's CSV, as a file
+            teacher.locator("#class-csv").click()
+        rows = answers_csv(teacher_lab, started)
+        assert list(csv.DictReader(io.StringIO(download.value.path().read_text()))) == rows
+        first_rows = [row for row in rows if row["question id"] == question["id"]]
+        votes = zip(round1 + others_round1, round2 + others_round2, strict=True)
+        assert sorted((row["round 1"], row["round 2"]) for row in first_rows) == sorted(votes)
+        assert all(row["answer"] == labels[answer] for row in first_rows)
+        assert len({row["question id"] for row in rows}) == 3
+        others.close()
+
+
+def test_a_next_token_question_on_a_model_with_an_lm_head(browser, tmp_path_factory):
+    """The tiny GPT-2 (tests/families.py): the reveal names the LM head's most probable candidate."""
+    folder = build("gpt2", tmp_path_factory.mktemp("next") / "tiny-gpt2")
+    lab = LabProcess(folder.parent, env={"ATTENTION_LAB_MODEL_PATH": str(folder)})
+    lab.start()
+    try:
+        with a_class(browser, lab.url, lab.url, "text=The+river+bank+was+steep&token=2", sizes=[(390, 844)]) as (
+            teacher,
+            learners,
+            started,
+        ):
+            assert teacher.locator('#class-kind option[value="next_token"]').count() == 1
+            run = teacher.evaluate("document.body.dataset.run")
+            candidates = httpx.get(f"{lab.url}/api/runs/{run}/tokens/2/next", params={"k": 6}).json()["candidates"]
+            best = max(candidates, key=lambda candidate: candidate["probability"])
+            teacher.select_option("#class-kind", "next_token")
+            teacher.click("#class-ask")
+            offered = choice_labels(learners[0])
+            assert sorted(offered) == sorted(candidate["token"].strip() or "␣" for candidate in candidates)
+            vote_on(learners[0], offered[0])
+            counted(teacher, 1)
+            assert_blind(learners[0], best["probability"], "phone, next-token question open")
+            teacher.click("#class-reveal")
+            state = class_question(lab.url, started["code"])
+            assert abs(state["answer"]["value"] - best["probability"]) < 1e-6
+            assert state["answer"]["label"] == (best["token"].strip() or "␣")
+            expect(learners[0].locator('#class-question [data-field="reveal"]')).to_contain_text(
+                f"probability {best['probability']:.4f}"
+            )
+    finally:
+        lab.stop()
+
+
+def test_a_model_without_an_lm_head_offers_no_next_token_question(page, server):
+    page.goto(server)
+    ready(page)
+    assert page.locator('#class-kind option[value="next_token"]').count() == 0
+
+
+# --- a lesson plan -----------------------------------------------------------------------------------------------
+
+
+def test_a_lesson_plan_is_saved_opened_from_its_link_and_played(browser, server, tmp_path):
+    with a_class(
+        browser, server, server, f"text={TEXT.replace(' ', '+')}&layer=0&head=4&token=5", sizes=[(390, 844)]
+    ) as (teacher, learners, started):
+        learner = learners[0]
+        # Prepared from two views, the first with a question.
+        teacher.click("#plan-edit summary")
+        teacher.fill("#plan-step-title", "Which bank?")
+        teacher.select_option("#plan-step-question", "attends")
+        teacher.fill("#plan-step-note", "They should say river.")
+        teacher.click("#plan-add")
+        teacher.select_option("#layer", "2")
+        teacher.select_option("#head", "7")
+        teacher.fill("#plan-step-title", "A sink")
+        teacher.select_option("#plan-step-question", "head:cls")
+        teacher.click("#plan-add")
+        with teacher.expect_download() as download:
+            teacher.click("#plan-save")
+        saved = json.loads(download.value.path().read_text())
+        assert [step["title"] for step in saved["steps"]] == ["Which bank?", "A sink"]
+        assert saved["steps"][0]["view"] == {
+            "text": TEXT,
+            "mask": "bidirectional",
+            "pooling": "mean",
+            "layer": 0,
+            "head": 4,
+            "token": 5,
+        }
+        assert saved["steps"][0]["question"] == {"kind": "attends"} and saved["steps"][1]["question"] == {
+            "kind": "head",
+            "pattern": "cls",
+        }
+        teacher.click("#plan-link")
+        wait_until(teacher, "document.getElementById('plan-link').dataset.url")
+        link = teacher.locator("#plan-link").get_attribute("data-url")
+        # The link opens the plan in another page, panel open.
+        other = teacher.context.new_page()
+        other.goto(link)
+        ready(other)
+        expect(other.locator("#plan-now")).to_have_text("2 steps: “Lesson”.")
+        assert other.locator("#class-panel").is_visible()
+        other.close()
+        # Played: step 1 moves the class and asks its question, numbered in the CSV.
+        teacher.click("#plan-next")
+        expect(teacher.locator("#plan-now")).to_have_text("Step 1 of 2: Which bank?")
+        wait_until(
+            learner, "document.getElementById('layer').value === '0' && document.getElementById('head').value === '4'"
+        )
+        assert choice_labels(learner)[5] == "bank #5"
+        vote_on(learner, "river")
+        counted(teacher, 1)
+        teacher.click("#class-show")
+        teacher.click("#plan-next")
+        expect(teacher.locator("#plan-now")).to_have_text("Step 2 of 2: A sink")
+        wait_until(
+            learner, "document.getElementById('layer').value === '2' && document.getElementById('head').value === '7'"
+        )
+        assert choice_labels(learner)[0] == "head 0"
+        vote_on(learner, "head 7")
+        counted(teacher, 1)
+        teacher.click("#class-reveal")
+        rows = [(row["step"], row["step title"], row["round 1"]) for row in answers_csv(server, started)]
+        assert rows == [("1", "Which bank?", "river"), ("2", "A sink", "head 7")]
+
+
+def test_the_sample_lesson_is_served_and_its_answers_are_the_readmes(api, server):
+    """The sample plan as the README tells it: each step's answer, from NumPy on the API's float32 weights."""
+    plan = api.get("/static/lessons/sample.json").json()
+    assert plan["format"] == "attention-lab lesson plan"
+    found = []
+    for step in plan["steps"]:
+        view, question = step["view"], step["question"]
+        run = api.post("/api/analyze", json={"text": view["text"]}).json()
+        weights = float32_attention(server, run["run_id"])
+        texts = [token["text"] for token in run["tokens"]]
+        if question["kind"] == "attends":
+            key, value = attends_answer(weights, view["token"], view["layer"], [view["head"]])
+            found.append((texts[view["token"]], texts[key], round(value, 2)))
+        elif question["pattern"] == "previous":
+            head, share = previous_token_head(weights, view["layer"])
+            found.append(("previous", head, round(100 * share)))
+        else:  # the first token's share: the [CLS] sink
+            shares = weights[view["layer"], :, :, 0].astype(np.float64).mean(axis=1)
+            found.append(("cls", int(np.argmax(shares)), round(100 * float(shares.max()))))
+    assert found == [("bank", "river", 0.66), ("bank", "account", 0.83), ("cls", 7, 86), ("previous", 2, 100)]
+
+
+# --- a phone that follows ----------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("width", "height"), [(360, 740), (390, 844)])
+def test_a_following_phone_shows_the_views_first(browser, server, width, height):
+    with a_class(browser, server, server, "layer=3&head=2&token=4", sizes=[(width, height)]) as (teacher, learners, _):
+        phone = learners[0]
+        wait_until(phone, "document.querySelector('#heatmap')?.dataset.view?.endsWith(':3:2:4')")
+        boxes = phone.evaluate(
+            """() => Object.fromEntries(['#heatmap .hm-canvas', '#attends', '#prompt', '.toolbar'].map((s) => {
+                 const node = document.querySelector(s); const b = node.getBoundingClientRect();
+                 return [s, { top: b.top, bottom: b.bottom, height: b.height, shown: node.checkVisibility() }];
+               }))"""
+        )
+        canvas, attends = boxes["#heatmap .hm-canvas"], boxes["#attends"]
+        assert canvas["top"] >= 0 and canvas["bottom"] <= height, canvas  # the whole heatmap on the first screen
+        assert attends["top"] < height - 60, attends  # the attends view starts on it too
+        assert not boxes["#prompt"]["shown"] and not boxes[".toolbar"]["shown"]  # the controls fold away
+        phone.click("#class-controls")
+        expect(phone.locator("#prompt")).to_be_visible()
+        expect(phone.locator("#class-controls")).to_have_attribute("aria-expanded", "true")
+        phone.click("#class-follow")  # exploring alone: the controls are there
+        expect(phone.locator(".toolbar")).to_be_visible()
+        if (width, height) == (390, 844):
+            phone.click("#class-follow")
+            phone.click("#class-controls")
+            viewport_shot(phone, "class-phone-following-390")

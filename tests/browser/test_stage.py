@@ -328,9 +328,11 @@ TOUR_BOX = """() => {
 
 def tour_problems(page, step: int, label: str) -> list[str]:
     target = TOUR_TARGETS[step]
-    selectors = ["#tour", CANVAS, f"#{target}"]
+    # A view in a panel that scrolls is seen through the panel: what the step outlines is that visible area.
+    shown = f'[data-tour-target="{target}"]'
+    selectors = ["#tour", CANVAS, shown]
     m = settle(page, selectors)
-    boxes = m["boxes"]
+    boxes = m["boxes"] | {f"#{target}": m["boxes"][shown]}
     problems = []
     if not page.locator("#tour").is_visible():
         return [f"{label} step {step}: the tour box is hidden"]

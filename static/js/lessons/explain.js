@@ -6,6 +6,7 @@
 import * as api from "../api.js";
 import { numbersOf } from "../data.js";
 import { el, fixed } from "../format.js";
+import { tokenLabels } from "../labels.js";
 import { fillResult } from "./result.js";
 
 const MEASURES = [
@@ -106,7 +107,8 @@ function show(result, run, token, layer, head, measured) {
       if (gap > worst.gap) worst = { gap, key, measure, name };
     }
   }
-  const word = (key) => `“${run.tokens[key].text}”`;
+  const labels = tokenLabels(run.tokens); // "the #1", "the #7": a repeated word is told apart by its position
+  const word = (key) => `“${labels[key]}”`;
   const ordinal = (rank) => `${Math.round(rank)}${["th", "st", "nd", "rd"][Math.round(rank) % 10 > 3 || [11, 12, 13].includes(Math.round(rank) % 100) ? 0 : Math.round(rank) % 10]}`;
   result.replaceChildren(
     el(
@@ -120,7 +122,7 @@ function show(result, run, token, layer, head, measured) {
           el(
             "tr",
             { dataset: { key: String(key) } },
-            el("th", { scope: "row" }, run.tokens[key].text),
+            el("th", { scope: "row" }, labels[key]),
             ...MEASURES.map(([measure]) => el("td", { dataset: { measure, value: String(measured[measure][key]) } }, `${fixed(measured[measure][key], 3)} (#${Math.round(rankings[measure][key])})`)),
           ),
         ),

@@ -1,6 +1,7 @@
 // The experiments panel: one tab per lesson, each drawn when opened and again when the run or the
 // selected token changes while it is open.
 
+import { blankNote } from "../blind.js";
 import { el } from "../format.js";
 import { renderAblation } from "./ablation.js";
 import { renderCompare } from "./compare.js";
@@ -67,6 +68,7 @@ export const lessonsView = {
   id: "lessons",
   follows: (state) => ["run", "lesson", ...(state.lesson ? LESSONS[state.lesson].follows : [])],
   shown: (state) => state.panel === "lessons",
+  blank: blankNote("lesson-panel"),
   render(state, _, lab) {
     renderTabs(document.getElementById("lesson-tabs"), state.lesson, (lesson) => lab.setState({ lesson }));
     if (!state.lesson) return;

@@ -1,0 +1,69 @@
+// A lesson plan: a title, the model it was made for, and steps, each a view (a prompt and how to look at
+// it, as the view's link says it), an optional question for the class, and a note for the teacher. Saved as a
+// JSON file, or as a link that carries it compressed in its fragment (#plan=…, never sent to the server).
+// Every field is checked as it is read: a plan is a file from anywhere.
+
+import { deflate, inflate, readLink, viewOf } from "../state.js";
+
+export const PLAN_FORMAT = "attention-lab lesson plan";
+const MAX_STEPS = 60;
+const LINK = "#plan=";
+// The view's keys a step keeps (a link's parameter names): one person's own ones (presentation, colours,
+// predict-first, the tour, the class) are not part of a lesson's view.
+const STEP_KEYS = ["text", "pair", "segments", "mask", "pooling", "layer", "head", "heads", "token", "with", "blocks", "sinks", "measure", "panel", "lesson"];
+export const QUESTION_KINDS = ["attends", "head", "next_token"];
+export const PATTERNS = ["previous", "cls", "sep", "period", "self", "next"];
+
+function words(value, limit) {
+  return typeof value === "string" ? value.slice(0, limit) : "";
+}
+
+// The step for the view on screen.
+export function stepOf(state, { title, question, note }) {
+  const view = Object.fromEntries(
+    Object.entries(viewOf(state))
+      .filter(([key]) => STEP_KEYS.includes(key))
+      .map(([key, value]) => [key, /^\d+$/.test(value) ? Number(value) : value]), // a block, head or token reads as a number
+  );
+  return { title: words(title, 80) || `“${state.text.slice(0, 40)}”`, view, question, note: words(note, 2000) };
+}
+
+function readQuestion(question) {
+  if (!question || !QUESTION_KINDS.includes(question.kind)) return null;
+  return {
+    kind: question.kind,
+    ...(question.kind === "head" ? { pattern: PATTERNS.includes(question.pattern) ? question.pattern : "previous" } : {}),
+    ...(words(question.text, 200) ? { text: words(question.text, 200) } : {}),
+  };
+}
+
+// A plan as read from JSON: unknown fields dropped, each view's parameters checked as a link's are.
+export function readPlan(data) {
+  if (!data || typeof data !== "object" || !Array.isArray(data.steps)) throw new Error("this is not a lesson plan: it has no list of steps");
+  const steps = data.steps.slice(0, MAX_STEPS).map((step, index) => {
+    const view = step && typeof step.view === "object" && step.view ? step.view : {};
+    if (typeof view.text !== "string" || !view.text.trim()) throw new Error(`step ${index + 1} has no prompt (view.text)`);
+    const kept = Object.fromEntries(Object.entries(view).filter(([key, value]) => STEP_KEYS.includes(key) && ["string", "number"].includes(typeof value)));
+    return { title: words(step.title, 80) || `Step ${index + 1}`, view: kept, question: readQuestion(step.question), note: words(step.note, 2000) };
+  });
+  return { format: PLAN_FORMAT, title: words(data.title, 120) || "Lesson", model: words(data.model, 200) || null, steps };
+}
+
+// What applying a step sets: its view, over the defaults of everything a link may leave out.
+export function stepView(step, model) {
+  const patch = readLink(step.view);
+  const view = { pair: "", segments: "all", sinks: "show", measure: "weights", blockMean: false, panel: null, lesson: null, also: [], token: null, ...patch };
+  if (view.head === "mean" && !patch.heads) view.heads = [...Array(model.heads).keys()];
+  return view;
+}
+
+export async function planLink(plan, defaultModel) {
+  const model = plan.model && plan.model !== defaultModel ? `?${new URLSearchParams({ model: plan.model })}` : "";
+  return `${window.location.origin}/${model}${LINK}${await deflate(JSON.stringify(plan))}`;
+}
+
+// The plan a link opened the page with, or null.
+export async function linkedPlan() {
+  if (!window.location.hash.startsWith(LINK)) return null;
+  return readPlan(JSON.parse(await inflate(window.location.hash.slice(LINK.length))));
+}

@@ -1,0 +1,209 @@
+// The lesson plan in the teacher's panel: prepared as a list of steps (each the view on screen when it was
+// added, an optional question and a note), saved as a JSON file or a link, opened again, and played: "Next
+// step" applies the step's view, which the class follows, and asks its question when a class is live.
+
+import { el } from "../format.js";
+import { linkedPlan, planLink, PLAN_FORMAT, readPlan, stepOf, stepView } from "./plan.js";
+import { applyView } from "./shared.js";
+
+const $ = (id) => document.getElementById(id);
+const PLAN_KEY = "attention-lab-plan"; // sessionStorage: the plan this tab holds, and the step it is at
+const SAMPLE = new URL("../../lessons/sample.json", import.meta.url);
+const QUESTIONS = {
+  "": "no question",
+  attends: "Token it attends to most",
+  "head:previous": "Head: the previous token",
+  "head:cls": "Head: the first special token",
+  "head:period": "Head: the period",
+  next_token: "Next token",
+};
+
+function questionOf(choice) {
+  if (!choice) return null;
+  const [kind, pattern] = choice.split(":");
+  return pattern ? { kind, pattern } : { kind };
+}
+
+function choiceOf(question) {
+  if (!question) return "";
+  return question.kind === "head" ? `head:${question.pattern}` : question.kind;
+}
+
+// lab: the page; teacher.ask(kind, {pattern, step, text}) asks the class (nothing without a live class);
+// teacher.open() opens the teacher's panel (a plan's link opens the page with it).
+export function initPlanner(lab, teacher) {
+  const saved = JSON.parse(sessionStorage.getItem(PLAN_KEY) ?? "null");
+  let plan = saved?.plan ?? { format: PLAN_FORMAT, title: "", model: lab.model.name, steps: [] };
+  let at = saved?.at ?? -1; // the step being played; -1 before the first
+  const section = $("class-plan");
+  const keep = () => sessionStorage.setItem(PLAN_KEY, JSON.stringify({ plan, at }));
+
+  const title = el("input", { id: "plan-title", placeholder: "Lesson title", maxlength: "120", "aria-label": "Lesson title" });
+  title.addEventListener("change", () => {
+    plan.title = title.value;
+    keep();
+  });
+  const now = el("p", { id: "plan-now", class: "plan-now", "aria-live": "polite" });
+  // The step's note, folded: the teacher's panel is on the projector too, and a note may say the answer.
+  const noteText = el("p", {});
+  const note = el("details", { id: "plan-note", class: "plan-note" }, el("summary", {}, "Note for you"), noteText);
+  const back = el("button", { type: "button", id: "plan-back" }, "Back");
+  const next = el("button", { type: "button", id: "plan-next", class: "primary" }, "Next step");
+  const steps = el("ol", { id: "plan-steps", class: "plan-steps" });
+  const stepTitle = el("input", { id: "plan-step-title", maxlength: "80", placeholder: "Step title" });
+  const stepQuestion = el(
+    "select",
+    { id: "plan-step-question" },
+    ...Object.entries(QUESTIONS)
+      .filter(([value]) => value !== "next_token" || lab.model.next_tokens)
+      .map(([value, label]) => el("option", { value }, label)),
+  );
+  const stepNote = el("textarea", { id: "plan-step-note", rows: "2", maxlength: "2000", placeholder: "A note for you (not shown to the class)" });
+  const add = el("button", { type: "button", id: "plan-add" }, "Add this view as a step");
+  const file = el("input", { type: "file", id: "plan-file", accept: "application/json,.json", class: "visually-hidden", tabindex: "-1" });
+  const open = el("button", { type: "button", id: "plan-open" }, "Open…");
+  const sample = el("button", { type: "button", id: "plan-sample" }, "Sample lesson");
+  const save = el("button", { type: "button", id: "plan-save" }, "Save file");
+  const link = el("button", { type: "button", id: "plan-link" }, "Copy link");
+  const said = el("p", { id: "plan-said", class: "hint", "aria-live": "polite" });
+  const editor = el(
+    "details",
+    { id: "plan-edit", class: "plan-edit" },
+    el("summary", {}, "Edit the plan"),
+    title,
+    steps,
+    el("fieldset", { class: "plan-new" }, el("legend", {}, "A new step: the view on screen"), stepTitle, el("label", {}, "Question ", stepQuestion), stepNote, add),
+    el("div", { class: "class-actions" }, sample, open, save, link, file),
+    said,
+  );
+  section.replaceChildren(el("h3", { id: "class-plan-title" }, "Lesson plan"), now, note, el("div", { class: "class-actions" }, back, next), editor);
+
+  const show = () => {
+    title.value = plan.title;
+    const total = plan.steps.length;
+    const step = plan.steps[at] ?? null;
+    now.textContent = total === 0 ? "No steps yet: add views below, or open a plan." : step ? `Step ${at + 1} of ${total}: ${step.title}` : `${total} step${total === 1 ? "" : "s"}: “${plan.title || "Lesson"}”.`;
+    now.dataset.step = String(at + 1);
+    noteText.textContent = step?.note ?? "";
+    note.hidden = !step?.note;
+    note.open = false;
+    back.disabled = at <= 0;
+    next.disabled = at >= total - 1;
+    next.textContent = at < 0 ? "Start" : "Next step";
+    steps.replaceChildren(
+      ...plan.steps.map((item, index) => {
+        const go = el("button", { type: "button", class: "plan-go", "aria-current": index === at ? "step" : "false" }, `${index + 1}. ${item.title}${item.question ? " · asks" : ""}`);
+        go.addEventListener("click", () => play(index));
+        const move = (label, name, action) => {
+          const node = el("button", { type: "button", "aria-label": `${name} step ${index + 1}`, title: name }, label);
+          node.addEventListener("click", () => {
+            action();
+            keep();
+            show();
+          });
+          return node;
+        };
+        const swap = (other) => () => {
+          [plan.steps[index], plan.steps[other]] = [plan.steps[other], plan.steps[index]];
+          if (at === index || at === other) at = at === index ? other : index;
+        };
+        return el(
+          "li",
+          {},
+          go,
+          index > 0 ? move("↑", "Move up", swap(index - 1)) : null,
+          index < total - 1 ? move("↓", "Move down", swap(index + 1)) : null,
+          move("✕", "Remove", () => {
+            plan.steps.splice(index, 1);
+            if (at >= index) at -= 1;
+          }),
+        );
+      }),
+    );
+  };
+
+  // A step played: its view applied (the class follows it), then its question asked, about that view's run.
+  async function play(index) {
+    const step = plan.steps[index];
+    if (!step) return;
+    at = index;
+    keep();
+    show();
+    try {
+      if (!(await applyView(lab, stepView(step, lab.model)))) return; // another model's page opens instead
+      if (step.question && lab.getState().run) {
+        await teacher.ask(step.question.kind, { pattern: step.question.pattern, text: step.question.text ?? null, step: { index: index + 1, title: step.title } });
+      }
+    } catch (error) {
+      lab.showError(`Step ${index + 1}: ${error.message}.`);
+    }
+  }
+
+  const load = (loaded, from) => {
+    plan = loaded;
+    at = -1;
+    keep();
+    show();
+    said.textContent = `Opened ${from}: ${plan.steps.length} steps.${plan.model && plan.model !== lab.model.name ? ` It was made for ${plan.model}; this page reads ${lab.model.name}.` : ""}`;
+  };
+  const failed = (error) => (said.textContent = `That plan could not be opened: ${error.message}.`);
+
+  back.addEventListener("click", () => play(at - 1));
+  next.addEventListener("click", () => play(at + 1));
+  add.addEventListener("click", () => {
+    plan.steps.push(stepOf(lab.getState(), { title: stepTitle.value, question: questionOf(stepQuestion.value), note: stepNote.value }));
+    plan.model = lab.model.name;
+    stepTitle.value = "";
+    stepNote.value = "";
+    keep();
+    show();
+    said.textContent = `Step ${plan.steps.length} added.`;
+  });
+  stepQuestion.value = "";
+  open.addEventListener("click", () => file.click());
+  file.addEventListener("change", async () => {
+    const [chosen] = file.files;
+    file.value = "";
+    if (!chosen) return;
+    try {
+      load(readPlan(JSON.parse(await chosen.text())), chosen.name);
+    } catch (error) {
+      failed(error);
+    }
+  });
+  sample.addEventListener("click", async () => {
+    try {
+      const response = await fetch(SAMPLE);
+      load(readPlan(await response.json()), "the sample lesson");
+    } catch (error) {
+      failed(error);
+    }
+  });
+  save.addEventListener("click", () => {
+    const name = `${(plan.title || "lesson").replace(/[^\w-]+/g, "-").slice(0, 60)}.json`;
+    const href = URL.createObjectURL(new Blob([JSON.stringify(plan, null, 2)], { type: "application/json" }));
+    const anchor = el("a", { href, download: name });
+    document.body.append(anchor);
+    anchor.click();
+    anchor.remove();
+    setTimeout(() => URL.revokeObjectURL(href), 1000);
+  });
+  link.addEventListener("click", async () => {
+    const url = await planLink(plan, lab.defaultModel);
+    link.dataset.url = url;
+    try {
+      await navigator.clipboard.writeText(url);
+      said.textContent = "Link to this plan copied.";
+    } catch {
+      said.textContent = `The plan's link: ${url}`;
+    }
+  });
+  linkedPlan().then((linked) => {
+    if (!linked) return;
+    load(linked, "from the link");
+    teacher.open();
+  }, failed);
+  show();
+  // The step being played, with the class's answers: the CSV names it.
+  return { step: () => (plan.steps[at] ? { index: at + 1, title: plan.steps[at].title } : null) };
+}

@@ -1,0 +1,70 @@
+// A class question as every screen shows it, drawn from the server's QuestionState alone: {id, kind, text,
+// step, view, measure, choices: [{index, label, token, head}], phase: "open" | "shown" | "revealed", round,
+// votes: [count per round], tallies: [{choice index: count} per closed round], answer: {choice, label, value}
+// once revealed, correct: [share right per round] once revealed}. Counts are public while a round is open;
+// the histogram only once the round is closed; the answer only once revealed.
+
+import { el, fixed } from "../format.js";
+
+// What the answer's number is: the measure's value, a head's share of its pattern, the LM head's probability.
+export function valueName(question) {
+  if (question.kind === "head") return "share";
+  if (question.kind === "next_token") return "probability";
+  return question.measure?.name ?? "weight";
+}
+
+export function answerLine(question) {
+  const { label, value } = question.answer;
+  return `The answer: “${label}”, ${valueName(question)} ${fixed(value)}.`;
+}
+
+export function voteCount(question, round = question.round) {
+  return question.votes[round - 1] ?? 0;
+}
+
+// In words, where the question stands.
+export function phaseLine(question) {
+  const votes = voteCount(question);
+  const counted = `${votes} vote${votes === 1 ? "" : "s"}`;
+  if (question.phase === "open") return question.round === 1 ? `Round 1: voting, ${counted} so far.` : `Round 2: voting again, ${counted} so far.`;
+  if (question.phase === "shown") return `Round ${question.round}: ${counted}, shown without the answer.`;
+  return "Revealed.";
+}
+
+// One round's votes as bars, one per choice that got a vote (and the answer, once revealed), each labelled
+// by its token and position (or head), in the choices' order; the answer's bar marked once revealed.
+export function histogram(question, round) {
+  const tally = question.tallies[round - 1] ?? {};
+  const count = (choice) => tally[String(choice.index)] ?? 0;
+  const largest = Math.max(1, ...question.choices.map(count));
+  const answer = question.answer?.choice ?? null;
+  const drawn = question.choices.filter((choice) => count(choice) > 0 || choice.index === answer);
+  const total = question.choices.reduce((sum, choice) => sum + count(choice), 0);
+  if (!drawn.length) return el("p", { class: "histogram-empty", dataset: { round: String(round), total: "0" } }, "No votes.");
+  return el(
+    "div",
+    { class: "histogram", role: "list", "aria-label": `Round ${round}'s votes`, dataset: { round: String(round), total: String(total) } },
+    ...drawn.flatMap((choice) => {
+      const mark = choice.index === answer ? " answer" : "";
+      return [
+        el("span", { class: `tally-label${mark}`, role: "listitem", dataset: { choice: String(choice.index), count: String(count(choice)) } }, choice.label),
+        el("span", { class: `tally-bar${mark}`, style: `width:${(100 * count(choice)) / largest}%`, "aria-hidden": "true" }),
+        el("span", { class: "tally-count" }, String(count(choice))),
+      ];
+    }),
+  );
+}
+
+// Once revealed: the share right in round 1 and in round 2, side by side, each over its round's histogram.
+export function rounds(question) {
+  const [first, second = null] = question.correct ?? [];
+  const column = (round, share) =>
+    el(
+      "div",
+      { class: "round", dataset: { round: String(round), share: share === null ? "" : String(share) } },
+      el("p", {}, `Round ${round}`),
+      el("p", { class: "round-share" }, share === null ? "–" : `${Math.round(100 * share)}% right`),
+      question.tallies[round - 1] ? histogram(question, round) : el("p", { class: "hint" }, "no second round"),
+    );
+  return el("div", { class: "rounds" }, column(1, first), column(2, second));
+}

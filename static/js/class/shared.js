@@ -1,0 +1,27 @@
+// The view a class shares: what the URL carries, less what is one person's own (presentation, colours,
+// predict-first). The teacher's page sends it; a following learner's page applies it; a lesson plan's step
+// applies it too.
+
+import { runPrompt } from "../controls.js";
+
+export const SHARED = ["model", "text", "pair", "mask", "pooling", "layer", "head", "heads", "blockMean", "token", "also", "panel", "tour", "sinks", "segments", "lesson", "measure"];
+const RUN_INPUTS = ["text", "pair", "mask", "pooling"];
+
+export function sharedView(state) {
+  return Object.fromEntries(SHARED.map((key) => [key, state[key]]));
+}
+
+// A view applied: a new prompt runs the model (resolves once the run is there); the rest only moves the
+// views. A view of another model is another page, opened with the class (and its step) carried along.
+export async function applyView(lab, view, carried = {}) {
+  const before = lab.getState();
+  if (view.model && view.model !== before.model) {
+    const params = { model: view.model, text: view.text ?? before.text, ...(before.classCode ? { class: before.classCode } : {}), ...carried };
+    window.location.assign(`/?${new URLSearchParams(params)}`);
+    return false;
+  }
+  const patch = Object.fromEntries(SHARED.filter((key) => key in view && key !== "model").map((key) => [key, view[key]]));
+  lab.setState(patch);
+  if (RUN_INPUTS.some((key) => key in patch && patch[key] !== before[key]) || !before.run) await runPrompt(lab);
+  return true;
+}

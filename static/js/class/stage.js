@@ -1,0 +1,40 @@
+// The stage during a class question, on every screen of the class (the projector is the teacher's own
+// page): while a round is open, the question and its count of votes over the views, which are drawn blank
+// (views.js, blind.js); once the round's votes are shown, its histogram in their place, large; once
+// revealed, nothing over the views, which show everything again with the answer marked.
+
+import { el } from "../format.js";
+import { histogram, phaseLine } from "./question.js";
+
+const $ = (id) => document.getElementById(id);
+
+// question: the server's QuestionState, or null. role: "teacher" or "learner", for the line that says what
+// to do now.
+export function showStage(question, role) {
+  const cover = $("class-stage");
+  const covered = Boolean(question) && question.phase !== "revealed";
+  cover.hidden = !covered;
+  document.body.classList.toggle("blind", covered);
+  if (!covered) {
+    cover.replaceChildren();
+    delete cover.dataset.phase;
+    return;
+  }
+  cover.dataset.phase = question.phase;
+  cover.dataset.round = String(question.round);
+  const todo =
+    question.phase === "open"
+      ? role === "teacher"
+        ? "Everyone votes on their own screen. The numbers stay hidden until the reveal."
+        : "Vote above. The numbers stay hidden until the reveal."
+      : question.round === 1
+        ? "Discuss with a neighbour: who is right, and why?"
+        : "The second round's votes.";
+  // A learner reads the question in the class bar above, beside its choices; the projector shows it here.
+  cover.replaceChildren(
+    ...(role === "teacher" ? [el("h2", { id: "class-stage-question" }, question.text)] : []),
+    el("p", { class: "class-stage-phase", dataset: { field: "phase" } }, phaseLine(question)),
+    ...(question.phase === "shown" ? [histogram(question, question.round)] : []),
+    el("p", { class: "hint" }, todo),
+  );
+}

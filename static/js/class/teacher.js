@@ -1,0 +1,223 @@
+// The teacher's side of a class: a panel docked beside the stage (never over it) with the join code, the QR
+// code (large on demand), who is there, the question's flow — Ask (blind votes), Show votes (the histogram,
+// no answer), Vote again (a second round), Reveal (the answer, its value, the share right per round) — the
+// answers as CSV, and the lesson plan. The teacher's view goes to the class as it changes.
+
+import { el } from "../format.js";
+import { cannotAsk, questionAsk } from "./ask.js";
+import { answersCSV, askQuestion, endClass, moveQuestion, qrURL, showView, startClass } from "./calls.js";
+import { listen } from "./live.js";
+import { initPlanner } from "./planner.js";
+import { answerLine, phaseLine, rounds } from "./question.js";
+import { sharedView, SHARED } from "./shared.js";
+
+const $ = (id) => document.getElementById(id);
+const TEACHER_KEY = "attention-lab-class"; // sessionStorage: the class this tab teaches, and its secret
+
+export function initTeacher(lab) {
+  const panel = $("class-panel");
+  const opener = $("class-start");
+  let taught = JSON.parse(sessionStorage.getItem(TEACHER_KEY) ?? "null");
+  let feed = null;
+  let question = null;
+  let phaseShown = null; // the question's id and phase last drawn: a new phase is scrolled into the panel's sight
+
+  const openPanel = (open) => {
+    panel.hidden = !open;
+    opener.setAttribute("aria-pressed", String(open));
+  };
+  opener.addEventListener("click", () => openPanel(panel.hidden));
+  $("class-fold").addEventListener("click", () => {
+    const folded = panel.classList.toggle("folded");
+    $("class-fold").setAttribute("aria-expanded", String(!folded));
+    $("class-fold").textContent = folded ? "Unfold" : "Fold";
+  });
+  initQR();
+
+  // The flow's buttons follow the question's phase, as the server says it is.
+  const kind = $("class-kind");
+  const showKind = () => {
+    $("class-pattern-box").hidden = kind.value !== "head";
+  };
+  kind.addEventListener("change", showKind);
+  showKind();
+  const showFlow = () => {
+    const live = taught !== null;
+    const phase = question?.phase ?? null;
+    $("class-ask").disabled = !live;
+    $("class-show").disabled = phase !== "open";
+    $("class-again").disabled = !(phase === "shown" && question.round === 1);
+    $("class-reveal").disabled = !(phase === "open" || phase === "shown");
+    $("class-csv").disabled = !live;
+    const before = phaseShown;
+    phaseShown = question ? `${question.id}:${question.phase}:${question.round}` : null;
+    showQuestion(question, lab);
+    if (question && phaseShown !== before) reveal(panel, $("class-phase"));
+  };
+
+  const act = (action) => async () => {
+    try {
+      await action();
+    } catch (error) {
+      lab.showError(`The class: ${error.message}.`);
+    }
+  };
+  // Asked from the panel (the chosen kind) or by a lesson plan's step (its own kind, pattern, step, wording).
+  const ask = async (chosen, options = {}) => {
+    const why = cannotAsk(chosen, lab.getState(), lab.model);
+    if (why) throw new Error(why);
+    question = await askQuestion(taught, questionAsk(chosen, lab.getState(), options));
+    showFlow();
+  };
+  const planner = initPlanner(lab, { ask: (chosen, options) => (taught ? ask(chosen, options) : null), open: () => openPanel(true) });
+  $("class-ask").addEventListener("click", act(() => ask(kind.value, { pattern: $("class-pattern").value, step: planner.step() })));
+  for (const move of ["show", "again", "reveal"]) {
+    $(`class-${move}`).addEventListener(
+      "click",
+      act(async () => {
+        question = await moveQuestion(taught, move);
+        showFlow();
+      }),
+    );
+  }
+  $("class-csv").addEventListener("click", act(async () => download(await answersCSV(taught), `class-${taught.code}-answers.csv`)));
+  $("class-end").addEventListener(
+    "click",
+    act(async () => {
+      await endClass(taught).catch(() => {}); // an expired class is ended already
+      stop();
+    }),
+  );
+
+  // The teacher's view reaches the class, a little after it settles (a dragged selection sends its end).
+  let pushing = null;
+  lab.subscribe((state, changed) => {
+    if (!taught || !SHARED.some((key) => changed.has(key))) return;
+    clearTimeout(pushing);
+    pushing = setTimeout(() => showView(taught, sharedView(lab.getState())).catch((error) => lab.showError(error.message)), 60);
+  });
+
+  function live(started) {
+    taught = started;
+    sessionStorage.setItem(TEACHER_KEY, JSON.stringify(started));
+    const { code } = started;
+    $("class-code").textContent = code;
+    $("class-open").hidden = true;
+    $("class-live").hidden = false;
+    $("class-end").hidden = false;
+    $("class-qr-show").replaceChildren(el("img", { id: "class-qr", src: qrURL(code), alt: `QR code of the join link for class ${code}` }));
+    $("class-qr-code").textContent = code;
+    $("class-join").href = started.join_url;
+    $("class-join").textContent = started.join_url;
+    $("class-qr-link").textContent = started.join_url;
+    $("class-reach").hidden = started.reachable;
+    $("class-reach").textContent = "Learners cannot open this address: it is this computer's own (127.0.0.1). Start the lab with --host 0.0.0.0 and open it at this computer's network address.";
+    showView(started, sharedView(lab.getState())).catch((error) => lab.showError(error.message));
+    feed = listen(lab, code, "teacher", {
+      presence: showPresence,
+      question: (next) => {
+        question = next;
+        showFlow();
+      },
+      votes: (next) => {
+        question = next;
+        showFlow();
+      },
+      ended: () => stop(),
+    });
+    showFlow();
+  }
+
+  function stop() {
+    feed?.close();
+    feed = null;
+    taught = null;
+    question = null;
+    sessionStorage.removeItem(TEACHER_KEY);
+    lab.setState({ question: null });
+    $("class-code").textContent = "";
+    $("class-open").hidden = false;
+    $("class-live").hidden = true;
+    $("class-end").hidden = true;
+    showFlow();
+  }
+
+  $("class-open").addEventListener("click", act(async () => live(await startClass())));
+  if (taught) {
+    openPanel(true);
+    live(taught);
+  }
+  showFlow();
+}
+
+function showPresence({ learners, following, connected }) {
+  const presence = $("class-presence");
+  presence.textContent = learners ? `${learners} joined · ${following} following you · ${connected} connected` : "No learners yet.";
+  presence.dataset.learners = String(learners);
+  presence.dataset.following = String(following);
+}
+
+// The question in the teacher's panel: where it stands, and once revealed, the answer and both rounds.
+function showQuestion(question, lab) {
+  const phase = $("class-phase");
+  const tally = $("class-tally");
+  if (!question) {
+    phase.textContent = "";
+    tally.replaceChildren();
+    return;
+  }
+  phase.dataset.phase = question.phase;
+  if (question.phase === "revealed") {
+    phase.textContent = answerLine(question);
+    const head = question.kind === "head" ? question.choices[question.answer.choice].head : null;
+    const open = head === null || head === lab.getState().head ? [] : [button(`Show head ${head}`, () => lab.setState({ layer: question.view.layer, head, blockMean: false }))];
+    tally.replaceChildren(rounds(question), ...open);
+    return;
+  }
+  // The question and its votes are on the stage; the panel says where it stands.
+  phase.textContent = `${phaseLine(question)} The stage stays blind until Reveal.`;
+  tally.replaceChildren();
+}
+
+// Scrolls the panel (never the page) to a part of it: the question's new phase at the top, what follows
+// (the rounds, once revealed) under it.
+function reveal(panel, part) {
+  panel.scrollTop += part.getBoundingClientRect().top - panel.getBoundingClientRect().top - 8;
+}
+
+function button(label, action) {
+  const node = el("button", { type: "button" }, label);
+  node.addEventListener("click", action);
+  return node;
+}
+
+// The QR code, large over everything on demand; Esc, its button or a click beside it closes it.
+function initQR() {
+  const overlay = $("class-qr-large");
+  const opener = $("class-qr-show");
+  const close = () => {
+    overlay.hidden = true;
+    opener.focus({ preventScroll: true });
+  };
+  opener.addEventListener("click", () => {
+    $("class-qr-big").replaceChildren(el("img", { src: $("class-qr").src, alt: $("class-qr").alt }));
+    overlay.hidden = false;
+    $("class-qr-close").focus();
+  });
+  $("class-qr-close").addEventListener("click", close);
+  overlay.addEventListener("click", (event) => event.target === overlay && close());
+  overlay.addEventListener("keydown", (event) => {
+    if (event.key !== "Escape") return;
+    event.stopPropagation();
+    close();
+  });
+}
+
+function download(text, name) {
+  const link = el("a", { href: URL.createObjectURL(new Blob([text], { type: "text/csv" })), download: name });
+  document.body.append(link);
+  link.click();
+  link.remove();
+  setTimeout(() => URL.revokeObjectURL(link.href), 1000);
+}
+

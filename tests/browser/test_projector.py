@@ -1,0 +1,211 @@
+"""Issue #32 on the projector: the teacher's class panel never covers the stage, and its QR code opens large
+and closes again; in presentation mode at 1280×720 no visible text is under 18 px (heatmap axis labels and
+token chips under 16), and a question's votes take at least a third of the stage; the tour never cuts its own
+text and never hides what it explains."""
+
+import httpx
+import pytest
+from playwright.sync_api import expect
+
+from tests.browser.conftest import wait_until
+from tests.browser.test_classroom import Learners, counted, end_class, ready, start_class, viewport_shot, vote_on
+from tests.browser.test_stage import CANVAS, lab_page, off_screen, open_stage, overlap, rounded, settle
+
+pytestmark = pytest.mark.slow
+
+STAGE = ["#prompt", "#tokens", "#heatmap", "#attends"]
+PANEL = ["#class-panel", "#class-qr-show"]
+SIZES = [(1024, 768, False), (1280, 720, True), (1366, 768, False), (1920, 1080, False)]
+
+
+def panel_problems(page, label: str) -> list[str]:
+    m = settle(page, [*STAGE, CANVAS, *PANEL])
+    boxes = m["boxes"]
+    problems = []
+    if m["scrollHeight"] > m["height"] + 1 or m["scrollWidth"] > m["width"]:
+        problems.append(f"{label}: the page scrolls ({m['scrollWidth']}×{m['scrollHeight']})")
+    for part in STAGE:
+        if off_screen(boxes[part], m):
+            problems.append(f"{label}: {part} leaves the window: {rounded(boxes[part])}")
+        for cover in PANEL:
+            if boxes[cover] and boxes[cover]["width"] and overlap(boxes[part], boxes[cover]):
+                problems.append(f"{label}: {cover} {rounded(boxes[cover])} covers {part} {rounded(boxes[part])}")
+    return problems
+
+
+def test_the_class_panel_never_covers_the_stage_and_its_qr_code_opens_large(browser, server):
+    with lab_page(browser, 1024, 768) as page:
+        open_stage(page, server)
+        started = start_class(page)
+        try:
+            problems = []
+            for width, height, present in SIZES:
+                page.set_viewport_size({"width": width, "height": height})
+                if present != ("present" in page.evaluate("document.body.className")):
+                    page.click("#present")
+                expect(page.locator("#class-panel")).to_be_visible()
+                problems += panel_problems(page, f"{width}×{height}{' present' if present else ''}")
+            assert not problems, "\n".join(problems)
+            # The QR code large, over everything, on demand; Esc and the Close button hide it again.
+            page.click("#class-qr-show")
+            overlay = page.locator("#class-qr-large img")
+            expect(overlay).to_be_visible()
+            box = overlay.bounding_box()
+            assert box["width"] >= 0.6 * 1080, box  # 1920×1080: most of the window's height
+            viewport_shot(page, "class-qr-large-1920x1080")
+            page.keyboard.press("Escape")
+            expect(page.locator("#class-qr-large")).to_be_hidden()
+            assert page.evaluate("document.activeElement.id") == "class-qr-show"
+            page.click("#class-qr-show")
+            page.click("#class-qr-close")
+            expect(page.locator("#class-qr-large")).to_be_hidden()
+            # Folded, the panel is a strip and the stage takes the width back.
+            before = page.locator("#attends").bounding_box()["width"]
+            page.click("#class-fold")
+            expect(page.locator("#class-body")).to_be_hidden()
+            assert panel_problems(page, "folded") == []
+            assert page.locator("#class-panel").bounding_box()["width"] < 100
+            wait_until(page, f"document.getElementById('attends').getBoundingClientRect().width > {before}")
+        finally:
+            end_class(server, started)
+
+
+# Every visible text node, with its computed size: the type a class reads from the back of the room.
+TYPE = """() => {
+  const small = [];
+  const walker = document.createTreeWalker(document.body, NodeFilter.SHOW_TEXT);
+  for (let node = walker.nextNode(); node; node = walker.nextNode()) {
+    const parent = node.parentElement;
+    if (!node.textContent.trim() || parent.closest('script, style, option, .visually-hidden')) continue;
+    if (!parent.checkVisibility({ visibilityProperty: true, opacityProperty: true })) continue;
+    const range = document.createRange();
+    range.selectNodeContents(node);
+    const seen = [...range.getClientRects()].some((r) => r.width > 0 && r.height > 0 && r.bottom > 0 && r.right > 0
+      && r.top < innerHeight && r.left < innerWidth);
+    if (!seen) continue;
+    const size = parseFloat(getComputedStyle(parent).fontSize);
+    const least = parent.closest('.hm-ylabels, .hm-xlabels, .token') ? 16 : 18;
+    const where = `${parent.tagName.toLowerCase()}.${parent.className}`;
+    if (size < least - 0.01) small.push(`${size}px < ${least}: ${where} “${node.textContent.trim().slice(0, 30)}”`);
+  }
+  return [...new Set(small)];
+}"""
+
+
+def test_present_mode_at_1280x720_is_read_from_the_back_of_the_room(browser, server):
+    with lab_page(browser, 1280, 720) as page, lab_page(browser, 390, 844) as phone:
+        open_stage(page, server, "present=1", "text=I+sat+on+the+bank+of+the+river+and+the+bank+was+wet", "token=5")
+        assert page.evaluate(TYPE) == [], "the stage"
+        labels = page.locator("#heatmap .hm-ylabels span").count()
+        assert labels >= 8, f"only {labels} row labels"  # fewer labels, never smaller type; but not none
+        page.click("#toolbar-more-toggle")
+        page.click("#options-toggle")
+        assert page.evaluate(TYPE) == [], "More… and Options… open"
+        page.click("#options-toggle")  # closes both: a click elsewhere closes an open one
+        expect(page.locator("#toolbar-more")).to_be_hidden()
+        expect(page.locator("#prompt-options")).to_be_hidden()
+        started = start_class(page)
+        try:
+            phone.goto(started["join_url"])
+            ready(phone)
+            assert page.evaluate(TYPE) == [], "the class panel"
+            page.click("#class-ask")
+            phone.wait_for_selector("#class-question .choices button")
+            vote_on(phone, "river")
+            # Eight more learners on their own devices: a histogram with some spread, as a class votes.
+            others = Learners(server, started["code"], 8)
+            question = httpx.get(f"{server}/api/classes/{started['code']}").json()["question"]["id"]
+            others.vote(question, 1, [8, 8, 0, 0, 0, 11, 6, 4])  # river, [CLS], bank #11, of, the #4
+            others.close()
+            counted(page, 9)
+            assert page.evaluate(TYPE) == [], "a question open"
+            page.click("#class-show")
+            wait_until(page, "document.getElementById('class-stage').dataset.phase === 'shown'")
+            assert page.evaluate(TYPE) == [], "its votes shown"
+            shares = page.evaluate(
+                """() => {
+                  const area = (s) => {
+                    const b = document.querySelector(s).getBoundingClientRect();
+                    return b.width * b.height;
+                  };
+                  return area('#class-stage') / area('main.stage');
+                }"""
+            )
+            assert shares >= 1 / 3, f"the votes take {shares:.0%} of the stage"
+            expect(page.locator("#class-stage .tally-label")).to_have_text(
+                ["[CLS]", "the #4", "of", "river", "bank #11"]
+            )
+            wait_until(page, "document.getElementById('class-presence').dataset.learners === '9'")
+            page.click("#class-fold")  # projected: the panel folds to a strip, the votes take the stage
+            expect(page.locator("#class-body")).to_be_hidden()
+            assert page.evaluate(TYPE) == [], "the panel folded"
+            viewport_shot(page, "class-votes-present-1280x720")  # the README's picture
+            page.click("#class-fold")
+            page.click("#class-reveal")
+            wait_until(page, "document.getElementById('class-stage').hidden")
+            assert page.evaluate(TYPE) == [], "revealed"
+        finally:
+            end_class(server, started)
+
+
+# --- the tour ------------------------------------------------------------------------------------------------
+
+# Where a step's part of a tall panel is (the page scrolls the panel to it).
+PARTS = {
+    3: '[data-field="word"]',
+    4: '[data-field="position"]',
+    5: '[data-field="normalized"]',
+    11: ".blocks",
+    12: ".blocks",
+}
+
+TOUR = """(part) => {
+  const box = document.getElementById('tour').getBoundingClientRect();
+  const within = (b, o) =>
+    b.left >= o.left - 0.5 && b.right <= o.right + 0.5 && b.top >= o.top - 0.5 && b.bottom <= o.bottom + 0.5;
+  const inside = (b) => within(b, box);
+  const cut = ['tour-counter', 'tour-title', 'tour-text', 'tour-shape', 'tour-back', 'tour-next', 'tour-close']
+    .filter((id) => !inside(document.getElementById(id).getBoundingClientRect()));
+  const tour = document.getElementById('tour');
+  const focus = document.querySelector('.tour-focus');
+  const outlined = focus.getBoundingClientRect();
+  const screen = { left: 0, top: 0, right: innerWidth, bottom: innerHeight };
+  const visible = within(outlined, screen);
+  const covers = box.left < outlined.right && outlined.left < box.right
+    && box.top < outlined.bottom && outlined.top < box.bottom;
+  const inWindow = within(box, screen);
+  // A part of a tall panel: its top within the panel's visible area.
+  const b = part ? focus.querySelector(part)?.getBoundingClientRect() : null;
+  const partShown = !part || (Boolean(b) && b.top >= outlined.top - 1 && b.top < outlined.bottom - 20);
+  return { cut, scrolls: tour.scrollHeight > tour.clientHeight + 1, visible, covers, inWindow, partShown };
+}"""
+
+
+@pytest.mark.parametrize(("width", "height", "present"), [(1024, 768, False), (1280, 720, True), (1366, 768, False)])
+def test_the_tour_never_cuts_its_text_nor_hides_what_it_explains(browser, server, width, height, present):
+    problems = []
+    with lab_page(browser, width, height) as page:
+        open_stage(page, server, "present=1" if present else "", "tour=1")
+        for step in range(1, 17):
+            expect(page.locator("#tour-counter")).to_have_text(f"Step {step} of 16")
+            settle(page, ["#tour", CANVAS, ".tour-focus"])
+            if step in PARTS:
+                wait_until(page, f"document.querySelector('{PARTS[step]}')")
+                settle(page, ["#tour", CANVAS, ".tour-focus", PARTS[step]])
+            seen = page.evaluate(TOUR, PARTS.get(step))
+            label = f"{width}×{height}{' present' if present else ''} step {step}"
+            if seen["cut"] or seen["scrolls"]:
+                problems.append(f"{label}: text cut {seen['cut']}, box scrolls: {seen['scrolls']}")
+            if not seen["inWindow"]:
+                problems.append(f"{label}: the box leaves the window")
+            if not seen["visible"] or seen["covers"]:
+                problems.append(
+                    f"{label}: the outlined view is out of sight ({seen['visible']}) or covered ({seen['covers']})"
+                )
+            if not seen["partShown"]:
+                problems.append(f"{label}: the panel is not scrolled to {PARTS[step]}")
+            if step == 3 and present:
+                viewport_shot(page, "tour-step-3-present-1280x720")
+            if step < 16:
+                page.click("#tour-next")
+    assert not problems, "\n".join(problems)
