@@ -150,14 +150,16 @@ def test_integrated_gradients_in_slices_is_captums_own(client, encoder, minilm):
     from app.engine.attribution import steps_per_slice
 
     text = " ".join(["A man is playing a guitar on stage while the crowd sings along."] * 2)
-    body = client.post("/api/attribution", json={"text": text, "other": OTHER, "steps": 40}).json()
-    ids = torch.tensor([[token["id"] for token in body["tokens"]]])
+    ids = torch.tensor([[token["id"] for token in client.post("/api/analyze", json={"text": text}).json()["tokens"]]])
     per_slice = steps_per_slice(ids.shape[1])
-    assert 1 < per_slice < 40 and 40 % per_slice  # several slices, the last one shorter
-    same_batches, delta = captum_ig(minilm, encoder, ids, 40, per_slice)
+    steps = 4 * per_slice + 1  # several slices, the last one shorter
+    assert per_slice > 1
+    body = client.post("/api/attribution", json={"text": text, "other": OTHER, "steps": steps}).json()
+    assert [token["id"] for token in body["tokens"]] == ids[0].tolist()
+    same_batches, delta = captum_ig(minilm, encoder, ids, steps, per_slice)
     np.testing.assert_allclose(body["attributions"], same_batches, rtol=0, atol=1e-7)
     assert body["delta"] == pytest.approx(delta, abs=1e-7)
-    one_batch, delta = captum_ig(minilm, encoder, ids, 40, None)
+    one_batch, delta = captum_ig(minilm, encoder, ids, steps, None)
     np.testing.assert_allclose(body["attributions"], one_batch, rtol=1e-4, atol=1e-6)
     assert body["delta"] == pytest.approx(delta, abs=1e-5)
 

@@ -5,6 +5,8 @@ loopback, each device from an address of its own."""
 
 import asyncio
 import json
+import math
+import re
 import socket
 import threading
 import time
@@ -12,6 +14,7 @@ import time
 import httpx
 import pytest
 
+from app.engine.attribution import steps_per_slice
 from tests.class_client import device
 from tests.conftest import LabProcess, run_async
 from tests.floods import cpu_seconds, rss_mb
@@ -48,8 +51,8 @@ def idle_after(pid: int, start: float, quiet: float = 0.5, share: float = 0.15, 
 
 def test_integrated_gradients_at_its_bound_takes_turns_and_stops_when_its_client_leaves(lab):
     """256 steps at 256 tokens (65,536, the bound) from 127.0.0.3: a learner at 127.0.0.2 is answered within
-    2 s meanwhile, every time; then the IG's client closes its connection, and the server is idle again
-    within about one slice."""
+    2 s meanwhile, every time; then the IG's client closes its connection, the IG is called off (the lab logs
+    it, with the slices it had done: it was under way) and the server is idle again within about one slice."""
     body = json.dumps({"text": words("w", 300), "other": "a short sentence", "steps": 256}).encode()
     ig = socket.create_connection(("127.0.0.1", lab.port), source_address=("127.0.0.3", 0))
     before = cpu_seconds(lab.process.pid)
@@ -77,13 +80,17 @@ def test_integrated_gradients_at_its_bound_takes_turns_and_stops_when_its_client
         left = time.monotonic()
         ig.close()
     stopped = idle_after(lab.process.pid, left)
+    log = lab.log.read_text()
+    (called_off,) = re.findall(r"Integrated Gradients of 256 steps called off after (\d+) slices", log)
+    slices = 1 + math.ceil(256 / steps_per_slice(256))  # the path's two ends, then the steps
     print(
-        f"learner's analyze beside IG: {[round(w, 3) for w in waits]} s; "
-        f"IG stopped {stopped:.2f} s after its client left"
+        f"learner's analyze beside IG: {[round(w, 3) for w in waits]} s; IG called off after "
+        f"{called_off} of {slices} slices, the server idle {stopped:.2f} s after its client left"
     )
     assert max(waits) < 2
+    assert 0 < int(called_off) < slices  # under way when its client left, and not finished
     assert stopped < 1.5
-    assert "Traceback" not in lab.log.read_text()
+    assert "Traceback" not in log
 
 
 def test_forty_alti_requests_at_once_are_one_computation_within_the_memory_bound(lab):

@@ -184,3 +184,26 @@ def test_loads_are_turns_and_one_address_causes_at_most_a_few_an_hour(tiny, fold
 
     run_async(scenario())
     lab.close()
+
+
+def test_a_load_takes_the_gate_a_step_at_a_time_and_names_the_same_model(tiny, folders, tmp_path, monkeypatch):
+    """A model's load is its weights, then its digest DIGEST_BYTES at a time, each step a turn of the gate (a
+    learner waits for one step, not the whole load); the digest does not depend on the steps: the model
+    loaded whole has the same one, so its runs keep their ids."""
+    from app.engine import model as model_module
+    from tests.conftest import make_lab, run_async
+
+    whole = load_model(folders["llama"]).digest
+    monkeypatch.setattr(model_module, "DIGEST_BYTES", 16 * 1024)
+    lab = make_lab(tiny, tmp_path)
+    lab.models = Models(tiny, [folders["llama"]], 100, None, 3)
+    turns, admit = [], lab.gate.admit
+    monkeypatch.setattr(lab.gate, "admit", lambda *args, **kwargs: turns.append(args) or admit(*args, **kwargs))
+    engine = run_async(lab.engine_for("llama"))
+    steps = 0
+    for step in model_module.load_steps(folders["llama"]):
+        step()
+        steps += 1
+    assert len(turns) == steps > 5  # the folder, the digest's head, its weights 16 KiB at a time, the engine
+    assert engine.loaded.digest == whole
+    lab.close()

@@ -28,9 +28,9 @@ Method = Literal["integrated_gradients", "gradient_x_input"]
 Target = Literal["similarity", "next_token"]
 IG_METHOD = "gausslegendre"  # Captum's default rule for the path integral
 # IG's steps × tokens in one slice: a batch of steps costs about that many token-passes, forward and
-# backward (at 256 tokens, 2 steps: 0.19 s on this project's 2 cores when quiet, 0.5 s beside other work);
-# at least one step.
-STEP_TOKENS_PER_SLICE = 512
+# backward (at 256 tokens, one step: 0.1 s on this project's 2 cores when quiet, about 1 s when three
+# other developers' tests share them); at least one step.
+STEP_TOKENS_PER_SLICE = 256
 
 
 def steps_per_slice(tokens: int) -> int:
@@ -54,12 +54,13 @@ def attribution_slices(
     steps: int,
 ) -> list[Callable[[], dict | None]]:
     """Attributions in slices, to run one after another: the last returns {attributions [pos], output,
-    baseline_output, delta}. trunk: the model without a head; make_target: the target, made in the first
-    slice (it may run the model), a function of the last hidden states [batch, pos, d_model] -> one number
-    per batch row."""
+    baseline_output, delta}. The first slice makes the target and the output at both ends of the path, each
+    next one a batch of IG's steps. trunk: the model without a head; make_target: the target (making it may
+    run the model), a function of the last hidden states [batch, pos, d_model] -> one number per batch row."""
     work: dict = {}
 
     def begin() -> None:
+        """The target, and the output at both ends of the path: the text's and the all-zero baseline's."""
         target = make_target()
         word_rows = trunk.get_input_embeddings()(input_ids[None]).detach().requires_grad_()  # [1, pos, d_model]
 
@@ -67,16 +68,16 @@ def attribution_slices(
             types = token_type_ids[None].expand(len(rows), -1)
             return target(hidden_states(trunk, family, types, inputs_embeds=rows))
 
-        work.update(forward=forward, rows=word_rows, baseline=torch.zeros_like(word_rows), total=None)
+        baseline = torch.zeros_like(word_rows)
+        with torch.no_grad():
+            output, at_baseline = forward(word_rows), forward(baseline)  # [1] each
+        work.update(forward=forward, rows=word_rows, baseline=baseline, output=output, at_baseline=at_baseline)
 
     def finish(attributions: Tensor, delta: float | None) -> dict:
-        forward, rows, baseline = work["forward"], work["rows"], work["baseline"]
-        with torch.no_grad():
-            output, at_baseline = float(forward(rows)[0]), float(forward(baseline)[0])
         return {
             "attributions": attributions[0].sum(-1).detach(),  # [pos]
-            "output": output,
-            "baseline_output": at_baseline,
+            "output": float(work["output"][0]),
+            "baseline_output": float(work["at_baseline"][0]),
             "delta": delta,
         }
 
@@ -92,26 +93,26 @@ def attribution_slices(
 
     def ig_steps(first: int, last: int) -> Callable[[], dict | None]:
         def compute() -> dict | None:
-            if not work:
-                begin()
-            ig = IntegratedGradients(work["forward"])
-            (part,) = ig._attribute(  # Captum's own batch of steps, as its internal batching calls it
+            (part,) = IntegratedGradients(work["forward"])._attribute(  # one of Captum's own batches of steps
                 inputs=(work["rows"],),
                 baselines=(work["baseline"],),
                 n_steps=last - first,
                 method=IG_METHOD,
                 step_sizes_and_alphas=(sizes[first:last], alphas[first:last]),
             )
-            work["total"] = part if work["total"] is None else part.detach() + work["total"]
+            work["total"] = part if first == 0 else part.detach() + work["total"]
             if last < steps:
                 return None
-            delta = ig.compute_convergence_delta(work["total"], work["baseline"], work["rows"])
-            return finish(work["total"], float(delta[0]))
+            # Captum's convergence delta (compute_convergence_delta), from the ends computed in the first slice.
+            total = work["total"]
+            with torch.no_grad():
+                delta = total.reshape(1, -1).sum(1) - (work["output"] - work["at_baseline"])
+            return finish(total, float(delta[0]))
 
         return compute
 
     per_slice = steps_per_slice(len(input_ids))
-    return [ig_steps(first, min(first + per_slice, steps)) for first in range(0, steps, per_slice)]
+    return [begin, *(ig_steps(first, min(first + per_slice, steps)) for first in range(0, steps, per_slice))]
 
 
 def similarity_target(

@@ -102,9 +102,9 @@ MEASURES: dict[str, MeasureName] = {
 }
 
 QUERY_CHUNK = 32  # queries decomposed at once: [chunk, key, d_model] floats stay about 25 MB at 512 tokens
-# Multiply-adds in one slice of ALTI (whole chunks of queries, at least one): about 0.2 s on this project's
-# 2 cores, where a 512-token block of MiniLM takes 0.9 s whole.
-SLICE_WORK = 2**28
+# Multiply-adds in one slice of ALTI (whole chunks of queries, at least one): one chunk of a 512-token run of
+# MiniLM, 0.06 s on this project's 2 cores (0.13 s at most while other developers' tests share them).
+SLICE_WORK = 2**27
 
 
 def attention_output_weights(run, model, layer: int) -> tuple[Tensor, Tensor, torch.nn.LayerNorm | None]:

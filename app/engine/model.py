@@ -1,11 +1,13 @@
 """Loading a model and its tokenizer from a local folder, never from a hub."""
 
+import functools
 import hashlib
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
 import torch
 from transformers import (
@@ -25,6 +27,10 @@ from app.engine.families import Family, UnknownFamily, family_of
 PACKAGED_MODEL_NAME = "sentence-transformers/all-MiniLM-L6-v2"
 # Where the folder was and which transformers read it: neither changes a number.
 UNNUMBERED_CONFIG_KEYS = ("_name_or_path", "transformers_version")
+# Weights hashed in one step of a load (load_steps): about 0.1 s of sha256 on this project's machine.
+DIGEST_BYTES = 128 * 1024**2
+T = TypeVar("T")
+Step = Callable[[], object]
 
 
 class ModelLoadError(RuntimeError):
@@ -68,8 +74,39 @@ def packaged_model_path() -> Path:
 
 
 def load_model(path: Path | None = None) -> LoadedModel:
+    """A model folder (the packaged MiniLM for None), loaded whole."""
+    for step in load_steps(path):
+        loaded = step()
+    return loaded
+
+
+def load_steps(path: Path | None = None, then: Callable[[LoadedModel], T] = lambda loaded: loaded) -> Iterator[Step]:
+    """A model folder's load in steps, to run one after another, each asked for once the one before has run
+    (a server gives its model's turn to others between them, app.serving.lab): the weights and tokenizer,
+    then the digest, DIGEST_BYTES of weights a step. The last step returns then(the loaded model)."""
     name = PACKAGED_MODEL_NAME if path is None else Path(path).name
     path = packaged_model_path() if path is None else Path(path)
+    read: dict = {}
+    yield lambda: read.update(_read_folder(path))
+    model, tokenizer, pooled_length = read["model"], read["tokenizer"], read["pooled_length"]
+    digest = hashlib.sha256()
+    yield lambda: _digest_head(digest, model, tokenizer, pooled_length)
+    group, size = [], 0
+    for weight in sorted(model.state_dict().items()):
+        group.append(weight)
+        size += weight[1].numel() * weight[1].element_size()
+        if size >= DIGEST_BYTES:
+            yield functools.partial(_digest_weights, digest, group)
+            group, size = [], 0
+    if group:
+        yield functools.partial(_digest_weights, digest, group)
+    yield lambda: then(
+        LoadedModel(name, path, model, tokenizer, read["family"], read["pooling"], pooled_length, digest.hexdigest())
+    )
+
+
+def _read_folder(path: Path) -> dict:
+    """The model and tokenizer of a folder, checked: the lab can hook the model and its tokenizer is fast."""
     config, family = read_model_config(path)
     transformers_logging.disable_progress_bar()  # a bar per start-up is noise in a server log
     # A decoder saved with its LM head is read with it: the next-token candidates are its own.
@@ -90,10 +127,13 @@ def load_model(path: Path | None = None) -> LoadedModel:
             f"{family.name} ({'no module ' + missing[0] if missing else 'it needs a fast tokenizer'})"
         )
     model.eval()
-    pooled_length = _pooled_length(path)
-    digest = model_digest(model, tokenizer, pooled_length)
-    pooling = _default_pooling(path) or family.default_pooling
-    return LoadedModel(name, path, model, tokenizer, family, pooling, pooled_length, digest)
+    return {
+        "model": model,
+        "tokenizer": tokenizer,
+        "family": family,
+        "pooled_length": _pooled_length(path),
+        "pooling": _default_pooling(path) or family.default_pooling,
+    }
 
 
 def read_model_config(path: Path) -> tuple[PretrainedConfig, Family]:
@@ -123,16 +163,26 @@ def model_digest(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, poo
     """sha256 of everything in the model that changes a run's numbers: each weight (name, dtype, shape,
     bytes), the config less its folder path and library version, the tokenizer's own serialisation and
     the length the pooling reads. The same model in another folder or on another machine has the same
-    digest; MiniLM's 90 MB take about 60 ms."""
+    digest; MiniLM's 90 MB take about 60 ms. (load_steps computes it in steps.)"""
     digest = hashlib.sha256()
+    _digest_head(digest, model, tokenizer, pooled_length)
+    _digest_weights(digest, sorted(model.state_dict().items()))
+    return digest.hexdigest()
+
+
+def _digest_head(digest, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, pooled_length: int | None):
+    """The digest's first part: the config, the lengths and the tokenizer (model_digest)."""
     config = {key: value for key, value in model.config.to_dict().items() if key not in UNNUMBERED_CONFIG_KEYS}
     digest.update(json.dumps(config, sort_keys=True).encode())
     digest.update(f"model_max_length {tokenizer.model_max_length} pooled_length {pooled_length}".encode())
     digest.update(tokenizer.backend_tokenizer.to_str().encode())
-    for name, tensor in sorted(model.state_dict().items()):
+
+
+def _digest_weights(digest, weights: list[tuple[str, torch.Tensor]]) -> None:
+    """The next weights into the digest, in the order of their names (model_digest)."""
+    for name, tensor in weights:
         digest.update(f"{name} {tensor.dtype} {tuple(tensor.shape)}".encode())
         digest.update(memoryview(tensor.detach().contiguous().reshape(-1).view(torch.uint8).numpy()))
-    return digest.hexdigest()
 
 
 def _pooled_length(path: Path) -> int | None:

@@ -2,16 +2,18 @@
 time, takes turns at the model through the gate, and recomputes from the shared spec store any run it does
 not hold. The numbers come from the engine (app.engine.runs).
 
-Heavy work takes turns in slices (in_turns): Integrated Gradients a few steps at a time, a measure's block
-(norm, ALTI, ALTI rollout) a few chunks of queries at a time, a model's load in one turn. Between two
-slices the model goes to whoever's turn it is, so a learner's analyze waits for one slice at most, and work
-whose requests have all gone (their clients disconnected) stops at its next slice. A measure's blocks are
-computed once however many ask for them at a time, and kept in the run cache beside the runs (by run id,
-measure and block), within its bound in bytes."""
+Heavy work takes turns in slices (in_turns), each a bounded amount of work: Integrated Gradients a batch of
+steps (app.engine.attribution), a measure's block a few chunks of queries (norm and ALTI rollout one slice
+per block, app.engine.measures), a model's load its weights, then its digest 128 MB at a time
+(app.engine.model.load_steps). Between two slices the model goes to whoever's turn it is, so a learner's
+analyze waits for one slice at most, and work whose requests have all gone (their clients disconnected)
+stops at its next slice. A measure's blocks are computed once however many ask for them at a time, and
+kept in the run cache beside the runs (by run id, measure and block), within its bound in bytes."""
 
 import asyncio
+import logging
 from collections import Counter
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TypeVar
@@ -30,6 +32,7 @@ from app.serving.models import Loads, Models
 from app.serving.specs import SpecStore, StoreError
 
 Result = TypeVar("Result")
+log = logging.getLogger("uvicorn.error")  # uvicorn shows its INFO lines
 
 # The model, torch and the server besides the runs: about 0.45 GB measured, with room for a pass in flight.
 RUNTIME_BYTES = 1024**3
@@ -123,20 +126,26 @@ class Lab:
     async def engine_for(self, model: str | None, client: Client = ANYONE) -> Engine:
         """A model's engine by name (the default for None), loaded if it is not: at a turn of the gate, and
         counted against the client's loads an hour (Loads)."""
-        return await self.models.engine(model, lambda make: self._load(make, client))
+        return await self.models.engine(model, lambda name, steps: self._load(name, steps, client))
 
-    async def _load(self, make: Callable[[], Engine], client: Client) -> Engine:
+    async def _load(self, name: str, steps: Iterator[Callable[[], Engine]], client: Client) -> Engine:
         self.loads.take(client.address)
-        return await self.in_turns([make], client)
+        return await self.in_turns(f"the load of {name}", steps, client)
 
-    async def in_turns(self, slices: list[Callable[[], Result]], client: Client = ANYONE) -> Result:
-        """Runs heavy work one slice per turn at the gate, on the model's thread, and returns what the last
-        slice returns. Between slices the turn goes to whoever's it is; a request cancelled meanwhile (its
-        client left) stops here, and the slice under way is the last one done."""
-        result = None
-        for piece in slices:
-            async with self.gate.admit(client):
-                result = await self.model_threads.run(piece)
+    async def in_turns(self, what: str, slices: Iterable[Callable[[], Result]], client: Client = ANYONE) -> Result:
+        """Runs heavy work (`what`, for the log) one slice per turn at the gate, on the model's thread, and
+        returns what the last slice returns (the next slice is asked for once the one before has run). Between
+        slices the turn goes to whoever's it is; a request cancelled meanwhile (its client left) stops here,
+        and the slice under way is the last one done."""
+        result, done = None, 0
+        try:
+            for piece in slices:
+                async with self.gate.admit(client):
+                    result = await self.model_threads.run(piece)
+                done += 1
+        except asyncio.CancelledError:
+            log.info("%s called off after %d slices: nobody waits for it any more", what, done)
+            raise
         return result
 
     async def measured(self, run: Run, measure: str, layer: int | None, client: Client = ANYONE) -> list[Tensor]:
@@ -163,7 +172,7 @@ class Lab:
         else:
             model = (await self.engine_for(run.spec.model, client)).loaded.model
             slices = measures.block_slices(run, model, measure, layer)
-        block = await self.in_turns(slices, client)
+        block = await self.in_turns(f"{measure} of block {layer} of run {run.run_id}", slices, client)
         self.runs.put(key, Measured(block), counted=False)
         trim_if_over(self.runs.max_bytes + RUNTIME_BYTES + self.models.loaded_bytes)
         return block
@@ -273,7 +282,12 @@ class Lab:
         its cost), then computed in slices at turns of the gate."""
         engine = await self.engine_for(model, client)
         slices = engine.attribution(**ask, max_step_tokens=self.max_attribution_step_tokens)
-        return await self.in_turns(slices, client)
+        what = (
+            f"Integrated Gradients of {ask['steps']} steps"
+            if ask["method"] == "integrated_gradients"
+            else "gradient × input"
+        )
+        return await self.in_turns(what, slices, client)
 
     def close(self) -> None:
         self.model_threads.close()

@@ -1,16 +1,16 @@
 """The models one lab serves, by name: the default one loaded at start, the others read once at start (their
 shape, for the page and the API: nothing a page view or GET /api/model asks for loads a model again), then
 loaded when a run needs them, at most a few at a time (the least recently used one beyond the default is let
-go; its runs are recomputed from their specs if it is needed again). A load is a turn of the lab's own
-(app.serving.lab), and one address may cause at most a few an hour (Loads)."""
+go; its runs are recomputed from their specs if it is needed again). A load takes turns of the lab's own, a
+step at a time (app.engine.model.load_steps), and one address may cause at most a few an hour (Loads)."""
 
 import asyncio
 import time
 from collections import OrderedDict, deque
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 
-from app.engine.model import LoadedModel, ModelLoadError, load_model, read_model_config
+from app.engine.model import LoadedModel, ModelLoadError, Step, load_model, load_steps, read_model_config
 from app.engine.runs import Engine, InvalidInput
 from app.serving.gate import TooManyWaiting
 
@@ -50,10 +50,6 @@ class Loads:
                 wait,
             )
         times.append(now)
-
-
-async def in_a_thread(make: Callable[[], Engine]) -> Engine:
-    return await asyncio.to_thread(make)
 
 
 class Models:
@@ -101,19 +97,18 @@ class Models:
         """The weights of the models loaded besides the default one (which the runtime's share counts)."""
         return sum(engine.loaded.nbytes for name, engine in self._engines.items() if name != self.default)
 
-    async def engine(
-        self, name: str | None, load: Callable[[Callable[[], Engine]], Awaitable[Engine]] = in_a_thread
-    ) -> Engine:
-        """The engine of a model by name (the default for None); one not loaded is loaded by `load`, which
-        runs the loading function it is given (the lab: at a turn of its own, on the model's thread)."""
+    async def engine(self, name: str | None, load: Callable[[str, Iterator[Step]], Awaitable[Engine]]) -> Engine:
+        """The engine of a model by name (the default for None); one not loaded is loaded by `load`, which runs
+        the steps of its load (app.engine.model.load_steps, the last making the engine) one after another: the
+        lab at turns of its own, on the model's thread."""
         name = self.known(name)
         engine = self._engines.get(name)
         if engine is None:
             async with self._loading.setdefault(name, asyncio.Lock()):
                 engine = self._engines.get(name)
                 if engine is None:
-                    folder = self.folders[name]
-                    engine = self._engines[name] = await load(lambda: Engine(load_model(folder), *self.limits))
+                    steps = load_steps(self.folders[name], then=lambda loaded: Engine(loaded, *self.limits))
+                    engine = self._engines[name] = await load(name, steps)
         self._engines.move_to_end(name)
         while len(self._engines) > self.max_loaded:
             oldest = next(other for other in self._engines if other not in (self.default, name))
