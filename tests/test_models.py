@@ -1,8 +1,6 @@
 """Several models in one lab: the default loaded at start, the others (tiny random GPT-2 and Llama-style
 folders) on first use; each run names its model, and a model let go is loaded again when needed."""
 
-from pathlib import Path
-
 import numpy as np
 import pytest
 import torch
@@ -34,7 +32,7 @@ def client(tiny, folders, monkeypatch):
 
 
 def test_the_models_setting_takes_commas():
-    assert Settings(models=" /a/one, /b/two ,").models == [Path("/a/one"), Path("/b/two")]
+    assert Settings(models=" /a/one, /b/two ,org/name@v1").models == ["/a/one", "/b/two", "org/name@v1"]
 
 
 def test_other_models_load_on_first_use_and_name_their_runs(client, tiny, folders):

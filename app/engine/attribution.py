@@ -16,8 +16,6 @@ import torch
 from captum.attr import InputXGradient, IntegratedGradients
 from torch import Tensor
 
-from app.engine.capture import pool
-
 Method = Literal["integrated_gradients", "gradient_x_input"]
 Target = Literal["similarity", "next_token"]
 INTERNAL_BATCH = 8  # IG's interpolation steps run this many at a time: memory stays that of 8 passes
@@ -70,14 +68,16 @@ def attribute(
 
 
 def similarity_target(
-    trunk, family, other_ids: Tensor, other_types: Tensor, pooling: str
+    trunk, family, other_ids: Tensor, other_types: Tensor, sentence: Callable[[Tensor], Tensor]
 ) -> Callable[[Tensor], Tensor]:
-    """cosine(pooled(output), pooled(the other sentence)), the bi-encoder's similarity, as a target."""
+    """cosine(sentence(output), sentence(the other sentence's output)), the bi-encoder's similarity, as a
+    target; `sentence`: last hidden states [pos, d_model] -> the model's sentence vector (its pooling, and
+    its Dense and Normalize modules where it has them)."""
     with torch.no_grad():
-        other = pool(hidden_states(trunk, family, other_types[None], input_ids=other_ids[None])[0], pooling)
+        other = sentence(hidden_states(trunk, family, other_types[None], input_ids=other_ids[None])[0])
 
     def cosine(hidden: Tensor) -> Tensor:  # [batch, pos, d_model] -> [batch]
-        pooled = torch.stack([pool(rows, pooling) for rows in hidden])
+        pooled = torch.stack([sentence(rows) for rows in hidden])
         return torch.nn.functional.cosine_similarity(pooled, other[None], dim=-1)
 
     return cosine
