@@ -124,3 +124,23 @@ def test_a_module_the_lab_does_not_run_stops_it_in_one_line(folder, tmp_path):
     with pytest.raises(ModelLoadError) as refused:
         load_model(changed)
     assert "\n" not in str(refused.value) and "LayerNorm" in str(refused.value)
+
+
+def test_a_folder_pooled_another_way_offers_its_own_pooling(folder, tmp_path):
+    """A Pooling module of position-weighted means: the lab offers it beside its usual ones, as the default."""
+    name, path = folder
+    if name != "modernbert":
+        return
+    changed = shutil.copytree(path, tmp_path / "changed")
+    pooling = json.loads((changed / "1_Pooling" / "config.json").read_text())
+    (changed / "1_Pooling" / "config.json").write_text(json.dumps({**pooling, "pooling_mode": "weightedmean"}))
+    encoder = SentenceTransformer(str(changed), device="cpu")
+    with lab_of(changed) as client:
+        model = client.get("/api/model").json()
+        assert (model["poolings"], model["default_pooling"]) == (
+            ["mean", "cls", "max", "weighted_mean"],
+            "weighted_mean",
+        )
+        body = client.post("/api/analyze", json={"text": TEXT}).json()
+        np.testing.assert_allclose(body["pooled"]["embedding"], encoder.encode([TEXT])[0], atol=1e-5)
+        assert '<option value="weighted_mean">position-weighted mean</option>' in client.get("/").text

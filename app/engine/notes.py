@@ -66,7 +66,7 @@ def _frequencies(config) -> list[str]:
     if len(set(thetas.values())) < 2:
         return []
     named = {"full_attention": "global", "sliding_attention": "local"}
-    return [f"{named.get(kind, kind)} blocks by θ = {theta:g}" for kind, theta in thetas.items()]
+    return [f"{named.get(kind, kind)} blocks by θ = {theta:,.0f}" for kind, theta in thetas.items()]
 
 
 def _list(layers: list[int]) -> str:
