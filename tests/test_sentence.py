@@ -144,3 +144,19 @@ def test_a_folder_pooled_another_way_offers_its_own_pooling(folder, tmp_path):
         body = client.post("/api/analyze", json={"text": TEXT}).json()
         np.testing.assert_allclose(body["pooled"]["embedding"], encoder.encode([TEXT])[0], atol=1e-5)
         assert '<option value="weighted_mean">position-weighted mean</option>' in client.get("/").text
+
+
+def test_the_similarity_attribution_targets_the_models_own_sentence_vectors(folder):
+    """Its output is the cosine of the two sentence vectors sentence-transformers encodes (Dense and Normalize
+    included), and gradient × input sums over the tokens to what Integrated Gradients would approach."""
+    name, path = folder
+    if name != "embeddinggemma":
+        return
+    encoder = SentenceTransformer(str(path), device="cpu")
+    with lab_of(path) as client:
+        body = client.post("/api/attribution", json={"text": TEXT, "other": "A quick brown fox!", "steps": 32}).json()
+    a, b = encoder.encode([TEXT, "A quick brown fox!"])
+    assert body["output"] == pytest.approx(cosine(a, b), abs=1e-5)
+    assert sum(body["attributions"]) - (body["output"] - body["baseline_output"]) == pytest.approx(
+        body["delta"], abs=1e-5
+    )

@@ -83,10 +83,14 @@ def similarity_target(
     return cosine
 
 
-def next_token_target(lm_head: torch.nn.Module, token_id: int) -> Callable[[Tensor], Tensor]:
-    """The LM head's logit of `token_id` after the last position, as a target."""
+def next_token_target(
+    lm_head: torch.nn.Module, token_id: int, softcap: float | None = None
+) -> Callable[[Tensor], Tensor]:
+    """The LM head's logit of `token_id` after the last position, as a target; soft-capped, c·tanh(logit/c),
+    where the model caps its logits (Gemma's final_logit_softcapping)."""
 
     def logit(hidden: Tensor) -> Tensor:  # [batch, pos, d_model] (after the final norm) -> [batch]
-        return lm_head(hidden[:, -1])[:, token_id]
+        value = lm_head(hidden[:, -1])[:, token_id]
+        return value if softcap is None else softcap * torch.tanh(value / softcap)
 
     return logit

@@ -600,7 +600,8 @@ class Engine:
                 raise InvalidInput(
                     f"next_token {token_id} is not in the vocabulary (0 to {loaded.model.config.vocab_size - 1})"
                 )
-            objective = next_token_target(loaded.model.get_output_embeddings(), token_id)
+            softcap = getattr(loaded.model.config, "final_logit_softcapping", None)
+            objective = next_token_target(loaded.model.get_output_embeddings(), token_id, softcap)
             about = {
                 "kind": "next_token",
                 "token_id": token_id,
