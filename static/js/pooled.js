@@ -23,7 +23,8 @@ export function renderPooled(container, pooled, model, tokens, pair = false) {
       { class: "caption" },
       `Pooling: `,
       el("strong", { dataset: { field: "strategy" } }, pooled.strategy),
-      ` (${STRATEGIES[pooled.strategy]}) → a 1×${model.hidden_size} vector with norm `,
+      // A Pooling module that leaves the prompt out (include_prompt false) pools the text's tokens alone.
+      ` (${STRATEGIES[pooled.strategy]}${model.sentence_modules[0]?.include_prompt === false && tokens.some((token) => token.prompt) ? ", the prompt's tokens left out" : ""}) → a 1×${model.hidden_size} vector with norm `,
       el("strong", { dataset: { field: "norm", value: String(pooled.norm) } }, fixed(pooled.norm)),
       modules ? "." : `; divided by that norm it has length 1: the sentence embedding used for search.`,
     ),

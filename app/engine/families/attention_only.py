@@ -29,6 +29,8 @@ def attention_only(model: torch.nn.Module, tokenizer) -> Family:
     """The family of a model without an adapter, after one probe pass on a few tokens: its weights come
     back one [head, query, key] matrix per block, or it is refused (NoAttention)."""
     config = model.config
+    if not all(hasattr(config, name) for name in ("num_hidden_layers", "num_attention_heads", "hidden_size")):
+        raise NoAttention("its config gives no num_hidden_layers, num_attention_heads and hidden_size")
     ids = tokenizer("the cat sat on the mat", return_tensors="pt")["input_ids"]
     try:
         with torch.inference_mode():
