@@ -16,7 +16,7 @@ from sentence_transformers.sentence_transformer.modules import Pooling
 from app.engine.model import ModelLoadError, load_model
 from app.engine.sentence import POOLINGS, pool
 from app.main import create_app
-from tests.families import build
+from tests.families import BUILDERS, build, sentence_transformers_folder
 
 TEXT = "The cat sat on the mat."
 # (builder, the modules after the transformer as sentence-transformers wrote them: module, vector size)
@@ -160,3 +160,19 @@ def test_the_similarity_attribution_targets_the_models_own_sentence_vectors(fold
     assert sum(body["attributions"]) - (body["output"] - body["baseline_output"]) == pytest.approx(
         body["delta"], abs=1e-5
     )
+
+
+@pytest.mark.parametrize("family", [name for name in BUILDERS if name not in FOLDERS])
+def test_every_family_in_a_sentence_transformers_folder_encodes_as_it(family, tmp_path):
+    """Every other family, wrapped by sentence-transformers with the family's own pooling and Normalize."""
+    folder = build(family, tmp_path / family)
+    decoder = family in ("gpt2", "llama", "qwen2", "mistral", "qwen3", "gemma3")
+    sentence_transformers_folder(folder, "lasttoken" if decoder else "mean", normalize=True)
+    encoder = SentenceTransformer(str(folder), device="cpu")
+    if encoder.tokenizer.pad_token is None:  # one sentence is never padded; sentence-transformers asks for one
+        encoder.tokenizer.pad_token = encoder.tokenizer.eos_token
+    with lab_of(folder) as client:
+        body = client.post("/api/analyze", json={"text": TEXT}).json()
+    expected = encoder.encode([TEXT])[0]
+    assert cosine(body["pooled"]["embedding"], expected) > 0.99999
+    np.testing.assert_allclose(body["pooled"]["embedding"], expected, atol=1e-5)
