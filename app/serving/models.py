@@ -14,6 +14,10 @@ class UnknownModel(InvalidInput):
     pass
 
 
+class UnreadableModel(InvalidInput):
+    """A listed model that fails to load when first asked for (a family without an adapter is probed then)."""
+
+
 class Models:
     def __init__(
         self,
@@ -62,7 +66,10 @@ class Models:
             async with self._loading.setdefault(name, asyncio.Lock()):
                 engine = self._engines.get(name)
                 if engine is None:
-                    loaded = await asyncio.to_thread(load_model, self.folders[name], name)
+                    try:
+                        loaded = await asyncio.to_thread(load_model, self.folders[name], name)
+                    except ModelLoadError as error:
+                        raise UnreadableModel(str(error)) from error
                     engine = self._engines[name] = Engine(loaded, *self.limits)
         self._engines.move_to_end(name)
         while len(self._engines) > self.max_loaded:
