@@ -105,7 +105,7 @@ class Family:
             "ffn_output": "the FFN's output projection" if post else f"FFN({norm}(x + attention))",
             "output": "LN(x + FFN)" if post else f"x + {added} + {added.replace('attention', 'FFN')}",
         }
-        short = {name.rsplit(".", 1)[-1] for name in recorded}
+        short = {name.rsplit(".", 1)[-1] for name in recorded if not name.startswith("final.")}  # not the final norm
         return {name: label for name, label in labels.items() if name in short}
 
 
