@@ -10,7 +10,16 @@ from collections import OrderedDict, deque
 from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 
-from app.engine.model import LoadedModel, ModelLoadError, Step, load_model, load_steps, read_model_config
+from app.engine.model import (
+    LoadedModel,
+    ModelLoadError,
+    Step,
+    load_model,
+    load_steps,
+    locate,
+    read_model_config,
+    read_sentence_pipeline,
+)
 from app.engine.runs import Engine, InvalidInput
 from app.serving.gate import TooManyWaiting
 
@@ -19,6 +28,11 @@ HOUR = 3600.0
 
 class UnknownModel(InvalidInput):
     pass
+
+
+class UnreadableModel(InvalidInput):
+    """A listed model that the lab could not load (a family without an adapter is probed then): the lab
+    starts all the same, and asking for that model answers with its one line."""
 
 
 class TooManyLoads(TooManyWaiting):
@@ -54,24 +68,38 @@ class Loads:
 
 class Models:
     def __init__(
-        self, default: LoadedModel, folders: list[Path], max_chars: int, max_tokens: int | None, max_loaded: int
+        self,
+        default: LoadedModel,
+        folders: list[str | Path],
+        max_chars: int,
+        max_tokens: int | None,
+        max_loaded: int,
     ):
+        """`folders`: more models, each a folder or a Hub id (app.engine.model.locate)."""
         self.default = default.name
         self.limits = (max_chars, max_tokens)  # every engine's input limits (Engine)
         self.max_loaded = max_loaded
         self.folders: dict[str, Path] = {default.name: default.path}
         for folder in folders:
-            name = Path(folder).name
+            name, path = locate(folder)
             if name in self.folders:
-                raise ModelLoadError(f"two models are named {name!r} (a model is named by its folder): rename one")
-            read_model_config(Path(folder))  # a bad folder stops the lab at start, not a learner's request
-            self.folders[name] = Path(folder)
+                raise ModelLoadError(
+                    f"two models are named {name!r} (a model is named by its folder or id): rename one"
+                )
+            # A bad folder stops the lab at start, not a learner's request.
+            read_model_config(path / read_sentence_pipeline(path).transformer)
+            self.folders[name] = path
         self._engines: OrderedDict[str, Engine] = OrderedDict({default.name: Engine(default, *self.limits)})
-        # Each model's shape (Engine.info), read once here: a model is loaded for its runs, never for a view.
+        # Each model's shape (Engine.info), read once here: a model is loaded for its runs, never for a view. One
+        # that cannot be loaded (its probe fails) leaves the lab starting, and says why when asked for.
         self.infos = {default.name: self._engines[default.name].info}
+        self.unreadable: dict[str, str] = {}
         for name, folder in self.folders.items():
             if name not in self.infos:
-                self.infos[name] = Engine(load_model(folder), *self.limits).info
+                try:
+                    self.infos[name] = Engine(load_model(folder, name), *self.limits).info
+                except ModelLoadError as error:
+                    self.unreadable[name] = str(error)
         self._loading: dict[str, asyncio.Lock] = {}
 
     @property
@@ -79,10 +107,12 @@ class Models:
         return list(self.folders)
 
     def known(self, name: str | None) -> str:
-        """The model's name (the default for None), if this lab serves it."""
+        """The model's name (the default for None), if this lab serves it and could read it."""
         name = name or self.default
         if name not in self.folders:
             raise UnknownModel(f"no model {name!r} here: this lab serves {', '.join(self.names)}")
+        if name in self.unreadable:
+            raise UnreadableModel(self.unreadable[name])
         return name
 
     def info(self, name: str | None) -> dict:
@@ -107,8 +137,11 @@ class Models:
             async with self._loading.setdefault(name, asyncio.Lock()):
                 engine = self._engines.get(name)
                 if engine is None:
-                    steps = load_steps(self.folders[name], then=lambda loaded: Engine(loaded, *self.limits))
-                    engine = self._engines[name] = await load(name, steps)
+                    steps = load_steps(self.folders[name], name, then=lambda loaded: Engine(loaded, *self.limits))
+                    try:
+                        engine = self._engines[name] = await load(name, steps)
+                    except ModelLoadError as error:
+                        raise UnreadableModel(str(error)) from error
         self._engines.move_to_end(name)
         while len(self._engines) > self.max_loaded:
             oldest = next(other for other in self._engines if other not in (self.default, name))

@@ -6,7 +6,7 @@
 // the fragment (#z=…), which browsers do not send to the server: a 20,000-character prompt still makes
 // a link of a few kilobytes, under every server's limit on request lines.
 
-const URL_KEYS = ["text", "mask", "pooling", "layer", "head", "token", "present", "predict", "tour", "lesson", "sinks", "pair", "segments", "also", "heads", "blockMean", "panel", "scale", "classCode", "measure"];
+const URL_KEYS = ["text", "promptName", "mask", "pooling", "layer", "head", "token", "present", "predict", "tour", "lesson", "sinks", "pair", "segments", "also", "heads", "blockMean", "panel", "scale", "classCode", "measure"];
 const MEASURES = ["weights", "norm", "alti", "alti_rollout"];
 const LONGEST_QUERY = 2000; // characters; a longer view is written compressed into the fragment
 const COMPRESSED = "#z=";
@@ -20,6 +20,7 @@ const MOST_FIELDS = 64;
 const listeners = new Set();
 let headCount = 0; // the model's heads: a mean over all of them needs no "heads" in the URL
 let defaultModel = null; // a page of another model carries ?model= in its links
+let defaultPrompt = ""; // the model's own default prompt: another choice (none too) goes in the link
 let viewBytes = FIELDS_BYTES; // the most a view's JSON may take (set from the lab's maxChars)
 let mostTokens = 0; // the most tokens a run reads: a `with` list names no more
 let state = {};
@@ -27,11 +28,12 @@ let linkLimits = null;
 
 class LinkRefused extends Error {}
 
-// limits: {defaultModel, layers, heads, masks, poolings, tourSteps, lessons, panels, scales}, to refuse a URL that names a block, head,
-// tour step, lesson, panel or colour scale that does not exist.
+// limits: {defaultModel, defaultPrompt, layers, heads, masks, poolings, prompts, tourSteps, lessons, panels, scales}, to refuse a URL
+// that names a block, head, prompt, tour step, lesson, panel or colour scale that does not exist.
 export async function initState(defaults, limits) {
   headCount = limits.heads;
   defaultModel = limits.defaultModel;
+  defaultPrompt = limits.defaultPrompt;
   linkLimits = limits;
   const config = JSON.parse(document.getElementById("lab-config").textContent);
   viewBytes = 2 * 6 * config.maxChars + FIELDS_BYTES;
@@ -95,6 +97,7 @@ function readView(params, limits) {
   if (["AA", "AB", "BA", "BB"].includes(params.get("segments"))) view.segments = params.get("segments");
   if (limits.masks.includes(params.get("mask"))) view.mask = params.get("mask");
   if (limits.poolings.includes(params.get("pooling"))) view.pooling = params.get("pooling");
+  if (["", ...limits.prompts].includes(params.get("prompt"))) view.promptName = params.get("prompt"); // "": none
   const layer = wholeNumber(params.get("layer"));
   if (layer !== null && layer < limits.layers) view.layer = layer;
   const head = params.get("head") === "mean" ? "mean" : wholeNumber(params.get("head"));
@@ -161,6 +164,7 @@ function viewParams(state) {
   const params = new URLSearchParams();
   if (state.model !== defaultModel) params.set("model", state.model);
   params.set("text", state.text);
+  if (state.promptName !== defaultPrompt) params.set("prompt", state.promptName);
   if (state.pair) params.set("pair", state.pair);
   if (state.segments !== "all") params.set("segments", state.segments);
   params.set("mask", state.mask);
