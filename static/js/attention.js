@@ -39,9 +39,6 @@ export function createAttentionView(lab) {
     bounds: stageBounds,
     readout: $("heatmap-readout"),
   });
-  // Saving is about the heatmap: its menu sits on the heatmap's title row (and shows only once there).
-  heatmap.head.append($("export-menu-box"));
-  $("export-menu-box").hidden = false;
   heatmap.fit();
   // The square follows the stage's size and the screen's pixel density.
   new ResizeObserver(() => heatmap.fit()).observe($("views"));
