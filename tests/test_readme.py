@@ -5,9 +5,11 @@ every setting and its default)."""
 import json
 import re
 from pathlib import Path
+from typing import get_args
 
 import pytest
 
+from app.engine.measures import MEASURES, Measure
 from app.settings import ENV_PREFIX, Settings
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -65,6 +67,15 @@ def test_the_experiments_are_the_pages_experiments_in_its_order():
     lessons = re.findall(r'^\s+\w+: \{ title: "([^"]+)"', js_object("lessons/lessons.js", "LESSONS"), flags=re.M)
     listed = [bold(item)[0] for item in bullets(section("Experiments"))]
     assert listed == lessons
+
+
+def test_the_measures_are_named_as_declared():
+    text = section("Using the page")
+    listed = bullets(text[text.index("**The Measure**") :].split("\n\n", 2)[1])
+    assert [bold(item)[0] for item in listed] == [MEASURES[key].name for key in get_args(Measure)]
+    assert [re.search(r"`([^`]+)`", item).group(1) for item in listed] == [
+        MEASURES[key].symbol for key in get_args(Measure)
+    ]
 
 
 def visible_text(start: str, end: str) -> str:

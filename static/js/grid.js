@@ -47,7 +47,10 @@ export function renderGrid(container, { overview, tokens, view, onOpen }) {
     }
   }
   // The heads by number under one "head", so that twelve columns keep their labels in large type.
-  const header = [el("span", { class: "grid-label" }, "head"), ...Array.from({ length: heads }, (_, head) => el("span", { class: "grid-label", title: `head ${head}` }, String(head)))];
+  // A measure with one picture per block (ALTI) has no heads to number.
+  const header = isPerBlock(view.measure)
+    ? [el("span", { class: "grid-label" }, ""), el("span", { class: "grid-label" }, "one picture per block")]
+    : [el("span", { class: "grid-label" }, "head"), ...Array.from({ length: heads }, (_, head) => el("span", { class: "grid-label", title: `head ${head}` }, String(head)))];
   container.style.setProperty("--heads", String(heads));
   container.replaceChildren(...header, ...cells);
   container.onclick = (event) => {

@@ -355,7 +355,7 @@ export class Heatmap {
     const label = (index, pinned, start, axis) =>
       el(
         "span",
-        { class: pinned ? "pinned" : "", style: `${axis}:${(index - start + 0.5) * this.cell}px`, title: `token ${index}`, dataset: { index: String(index) } },
+        { class: `${pinned ? "pinned" : ""}${axis === "top" && index === this.selected ? " selected" : ""}`, style: `${axis}:${(index - start + 0.5) * this.cell}px`, title: `token ${index}`, dataset: { index: String(index) } },
         this.labels[index],
       );
     this.yLabels.style.height = `${side}px`;
