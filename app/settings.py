@@ -27,11 +27,12 @@ class Settings(BaseSettings):
     # An empty variable means "not set": ATTENTION_LAB_MODEL_PATH= is the packaged model, not ".".
     model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, env_ignore_empty=True)
 
-    # A local model folder of a family the lab reads (app/engine/families); unset means the packaged MiniLM.
-    model_path: Path | None = None
-    # More model folders the page offers in its model picker, separated by commas; each loads when first
-    # asked for, and at most max_loaded_models stay loaded at once (the default one always).
-    models: Annotated[list[Path], NoDecode] = []
+    # A local model folder, or a Hub id (org/name, org/name@revision) found in the local Hugging Face cache
+    # (app.engine.hub; nothing is downloaded); unset means the packaged MiniLM.
+    model_path: str | None = None
+    # More models (folders or Hub ids) the page offers in its model picker, separated by commas; each loads
+    # when first asked for, and at most max_loaded_models stay loaded at once (the default one always).
+    models: Annotated[list[str], NoDecode] = []
     max_loaded_models: Annotated[int, between(1, 64)] = 3
     # Runs each worker keeps in memory for the per-head and per-layer endpoints: the cache evicts the
     # least recently used run once either bound is passed (and recomputes it from its spec if asked again).

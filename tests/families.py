@@ -1,6 +1,7 @@
 """Tiny random models of every family the lab reads, saved with save_pretrained into a folder: configs
 with a few dimensions, WordPiece vocabularies written here, byte-level BPE tokenizers trained here with
-`tokenizers`. Nothing is downloaded."""
+`tokenizers`; some inside a sentence-transformers folder (modules.json and its modules), saved with
+sentence-transformers' own API. Nothing is downloaded."""
 
 from functools import partial
 from pathlib import Path
@@ -14,18 +15,30 @@ from transformers import (
     DistilBertConfig,
     DistilBertModel,
     DistilBertTokenizerFast,
+    ElectraConfig,
+    ElectraModel,
+    Gemma3ForCausalLM,
+    Gemma3TextConfig,
+    Gemma3TextModel,
     GPT2Config,
     GPT2LMHeadModel,
     LlamaConfig,
     LlamaForCausalLM,
     MistralConfig,
     MistralForCausalLM,
+    ModernBertConfig,
+    ModernBertModel,
     MPNetConfig,
     MPNetModel,
     MPNetTokenizerFast,
+    OPTConfig,
+    OPTModel,
     PreTrainedTokenizerFast,
     Qwen2Config,
     Qwen2ForCausalLM,
+    Qwen3Config,
+    Qwen3ForCausalLM,
+    Qwen3Model,
     RobertaConfig,
     RobertaModel,
     XLMRobertaConfig,
@@ -163,6 +176,194 @@ def mistral(folder: Path) -> None:
     llama(folder, (partial(MistralConfig, sliding_window=3), MistralForCausalLM))
 
 
+def modernbert(folder: Path) -> None:
+    """Block 0 global, block 1 local with a window of 2 tokens on either side (local_attention 4), and the two
+    rotating by other frequencies; no biases, GeGLU; inside a sentence-transformers folder that pools the
+    [CLS] token."""
+    tokenizer = byte_level_bpe(["[PAD]", "[CLS]", "[SEP]", "[MASK]", "[UNK]"])
+    tokenizer.post_processor = processors.TemplateProcessing(
+        single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B:1 [SEP]:1", special_tokens=[("[CLS]", 1), ("[SEP]", 2)]
+    )
+    config = ModernBertConfig(
+        vocab_size=tokenizer.get_vocab_size(),
+        max_position_embeddings=POSITIONS,
+        global_attn_every_n_layers=2,
+        local_attention=4,
+        global_rope_theta=160_000.0,
+        local_rope_theta=10_000.0,
+        pad_token_id=0,
+        cls_token_id=1,
+        sep_token_id=2,
+        bos_token_id=1,
+        eos_token_id=2,
+        **SIZE,
+    )
+    ModernBertModel(config).save_pretrained(folder)
+    special = {"cls_token": "[CLS]", "sep_token": "[SEP]", "pad_token": "[PAD]", "mask_token": "[MASK]"}
+    PreTrainedTokenizerFast(
+        tokenizer_object=tokenizer, unk_token="[UNK]", model_max_length=POSITIONS, **special
+    ).save_pretrained(folder)
+    sentence_transformers_folder(folder, "cls")
+
+
+def qwen3_tokenizer(folder: Path) -> int:
+    """Byte-level BPE that closes every text with <|endoftext|>, as Qwen3-Embedding's does: its vocabulary size."""
+    tokenizer = byte_level_bpe(["<|endoftext|>"])
+    tokenizer.post_processor = processors.TemplateProcessing(
+        single="$A <|endoftext|>", pair="$A <|endoftext|> $B:1 <|endoftext|>:1", special_tokens=[("<|endoftext|>", 0)]
+    )
+    end = "<|endoftext|>"
+    PreTrainedTokenizerFast(
+        tokenizer_object=tokenizer, eos_token=end, pad_token=end, unk_token=end, model_max_length=POSITIONS
+    ).save_pretrained(folder)
+    return tokenizer.get_vocab_size()
+
+
+def qwen3_config(vocab_size: int) -> Qwen3Config:
+    """Grouped K/V heads (4 query heads, 2 K/V heads), q and k RMS-normalised per head, no biases."""
+    return Qwen3Config(
+        vocab_size=vocab_size,
+        num_key_value_heads=2,
+        head_dim=16,
+        max_position_embeddings=POSITIONS,
+        tie_word_embeddings=False,
+        eos_token_id=0,
+        pad_token_id=0,
+        **SIZE,
+    )
+
+
+def qwen3(folder: Path) -> None:
+    """A causal decoder with its LM head."""
+    Qwen3ForCausalLM(qwen3_config(qwen3_tokenizer(folder))).save_pretrained(folder)
+
+
+def qwen3_embedding(folder: Path) -> None:
+    """Qwen3-Embedding's layout: the decoder without its head, pooled by the last token and normalised, with an
+    instruction prompt for queries."""
+    Qwen3Model(qwen3_config(qwen3_tokenizer(folder))).save_pretrained(folder)
+    prompts = {"query": "Instruct: Given a question, find the answer\nQuery:", "document": ""}
+    sentence_transformers_folder(folder, "lasttoken", normalize=True, prompts=prompts)
+
+
+def gemma3_tokenizer(folder: Path) -> int:
+    """<pad>, <eos>, <bos> at Gemma's ids 0, 1, 2; every text opened with <bos> and closed with <eos>."""
+    tokenizer = byte_level_bpe(["<pad>", "<eos>", "<bos>", "<unk>"])
+    tokenizer.post_processor = processors.TemplateProcessing(
+        single="<bos> $A <eos>", pair="<bos> $A <eos> $B:1 <eos>:1", special_tokens=[("<bos>", 2), ("<eos>", 1)]
+    )
+    PreTrainedTokenizerFast(
+        tokenizer_object=tokenizer,
+        bos_token="<bos>",
+        eos_token="<eos>",
+        pad_token="<pad>",
+        unk_token="<unk>",
+        model_max_length=POSITIONS,
+    ).save_pretrained(folder)
+    return tokenizer.get_vocab_size()
+
+
+def gemma3_config(vocab_size: int, **changes) -> Gemma3TextConfig:
+    """Block 0 local (a window of 3), block 1 global, each rotating by its own θ; grouped K/V heads; scores
+    scaled by 1/√24 (query_pre_attn_scalar), not 1/√16; an attention soft-cap in the config, which Gemma 3's
+    attention does not apply; the LM head's logits capped at 3."""
+    settings = {
+        "num_key_value_heads": 2,
+        "head_dim": 16,
+        "query_pre_attn_scalar": 24,
+        "sliding_window": 3,
+        "layer_types": ["sliding_attention", "full_attention"],
+        "max_position_embeddings": POSITIONS,
+        "attn_logit_softcapping": 50.0,
+        "final_logit_softcapping": 3.0,
+    }
+    return Gemma3TextConfig(vocab_size=vocab_size, **{**SIZE, **settings, **changes})
+
+
+def gemma3(folder: Path) -> None:
+    """A causal decoder with its LM head."""
+    Gemma3ForCausalLM(gemma3_config(gemma3_tokenizer(folder))).save_pretrained(folder)
+    nonzero_norms(folder, Gemma3ForCausalLM)
+
+
+def embeddinggemma(folder: Path) -> None:
+    """EmbeddingGemma's layout: bidirectional (its local block sees a window of 2 tokens on either side:
+    sliding_window 4 as the config is saved), mean pooling, two Dense layers (the second with a bias and
+    Tanh), normalisation, and prompts."""
+    Gemma3TextModel(
+        gemma3_config(gemma3_tokenizer(folder), use_bidirectional_attention=True, sliding_window=4)
+    ).save_pretrained(folder)
+    nonzero_norms(folder, Gemma3TextModel)
+    prompts = {"query": "task: search result | query: ", "document": "title: none | text: "}
+    dense = [(64, 96, False, torch.nn.Identity()), (96, 48, True, torch.nn.Tanh())]
+    sentence_transformers_folder(folder, "mean", dense=dense, normalize=True, prompts=prompts)
+
+
+def nonzero_norms(folder: Path, model_class) -> None:
+    """Gemma initialises its RMSNorms' weights to 0 (it scales by 1 + weight): random ones, so that a norm
+    read as weight alone, or its offset forgotten, changes the numbers."""
+    model = model_class.from_pretrained(folder)
+    with torch.no_grad():
+        for name, parameter in model.named_parameters():
+            if "norm" in name:
+                parameter.normal_(0, 0.5)
+    model.save_pretrained(folder)
+
+
+def sentence_transformers_folder(
+    folder: Path, pooling: str, dense=(), normalize: bool = False, prompts: dict | None = None
+) -> None:
+    """The saved model as a sentence-transformers folder, written by sentence-transformers itself: modules.json,
+    the Pooling module, Dense modules ((in, out, bias, activation) each, random weights) and Normalize."""
+    from sentence_transformers import SentenceTransformer
+    from sentence_transformers.sentence_transformer.modules import Dense, Normalize, Pooling, Transformer
+
+    transformer = Transformer(str(folder))
+    modules = [transformer, Pooling(transformer.get_embedding_dimension(), pooling_mode=pooling)]
+    for in_features, out_features, bias, activation in dense:
+        modules.append(Dense(in_features, out_features, bias=bias, activation_function=activation))
+    if normalize:
+        modules.append(Normalize())
+    SentenceTransformer(modules=modules, prompts=prompts).save(str(folder))
+
+
+def opt(folder: Path) -> None:
+    """A family the lab has no adapter for: OPT, a causal decoder, read for its attention weights only."""
+    tokenizer = byte_level_bpe(["</s>", "<pad>", "<unk>"])
+    tokenizer.post_processor = processors.TemplateProcessing(
+        single="</s> $A", pair="</s> $A </s> $B:1", special_tokens=[("</s>", 0)]
+    )
+    config = OPTConfig(
+        vocab_size=tokenizer.get_vocab_size(),
+        hidden_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        ffn_dim=96,
+        word_embed_proj_dim=64,
+        max_position_embeddings=POSITIONS,
+        pad_token_id=1,
+        bos_token_id=0,
+        eos_token_id=0,
+    )
+    OPTModel(config).save_pretrained(folder)
+    PreTrainedTokenizerFast(
+        tokenizer_object=tokenizer,
+        bos_token="</s>",
+        eos_token="</s>",
+        pad_token="<pad>",
+        unk_token="<unk>",
+        model_max_length=POSITIONS,
+    ).save_pretrained(folder)
+
+
+def electra(folder: Path) -> None:
+    """A family the lab has no adapter for, of encoders: ELECTRA, bidirectional, with token types."""
+    vocab = wordpiece_vocab(folder, ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"])
+    config = ElectraConfig(vocab_size=len(WORDPIECES) + 5, embedding_size=64, max_position_embeddings=POSITIONS, **SIZE)
+    ElectraModel(config).save_pretrained(folder)
+    BertTokenizerFast(vocab).save_pretrained(folder)
+
+
 BUILDERS = {
     "bert": bert,
     "roberta": roberta,
@@ -173,10 +374,17 @@ BUILDERS = {
     "llama": llama,
     "qwen2": qwen2,
     "mistral": mistral,
+    "modernbert": modernbert,
+    "qwen3": qwen3,
+    "gemma3": gemma3,
+    "embeddinggemma": embeddinggemma,
 }
+# Tiny models the family tests leave out: a sentence-transformers layout of a family, or a family without an
+# adapter.
+MORE_BUILDERS = {"qwen3-embedding": qwen3_embedding, "opt": opt, "electra": electra}
 
 
 def build(family: str, folder: Path) -> Path:
     torch.manual_seed(0)
-    BUILDERS[family](folder)
+    {**BUILDERS, **MORE_BUILDERS}[family](folder)
     return folder

@@ -22,13 +22,37 @@ def bank(client):
 
 
 def test_analyze_contract(bank):
-    fields = {"run_id", "model", "text_pair", "tokens", "truncated", "mask", "pooling", "pooled", "ablated"}
+    fields = {"run_id", "model", "text_pair", "tokens", "truncated", "mask", "pooling", "prompt", "pooled", "ablated"}
     assert set(bank) == {*fields, "attention"} and bank["attention"] is None
     assert bank["text_pair"] is None
     assert bank["ablated"] == []
     expected = {
         "name": "sentence-transformers/all-MiniLM-L6-v2",
         "family": "BERT",
+        "attention_only": None,
+        "capabilities": dict.fromkeys(["qkv", "worked_example", "ffn", "measures", "ablation", "pipeline"], True),
+        "score_notes": [],  # softmax(q·k/√d + mask), nothing else
+        "prompts": {},
+        "default_prompt": None,
+        "sentence_modules": [  # the packaged modules.json: mean pooling, then L2 normalisation
+            {
+                "module": "Pooling",
+                "pooling": "mean",
+                "include_prompt": True,
+                "shape": None,
+                "bias": None,
+                "activation": None,
+            },
+            {
+                "module": "Normalize",
+                "pooling": None,
+                "include_prompt": None,
+                "shape": None,
+                "bias": None,
+                "activation": None,
+            },
+        ],
+        "logit_softcapping": None,
         "decoder": False,
         "masks": ["bidirectional", "causal"],
         "default_mask": "bidirectional",
@@ -75,6 +99,11 @@ def test_analyze_contract(bank):
     assert pooled["strategy"] == "mean" and len(pooled["vector"]) == 384
     assert pooled["norm"] == pytest.approx(np.linalg.norm(pooled["vector"]), rel=1e-6)
     np.testing.assert_allclose(np.array(pooled["vector"]) / pooled["norm"], pooled["normalized"], atol=1e-7)
+    assert [(stage["module"], stage["title"]) for stage in pooled["stages"]] == [
+        ("Pooling", "mean pooling"),
+        ("Normalize", "L2 normalisation"),
+    ]
+    np.testing.assert_allclose(pooled["embedding"], pooled["normalized"], atol=1e-7)
 
 
 def test_head_numbers_are_consistent(client, bank):

@@ -59,9 +59,10 @@ def test_bad_attribution_requests_are_422(client):
     assert client.post("/api/attribution", json={"text": TEXT, "other": OTHER, "method": "lime"}).status_code == 422
 
 
-@pytest.fixture(scope="module", params=["gpt2", "llama"])
+@pytest.fixture(scope="module", params=["gpt2", "llama", "gemma3"])
 def decoder(request, tmp_path_factory):
-    """A tiny random decoder with its LM head, and a lab serving it."""
+    """A tiny random decoder with its LM head, and a lab serving it (Gemma 3: its rows scaled by √d_model, its
+    logits soft-capped)."""
     from fastapi.testclient import TestClient
 
     from app.engine.model import load_model

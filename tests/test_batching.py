@@ -46,7 +46,8 @@ def assert_same(batched, alone):
         torch.testing.assert_close(batched.next_tokens[1], alone.next_tokens[1], atol=1e-5, rtol=0)
 
 
-@pytest.fixture(scope="module", params=["tiny", "gpt2", "mistral", "mpnet"])  # mistral: GQA, RoPE and a window
+# mistral: GQA, RoPE and a window; modernbert and embeddinggemma: a mask per block type, windows on either side
+@pytest.fixture(scope="module", params=["tiny", "gpt2", "mistral", "mpnet", "modernbert", "embeddinggemma", "gemma3"])
 def engine(request, tmp_path_factory):
     if request.param == "tiny":
         return Engine(request.getfixturevalue("tiny"), 10_000)

@@ -7,18 +7,23 @@ import numpy as np
 import pytest
 import torch
 from fastapi.testclient import TestClient
+from transformers import BertTokenizerFast
 
 from app.engine import names
 from app.engine.capture import capture
 from app.engine.model import ModelLoadError, load_model
 from app.main import create_app
 from app.web.encoding import decode_attention
-from tests.families import BUILDERS, build
+from tests.families import BUILDERS, build, wordpiece_vocab
 
 TEXT = "The cat sat on the mat."
 PAIR = "A quick fox!"
 FAMILIES = list(BUILDERS)
-DECODERS = {"gpt2", "llama", "qwen2", "mistral"}
+DECODERS = {"gpt2", "llama", "qwen2", "mistral", "qwen3", "gemma3"}
+LLAMA_LIKE = {"llama", "qwen2", "mistral", "qwen3"}
+GEMMA = {"gemma3", "embeddinggemma"}
+ROTARY = LLAMA_LIKE | GEMMA | {"modernbert"}
+PRE_NORM = {"gpt2", "modernbert"} | LLAMA_LIKE | GEMMA  # a final norm after the last block
 
 
 @pytest.fixture(scope="module", params=FAMILIES)
@@ -47,6 +52,10 @@ def gelu(x):
 
 def gelu_tanh(x):  # GPT-2's gelu_new
     return 0.5 * x * (1 + np.tanh(math.sqrt(2 / math.pi) * (x + 0.044715 * x**3)))
+
+
+def rms_per_head(x, w, eps):  # x [head, pos, d]: each head's vector on its own
+    return x / np.sqrt((x**2).mean(-1, keepdims=True) + eps) * w
 
 
 def rotary(x, theta):
@@ -92,13 +101,34 @@ def reference_block(name, loaded, layer, x, resid_mid):
         h = layer_norm(resid_mid, w["ln_2.weight"], w["ln_2.bias"], eps)
         ffn = gelu_tanh(h @ w["mlp.c_fc.weight"] + w["mlp.c_fc.bias"])
         return q, k, v, ffn @ w["mlp.c_proj.weight"] + w["mlp.c_proj.bias"]
+    if name == "modernbert":
+        w, eps = weights(base.layers[layer]), config.norm_eps
+        h = x if layer == 0 else layer_norm(x, w["attn_norm.weight"], 0, eps)  # block 0 reads the embeddings' LN
+        q, k, v = (by_heads(part, n) for part in np.split(h @ w["attn.Wqkv.weight"].T, 3, axis=-1))
+        theta = config.rope_parameters[config.layer_types[layer]]["rope_theta"]
+        inner, gate = np.split(layer_norm(resid_mid, w["mlp_norm.weight"], 0, eps) @ w["mlp.Wi.weight"].T, 2, axis=-1)
+        return rotary(q, theta), rotary(k, theta), v, (gelu(inner) * gate) @ w["mlp.Wo.weight"].T
     w, eps = weights(base.layers[layer]), config.rms_norm_eps
-    h = rms_norm(x, w["input_layernorm.weight"], eps)
     repeat = n // config.num_key_value_heads
+    if name in GEMMA:  # RMSNorms scale by 1 + weight; q and k normalised per head; GELU (tanh) gated
+        h = rms_norm(x, 1 + w["input_layernorm.weight"], eps)
+        project = lambda part, heads: by_heads(h @ w[f"self_attn.{part}_proj.weight"].T, heads)  # noqa: E731
+        q = rms_per_head(project("q", n), 1 + w["self_attn.q_norm.weight"], eps)
+        k = rms_per_head(project("k", config.num_key_value_heads), 1 + w["self_attn.k_norm.weight"], eps)
+        v = project("v", config.num_key_value_heads)
+        theta = config.rope_parameters[config.layer_types[layer]]["rope_theta"]
+        h = rms_norm(resid_mid, 1 + w["pre_feedforward_layernorm.weight"], eps)
+        ffn = gelu_tanh(h @ w["mlp.gate_proj.weight"].T) * (h @ w["mlp.up_proj.weight"].T)
+        k, v = k.repeat(repeat, axis=0), v.repeat(repeat, axis=0)
+        return rotary(q, theta), rotary(k, theta), v, ffn @ w["mlp.down_proj.weight"].T
+    h = rms_norm(x, w["input_layernorm.weight"], eps)
     project = lambda part: h @ w[f"self_attn.{part}.weight"].T + w.get(f"self_attn.{part}.bias", 0)  # noqa: E731
     q = by_heads(project("q_proj"), n)
     k = by_heads(project("k_proj"), config.num_key_value_heads).repeat(repeat, axis=0)
     v = by_heads(project("v_proj"), config.num_key_value_heads).repeat(repeat, axis=0)
+    if name == "qwen3":  # each head's q and k RMS-normalised before the rotation
+        q = rms_per_head(q, w["self_attn.q_norm.weight"], eps)
+        k = rms_per_head(k, w["self_attn.k_norm.weight"], eps)
     theta = config.rope_parameters["rope_theta"]
     h = rms_norm(resid_mid, w["post_attention_layernorm.weight"], eps)
     gate, up = h @ w["mlp.gate_proj.weight"].T, h @ w["mlp.up_proj.weight"].T
@@ -152,9 +182,11 @@ def test_a_family_over_http_equals_the_model_and_its_weights(family, pair):
         if layer == 0 and name not in DECODERS:
             np.testing.assert_allclose(np.array(numbers["output"]), hidden[1], atol=1e-5)
 
-    last = reference.hidden_states[-1][0].numpy()  # after the final norm in a pre-norm decoder
+    last = reference.hidden_states[-1][0].numpy()  # after the final norm in a pre-norm model
     pooled = np.array(body["pooled"]["vector"])
-    np.testing.assert_allclose(pooled, last[-1] if name in DECODERS else last.mean(0), atol=1e-5)
+    expected = {"mean": last.mean(0), "cls": last[0], "last": last[-1]}[body["pooling"]]
+    np.testing.assert_allclose(pooled, expected, atol=1e-5)
+    assert body["pooling"] == ("last" if name in DECODERS else "cls" if name == "modernbert" else "mean")
 
     if name in DECODERS:
         logits = reference.logits[0].numpy()
@@ -166,6 +198,8 @@ def test_a_family_over_http_equals_the_model_and_its_weights(family, pair):
             assert [c["id"] for c in candidates] == best.tolist()
             np.testing.assert_allclose([c["logit"] for c in candidates], logits[token, best], atol=1e-5)
             np.testing.assert_allclose([c["probability"] for c in candidates], probabilities[token, best], atol=1e-6)
+        if name == "gemma3":  # the model's own logits, soft-capped at 3 (tests/families.py)
+            assert np.abs(logits).max() < 3
     else:
         assert client.get(f"/api/runs/{run}/tokens/0/next").status_code == 422
 
@@ -178,16 +212,21 @@ def test_what_the_page_is_told_follows_the_family(family):
     assert model["decoder"] == (name in DECODERS)
     assert model["default_mask"] == ("causal" if name in DECODERS else "bidirectional")
     assert model["next_tokens"] == (name in DECODERS)
-    assert model["key_value_heads"] == (2 if name in ("llama", "qwen2", "mistral") else 4)
-    assert model["positions"] == {"llama": "rotary", "qwen2": "rotary", "mistral": "rotary", "mpnet": "relative"}.get(
-        name, "absolute"
-    )
-    assert model["windows"] == {"qwen2": [None, 3], "mistral": [3, 3]}.get(name, [None, None])
-    gated = name in ("llama", "qwen2", "mistral")
-    assert (model["ffn"], model["ffn_gated"]) == (("SwiGLU", True) if gated else ("GELU", False))
-    assert model["activations"]["ffn_intermediate"] == ("SiLU(x · W_gate) ⊙ (x · W_up)" if gated else "GELU(x · W₁)")
-    # 1/√16, and GPT-2's divided by the block's number too (tests/families.py)
-    assert model["scales"] == pytest.approx([0.25, 0.125] if name == "gpt2" else [0.25, 0.25], rel=1e-12)
+    assert model["key_value_heads"] == (2 if name in LLAMA_LIKE | GEMMA else 4)
+    assert model["positions"] == ("rotary" if name in ROTARY else "relative" if name == "mpnet" else "absolute")
+    # Mistral's window in every block, the others' in their local blocks (tests/families.py): a query sees the
+    # keys fewer than 3 positions away, before it or (an encoder's) on either side.
+    windows = {"qwen2": [None, 3], "mistral": [3, 3], "modernbert": [None, 3], "gemma3": [3, None]}
+    assert model["windows"] == {**windows, "embeddinggemma": [3, None]}.get(name, [None, None])
+    ffn = {"GELU": "GeGLU", "SiLU": "SwiGLU"}[model["ffn_activation"]] if name in ROTARY else model["ffn_activation"]
+    assert (model["ffn"], model["ffn_gated"]) == (ffn, name in ROTARY)
+    assert model["ffn_activation"] == ("SiLU" if name in LLAMA_LIKE else "GELU")
+    gated = f"{model['ffn_activation']}(x · W_gate) ⊙ (x · W_up)"
+    assert model["activations"]["ffn_intermediate"] == (gated if name in ROTARY else "GELU(x · W₁)")
+    # 1/√16, GPT-2's divided by the block's number too, Gemma's 1/√24 (query_pre_attn_scalar): tests/families.py
+    scales = {"gpt2": [0.25, 0.125], "gemma3": [24**-0.5] * 2, "embeddinggemma": [24**-0.5] * 2}
+    assert model["scales"] == pytest.approx(scales.get(name, [0.25, 0.25]), rel=1e-12)
+    assert model["capabilities"] == dict.fromkeys(model["capabilities"], True) and model["attention_only"] is None
     if name in DECODERS:
         refused = client.post("/api/analyze", json={"text": TEXT, "mask": "bidirectional"})
         assert refused.status_code == 422 and "causal" in refused.json()["detail"]
@@ -260,6 +299,10 @@ EMBEDDINGS = {
     "llama": ["word"],
     "qwen2": ["word"],
     "mistral": ["word"],
+    "modernbert": ["word", "normalized"],
+    "qwen3": ["word"],
+    "gemma3": ["word", "scaled"],
+    "embeddinggemma": ["word", "scaled"],
 }
 ATTENTION = ["q", "k", "v", "weights", "context"]
 BLOCK = ["attention_output", "resid_mid", "ffn_intermediate", "ffn_output", "output"]
@@ -273,20 +316,23 @@ def test_the_names_each_family_records_are_pinned(family):
     expected = [f"embeddings.{part}" for part in EMBEDDINGS[name]]
     for layer in range(2):
         expected += [f"blocks.{layer}.attn.{part}" for part in attention] + [f"blocks.{layer}.{part}" for part in BLOCK]
-    expected += ["final.normalized"] if name in DECODERS else []
+    expected += ["final.normalized"] if name in PRE_NORM else []
     assert names.ordered(set(recorded), 2) == expected
     assert len(recorded) == len(expected)
 
 
-def test_a_folder_of_another_family_is_refused_in_one_line_naming_the_known_ones(tmp_path):
+def test_a_model_that_does_not_return_its_attention_is_refused_in_one_line(tmp_path):
+    """T5 is an encoder-decoder: one pass of its encoder's input alone is not a pass it makes."""
     from transformers import T5Config, T5Model
 
     T5Model(T5Config(d_model=16, d_ff=32, num_layers=1, num_heads=2, d_kv=8, vocab_size=50)).save_pretrained(tmp_path)
+    BertTokenizerFast(wordpiece_vocab(tmp_path, ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"])).save_pretrained(
+        tmp_path
+    )
     with pytest.raises(ModelLoadError) as refused:
         load_model(tmp_path)
     message = str(refused.value)
-    assert "\n" not in message and "'t5'" in message
-    assert all(known in message for known in ("BERT", "RoBERTa", "DistilBERT", "MPNet", "GPT-2", "Llama"))
+    assert "\n" not in message and "'t5' model the lab cannot read" in message
 
 
 def test_the_position_row_a_token_reads_is_the_models_own(family):
@@ -303,3 +349,106 @@ def test_the_position_row_a_token_reads_is_the_models_own(family):
     offset = info["position_offset"]
     assert offset == (2 if name in ("roberta", "xlm-roberta", "mpnet") else 0)
     np.testing.assert_allclose(rows, table[offset : offset + len(rows)], atol=1e-6)
+
+
+NEW = ["modernbert", "qwen3", "gemma3", "embeddinggemma"]
+
+
+@pytest.fixture(scope="module", params=NEW)
+def new_family(request, tmp_path_factory):
+    loaded = load_model(build(request.param, tmp_path_factory.mktemp(request.param)))
+    with TestClient(create_app(loaded)) as client:
+        yield request.param, loaded, client
+
+
+def served(client, run, measure):
+    got = client.get(f"/api/runs/{run}/attention", params={"measure": measure, "dtype": "float32"})
+    assert got.status_code == 200, got.text
+    return decode_attention(got.content, got.headers).astype(np.float64)
+
+
+def test_norms_alti_and_its_rollout_equal_the_papers_formulas(new_family):
+    """From transformers' hidden states and weights and the raw W_V, W_O: ‖α f(x)‖, and ALTI through a pre-norm
+    block (y = x + attention) or Gemma's, whose RMSNorm scales attention's output before the residual
+    (y_i = x_i + γ ⊙ a_i / σ_i, so T̃_i(x_j) = γ ⊙ Σ_h α_ij f_h(x_j) / σ_i + [i = j] x_j)."""
+    name, loaded, client = new_family
+    body = client.post("/api/analyze", json={"text": TEXT}).json()
+    ids = [token["id"] for token in body["tokens"]]
+    reference = model_outputs(name, loaded, ids, [0] * len(ids))
+    hidden = [state[0].double().numpy() for state in reference.hidden_states]
+    norms, alti, rollout = (served(client, body["run_id"], measure) for measure in ("norm", "alti", "alti_rollout"))
+    config, base, n = loaded.model.config, loaded.model.base_model, len(ids)
+    flow = np.eye(n)
+    for layer in range(2):
+        x, alpha = hidden[layer], reference.attentions[layer][0].double().numpy()
+        resid_mid = np.array(client.get(f"/api/runs/{body['run_id']}/layers/{layer}").json()["resid_mid"])
+        _, _, v, _ = reference_block(name, loaded, layer, x, resid_mid)
+        w = weights(base.layers[layer])
+        w_o = w["attn.Wo.weight" if name == "modernbert" else "self_attn.o_proj.weight"]
+        d = v.shape[-1]
+        f = np.stack([v[h] @ w_o[:, h * d : (h + 1) * d].T for h in range(4)])  # [head, key, d_model]
+        np.testing.assert_allclose(norms[layer], alpha * np.linalg.norm(f, axis=-1)[:, None, :], rtol=1e-4, atol=1e-5)
+        attention = np.einsum("hij,hjd->id", alpha, f)
+        if name in GEMMA:
+            gamma = 1 + w["post_attention_layernorm.weight"]
+            sigma = np.sqrt((attention**2).mean(-1) + config.rms_norm_eps)
+        else:
+            gamma, sigma = 1, np.ones(n)
+        y = x + gamma * attention / sigma[:, None]
+        np.testing.assert_allclose(y, resid_mid, atol=1e-5)  # the block's own residual after attention
+        contributions = np.zeros((n, n))
+        for i in range(n):
+            t = gamma * np.einsum("hj,hjd->jd", alpha[:, i], f) / sigma[i]
+            t[i] += x[i]
+            contributions[i] = np.maximum(0, np.abs(y[i]).sum() - np.abs(y[i] - t).sum(-1))
+            contributions[i] /= contributions[i].sum()
+        np.testing.assert_allclose(alti[layer, 0], contributions, atol=1e-5)
+        flow = contributions @ flow
+        np.testing.assert_allclose(rollout[layer, 0], flow, atol=1e-5)
+
+
+def test_each_local_block_hides_the_keys_its_window_has_passed(new_family):
+    """ModernBERT's block 1 and EmbeddingGemma's block 0 see 2 tokens on either side, Gemma 3's block 0 the 2
+    before each token; the global blocks see every key their mask allows. Under the causal mask an encoder's
+    local block sees the window before the token only."""
+    name, loaded, client = new_family
+    windows = client.get("/api/model").json()["windows"]
+    for mask in ["causal"] if name in DECODERS else ["bidirectional", "causal"]:
+        body = client.post("/api/analyze", json={"text": TEXT, "mask": mask}).json()
+        weights = served(client, body["run_id"], "weights")
+        n = len(body["tokens"])
+        distance = np.arange(n)[:, None] - np.arange(n)[None]  # query − key
+        for layer, window in enumerate(windows):
+            seen = np.abs(distance) < (window or n)
+            if mask == "causal":
+                seen &= distance >= 0
+            assert (weights[layer][:, ~seen] == 0).all() and (weights[layer][:, seen] > 0).all(), (mask, layer)
+    assert sum(window is not None for window in windows) == (0 if name == "qwen3" else 1)
+
+
+def test_a_switched_off_head_is_the_model_with_its_columns_of_w_o_zeroed(new_family, tmp_path):
+    """Independent of the lab's hooks: the same model with head 2's columns of block 1's W_O set to zero."""
+    name, loaded, client = new_family
+    body = client.post("/api/analyze", json={"text": TEXT, "ablate": [[1, 2]]}).json()
+    reference = load_model(loaded.path).model
+    w_o = reference.base_model.layers[1].get_submodule("attn.Wo" if name == "modernbert" else "self_attn.o_proj")
+    d = reference.config.hidden_size // 4 if name == "modernbert" else 16
+    with torch.no_grad():
+        w_o.weight[:, 2 * d : 3 * d] = 0
+        last = reference.base_model(input_ids=torch.tensor([[t["id"] for t in body["tokens"]]])).last_hidden_state[0]
+    expected = {"mean": last.mean(0), "cls": last[0], "last": last[-1]}[body["pooling"]]
+    np.testing.assert_allclose(body["pooled"]["vector"], expected.numpy(), atol=1e-5)
+
+
+def test_gemma_scales_its_word_rows_by_the_root_of_its_width(new_family):
+    name, loaded, client = new_family
+    if name not in GEMMA:
+        return
+    body = client.post("/api/analyze", json={"text": TEXT}).json()
+    rows = client.get(f"/api/runs/{body['run_id']}/embeddings").json()
+    table = loaded.model.get_input_embeddings().weight.detach().numpy()
+    ids = [token["id"] for token in body["tokens"]]
+    assert np.array_equal(np.array(rows["word"], dtype=np.float32), table[ids])
+    np.testing.assert_allclose(rows["scaled"], table[ids] * 8, rtol=1e-6)  # √64
+    notes = " ".join(client.get("/api/model").json()["score_notes"])
+    assert "1/√24 (query_pre_attn_scalar), not 1/√16" in notes and "attn_logit_softcapping = 50" in notes

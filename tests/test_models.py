@@ -1,8 +1,6 @@
 """Several models in one lab: the default loaded at start, the others (tiny random GPT-2 and Llama-style
 folders) on first use; each run names its model, and a model let go is loaded again when needed."""
 
-from pathlib import Path
-
 import numpy as np
 import pytest
 import torch
@@ -34,7 +32,7 @@ def client(tiny, folders, monkeypatch):
 
 
 def test_the_models_setting_takes_commas():
-    assert Settings(models=" /a/one, /b/two ,").models == [Path("/a/one"), Path("/b/two")]
+    assert Settings(models=" /a/one, /b/two ,org/name@v1").models == ["/a/one", "/b/two", "org/name@v1"]
 
 
 def test_other_models_load_on_first_use_and_name_their_runs(client, tiny, folders):
@@ -149,3 +147,21 @@ def test_a_run_reads_at_most_the_labs_token_limit(tmp_path, monkeypatch):
     np.testing.assert_allclose(
         decode_attention(got.content, got.headers), np.stack([w[0].numpy() for w in expected]), atol=1e-6
     )
+
+
+def test_a_listed_model_the_lab_cannot_read_is_refused_when_asked_for(tiny, tmp_path, monkeypatch):
+    """A T5 folder: its config reads, so the lab starts; its probe pass fails when it is first asked for."""
+    from transformers import BertTokenizerFast, T5Config, T5Model
+
+    from tests.families import wordpiece_vocab
+
+    folder = tmp_path / "t5"
+    T5Model(T5Config(d_model=16, d_ff=32, num_layers=1, num_heads=2, d_kv=8, vocab_size=50)).save_pretrained(folder)
+    BertTokenizerFast(wordpiece_vocab(folder, ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"])).save_pretrained(folder)
+    monkeypatch.setenv("ATTENTION_LAB_MODELS", str(folder))
+    get_settings.cache_clear()
+    with TestClient(create_app(tiny)) as client:
+        refused = client.post("/api/analyze", json={"text": TEXT, "model": "t5"})
+        assert refused.status_code == 422 and "'t5' model the lab cannot read" in refused.json()["detail"]
+        assert client.post("/api/analyze", json={"text": TEXT}).status_code == 200
+    get_settings.cache_clear()

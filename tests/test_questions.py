@@ -185,6 +185,32 @@ def test_a_sliding_window_offers_only_what_the_window_sees(family):
     check_answer(lab, asked, row)
 
 
+def test_an_encoders_window_on_either_side_offers_only_what_it_sees(family):
+    lab = family("modernbert")  # block 1 local: a query sees the keys fewer than 3 positions away, either side
+    run = lab.analyze(text="The cat sat on the mat.")
+    asked = lab.ask(kind="attends", run_id=run["run_id"], token=5, layer=1, head=2).json()
+    assert [choice["token"] for choice in asked["choices"]] == [3, 4, 5, 6, 7]
+    row = view_row(lab.attention(run["run_id"], "weights"), run["tokens"], 5, layer=1, head=2)
+    row[np.abs(np.arange(len(row)) - 5) >= 3] = np.nan
+    check_answer(lab, asked, row)
+
+
+def test_a_class_asks_of_a_model_without_an_adapter_what_its_weights_answer(family):
+    """OPT (no adapter): its weights answer an attends question and a head question; a measure cannot."""
+    lab = family("opt")
+    run = lab.analyze(text=TEXT)
+    _, attentions = reference(lab.loaded, TEXT)
+    asked = lab.ask(kind="attends", run_id=run["run_id"], token=4, layer=1, head=0)
+    assert asked.status_code == 201, asked.text
+    check_answer(lab, asked.json(), view_row(attentions, run["tokens"], 4, layer=1, head=0, causal=True))
+    head = lab.ask(kind="head", run_id=run["run_id"], layer=0, pattern="previous")
+    assert head.status_code == 201, head.text
+    shares = np.diagonal(attentions[0], offset=-1, axis1=1, axis2=2).mean(-1)
+    assert lab.reveal()["answer"]["choice"] == int(np.argmax(shares))
+    refused = lab.ask(kind="attends", run_id=run["run_id"], token=4, layer=1, head=0, measure="alti")
+    assert refused.status_code == 422 and "no adapter for the 'opt' family" in refused.json()["detail"]
+
+
 def test_duplicate_tokens_are_told_apart_by_position(bert):
     run = bert.analyze(text="the bank and the bank.")
     asked = bert.ask(kind="attends", run_id=run["run_id"], token=2, layer=0, head=0).json()

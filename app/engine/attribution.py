@@ -16,8 +16,6 @@ import torch
 from captum.attr import InputXGradient, IntegratedGradients
 from torch import Tensor
 
-from app.engine.capture import pool
-
 Method = Literal["integrated_gradients", "gradient_x_input"]
 Target = Literal["similarity", "next_token"]
 INTERNAL_BATCH = 8  # IG's interpolation steps run this many at a time: memory stays that of 8 passes
@@ -70,23 +68,29 @@ def attribute(
 
 
 def similarity_target(
-    trunk, family, other_ids: Tensor, other_types: Tensor, pooling: str
+    trunk, family, other_ids: Tensor, other_types: Tensor, sentence: Callable[[Tensor], Tensor]
 ) -> Callable[[Tensor], Tensor]:
-    """cosine(pooled(output), pooled(the other sentence)), the bi-encoder's similarity, as a target."""
+    """cosine(sentence(output), sentence(the other sentence's output)), the bi-encoder's similarity, as a
+    target; `sentence`: last hidden states [pos, d_model] -> the model's sentence vector (its pooling, and
+    its Dense and Normalize modules where it has them)."""
     with torch.no_grad():
-        other = pool(hidden_states(trunk, family, other_types[None], input_ids=other_ids[None])[0], pooling)
+        other = sentence(hidden_states(trunk, family, other_types[None], input_ids=other_ids[None])[0])
 
     def cosine(hidden: Tensor) -> Tensor:  # [batch, pos, d_model] -> [batch]
-        pooled = torch.stack([pool(rows, pooling) for rows in hidden])
+        pooled = torch.stack([sentence(rows) for rows in hidden])
         return torch.nn.functional.cosine_similarity(pooled, other[None], dim=-1)
 
     return cosine
 
 
-def next_token_target(lm_head: torch.nn.Module, token_id: int) -> Callable[[Tensor], Tensor]:
-    """The LM head's logit of `token_id` after the last position, as a target."""
+def next_token_target(
+    lm_head: torch.nn.Module, token_id: int, softcap: float | None = None
+) -> Callable[[Tensor], Tensor]:
+    """The LM head's logit of `token_id` after the last position, as a target; soft-capped, c·tanh(logit/c),
+    where the model caps its logits (Gemma's final_logit_softcapping)."""
 
     def logit(hidden: Tensor) -> Tensor:  # [batch, pos, d_model] (after the final norm) -> [batch]
-        return lm_head(hidden[:, -1])[:, token_id]
+        value = lm_head(hidden[:, -1])[:, token_id]
+        return value if softcap is None else softcap * torch.tanh(value / softcap)
 
     return logit

@@ -39,11 +39,12 @@ def pad_id(model) -> int:
     return model.config.pad_token_id if model.config.pad_token_id is not None else 0
 
 
-def padded_mask(kind: str, length: int, longest: int) -> Tensor:
-    """A sequence's additive mask inside a batch: its own mask, and the padding keys hidden. [query, key]"""
+def padded_mask(kind: str, length: int, longest: int, window: int | None = None) -> Tensor:
+    """A sequence's additive mask inside a batch: its own mask (and window), and the padding keys hidden.
+    [query, key]"""
     mask = torch.full((longest, longest), torch.finfo(torch.float32).min)
     mask[:, :length] = 0
-    mask[:length, :length] = additive_mask(kind, length)
+    mask[:length, :length] = additive_mask(kind, length, window)
     return mask
 
 
@@ -62,18 +63,17 @@ def hooked(model: torch.nn.Module, family: Family) -> list[tuple[torch.nn.Module
 
 def additive_mask(kind: str, n_tokens: int, window: int | None = None) -> Tensor:
     """What the model adds to QKᵀ/√d: 0 where a query may look, the float32 minimum where it may not.
-    `window`: a sliding window's length (Scoring): a causal query sees itself and the window − 1 tokens
-    before it.
+    `window`: a sliding window's length (Scoring): a query sees the keys fewer than `window` positions
+    away, before it under the causal mask (itself and the window − 1 tokens before it), on either side
+    under the bidirectional one.
 
     exp(minimum - max) underflows to exactly 0, so masked weights are exactly 0, as in the model.
     """
-    mask = torch.zeros(n_tokens, n_tokens)  # [query_pos, key_pos]
-    if kind == "causal":
-        hidden = torch.ones(n_tokens, n_tokens, dtype=torch.bool).triu(1)
-        if window is not None:
-            hidden |= torch.ones(n_tokens, n_tokens, dtype=torch.bool).tril(-window)
-        mask = mask.masked_fill(hidden, torch.finfo(torch.float32).min)
-    return mask
+    everything = torch.ones(n_tokens, n_tokens, dtype=torch.bool)  # [query_pos, key_pos]
+    hidden = everything.triu(1) if kind == "causal" else ~everything
+    if window is not None:
+        hidden |= everything.tril(-window) | everything.triu(window)
+    return torch.zeros(n_tokens, n_tokens).masked_fill(hidden, torch.finfo(torch.float32).min)
 
 
 @dataclass(frozen=True)
@@ -92,19 +92,32 @@ def head_dim(config) -> int:
     return getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
 
 
+# model -> its blocks' Scoring: read once per model, as the modules do not change.
+_SCORING: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
 def block_scoring(model: torch.nn.Module, family: Family) -> tuple[Scoring, ...]:
     """Each block's scoring as the model does it: the scale its attention module keeps (transformers'
-    `scaling`; MPNet's divides by √d_head in its code), and the window as transformers' masks make it (a
-    Mistral's `sliding_window` in every block, a model with `layer_types`, such as Qwen2, in the blocks
-    marked "sliding_attention")."""
-    config = model.config
-    window, types = getattr(config, "sliding_window", None), getattr(config, "layer_types", None)
-    scoring = []
-    for layer, block in enumerate(model.base_model.get_submodule(family.blocks)):
-        kept = (module.scaling for module in block.modules() if isinstance(getattr(module, "scaling", None), float))
-        slides = types is None or types[layer] == "sliding_attention"
-        scoring.append(Scoring(next(kept, head_dim(config) ** -0.5), window if slides else None))
-    return tuple(scoring)
+    `scaling`, Gemma's 1/√query_pre_attn_scalar; MPNet and ModernBERT divide by √d_head in their code), and
+    the window as transformers' masks make it: the one its attention module keeps (`sliding_window`, the
+    exclusive bound it gives flash attention: ModernBERT's local_attention / 2 + 1, Gemma 3's and Qwen's in
+    their sliding blocks), else the config's (a Mistral's `sliding_window` in every block, a model with
+    `layer_types` in the blocks marked "sliding_attention"). None for a model without an adapter: its
+    modules are not read."""
+    if family.attention_only:
+        return ()
+    if model not in _SCORING:
+        config = model.config
+        window, types = getattr(config, "sliding_window", None), getattr(config, "layer_types", None)
+        scoring = []
+        for layer, block in enumerate(model.base_model.get_submodule(family.blocks)):
+            modules = list(block.modules())
+            kept = (module.scaling for module in modules if isinstance(getattr(module, "scaling", None), float))
+            own = [module.sliding_window for module in modules if hasattr(module, "sliding_window")]
+            slides = types is None or types[layer] == "sliding_attention"
+            scoring.append(Scoring(next(kept, head_dim(config) ** -0.5), own[0] if own else window if slides else None))
+        _SCORING[model] = tuple(scoring)
+    return _SCORING[model]
 
 
 @contextmanager
@@ -217,18 +230,34 @@ def final_states(model: torch.nn.Module, family: Family, sequence: Sequence, abl
 
 
 def model_inputs(model: torch.nn.Module, family: Family, sequences: list[Sequence]) -> dict[str, Tensor]:
-    """The model's keyword inputs for sequences padded on the right to the longest."""
+    """The model's keyword inputs for sequences padded on the right to the longest. A model without an
+    adapter reads one sequence at a time, with no mask but its own (Engine.run_batch)."""
     lengths = [len(sequence.input_ids) for sequence in sequences]
     longest = max(lengths)
     pad = lambda values, fill=0: torch.nn.functional.pad(values, (0, longest - len(values)), value=fill)  # noqa: E731
     inputs = {"input_ids": torch.stack([pad(sequence.input_ids, pad_id(model)) for sequence in sequences])}
     if family.token_types:
         inputs["token_type_ids"] = torch.stack([pad(sequence.token_type_ids) for sequence in sequences])
-    if not family.decoder:
-        # A prepared 4-D mask is used by the model as it is: how "causal" runs inside an encoder.
-        inputs["attention_mask"] = torch.stack(
-            [padded_mask(sequence.mask, length, longest) for sequence, length in zip(sequences, lengths, strict=True)]
-        )[:, None]  # [batch, 1, query, key]
+    if family.decoder or family.attention_only:
+        return inputs
+
+    def masks(window: int | None) -> Tensor:  # [batch, 1, query, key]
+        return torch.stack(
+            [
+                padded_mask(sequence.mask, length, longest, window)
+                for sequence, length in zip(sequences, lengths, strict=True)
+            ]
+        )[:, None]
+
+    # A prepared 4-D mask is used by the model as it is: how "causal" runs inside an encoder. An encoder
+    # whose blocks are of several types (ModernBERT's, EmbeddingGemma's global and local blocks) takes one
+    # per type, each with the window of its blocks.
+    types = getattr(model.config, "layer_types", None)
+    if types is None:
+        inputs["attention_mask"] = masks(None)
+    else:
+        windows = {kind: scoring.window for kind, scoring in zip(types, block_scoring(model, family), strict=True)}
+        inputs["attention_mask"] = {kind: masks(window) for kind, window in windows.items()}
     return inputs
 
 
@@ -255,14 +284,3 @@ def attention_scores(q: Tensor, k: Tensor, mask: Tensor, scale: float, position_
     if position_bias is not None:
         scores = scores + position_bias
     return scores + mask
-
-
-def pool(output: Tensor, strategy: str) -> Tensor:
-    """One vector for the sentence from the last block's [pos, d_model] (no padding: one sequence)."""
-    if strategy == "cls":
-        return output[0]
-    if strategy == "last":
-        return output[-1]
-    if strategy == "max":
-        return output.max(dim=0).values
-    return output.mean(dim=0)

@@ -5,7 +5,7 @@ import torch
 from torch import Tensor
 
 from app.engine import names
-from app.engine.capture import pool
+from app.engine.sentence import pool
 
 # A head is labelled by what it does only when the measured share passes this.
 LABEL_THRESHOLD = 0.5
@@ -36,7 +36,7 @@ def compare(run_a, token_a: int, run_b, token_b: int) -> dict:
         "same_id": run_a.tokens[token_a].id == run_b.tokens[token_b].id,
         "stages": list(stages_a),
         "cosines": [cosine(stages_a[stage], stages_b[stage]) for stage in stages_a],
-        "pooled_cosine": cosine(run_a.pooled, run_b.pooled),
+        "pooled_cosine": cosine(run_a.embedding, run_b.embedding),
         # Mean |A_a − A_b| over every head's cells, per block: only where the two runs have one shape.
         "attention_change": (
             [float((a - b).abs().mean()) for a, b in zip(run_a.attention(), run_b.attention(), strict=True)]
@@ -128,10 +128,10 @@ def nearest_rows(run, index: int, table: Tensor, tokenizer, k: int) -> list[dict
 
 def pooling_strategies(run, strategies: list[str]) -> dict[str, Tensor]:
     """Each pooling of what the model's pooling reads (its first max_seq_length tokens)."""
-    return {strategy: pool(run.pooled_output, strategy) for strategy in strategies}
+    return {strategy: pool(run.pooled_output, strategy, run.pooling_skip) for strategy in strategies}
 
 
 def whole_input_vector(run) -> Tensor:
     """The run's pooling over every token it read, past the model's max_seq_length: not the model's own."""
     last = names.FINAL if names.FINAL in run.activations else names.block(run.n_layers - 1, "output")
-    return pool(run.activations[last], run.spec.pooling)
+    return pool(run.activations[last], run.spec.pooling, run.pooling_skip)

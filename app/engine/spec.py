@@ -23,6 +23,11 @@ class RunSpec:
     mask: str = "bidirectional"
     pooling: str = "mean"  # resolved: never "the model's default"
     ablated: tuple[tuple[int, int], ...] = ()  # (layer, head) pairs switched off, sorted, no repeats
+    prompt: str | None = None  # the model's prompt (by name) put before `text`: resolved, as the pooling is
+
+    # Fields added after runs were named: left out of the canonical text while unset, so that a run made
+    # before them keeps its id.
+    LATER = ("prompt",)
 
     @cached_property
     def run_id(self) -> str:
@@ -31,7 +36,8 @@ class RunSpec:
 
     def canonical(self) -> str:
         """Sorted-keys JSON of every field: the text its id is the hash of, and what the store keeps."""
-        return json.dumps(asdict(self), sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+        fields = {key: value for key, value in asdict(self).items() if key not in self.LATER or value is not None}
+        return json.dumps(fields, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 
     @classmethod
     def from_canonical(cls, canonical: str) -> "RunSpec":

@@ -6,7 +6,7 @@ import asyncio
 from collections import OrderedDict
 from pathlib import Path
 
-from app.engine.model import LoadedModel, ModelLoadError, load_model, read_model_config
+from app.engine.model import LoadedModel, ModelLoadError, load_model, locate, read_model_config, read_sentence_pipeline
 from app.engine.runs import Engine, InvalidInput
 
 
@@ -14,20 +14,33 @@ class UnknownModel(InvalidInput):
     pass
 
 
+class UnreadableModel(InvalidInput):
+    """A listed model that fails to load when first asked for (a family without an adapter is probed then)."""
+
+
 class Models:
     def __init__(
-        self, default: LoadedModel, folders: list[Path], max_chars: int, max_tokens: int | None, max_loaded: int
+        self,
+        default: LoadedModel,
+        folders: list[str | Path],
+        max_chars: int,
+        max_tokens: int | None,
+        max_loaded: int,
     ):
+        """`folders`: more models, each a folder or a Hub id (app.engine.model.locate)."""
         self.default = default.name
         self.limits = (max_chars, max_tokens)  # every engine's input limits (Engine)
         self.max_loaded = max_loaded
         self.folders: dict[str, Path] = {default.name: default.path}
         for folder in folders:
-            name = Path(folder).name
+            name, path = locate(folder)
             if name in self.folders:
-                raise ModelLoadError(f"two models are named {name!r} (a model is named by its folder): rename one")
-            read_model_config(Path(folder))  # a bad folder stops the lab at start, not a learner's request
-            self.folders[name] = Path(folder)
+                raise ModelLoadError(
+                    f"two models are named {name!r} (a model is named by its folder or id): rename one"
+                )
+            # A bad folder stops the lab at start, not a learner's request.
+            read_model_config(path / read_sentence_pipeline(path).transformer)
+            self.folders[name] = path
         self._engines: OrderedDict[str, Engine] = OrderedDict({default.name: Engine(default, *self.limits)})
         self._loading: dict[str, asyncio.Lock] = {}
 
@@ -53,7 +66,10 @@ class Models:
             async with self._loading.setdefault(name, asyncio.Lock()):
                 engine = self._engines.get(name)
                 if engine is None:
-                    loaded = await asyncio.to_thread(load_model, self.folders[name])
+                    try:
+                        loaded = await asyncio.to_thread(load_model, self.folders[name], name)
+                    except ModelLoadError as error:
+                        raise UnreadableModel(str(error)) from error
                     engine = self._engines[name] = Engine(loaded, *self.limits)
         self._engines.move_to_end(name)
         while len(self._engines) > self.max_loaded:

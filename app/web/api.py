@@ -137,7 +137,7 @@ async def models(lab: LabDep):
 )
 async def analyze(body: AnalyzeRequest, lab: LabDep, client: ClientDep):
     engine = await lab.engine_for(body.model)
-    spec = engine.spec(body.text, body.text_pair, body.mask, body.pooling, body.ablate)
+    spec = engine.spec(body.text, body.text_pair, body.mask, body.pooling, body.ablate, body.prompt)
     run = await lab.submit(spec, client)
     # The first view's matrices in the same answer: no second round trip before the first heatmap. In a
     # thread, as the attention endpoint's: a mean or a measure other than the weights is computed.
@@ -152,6 +152,7 @@ async def analyze(body: AnalyzeRequest, lab: LabDep, client: ClientDep):
             "truncated": run.truncated,
             "mask": spec.mask,
             "pooling": spec.pooling,
+            "prompt": spec.prompt,
             "pooled": None if run.pooling_pass_due else sentence_vector(run),
             "ablated": spec.ablated,
             "attention": attention,
@@ -167,7 +168,21 @@ async def pooled_vector(run: RunDep, lab: LabDep, client: ClientDep):
 
 
 def sentence_vector(run: Run) -> dict:
-    return pooled(run.spec.pooling, run.pooled, run.pooled_tokens)
+    """The pooling's vector, and the vector after each module of the model's pipeline."""
+    stages = run.stages
+    return {
+        **pooled(run.spec.pooling, stages[0].vector, run.pooled_tokens),
+        "stages": [
+            {
+                "module": stage.module,
+                "title": stage.title,
+                "vector": stage.vector.numpy(),
+                "norm": float(stage.vector.norm()),
+            }
+            for stage in stages
+        ],
+        "embedding": stages[-1].vector.numpy(),
+    }
 
 
 def pooled(strategy: str, vector, tokens: int) -> dict:
@@ -237,10 +252,16 @@ def next_tokens(run: RunDep, lab: LabDep, token: int, k: Annotated[int, Query(ge
 
 @router.post("/pooling", response_model=PoolingResponse)
 async def pooling(body: PoolingRequest, lab: LabDep, client: ClientDep):
-    """CLS, mean and max pooling of one prompt side by side, and how an instruction prefix moves it."""
+    """CLS, mean and max pooling of one prompt side by side, and how an instruction prefix (or one of the
+    model's prompts) moves its sentence vector."""
     engine = await lab.engine_for(body.model)
-    run = await lab.pooled(await lab.submit(engine.spec(body.text, mask=body.mask), client), client)
-    prefixed = await lab.pooled(await lab.submit(engine.spec(body.prefix + body.text, mask=body.mask), client), client)
+    run = await lab.pooled(await lab.submit(engine.spec(body.text, mask=body.mask, prompt=""), client), client)
+    other = (
+        engine.spec(body.text, mask=body.mask, prompt=body.prompt)
+        if body.prompt
+        else engine.spec(body.prefix + body.text, mask=body.mask, prompt="")
+    )
+    prefixed = await lab.pooled(await lab.submit(other, client), client)
     whole_input = lessons.whole_input_vector(run)
     vectors = lessons.pooling_strategies(run, engine.info["poolings"])
     names = list(vectors)
@@ -256,9 +277,9 @@ async def pooling(body: PoolingRequest, lab: LabDep, client: ClientDep):
                 f"{x}/{y}": lessons.cosine(vectors[x], vectors[y]) for i, x in enumerate(names) for y in names[i + 1 :]
             },
             "prefix": {
-                "text": body.prefix + body.text,
+                "text": (engine.loaded.pipeline.prompts[body.prompt] if body.prompt else body.prefix) + body.text,
                 "run_id": prefixed.run_id,
-                "cosine": lessons.cosine(run.pooled, prefixed.pooled),
+                "cosine": lessons.cosine(run.embedding, prefixed.embedding),
             },
         }
     )

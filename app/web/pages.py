@@ -128,6 +128,8 @@ async def index(request: Request, lab: LabDep, model: str | None = None):
                 "mean": "mean",
                 "max": "max",
                 "last": "last token",
+                "mean_sqrt_len": "sum ÷ √N",
+                "weighted_mean": "position-weighted mean",
                 "cls": first_token if first_token != "A" else "first token",
             },
         },

@@ -9,7 +9,9 @@ from app.web.encoding import AttentionDtype
 
 Matrix = list[list[float]]  # rows are tokens
 Mask = Literal["bidirectional", "causal"]
-Pooling = Literal["mean", "cls", "max", "last"]
+# The poolings sentence-transformers has: every model offers the first four; a folder whose Pooling module
+# names another offers that one too.
+Pooling = Literal["mean", "cls", "max", "last", "mean_sqrt_len", "weighted_mean"]
 
 
 def readable(text: str) -> str:
@@ -85,6 +87,13 @@ class AnalyzeRequest(BaseModel):
         [], max_length=1000, description="(layer, head) pairs switched off: their context is zeroed before W_O"
     )
     model: ModelName = None
+    prompt: str | None = Field(
+        None,
+        max_length=200,
+        description="One of the model's prompts by name (GET /api/model's `prompts`), its text put before `text` "
+        'as sentence-transformers puts it; default: the model\'s default prompt, if it has one; "": no prompt',
+        examples=["query"],
+    )
     attention: AttentionRequest | None = Field(
         None,
         description="Attention matrices to answer with, as GET /api/runs/{run_id}/attention takes them (e.g. "
@@ -103,13 +112,34 @@ class ModelsResponse(BaseModel):
     models: list[ServedModel]
 
 
+View = Literal["qkv", "worked_example", "ffn", "measures", "ablation", "pipeline"]
+
+
+class SentenceModule(BaseModel):
+    """One module of the sentence-transformers pipeline after the transformer, as the folder defines it."""
+
+    module: Literal["Pooling", "Dense", "Normalize"]
+    pooling: Pooling | None = Field(None, description="Pooling: the folder's own strategy (null: the default)")
+    include_prompt: bool | None = Field(None, description="Pooling: false when it leaves the prompt's tokens out")
+    shape: list[int] | None = Field(None, description="Dense: its weight, [out_features, in_features]")
+    bias: bool | None = None
+    activation: str | None = Field(None, description="Dense: the torch.nn activation after it")
+
+
 class ModelInfo(BaseModel):
-    name: str
+    name: str = Field(description="The folder's name, or the Hub id it was named by (org/name)")
+    attention_only: str | None = Field(
+        description="Why only the attention weights are read, for a model of a family without an adapter "
+        "(\"no adapter for the 'opt' family: attention weights only\"); null: every view works"
+    )
+    capabilities: dict[View, bool] = Field(
+        description="Which views the model has: all of them with an adapter, none of these without"
+    )
     layers: int
     heads: int
     hidden_size: int
     head_dim: int
-    intermediate_size: int
+    intermediate_size: int | None
     vocab_size: int
     max_tokens: int = Field(description="The model's own limit: its positions (and its tokenizer's)")
     max_input_tokens: int = Field(
@@ -123,28 +153,44 @@ class ModelInfo(BaseModel):
     family: str = Field(description="The architecture family the lab reads the model as: BERT, RoBERTa, GPT-2, …")
     key_value_heads: int = Field(description="K/V heads (fewer than heads in grouped-query attention)")
     decoder: bool = Field(description="A causal decoder: trained to read each token with only the ones before it")
-    scales: list[float] = Field(
+    scales: list[float | None] = Field(
         description="Each block's factor on q·k before the mask and softmax: 1/√head_dim in most models (a GPT-2 "
-        "may leave it out, or divide it by the block's number too)"
+        "may leave it out, or divide it by the block's number too; Gemma's is 1/√query_pre_attn_scalar); null "
+        "without an adapter"
     )
     windows: list[int | None] = Field(
-        description="Each block's sliding window (Mistral; Qwen2's sliding blocks): a token sees itself and the "
-        "window − 1 tokens before it. null: the block reads the whole context its mask allows"
+        description="Each block's sliding window (Mistral; Qwen2's, ModernBERT's and Gemma 3's local blocks): a "
+        "query sees the keys fewer than `window` positions away, before it under the causal mask, on either side "
+        "under the bidirectional one. null: the block reads the whole context its mask allows"
+    )
+    score_notes: list[str] = Field(
+        description="What the scores do besides softmax(q·k/√head_dim + mask), in sentences: q/k normalisation, "
+        "rotation, another scale, local windows, no biases"
     )
     masks: list[Mask] = Field(description="The masks this model may be read with; the first is its own")
     default_mask: Mask
     poolings: list[Pooling]
     default_pooling: Pooling
-    normalization: Literal["post-LN", "pre-LN", "pre-RMSNorm"]
-    positions: Literal["absolute", "relative", "rotary"]
-    ffn: str = Field(description="The FFN by its activation: GELU, ReLU, …, or for a gated one SwiGLU, GeGLU, …")
-    ffn_gated: bool = Field(description="act(x · W_gate) ⊙ (x · W_up), then W_down; else act(x · W₁), then W₂")
-    ffn_activation: str = Field(description="The FFN's activation: GELU (its approximations too), ReLU, SiLU, …")
+    prompts: dict[str, str] = Field(
+        description="config_sentence_transformers.json's prompts: name → the text put before the input"
+    )
+    default_prompt: str | None = Field(description="The prompt applied when a request names none")
+    sentence_modules: list[SentenceModule] = Field(
+        description="What makes the sentence vector after the transformer, in order (modules.json)"
+    )
+    normalization: Literal["post-LN", "pre-LN", "pre-RMSNorm", "pre+post-RMSNorm"] | None
+    positions: Literal["absolute", "relative", "rotary"] | None
+    ffn: str | None = Field(description="The FFN by its activation: GELU, ReLU, …, or for a gated one SwiGLU, GeGLU, …")
+    ffn_gated: bool | None = Field(description="act(x · W_gate) ⊙ (x · W_up), then W_down; else act(x · W₁), then W₂")
+    ffn_activation: str | None = Field(description="The FFN's activation: GELU (its approximations too), ReLU, SiLU, …")
     token_types: bool
     position_offset: int = Field(
         description="Positions the model reserves before the first token: token i reads position row i + this"
     )
     next_tokens: bool = Field(description="The model has a language-model head: next-token candidates per position")
+    logit_softcapping: float | None = Field(
+        description="c where the LM head's logits are soft-capped, c·tanh(logit/c) (Gemma's final_logit_softcapping)"
+    )
     pair_layout: str = Field(description='How the tokenizer lays out a pair, e.g. "[CLS] A [SEP] B [SEP]"')
     activations: dict[str, str] = Field(
         description="What each recorded embedding and block activation is, as a formula, by its field name"
@@ -172,14 +218,32 @@ class TokenPublic(BaseModel):
     segment: Literal["A", "B"] = Field(
         description="Which text the token comes from; [CLS] and the first [SEP] are A, the last [SEP] is B"
     )
+    prompt: bool = Field(
+        False, description="Read from the model's prompt put before the text (its offsets index the prompt)"
+    )
+
+
+class SentenceStage(BaseModel):
+    module: Literal["Pooling", "Dense", "Normalize"]
+    title: str = Field(description='What it does, e.g. "mean pooling", "Dense 768 → 3072", "L2 normalisation"')
+    vector: list[float]
+    norm: float
 
 
 class Pooled(BaseModel):
     strategy: Pooling
     tokens: int = Field(description="How many tokens the vector is pooled over")
-    vector: list[float]
+    vector: list[float] = Field(description="The pooling's vector")
     norm: float
-    normalized: list[float]
+    normalized: list[float] = Field(description="The pooling's vector divided by its norm")
+    stages: list[SentenceStage] | None = Field(
+        None,
+        description="The vector after each module of the model's sentence-transformers pipeline, the pooling "
+        "first, in order",
+    )
+    embedding: list[float] | None = Field(
+        None, description="The last stage's vector: the model's sentence vector, what sentence-transformers encodes"
+    )
 
 
 class AnalyzeResponse(BaseModel):
@@ -190,6 +254,7 @@ class AnalyzeResponse(BaseModel):
     truncated: bool
     mask: Mask
     pooling: Pooling = Field(description="How this run's sentence vector is pooled")
+    prompt: str | None = Field(description="The model's prompt put before the text, by name; null: none")
     pooled: Pooled | None = Field(
         description="The sentence vector; null for an input longer than the model's max_seq_length until its "
         "vector is asked for (a pass of its own over the cut input): GET /api/runs/{run_id}/pooled"
@@ -289,12 +354,17 @@ class PoolingRequest(BaseModel):
     mask: Mask | None = None
     model: ModelName = None
     prefix: str = Field("query: ", max_length=200, description="An instruction prefix to compare with")
+    prompt: str | None = Field(
+        None, max_length=200, description="One of the model's prompts by name: compared with in place of `prefix`"
+    )
 
 
 class PrefixShift(BaseModel):
     text: str
     run_id: str
-    cosine: float = Field(description="Cosine between the pooled vectors with and without the prefix")
+    cosine: float = Field(
+        description="Cosine between the sentence vectors (the model's whole pipeline) with and without the prefix"
+    )
 
 
 class WholeInputPooled(Pooled):

@@ -56,8 +56,9 @@ export function useModel(name) {
 }
 
 // attention: the attention endpoint's options for matrices to answer with (decodeAttention reads them).
-export function analyze({ text, textPair = null, mask, pooling, ablate = [], attention = null }) {
-  return post("/api/analyze", { text, text_pair: textPair || null, mask, pooling, ablate, model: pageModel, attention });
+// prompt: one of the model's prompts by name, "" for none; null: the model's default prompt.
+export function analyze({ text, textPair = null, mask, pooling, ablate = [], attention = null, prompt = null }) {
+  return post("/api/analyze", { text, text_pair: textPair || null, mask, pooling, ablate, model: pageModel, attention, prompt });
 }
 
 export async function compare(a, b, tokenA, tokenB) {
@@ -92,8 +93,9 @@ export function attribution({ text, other = null, target = "similarity", method 
   return post("/api/attribution", { text, other, target, method, model: pageModel });
 }
 
-export function pooling({ text, mask, prefix }) {
-  return post("/api/pooling", { text, mask, prefix, model: pageModel });
+// prompt: one of the model's prompts by name, compared with in place of the prefix.
+export function pooling({ text, mask, prefix, prompt = null }) {
+  return post("/api/pooling", { text, mask, prefix, prompt, model: pageModel });
 }
 
 export async function head(runId, layer, headIndex) {

@@ -57,6 +57,7 @@ function showControls(state, changed, lab) {
   $("layer").disabled = state.blockMean;
   $("mask").value = state.mask;
   $("pooling").value = state.pooling;
+  if ($("prompt-name")) $("prompt-name").value = state.promptName; // a model with prompts of its own
   $("layer").value = String(state.layer);
   $("head").value = String(state.head);
   $("sinks").value = state.sinks;
@@ -154,7 +155,7 @@ function cutNotice(run, texts, model) {
 let runCounter = 0;
 
 export async function runPrompt(lab) {
-  const { text, pair, mask, pooling } = lab.getState();
+  const { text, pair, mask, pooling, promptName } = lab.getState();
   if (!text.trim()) {
     showError("Type some text first.");
     return;
@@ -165,7 +166,7 @@ export async function runPrompt(lab) {
   status("Running the model…");
   try {
     const first = firstView(lab.getState(), lab.model.layers);
-    const { attention, ...run } = await api.analyze({ text, textPair: pair, mask, pooling, attention: first?.options });
+    const { attention, ...run } = await api.analyze({ text, textPair: pair, mask, pooling, prompt: promptName, attention: first?.options });
     first?.keep(run.run_id, attention);
     if (mine !== runCounter) return;
     document.body.dataset.run = run.run_id;
@@ -186,7 +187,8 @@ export async function runPrompt(lab) {
 function bindPrompt(lab) {
   $("prompt-form").addEventListener("submit", (event) => {
     event.preventDefault();
-    lab.setState({ text: $("prompt").value, pair: $("prompt-pair").value.trim() ? $("prompt-pair").value : "", mask: $("mask").value, pooling: $("pooling").value });
+    const promptName = $("prompt-name")?.value ?? lab.getState().promptName;
+    lab.setState({ text: $("prompt").value, pair: $("prompt-pair").value.trim() ? $("prompt-pair").value : "", mask: $("mask").value, pooling: $("pooling").value, promptName });
     runPrompt(lab);
   });
   for (const id of ["prompt", "prompt-pair"]) {
@@ -197,7 +199,7 @@ function bindPrompt(lab) {
       }
     });
   }
-  for (const id of ["mask", "pooling"]) $(id).addEventListener("change", () => $("prompt-form").requestSubmit());
+  for (const id of ["mask", "pooling", "prompt-name"]) $(id)?.addEventListener("change", () => $("prompt-form").requestSubmit());
   // Another model is another page (its blocks, heads, masks and poolings): the prompt goes with it.
   $("model-picker")?.addEventListener("change", (event) => {
     const { text, classCode } = lab.getState();

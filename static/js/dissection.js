@@ -2,6 +2,7 @@
 // vector, with the model's own numbers, and where the head's 32 numbers go in the 384 of the block.
 
 import { blankNote } from "./blind.js";
+import { missing, unavailableNote } from "./capabilities.js";
 import { argmax, count, el, fixed, numberList, vectorStrip } from "./format.js";
 import { scaledByRootD } from "./matrix.js";
 import { cellSymbol, measureOf } from "./measures.js";
@@ -78,6 +79,8 @@ export function renderDissection(container, { tokens, selected, layer, head, num
         el("strong", { dataset: { field: "score", value: String(scores[j]) } }, fixed(scores[j])),
         " (the model's own value)",
       ),
+      // What this model's scores do besides q·k/√d (GET /api/model's score_notes).
+      model.score_notes.length ? el("ul", { class: "score-notes", dataset: { field: "score-notes" } }, ...model.score_notes.map((note) => el("li", {}, note))) : null,
     ),
     step(
       `Softmax over row ${i}: weight = exp(score − max) ÷ Σ exp`,
@@ -94,7 +97,7 @@ export function renderDissection(container, { tokens, selected, layer, head, num
     ),
     step(
       `Concatenate the ${count(model.heads, "head")} and multiply by W_O`,
-      `1×${model.hidden_size} · ${model.hidden_size}×${model.hidden_size}`,
+      `1×${model.heads * d} · ${model.heads * d}×${model.hidden_size}`,
       concatBar(model.heads, head),
       numbers.ablated
         ? el(
@@ -105,7 +108,7 @@ export function renderDissection(container, { tokens, selected, layer, head, num
             ").",
           )
         : null,
-      el("p", { class: "hint" }, `This head fills columns ${slice[0]}–${slice[1]} of the ${model.hidden_size}-wide concatenation; W_O mixes all of them into the block's attention output:`),
+      el("p", { class: "hint" }, `This head fills columns ${slice[0]}–${slice[1]} of the ${model.heads * d}-wide concatenation; W_O mixes all of them into the block's attention output:`),
       trace ? vectorStrip(trace.layers[layer].attention_output, { label: "attention output after W_O" }) : el("p", { class: "hint" }, "Loading…"),
     ),
   ];
@@ -152,11 +155,15 @@ export const dissectionView = {
   shown: (state) => state.panel === "dissection",
   blank: blankNote("dissection"),
   async load({ layer, head, token }, lab) {
-    if (token === null || head === "mean") return null;
+    if (token === null || head === "mean" || missing(lab.model, "worked_example")) return null;
     const [numbers, trace] = await Promise.all([lab.numbers().query(layer, head, token), lab.numbers().trace(token)]);
     return { numbers, trace };
   },
   render({ run, layer, head, token }, data, lab) {
+    if (missing(lab.model, "worked_example")) {
+      document.getElementById("dissection").replaceChildren(unavailableNote(lab.model, "worked_example"));
+      return;
+    }
     renderDissection(document.getElementById("dissection"), { tokens: run.tokens, selected: token, layer, head, model: lab.model, ...data });
   },
 };

@@ -28,9 +28,12 @@ await initState(
     text: config.defaultText, mask: model.default_mask, pooling: model.default_pooling, layer: 0, head: 0, token: null, present: false,
     sinks: "show", pair: "", segments: "all", also: [], preview: null, heads: [...Array(model.heads).keys()], blockMean: false,
     allHeads: false, predict: false, tour: null, lesson: null, panel: null, scale: "blues", classCode: null, measure: "weights",
-    model: model.name, question: null,
+    model: model.name, question: null, promptName: model.default_prompt ?? "",
   },
-  { defaultModel: config.defaultModel, layers: model.layers, heads: model.heads, masks: model.masks, poolings: model.poolings, tourSteps: TOUR_LENGTH, lessons: Object.keys(LESSONS), panels: Object.keys(PANELS), scales: Object.keys(SCALES) },
+  {
+    defaultModel: config.defaultModel, defaultPrompt: model.default_prompt ?? "", layers: model.layers, heads: model.heads, masks: model.masks, poolings: model.poolings,
+    prompts: Object.keys(model.prompts), tourSteps: TOUR_LENGTH, lessons: Object.keys(LESSONS), panels: Object.keys(PANELS), scales: Object.keys(SCALES),
+  },
 );
 
 const lab = { getState, setState, subscribe, model, defaultModel: config.defaultModel, numbers: () => numbersOf(getState().run.run_id), showError };

@@ -134,8 +134,8 @@ export function viewLayers(view, model) {
   return view.blockMean ? [...Array(model.layers).keys()] : [view.layer];
 }
 
-// How those blocks mask attention: "causal mask", and where a block slides (model.windows: a token sees
-// itself and the window − 1 tokens before it), its window.
+// How those blocks mask attention: "causal mask", and where a block slides (model.windows: a token sees the
+// tokens fewer than `window` positions away, before it under the causal mask, on either side otherwise), its window.
 export function maskName(mask, model, layers) {
   const sliding = layers.filter((layer) => model.windows[layer] !== null);
   if (!sliding.length) return `${mask} mask`;

@@ -2,6 +2,7 @@
 // panel is state (and so in the URL); the open tab clicked again closes the area. "Enlarge" lays the open
 // panel over the whole stage for a while (an experiment read by a class), and back.
 
+import { missing } from "./capabilities.js";
 import { el } from "./format.js";
 
 export const PANELS = {
@@ -11,6 +12,8 @@ export const PANELS = {
   pooled: "Sentence vector",
   lessons: "Experiments",
 };
+// The panels a model without an adapter cannot fill (capabilities.js): their tabs say so, their panels why.
+const NEEDS = { dissection: "worked_example", pipeline: "pipeline" };
 
 // The open tab, scrolled into a tab row that scrolls (presentation mode keeps the tabs on one row).
 function inView(tabs, tab) {
@@ -23,9 +26,11 @@ export function initPanels(lab) {
   const tabs = document.getElementById("panel-tabs");
   const names = Object.keys(PANELS);
   tabs.replaceChildren(
-    ...names.map((name) =>
-      el("button", { type: "button", role: "tab", id: `panel-tab-${name}`, "aria-controls": `panel-${name}`, dataset: { panel: name } }, PANELS[name]),
-    ),
+    ...names.map((name) => {
+      const reason = NEEDS[name] && missing(lab.model, NEEDS[name]);
+      const unavailable = reason ? { class: "unavailable", title: `Not available for this model: ${reason}` } : {};
+      return el("button", { type: "button", role: "tab", id: `panel-tab-${name}`, "aria-controls": `panel-${name}`, dataset: { panel: name }, ...unavailable }, PANELS[name]);
+    }),
   );
   tabs.addEventListener("click", (event) => {
     const tab = event.target.closest("[role=tab]");

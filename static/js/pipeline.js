@@ -3,6 +3,7 @@
 // the model (/api/model's activations): the page writes no family's formulas of its own.
 
 import { blankNote } from "./blind.js";
+import { missing, unavailableNote } from "./capabilities.js";
 import { count, el, fixed, norm, vectorStrip } from "./format.js";
 
 const TOP_NEURONS = 5;
@@ -37,6 +38,7 @@ function embeddingStages(token, selected, embeddings, model) {
   const h = model.hidden_size;
   const titles = {
     word: [`“${token.text}” → id ${token.id} → row ${token.id} of the word-embedding table`, `${model.vocab_size.toLocaleString("en")}×${h} table → 1×${h}`],
+    scaled: [`× √${h}: ${model.activations.scaled}`, `1×${h}`],
     // RoBERTa and MPNet keep rows for padding before the first position: token i reads row i + offset.
     position: [
       `+ position embedding for position ${selected}${model.position_offset ? ` (row ${selected + model.position_offset})` : ""}`,
@@ -86,10 +88,10 @@ function blocksTable(layers, model) {
   );
 }
 
-function nextTokensStage(token, next) {
+function nextTokensStage(token, next, model) {
   return stage(
     `LM head: what the model would write after “${token.text}”`,
-    "final norm · W_U → softmax over the vocabulary",
+    `final norm · W_U${model.logit_softcapping ? ` → c·tanh(logit/c), c = ${model.logit_softcapping}` : ""} → softmax over the vocabulary`,
     el(
       "ol",
       { class: "next-tokens" },
@@ -110,7 +112,7 @@ export function renderPipeline(container, { tokens, selected, trace, next, model
   container.replaceChildren(
     ...embeddingStages(token, selected, trace.embeddings, model),
     stage(`${count(model.layers, "block")}: ${order}`, `N×${h} in, N×${h} out`, el("div", { class: "scroll-x" }, blocksTable(trace.layers, model))),
-    ...(next ? [nextTokensStage(token, next)] : []),
+    ...(next ? [nextTokensStage(token, next, model)] : []),
   );
 }
 
@@ -120,8 +122,12 @@ export const pipelineView = {
   shown: (state) => state.panel === "pipeline",
   blank: blankNote("pipeline"),
   load: ({ token }, lab) =>
-    token === null ? null : Promise.all([lab.numbers().trace(token), lab.model.next_tokens ? lab.numbers().nextTokens(token) : null]),
+    token === null || missing(lab.model, "pipeline") ? null : Promise.all([lab.numbers().trace(token), lab.model.next_tokens ? lab.numbers().nextTokens(token) : null]),
   render({ run, token }, loaded, lab) {
+    if (missing(lab.model, "pipeline")) {
+      document.getElementById("pipeline").replaceChildren(unavailableNote(lab.model, "pipeline"));
+      return;
+    }
     const [trace, next] = loaded ?? [null, null];
     renderPipeline(document.getElementById("pipeline"), { tokens: run.tokens, selected: token, trace, next, model: lab.model });
   },

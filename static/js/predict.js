@@ -39,10 +39,12 @@ function quoted(tokens, index) {
 function renderQuestion(container, state, row, model, onAnswer) {
   const { run, token } = state;
   // Under a causal mask a token cannot see later ones, nor, where every block the view draws slides, the
-  // ones its widest window has passed; a filter may leave keys out too: those are not offered.
+  // ones its widest window has passed (on either side under the bidirectional mask); a filter may leave keys
+  // out too: those are not offered.
   const windows = viewLayers(state, model).map((layer) => model.windows[layer]);
   const reach = windows.includes(null) ? Infinity : Math.max(...windows);
-  const hidden = (index) => (run.mask === "causal" && (index > token || token - index >= reach)) || Number.isNaN(row[index]);
+  const distance = (index) => (run.mask === "causal" ? token - index : Math.abs(token - index));
+  const hidden = (index) => (run.mask === "causal" && index > token) || distance(index) >= reach || Number.isNaN(row[index]);
   const measure = measureOf(state.measure);
   container.dataset.measure = state.measure;
   container.replaceChildren(

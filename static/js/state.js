@@ -8,20 +8,22 @@
 
 import { VIEW_MEASURES } from "./measures.js";
 
-const URL_KEYS = ["text", "mask", "pooling", "layer", "head", "token", "present", "predict", "tour", "lesson", "sinks", "pair", "segments", "also", "heads", "blockMean", "panel", "scale", "classCode", "measure"];
+const URL_KEYS = ["text", "promptName", "mask", "pooling", "layer", "head", "token", "present", "predict", "tour", "lesson", "sinks", "pair", "segments", "also", "heads", "blockMean", "panel", "scale", "classCode", "measure"];
 const LONGEST_QUERY = 2000; // characters; a longer view is written compressed into the fragment
 const COMPRESSED = "#z=";
 const listeners = new Set();
 let headCount = 0; // the model's heads: a mean over all of them needs no "heads" in the URL
 let defaultModel = null; // a page of another model carries ?model= in its links
+let defaultPrompt = ""; // the model's own default prompt: another choice (none too) goes in the link
 let state = {};
 let linkLimits = null;
 
-// limits: {defaultModel, layers, heads, masks, poolings, tourSteps, lessons, panels, scales}, to refuse a URL that names a block, head,
-// tour step, lesson, panel or colour scale that does not exist.
+// limits: {defaultModel, defaultPrompt, layers, heads, masks, poolings, prompts, tourSteps, lessons, panels, scales}, to refuse a URL
+// that names a block, head, prompt, tour step, lesson, panel or colour scale that does not exist.
 export async function initState(defaults, limits) {
   headCount = limits.heads;
   defaultModel = limits.defaultModel;
+  defaultPrompt = limits.defaultPrompt;
   linkLimits = limits;
   state = { ...defaults, ...readView(await linkParams(), limits), run: null, guesses: new Map() };
   return state;
@@ -61,6 +63,7 @@ function readView(params, limits) {
   if (["AA", "AB", "BA", "BB"].includes(params.get("segments"))) view.segments = params.get("segments");
   if (limits.masks.includes(params.get("mask"))) view.mask = params.get("mask");
   if (limits.poolings.includes(params.get("pooling"))) view.pooling = params.get("pooling");
+  if (["", ...limits.prompts].includes(params.get("prompt"))) view.promptName = params.get("prompt"); // "": none
   const layer = wholeNumber(params.get("layer"));
   if (layer !== null && layer < limits.layers) view.layer = layer;
   const head = params.get("head") === "mean" ? "mean" : wholeNumber(params.get("head"));
@@ -118,6 +121,7 @@ function viewParams(state) {
   const params = new URLSearchParams();
   if (state.model !== defaultModel) params.set("model", state.model);
   params.set("text", state.text);
+  if (state.promptName !== defaultPrompt) params.set("prompt", state.promptName);
   if (state.pair) params.set("pair", state.pair);
   if (state.segments !== "all") params.set("segments", state.segments);
   params.set("mask", state.mask);

@@ -2,7 +2,8 @@
 
 import { el } from "./format.js";
 
-// A sentence pair's chips are marked by segment, with a divider where segment B begins.
+// A sentence pair's chips are marked by segment, with a divider where segment B begins; the chips read from
+// the model's prompt (put before the text) are marked as prompt tokens.
 // on.select(index, add): a click (add: with Shift, to join the selection); on.preview(index or null):
 // a mouse resting on a chip, or leaving the strip. A touch previews nothing: a tap selects, and nothing
 // would ever end a preview on a phone.
@@ -12,12 +13,12 @@ export function renderTokens(container, tokens, selected, on) {
         "button",
         {
           type: "button",
-          class: `token${token.special ? " special" : ""}${token.text.startsWith("##") ? " continuation" : ""}${token.segment === "B" ? " segment-b" : ""}`,
+          class: `token${token.special ? " special" : ""}${token.text.startsWith("##") ? " continuation" : ""}${token.segment === "B" ? " segment-b" : ""}${token.prompt ? " prompt" : ""}`,
           role: "option",
           "aria-selected": String(token.index === selected),
           tabindex: "-1",
-          title: `token ${token.index} · id ${token.id} · segment ${token.segment}${token.special ? " · special token" : ""}`,
-          dataset: { index: String(token.index), id: String(token.id), special: String(token.special), segment: token.segment },
+          title: `token ${token.index} · id ${token.id} · segment ${token.segment}${token.special ? " · special token" : ""}${token.prompt ? " · from the model's prompt" : ""}`,
+          dataset: { index: String(token.index), id: String(token.id), special: String(token.special), segment: token.segment, prompt: String(Boolean(token.prompt)) },
         },
         el("span", { class: "token-text" }, token.text),
         el("span", { class: "token-id" }, token.id),
@@ -25,6 +26,8 @@ export function renderTokens(container, tokens, selected, on) {
   );
   const boundary = tokens.findIndex((token) => token.segment === "B");
   if (boundary > 0) chips.splice(boundary, 0, el("span", { class: "segment-boundary", "aria-label": "segment B begins" }, "B →"));
+  const text = tokens.findLastIndex((token) => token.prompt) + 1; // the first token after the prompt's
+  if (text > 0) chips.splice(text, 0, el("span", { class: "segment-boundary", id: "prompt-boundary", title: "The dotted chips before this come from the model's prompt, put before the text" }, "text →"));
   container.replaceChildren(...chips);
   container.onclick = (event) => {
     const chip = event.target.closest(".token");

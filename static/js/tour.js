@@ -2,6 +2,7 @@
 // real shapes. Each step outlines the view that shows it, opening its panel, and the box sits where it
 // covers neither the heatmap nor that view.
 
+import { missing } from "./capabilities.js";
 import { count, fixed } from "./format.js";
 import { scaledByRootD, viewLayers } from "./matrix.js";
 import { PANELS } from "./panels.js";
@@ -23,9 +24,13 @@ const POSITIONS = {
     "Attention by itself does not know word order. This model adds no position vector: in every block it rotates each query and key by an angle that grows with the token's position (RoPE), so their dot product depends on how far apart the two tokens are.",
 };
 
+// The Dense modules of the model's sentence-transformers pipeline, in order.
+const dense = (m) => m.sentence_modules.filter((module) => module.module === "Dense");
+
 const normName = (m) => (m.normalization === "pre-RMSNorm" ? "RMSNorm" : "LayerNorm");
 
-const byRootD = (m) => scaledByRootD(m, viewLayers({ blockMean: true }, m));
+// A model without an adapter has no known scale: the usual formula stands for it in the titles.
+const byRootD = (m) => m.scales.includes(null) || scaledByRootD(m, viewLayers({ blockMean: true }, m));
 
 // How the scores are scaled, in words.
 function scaling(m) {
@@ -97,7 +102,7 @@ const STEPS = [
     anchor: ".step:nth-of-type(3)",
     title: ({ m }) => (byRootD(m) ? "Scores: QKᵀ/√d" : "Scores: QKᵀ × each block's scale"),
     text: ({ m }) =>
-      `In each head every query meets every key: their dot product, ${scaling(m)} so the numbers stay moderate, says how well they match. The worked example works one out with the real numbers.`,
+      `In each head every query meets every key: their dot product, ${scaling(m)} so the numbers stay moderate, says how well they match. The worked example works one out with the real numbers.${m.score_notes.length ? ` In this model: ${m.score_notes.join(" ")}` : ""}`,
     shape: ({ n, m }) => `${n}×${m.head_dim} · ${m.head_dim}×${n} → ${count(m.heads, "head")} × ${n}×${n}`,
   },
   {
@@ -155,9 +160,9 @@ const STEPS = [
   {
     target: "pooled",
     title: () => "Normalise",
-    text: ({ norm }) =>
-      `Finally the vector is divided by its length${norm === null ? "" : ` (${fixed(norm)} here)`}, so it has length 1: texts are then compared by the angle between their vectors (cosine similarity).`,
-    shape: ({ m }) => `1×${m.hidden_size} → 1×${m.hidden_size}, length 1`,
+    text: ({ norm, m }) =>
+      `${dense(m).length ? `First this model's Dense layers (${dense(m).map(({ shape }) => `${shape[1]} → ${shape[0]}`).join(", ")}) turn it into another vector. ` : ""}Finally the vector is divided by its length${norm === null || dense(m).length ? "" : ` (${fixed(norm)} here)`}, so it has length 1: texts are then compared by the angle between their vectors (cosine similarity).`,
+    shape: ({ m }) => `1×${m.hidden_size} → 1×${dense(m).at(-1)?.shape[0] ?? m.hidden_size}, length 1`,
   },
   {
     target: "lessons",
@@ -170,6 +175,8 @@ const STEPS = [
 ];
 
 export const TOUR_LENGTH = STEPS.length;
+// The views a model without an adapter cannot fill (capabilities.js): their steps say why instead.
+const NEEDS = { dissection: "worked_example", pipeline: "pipeline", lessons: "measures" };
 
 const $ = (id) => document.getElementById(id);
 const GAP = 8; // px between the box and the views around it
@@ -192,9 +199,10 @@ function render(state, model) {
   const step = STEPS[state.tour - 1];
   const context = facts(state, model);
   $("tour-counter").textContent = `Step ${state.tour} of ${STEPS.length}`;
+  const reason = NEEDS[step.target] && missing(model, NEEDS[step.target]);
   $("tour-title").textContent = step.title(context);
-  $("tour-text").textContent = step.text(context);
-  $("tour-shape").textContent = step.shape(context);
+  $("tour-text").textContent = reason ? `This step's view is not available for ${model.name}: ${reason}.` : step.text(context);
+  $("tour-shape").textContent = reason ? "" : step.shape(context);
   $("tour-back").disabled = state.tour === 1;
   $("tour-next").textContent = state.tour === STEPS.length ? "Finish" : "Next";
 }

@@ -44,8 +44,8 @@ class Family:
     blocks: str  # the list of blocks inside the base model
     hooks: Callable[[object], tuple[Hook, ...]]  # config -> its hooks
     attention_output: str  # W_O inside a block: its input is the heads' contexts side by side
-    normalization: Literal["post-LN", "pre-LN", "pre-RMSNorm"]
-    positions: Literal["absolute", "relative", "rotary"]
+    normalization: Literal["post-LN", "pre-LN", "pre-RMSNorm", "pre+post-RMSNorm"] | None
+    positions: Literal["absolute", "relative", "rotary"] | None
     gated_ffn: bool  # act(x · W_gate) ⊙ (x · W_up), then W_down; else act(x · W₁), then W₂
     decoder: bool = False  # causal by training: the only mask it is read with; pooled by its last token
     token_types: bool = False  # the model takes token_type_ids
@@ -53,9 +53,17 @@ class Family:
     activation_name: Callable[[object], str] = lambda config: config.hidden_act  # the config's, for the FFN
     # post-LN: the LayerNorm after attention's residual, inside a block (ALTI decomposes through it)
     post_attention_norm: str | None = None
+    # pre+post-RMSNorm: the RMSNorm on attention's output before its residual, inside a block (ALTI too)
+    attention_norm: str | None = None
+    norm_offset: float = 0.0  # an RMSNorm scales by offset + weight: Gemma's by 1 + weight
+    qk_norm: bool = False  # each head's q and k are RMS-normalised before RoPE (Qwen3, Gemma 3)
     position_offset: int = 0  # positions the model reserves before the first token (RoBERTa's padding)
     # A step after the pass, on the recorded activations and the model: e.g. rotating q and k (RoPE)
     finish: Callable[[dict[str, Tensor], object], None] | None = None
+    reads: Callable[[object], bool] = lambda config: True  # which configs of its model types it reads
+    # No adapter: the model's own attention weights only (and its last hidden state for the sentence
+    # vector); nothing inside its blocks is recorded (app.engine.families.attention_only).
+    attention_only: bool = False
 
     @property
     def native_mask(self) -> str:
@@ -79,22 +87,25 @@ class Family:
         """What each recorded embedding and block activation is in this family, in formulas: the page's
         pipeline labels its rows and columns with these. Keys are the last part of the name."""
         activation = self.activation(config)
-        norm = "RMSNorm" if self.normalization == "pre-RMSNorm" else "LN"
+        norm = "RMSNorm" if "RMSNorm" in (self.normalization or "") else "LN"
         post = self.normalization == "post-LN"
+        # A pre+post-RMSNorm block normalises each part's output again before adding it to the stream.
+        added = "RMSNorm(attention)" if self.normalization == "pre+post-RMSNorm" else "attention"
         parts = [name for name in ("word", "position", "token_type") if f"embeddings.{name}" in recorded]
         labels = {
             "word": "the token's row of the word-embedding table",
+            "scaled": f"the row × √d_model = × {config.hidden_size**0.5:.4g} (the model's embedding scale)",
             "position": "the position's row of the position-embedding table",
             "token_type": "the segment's row of the token-type table",
             "sum": " + ".join(parts).replace("token_type", "token type"),
-            "normalized": "LayerNorm(sum): the input to block 0",
+            "normalized": f"LayerNorm({'sum' if len(parts) > 1 else 'the row'}): the input to block 0",
             "attention_output": "concat(heads) · W_O",
-            "resid_mid": "LN(x + attention)" if post else "x + attention (the residual stream)",
+            "resid_mid": "LN(x + attention)" if post else f"x + {added} (the residual stream)",
             "ffn_intermediate": f"{activation}(x · W_gate) ⊙ (x · W_up)" if self.gated_ffn else f"{activation}(x · W₁)",
             "ffn_output": "the FFN's output projection" if post else f"FFN({norm}(x + attention))",
-            "output": "LN(x + FFN)" if post else "x + attention + FFN",
+            "output": "LN(x + FFN)" if post else f"x + {added} + {added.replace('attention', 'FFN')}",
         }
-        short = {name.rsplit(".", 1)[-1] for name in recorded}
+        short = {name.rsplit(".", 1)[-1] for name in recorded if not name.startswith("final.")}  # not the final norm
         return {name: label for name, label in labels.items() if name in short}
 
 

@@ -1,19 +1,19 @@
-"""Llama-style decoders (Llama, Qwen2, Mistral, SmolLM): pre-RMSNorm blocks, rotary positions applied to
-Q and K inside attention, grouped K/V heads, a SwiGLU FFN, a final RMSNorm and the LM head."""
+"""Llama-style decoders (Llama, Qwen2, Mistral, SmolLM, Qwen3): pre-RMSNorm blocks, rotary positions
+applied to Q and K inside attention, grouped K/V heads, a SwiGLU FFN, a final RMSNorm and the LM head.
+Qwen3 RMS-normalises each head's q and k (q_norm, k_norm) before the rotation."""
 
-import sys
+from dataclasses import replace
 
-from app.engine.families.base import Family, Hook, attention_output, ffn_output, inputs, output, split_heads
+from app.engine.families.base import Family, Hook, attention_output, ffn_output, first, inputs, output, split_heads
+from app.engine.families.rotary import rotary_embedding, rotating
 from app.engine.names import FINAL, LAYER, attn, block, embedding
-
-ROTARY = "rotary"  # cos and sin of the pass, kept until finish() has rotated q and k
 
 
 def hooks(config) -> tuple[Hook, ...]:
     n, n_kv = config.num_attention_heads, config.num_key_value_heads
     return (
         Hook("embed_tokens", output(embedding("word"))),
-        Hook("rotary_emb", lambda args, out: {ROTARY: out}),
+        rotary_embedding(),
         Hook("{block}.self_attn.q_proj", split_heads(attn(LAYER, "q"), n)),
         Hook("{block}.self_attn.k_proj", split_heads(attn(LAYER, "k"), n_kv, repeat=n // n_kv)),
         Hook("{block}.self_attn.v_proj", split_heads(attn(LAYER, "v"), n_kv, repeat=n // n_kv)),
@@ -25,14 +25,20 @@ def hooks(config) -> tuple[Hook, ...]:
     )
 
 
-def rotate(activations: dict, model) -> None:
-    """q and k as the scores use them: rotated by the model's own apply_rotary_pos_emb."""
-    cos, sin = activations.pop(ROTARY)
-    apply = sys.modules[type(model.base_model.layers[0].self_attn).__module__].apply_rotary_pos_emb
-    for layer in range(model.config.num_hidden_layers):
-        q, k = attn(layer, "q"), attn(layer, "k")
-        # [batch, head, pos, d_head]; cos and sin [batch, pos, d_head]
-        activations[q], activations[k] = apply(activations[q], activations[k], cos, sin)
+def qwen3_hooks(config) -> tuple[Hook, ...]:
+    """Llama's, with q and k read after their per-head RMSNorm: [batch, pos, head, d_head] there."""
+    repeat = config.num_attention_heads // config.num_key_value_heads
+    normalised = {
+        "q": lambda args, out: {attn(LAYER, "q"): first(out).transpose(-3, -2)},
+        "k": lambda args, out: {attn(LAYER, "k"): first(out).transpose(-3, -2).repeat_interleave(repeat, dim=-3)},
+    }
+    kept = [hook for hook in hooks(config) if not hook.module.endswith(("q_proj", "k_proj"))]
+    return (
+        *kept[:2],
+        Hook("{block}.self_attn.q_norm", normalised["q"]),
+        Hook("{block}.self_attn.k_norm", normalised["k"]),
+        *kept[2:],
+    )
 
 
 LLAMA = Family(
@@ -45,5 +51,7 @@ LLAMA = Family(
     positions="rotary",
     gated_ffn=True,
     decoder=True,
-    finish=rotate,
+    finish=rotating("layers", "self_attn"),
 )
+
+QWEN3 = replace(LLAMA, name="Qwen3", model_types=("qwen3",), hooks=qwen3_hooks, qk_norm=True)

@@ -47,7 +47,7 @@ async function rerun(result, run, text, token, model) {
   const ablate = [...switchedOff].map((key) => key.split(":").map(Number));
   const index = token ?? 0;
   await fillResult(result, `Running with ${ablate.length} heads off…`, async () => {
-    const ablated = await api.analyze({ text, mask: run.mask, pooling: run.pooling, ablate });
+    const ablated = await api.analyze({ text, mask: run.mask, pooling: run.pooling, ablate, prompt: run.prompt ?? "" });
     const [offLayer, offHead] = ablate[0];
     const [compared, off] = await Promise.all([
       api.compare(run.run_id, ablated.run_id, index, index),

@@ -2,6 +2,7 @@
 // selected token changes while it is open.
 
 import { blankNote } from "../blind.js";
+import { missing, unavailableNote } from "../capabilities.js";
 import { el } from "../format.js";
 import { renderAblation } from "./ablation.js";
 import { renderCompare } from "./compare.js";
@@ -12,18 +13,25 @@ import { renderMasks } from "./masks.js";
 import { renderNearest } from "./nearest.js";
 import { renderPooling } from "./pooling.js";
 
+// needs: what a lesson reads beyond the attention weights (capabilities.js): a token's rows at each stage
+// (compare, masks, nearest), switched-off heads, or the measures.
 export const LESSONS = {
-  compare: { title: "Same id, different meaning", render: renderCompare, follows: ["run"] },
-  masks: { title: "Bidirectional vs causal", render: renderMasks, follows: ["run", "token"] },
-  ablation: { title: "Switch heads off", render: renderAblation, follows: ["run", "token"] },
+  compare: { title: "Same id, different meaning", render: renderCompare, follows: ["run"], needs: "pipeline" },
+  masks: { title: "Bidirectional vs causal", render: renderMasks, follows: ["run", "token"], needs: "pipeline" },
+  ablation: { title: "Switch heads off", render: renderAblation, follows: ["run", "token"], needs: "ablation" },
   heads: { title: "What each head does", render: renderHeads, follows: ["run", "token"] },
-  nearest: { title: "Nearest vocabulary rows", render: renderNearest, follows: ["run", "token"] },
+  nearest: { title: "Nearest vocabulary rows", render: renderNearest, follows: ["run", "token"], needs: "pipeline" },
   pooling: { title: "Pooling and prefixes", render: renderPooling, follows: ["run"] },
   difference: { title: "Difference A − B", render: renderDifference, follows: ["run"], move: moveDifference },
-  explain: { title: "Is attention explanation?", render: renderExplain, follows: ["run", "token", "layer", "head"] },
+  explain: { title: "Is attention explanation?", render: renderExplain, follows: ["run", "token", "layer", "head"], needs: "measures" },
 };
 
-export function renderTabs(container, current, onOpen) {
+// The reason a lesson is not offered for this model, or null.
+function lessonMissing(model, name) {
+  return LESSONS[name].needs ? missing(model, LESSONS[name].needs) : null;
+}
+
+export function renderTabs(container, current, onOpen, model) {
   const tabs = Object.entries(LESSONS).map(([name, lesson]) =>
     el(
       "button",
@@ -34,6 +42,7 @@ export function renderTabs(container, current, onOpen) {
         "aria-selected": String(name === current),
         "aria-controls": "lesson-panel",
         dataset: { lesson: name },
+        ...(lessonMissing(model, name) ? { class: "unavailable", title: `Not available for this model: ${lessonMissing(model, name)}` } : {}),
       },
       lesson.title,
     ),
@@ -55,6 +64,11 @@ export function renderTabs(container, current, onOpen) {
 // context: {run, text, token, current (the state now), model, onOpen}
 export async function renderLesson(panel, name, context) {
   panel.setAttribute("aria-labelledby", `lesson-tab-${name}`);
+  if (lessonMissing(context.model, name)) {
+    panel.replaceChildren(unavailableNote(context.model, LESSONS[name].needs));
+    panel.dataset.view = `${name}:${context.run.run_id}:${context.token}`;
+    return;
+  }
   try {
     await LESSONS[name].render(panel, context);
   } catch (error) {
@@ -79,7 +93,7 @@ export const lessonsView = {
   shown: (state) => state.panel === "lessons",
   blank: blankNote("lesson-panel"),
   render(state, _, lab) {
-    renderTabs(document.getElementById("lesson-tabs"), state.lesson, (lesson) => lab.setState({ lesson }));
+    renderTabs(document.getElementById("lesson-tabs"), state.lesson, (lesson) => lab.setState({ lesson }), lab.model);
     if (!state.lesson) return;
     renderLesson(document.getElementById("lesson-panel"), state.lesson, {
       run: state.run,

@@ -36,7 +36,7 @@ export function renderMasks(container, { run, text, token, model }) {
     }
     await fillResult(result, "Running both…", async () => {
       const runs = await Promise.all(
-        ["bidirectional", "causal"].map((mask) => api.analyze({ text, mask, pooling: run.pooling })),
+        ["bidirectional", "causal"].map((mask) => api.analyze({ text, mask, pooling: run.pooling, prompt: run.prompt ?? "" })),
       );
       const compared = await api.compare(runs[0].run_id, runs[1].run_id, token, token);
       await show(result, compared, run.tokens[token], model);

@@ -10,15 +10,20 @@ const POOLINGS = {
   cls: "the first token's row (cls)",
   max: "the largest value of each column (max)",
   last: "the last token's row, the only one that read the whole text under the causal mask (last)",
+  mean_sqrt_len: "the sum of all rows divided by √N (mean_sqrt_len)",
+  weighted_mean: "the rows weighted by their positions 1, 2, …, N (weighted_mean)",
 };
 
 export function renderPooling(container, { text, run, model }) {
   const prefix = el("input", { type: "text", id: "pooling-prefix", value: "query: ", "aria-label": "Instruction prefix" });
   const result = el("div", { class: "lesson-result", id: "pooling-result", "aria-live": "polite" });
-  const form = el("form", { class: "lesson-form" }, el("label", {}, "Instruction prefix ", prefix), el("button", { type: "submit" }, "Compare"));
+  // A model with prompts of its own (config_sentence_transformers.json) offers them in place of the prefix.
+  const names = Object.keys(model.prompts);
+  const prompt = el("select", { id: "pooling-prompt", "aria-label": "Or one of the model's prompts" }, new Option("the prefix", ""), ...names.map((name) => new Option(`its “${name}” prompt`, name)));
+  const form = el("form", { class: "lesson-form" }, el("label", {}, "Instruction prefix ", prefix), ...(names.length ? [el("label", {}, "or ", prompt)] : []), el("button", { type: "submit" }, "Compare"));
   form.addEventListener("submit", async (event) => {
     event.preventDefault();
-    await fillResult(result, "Pooling…", async () => show(result, await api.pooling({ text, mask: run.mask, prefix: prefix.value })));
+    await fillResult(result, "Pooling…", async () => show(result, await api.pooling({ text, mask: run.mask, prefix: prefix.value, prompt: prompt.value || null })));
   });
   container.replaceChildren(
     el("p", { class: "hint" }, `${model.poolings.length} ways to make one vector of the last hidden states, N×${model.hidden_size}: ${model.poolings.map((name) => POOLINGS[name]).join(", ")}. ${model.name} pools with ${model.default_pooling} by default.`),
