@@ -16,6 +16,7 @@ from app.web.encoding import decode_attention
 from tests.browser.conftest import ARTIFACTS, save, screenshot, wait_until
 from tests.browser.test_classroom import new_page, ready, start_class
 from tests.browser.test_page import cell_centre, run_id, wait_view
+from tests.browser.test_stage import DESKTOPS, MODES, PHONES
 
 pytestmark = pytest.mark.slow
 
@@ -74,6 +75,26 @@ def test_the_readout_title_and_aria_label_name_the_measure(page, server, api, me
     cut = "t => t.scrollWidth > t.clientWidth + 1 || t.scrollHeight > t.clientHeight + 1"
     assert not page.locator("#heatmap .hm-title").evaluate(cut)
     assert page.locator("#attends .caption").inner_text().endswith(f"show the {NAMES[measure]} on each token.")
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_the_longest_title_is_whole_at_every_stage_size(browser, server, mode):
+    """The heatmap's title wraps, never cuts, at every desktop and phone size the stage is measured at."""
+    view = "measure=norm&head=mean&heads=1,4,9&blocks=mean&token=3"
+    page = browser.new_context(viewport={"width": 1280, "height": 720}).new_page()
+    try:
+        page.goto(f"{server}/?{MODES[mode]}&{view}")
+        wait_view(page, "heatmap", 0, "mean", 3)
+        title = page.locator("#heatmap .hm-title")
+        expect(title).to_have_text("norm-weighted all 6 blocks averaged, heads 1, 4, 9 averaged · bidirectional mask")
+        for width, height in DESKTOPS + PHONES:
+            page.set_viewport_size({"width": width, "height": height})
+            cut = "t => t.scrollWidth > t.clientWidth + 1 || t.scrollHeight > t.clientHeight + 1"
+            assert not title.evaluate(cut), f"{width}×{height} {mode}: the title is cut"
+            box, plot = title.bounding_box(), page.locator("#heatmap .hm-plot").bounding_box()
+            assert box["x"] >= 0 and box["x"] + box["width"] <= width and box["y"] + box["height"] <= plot["y"]
+    finally:
+        page.context.close()
 
 
 def test_the_measure_control_is_labelled_explained_and_says_what_does_not_apply(page, server):
