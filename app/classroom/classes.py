@@ -196,8 +196,7 @@ class Classes:
             raise ClassLimit(
                 f"this device already runs {live} classes (at most {self.limits.classes_per_client}): end one first"
             )
-        hour = int(time.time() // 3600)
-        if await self.backend.incr(f"lab:class-starts:{address}:{hour}", 1, 3600) > self.limits.starts_per_hour:
+        if not await self._take_window(f"lab:class-starts:{address}", self.limits.starts_per_hour, 3600):
             raise ClassLimit(f"this device started {self.limits.starts_per_hour} classes this hour: try again later")
         if await self.backend.count_keys("lab:class-alive:") >= self.limits.max_classes:
             raise ClassLimit(f"{self.limits.max_classes} classes are running on this lab: try again later")
@@ -209,6 +208,20 @@ class Classes:
         await self.backend.set(self._alive_key(code), "1", min(ttl, self.limits.teacher_away_seconds))
         await self.backend.hset(owned, {code: "1"}, ttl)
         return code, secret
+
+    async def _take_window(self, key: str, limit: int, window: float) -> bool:
+        """One more of at most `limit` in any `window` seconds, shared by every worker through the store.
+        The window slides (this window's count plus the last one's, weighted by how much of it is still
+        within `window`): fixed windows let a client take twice the limit across a boundary. A refused
+        attempt is given back, so a client retrying past the bound is not shut out for longer."""
+        now = time.time()
+        current, elapsed = divmod(now, window)
+        taken = await self.backend.incr(f"{key}:{int(current)}", 1, 2 * window)
+        before = int(await self.backend.get(f"{key}:{int(current) - 1}") or 0)
+        if taken + before * (1 - elapsed / window) > limit:
+            await self.backend.incr(f"{key}:{int(current)}", -1, 2 * window)
+            return False
+        return True
 
     async def end(self, code: str, reason: str) -> None:
         """The class is over: every key goes, and every stream gets "ended" and closes."""
@@ -495,9 +508,7 @@ class Classes:
             return known, True
         if await self.backend.hlen(self._key(code, "learners")) >= self.limits.max_learners:
             raise ClassLimit(f"this class is full ({self.limits.max_learners} learners)")
-        minute = int(time.time() // 60)
-        joins = await self.backend.incr(f"lab:class-joins:{digest(client.address)}:{minute}", 1, 60)
-        if joins > self.limits.joins_per_minute:
+        if not await self._take_window(f"lab:class-joins:{digest(client.address)}", self.limits.joins_per_minute, 60):
             raise ClassLimit(f"{self.limits.joins_per_minute} learners joined from this address this minute: wait")
         learner = secrets.token_hex(8)
         number = await self.backend.incr(self._key(code, "joined"), 1, ttl)

@@ -10,6 +10,7 @@ import posixpath
 import re
 from dataclasses import asdict
 from pathlib import Path
+from typing import get_args
 
 import plotly
 from fastapi import APIRouter, Request
@@ -19,7 +20,7 @@ from fastapi.templating import Jinja2Templates
 from starlette.datastructures import Headers
 from starlette.responses import Response
 
-from app.engine.measures import MEASURES
+from app.engine.measures import MEASURES, Measure
 from app.web.deps import LabDep
 from app.web.precompressed import CompressedFiles
 
@@ -107,6 +108,7 @@ async def index(request: Request, lab: LabDep, model: str | None = None):
         "maxChars": max_chars,
         "plotly": PLOTLY_URL,
         "measures": {key: asdict(measure) for key, measure in MEASURES.items()},
+        "viewMeasures": list(get_args(Measure)),  # what the Measure control offers; "difference" is a lesson's
     }
     first_token = info["pair_layout"].split()[0]
     return templates.TemplateResponse(

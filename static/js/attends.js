@@ -1,10 +1,12 @@
 // "What does this token attend to?": lines from the selected query to every key (as bertviz draws
-// them) beside bars with the exact weights; one head, the mean, or all heads in their own colours.
+// them) beside bars with the exact values of the view's measure; one head, the mean, or all heads in
+// their own colours.
 
 import { blankNote, revealedKey } from "./blind.js";
 import { HEAD_COLORS } from "./colors.js";
-import { meanOf, meanRow, segmentRule, sinkNames, viewName } from "./matrix.js";
 import { el, fixed } from "./format.js";
+import { isSink, meanOf, meanRow, segmentRule, sinkNames, viewName } from "./matrix.js";
+import { measureOf } from "./measures.js";
 import { queries } from "./selection.js";
 
 const ROW_REM = 1.45; // a token row's height, as lab.css sets it
@@ -15,7 +17,7 @@ const MAX_ROWS = 64; // beyond this many keys only the largest are listed: 512 r
 async function attendRows(state, lab) {
   const chosen = queries(state);
   const n = state.run.tokens.length;
-  const views = state.allHeads
+  const views = everyHead(state)
     ? HEAD_COLORS.slice(0, lab.model.heads).map((color, head) => ({ name: `head ${head}`, color, view: { ...state, head } }))
     : [{ name: state.head === "mean" ? "mean" : `head ${state.head}`, color: state.head === "mean" ? "currentColor" : HEAD_COLORS[state.head % HEAD_COLORS.length], view: state }];
   return Promise.all(
@@ -26,6 +28,11 @@ async function attendRows(state, lab) {
   );
 }
 
+// Every head in its own colour, where the measure has heads (ALTI has one picture per block).
+function everyHead(state) {
+  return state.allHeads && !measureOf(state.measure).per_block;
+}
+
 function caption(state, chosen, model) {
   const { run } = state;
   const token = chosen[0];
@@ -33,9 +40,8 @@ function caption(state, chosen, model) {
     chosen.length > 1
       ? `${chosen.length} tokens (${chosen.map((index) => `“${run.tokens[index].text}”`).join(", ")}), rows averaged,`
       : `“${run.tokens[token].text}” (token ${token})${state.preview !== null ? " (preview: click to lock)" : ""}`;
-  const where = state.allHeads ? viewName({ ...state, head: 0 }, model).replace(/head 0$/, "every head") : viewName(state, model);
-  const what = state.measure === "weights" ? "its weight" : "the measure";
-  return `${who} in ${where}: line width and bar length show ${what} on each token.`;
+  const where = everyHead(state) ? viewName({ ...state, head: 0 }, model).replace(/head 0$/, "every head") : viewName(state, model);
+  return `${who} in ${where}: line width and bar length show the ${measureOf(state.measure).name} on each token.`;
 }
 
 export const attendsView = {
@@ -52,17 +58,21 @@ export const attendsView = {
       segments: segmentRule(state.segments),
       caption: chosen.length ? caption(state, chosen, lab.model) : "",
       answer: revealedKey(state),
+      measure: measureOf(state.measure),
     });
   },
   blank: blankNote("attends"),
 };
 
-// rows: [{head, color, row, sink}] with row = the view's weights of the selected query over all keys (NaN
-// where the view leaves a key out) and sink = the weight on the hidden sink tokens, or null.
-// segments: a segment rule (matrix.js) or null: with one, only queries of its first segment have a row.
-// answer: a key outlined as a class question's revealed answer, or null.
-export function renderAttends(container, { tokens, selected, rows, sinks: mode, segments = null, caption, answer = null }) {
-  const hideSpecial = mode !== "show";
+// rows: [{head, color, row, sink}] with row = the view's values of the selected query over all keys (NaN
+// where the view leaves a key out) and sink = the value on the hidden sink tokens, or null. measure: what
+// the values are (measures.js). segments: a segment rule (matrix.js) or null: with one, only queries of its
+// first segment have a row. answer: a key outlined as a class question's revealed answer, or null.
+// Both columns list the same tokens in the same order, line by line: a key the view leaves out is listed
+// as left out (hidden, or outside the segment filter), never dropped from one side only. A long text lists
+// its most attended keys and, on the left, the query alone, at the top where it stays in sight. Every bar
+// starts at one baseline, so lengths compare by eye.
+export function renderAttends(container, { tokens, selected, rows, sinks: mode, segments = null, caption, answer = null, measure }) {
   if (segments && selected !== null && tokens[selected].segment !== segments.from) {
     container.replaceChildren(
       el("p", { class: "hint" }, `The ${segments.from} → ${segments.to} filter shows queries in segment ${segments.from}: select one of its tokens.`),
@@ -73,18 +83,16 @@ export function renderAttends(container, { tokens, selected, rows, sinks: mode, 
     container.replaceChildren(el("p", { class: "hint" }, "Select a token to see where it looks."));
     return;
   }
-  const shown = rows.map(({ head, color, row, sink }) => ({ head, color, row: Array.from(row, (weight) => (Number.isNaN(weight) ? 0 : weight)), sink }));
-  const candidates = tokens.filter((token) => !Number.isNaN(rows[0].row[token.index]));
+  const shown = rows.map(({ head, color, row, sink }) => ({ head, color, row: Array.from(row, (value) => (Number.isNaN(value) ? 0 : value)), sink }));
+  const kept = (token) => !Number.isNaN(rows[0].row[token.index]);
+  const candidates = tokens.filter(kept);
   const strength = (token) => Math.max(...shown.map(({ row }) => row[token.index]));
-  const keys =
-    candidates.length <= MAX_ROWS
-      ? candidates
-      : [...candidates].sort((a, b) => strength(b) - strength(a)).slice(0, MAX_ROWS).sort((a, b) => a.index - b.index);
-  // A long text lists only the selected query on the left, at the top where it stays in sight.
-  const queryTokens = tokens.length <= MAX_ROWS ? tokens : [tokens[selected]];
-  const queryRow = tokens.length <= MAX_ROWS ? selected : 0;
+  const long = tokens.length > MAX_ROWS;
+  const listed = long ? [...candidates].sort((a, b) => strength(b) - strength(a)).slice(0, MAX_ROWS).sort((a, b) => a.index - b.index) : tokens;
+  const queries = long ? [tokens[selected]] : listed;
+  const queryRow = long ? 0 : selected;
   const ROW = ROW_REM * parseFloat(getComputedStyle(document.documentElement).fontSize);
-  const height = Math.max(keys.length, queryTokens.length, 1) * ROW;
+  const height = Math.max(listed.length, 1) * ROW;
   const svg = document.createElementNS("http://www.w3.org/2000/svg", "svg");
   svg.setAttribute("class", "attend-lines");
   svg.setAttribute("viewBox", `0 0 100 ${height}`);
@@ -93,17 +101,17 @@ export function renderAttends(container, { tokens, selected, rows, sinks: mode, 
   svg.style.height = `${height}px`;
   const largest = Math.max(...shown.flatMap(({ row }) => row), 1e-9);
   for (const { color, row } of shown) {
-    keys.forEach((token, position) => {
-      const weight = row[token.index];
-      if (weight < 0.005) return;
+    listed.forEach((token, position) => {
+      const value = row[token.index];
+      if (!kept(token) || value < 0.005 * largest) return;
       const line = document.createElementNS("http://www.w3.org/2000/svg", "line");
       line.setAttribute("x1", "0");
       line.setAttribute("y1", String(queryRow * ROW + ROW / 2));
       line.setAttribute("x2", "100");
       line.setAttribute("y2", String(position * ROW + ROW / 2));
       line.setAttribute("stroke", color);
-      line.setAttribute("stroke-opacity", String(Math.min(1, 0.15 + weight / largest)));
-      line.setAttribute("stroke-width", String(0.5 + 5 * (weight / largest)));
+      line.setAttribute("stroke-opacity", String(Math.min(1, 0.15 + value / largest)));
+      line.setAttribute("stroke-width", String(0.5 + 5 * (value / largest)));
       line.setAttribute("vector-effect", "non-scaling-stroke");
       svg.append(line);
     });
@@ -111,14 +119,23 @@ export function renderAttends(container, { tokens, selected, rows, sinks: mode, 
   const left = el(
     "ol",
     { class: "attend-queries" },
-    ...queryTokens.map((token) =>
-      el("li", { class: `${token.index === selected ? "selected" : ""}${token.special ? " special" : ""}` }, token.text),
+    ...queries.map((token) =>
+      el("li", { class: `${token.index === selected ? "selected" : ""}${token.special ? " special" : ""}`, dataset: { index: String(token.index) } }, token.text),
     ),
   );
+  const why = (token) => (mode !== "show" && isSink(token) ? "hidden" : segments ? `outside ${segments.from} → ${segments.to}` : "left out");
   const right = el(
     "ol",
-    { class: "attend-keys", style: `height:${height}px` },
-    ...keys.map((token) => {
+    { class: "attend-keys" },
+    ...listed.map((token) => {
+      if (!kept(token)) {
+        return el(
+          "li",
+          { class: `attend-hidden${token.special ? " special" : ""}`, dataset: { index: String(token.index) }, title: `“${token.text}” is left out of this view` },
+          el("span", { class: "attend-token" }, token.text),
+          el("span", { class: "attend-why" }, why(token)),
+        );
+      }
       const bars = shown.map(({ head, color, row }) =>
         el("span", {
           class: "bar",
@@ -132,34 +149,36 @@ export function renderAttends(container, { tokens, selected, rows, sinks: mode, 
         {
           class: `attend-row${token.special ? " special" : ""}${token.index === answer ? " answer" : ""}`,
           dataset: { index: String(token.index), ...(single === null ? {} : { weight: String(single) }) },
+          title: `${measure.name}: ${single === null ? "one bar per head" : fixed(single)}`,
         },
         el("span", { class: "attend-token" }, token.text),
         el("span", { class: "bars" }, ...bars),
-        single === null ? null : el("span", { class: "attend-weight" }, fixed(single)),
+        el("span", { class: "attend-weight" }, single === null ? "" : fixed(single)),
       );
     }),
+    mode !== "show" ? sinkRow(shown, tokens, largest) : null,
   );
-  const sinks = hideSpecial ? sinkBars(shown, tokens, mode, largest) : null;
-  const limited =
-    keys.length < candidates.length
-      ? el("p", { class: "hint" }, `The ${keys.length} most attended of ${candidates.length} tokens, in text order.`)
-      : null;
+  const limited = long ? el("p", { class: "hint" }, `The ${listed.length} most attended of ${candidates.length} tokens, in text order.`) : null;
   const legend =
     shown.length > 1
       ? el("p", { class: "legend" }, ...shown.map(({ head, color }) => el("span", { class: "legend-item", style: `--c:${color}` }, head)))
       : null;
+  const hint = mode !== "show" ? sinkHint(tokens, mode, segments, rows[0].row, measure) : null;
   container.replaceChildren(
-    ...[el("p", { class: "caption" }, caption), limited, legend, el("div", { class: "attend-grid" }, left, svg, right), sinks].filter(Boolean),
+    ...[el("p", { class: "caption" }, caption), limited, legend, el("div", { class: "attend-grid" }, left, svg, right), hint].filter(Boolean),
   );
+  // The query's line in sight: the view scrolls itself (never the page) when the query is below its fold.
+  const line = left.querySelector(".selected");
+  const [box, at] = [container.getBoundingClientRect(), line.getBoundingClientRect()];
+  if (at.bottom > box.bottom || at.top < box.top) container.scrollTop += at.top - box.top - box.height / 3;
 }
 
-// The weight taken off the hidden sink tokens, one bar per head shown, on the same scale as the key bars.
-function sinkBars(shown, tokens, mode, largest) {
-  const names = sinkNames(tokens);
+// The value taken off the hidden sink tokens, one bar per head shown, on the key bars' scale and baseline.
+function sinkRow(shown, tokens, largest) {
   return el(
-    "div",
+    "li",
     { class: "sink", dataset: { field: "sink" } },
-    el("span", { class: "attend-token" }, `sink: ${names}`),
+    el("span", { class: "attend-token" }, `sink: ${sinkNames(tokens)}`),
     el(
       "span",
       { class: "bars" },
@@ -167,11 +186,20 @@ function sinkBars(shown, tokens, mode, largest) {
         el("span", { class: "bar sink-bar", title: `${head}: ${fixed(sink)}`, style: `width:${Math.min(100, (100 * sink) / largest / shown.length)}%;--c:${color}` }),
       ),
     ),
-    el(
-      "span",
-      { class: "attend-weight", dataset: { value: String(shown[0].sink) } },
-      shown.length === 1 ? fixed(shown[0].sink) : "",
-    ),
-    el("p", { class: "hint" }, mode === "renormalise" ? "Hidden, and the other weights rescaled to sum to 1." : "Hidden; the other weights are as the model gave them."),
+    el("span", { class: "attend-weight", dataset: { value: String(shown[0].sink) } }, shown.length === 1 ? fixed(shown[0].sink) : ""),
   );
+}
+
+// What the values beside a hidden sink are. Renormalised, a row sums to 1 over every token it keeps; a
+// segment filter then shows part of that row, and the hint says what the part shown sums to.
+function sinkHint(tokens, mode, segments, row, measure) {
+  const names = sinkNames(tokens);
+  const shownSum = row.reduce((sum, value) => (Number.isNaN(value) ? sum : sum + value), 0);
+  const text =
+    mode === "hide"
+      ? `${names} hidden: the sink holds their ${measure.name}; every other value is as computed, not rescaled.`
+      : segments
+        ? `${names} hidden, and each row rescaled to sum to 1 over every token it keeps; the ${segments.from} → ${segments.to} filter shows part of this row: the values shown sum to ${fixed(shownSum)}.`
+        : `${names} hidden, and each row's other values rescaled to sum to 1 (the values shown sum to ${fixed(shownSum)}).`;
+  return el("p", { class: "hint sink-hint", dataset: { field: "sink-hint", sum: String(shownSum) } }, text);
 }

@@ -5,6 +5,7 @@ import { revealedKey } from "./blind.js";
 import { count } from "./format.js";
 import { Heatmap } from "./heatmap.js";
 import { maskName, sinkNames, viewLayers, viewName } from "./matrix.js";
+import { measureOf } from "./measures.js";
 import { queries } from "./selection.js";
 
 const PHONE_HEIGHT_SHARE = 0.75; // on a phone the square takes at most this share of the window's height
@@ -38,9 +39,6 @@ export function createAttentionView(lab) {
     bounds: stageBounds,
     readout: $("heatmap-readout"),
   });
-  // Saving is about the heatmap: its menu sits on the heatmap's title row (and shows only once there).
-  heatmap.head.append($("export-menu-box"));
-  $("export-menu-box").hidden = false;
   heatmap.fit();
   // The square follows the stage's size and the screen's pixel density.
   new ResizeObserver(() => heatmap.fit()).observe($("views"));
@@ -55,7 +53,9 @@ export function createAttentionView(lab) {
     render(state, { matrix, sink }) {
       const { run } = state;
       const n = run.tokens.length;
-      $("attention-shape").textContent = `${n}×${n} per head · ${count(lab.model.heads, "head")} per block`;
+      const measure = measureOf(state.measure);
+      $("attention-name").textContent = `${measure.name}: ${measure.meaning}`;
+      $("attention-shape").textContent = measure.per_block ? `${n}×${n} per block` : `${n}×${n} per head · ${count(lab.model.heads, "head")} per block`;
       const [first = null, ...others] = queries(state);
       heatmap.draw({
         matrix,
@@ -67,6 +67,7 @@ export function createAttentionView(lab) {
         title: `${viewName(state, lab.model)} · ${maskName(run.mask, lab.model, viewLayers(state, lab.model))}`,
         caption: `“${state.text}”${run.text_pair ? ` + “${run.text_pair}”` : ""} · ${lab.model.name}`,
         scale: state.scale,
+        measure,
       });
       if (state.token !== null) heatmap.reveal(state.token);
       markAnswer(heatmap, state);

@@ -8,6 +8,7 @@ import { exportedView, saveCSV, saveImage, saveJSON } from "./export.js";
 import { gridPNG, gridSVG, showShares } from "./grid.js";
 import { renderHeadSet } from "./headset.js";
 import { maskName, viewFileName, viewLayers, viewName } from "./matrix.js";
+import { measureOf } from "./measures.js";
 
 const $ = (id) => document.getElementById(id);
 
@@ -22,8 +23,9 @@ export function initControls(lab, heatmap) {
   bindExports(lab, heatmap);
   bindKeys(lab);
   $("present").addEventListener("click", () => setState({ present: !getState().present }));
-  bindMore("options-toggle", "prompt-options");
-  bindMore("toolbar-more-toggle", "toolbar-more");
+  bindPopup("options-toggle", "prompt-options");
+  bindPopup("toolbar-more-toggle", "toolbar-more");
+  bindPopup("measure-help", "measure-about");
   $("share").addEventListener("click", async () => {
     try {
       await navigator.clipboard.writeText(window.location.href);
@@ -59,19 +61,39 @@ function showControls(state, changed, lab) {
   $("layer").value = String(state.layer);
   $("head").value = String(state.head);
   $("sinks").value = state.sinks;
-  $("measure").value = state.measure;
+  showMeasure(state);
   $("scale").value = state.scale;
   $("all-heads").checked = state.allHeads;
   $("present").setAttribute("aria-pressed", String(state.present));
   document.body.classList.toggle("present", state.present);
   if (changed.has("head") || changed.has("heads")) {
     renderHeadSet($("head-set"), state, lab.model.heads, (heads) => lab.setState({ heads }));
+    showMeasure(state);
   }
 }
 
-// "Options…" and "More…" (presentation mode): the prompt bar's and the toolbar's less used controls, opened
-// under their bar; Esc or a click elsewhere closes them.
-function bindMore(toggleId, groupId) {
+// The measure and what it is: its meaning read with the control, its line marked in "What is this?", and
+// the choices it leaves without a meaning disabled, saying why (ALTI has one picture per block: no head).
+function showMeasure(state) {
+  const measure = measureOf(state.measure);
+  $("measure").value = state.measure;
+  $("measure-meaning").textContent = measure.meaning;
+  for (const line of document.querySelectorAll(".measure-line")) line.classList.toggle("current", line.dataset.measure === state.measure);
+  const why = measure.per_block ? `${measure.name} has one picture per block: it measures the block as a whole, not a head` : "";
+  for (const id of ["head", "all-heads"]) {
+    const label = $(id).closest("label");
+    label.dataset.title ??= label.title; // its own title, when the measure gives no reason
+    $(id).disabled = measure.per_block;
+    label.title = why || label.dataset.title;
+  }
+  $("head-set").classList.toggle("disabled", measure.per_block);
+  $("head-set").title = why;
+  for (const toggle of $("head-set").querySelectorAll("button")) toggle.disabled = measure.per_block;
+}
+
+// "Options…" and "More…" (presentation mode), and "What is this?" beside the measure: a group opened under
+// its toggle; Esc or a click elsewhere closes it.
+function bindPopup(toggleId, groupId) {
   const toggle = $(toggleId);
   const group = $(groupId);
   const show = (open) => {
@@ -79,12 +101,14 @@ function bindMore(toggleId, groupId) {
     toggle.setAttribute("aria-expanded", String(open));
   };
   toggle.addEventListener("click", () => show(!group.classList.contains("open")));
-  group.addEventListener("keydown", (event) => {
-    if (event.key !== "Escape") return;
+  const escape = (event) => {
+    if (event.key !== "Escape" || !group.classList.contains("open")) return;
     event.stopPropagation();
     show(false);
     toggle.focus();
-  });
+  };
+  group.addEventListener("keydown", escape);
+  toggle.addEventListener("keydown", escape);
   document.addEventListener("click", (event) => {
     if (group.classList.contains("open") && !group.contains(event.target) && event.target !== toggle) show(false);
   });
@@ -104,6 +128,28 @@ export function showError(message) {
 function status(message) {
   $("status").textContent = message;
   $("status").title = message;
+}
+
+function notice(message) {
+  $("notice").hidden = !message;
+  $("notice").textContent = message;
+}
+
+// Where a long input was cut: each text's last token read and the character it ends at (the analyze
+// answer's offsets count code points, as [...text] does), for the texts that lost their end.
+function cutNotice(run, texts, model) {
+  const whose = model.max_input_tokens < model.max_tokens ? "this lab's limit" : "the model's limit";
+  const places = [
+    ["A", texts.text, run.text_pair ? "Sentence A" : "The text"],
+    ["B", texts.pair, "sentence B"],
+  ].flatMap(([segment, text, name]) => {
+    const read = run.tokens.filter((token) => token.segment === segment && !token.added);
+    const last = read.at(-1);
+    const length = [...text.trimEnd()].length;
+    if (!last || last.end >= length) return [];
+    return [`${name} stops after “${last.text}” (token ${last.index}), at character ${last.end.toLocaleString("en")} of ${length.toLocaleString("en")}`];
+  });
+  return `Cut to the first ${run.tokens.length} tokens (${whose}).${places.length ? ` ${places.join("; ")}.` : ""}`;
 }
 
 let runCounter = 0;
@@ -127,7 +173,8 @@ export async function runPrompt(lab) {
     const firstContent = run.tokens.find((token) => !token.special)?.index ?? 0;
     const { token } = lab.getState();
     lab.setState({ run, token: token !== null && token < run.tokens.length ? token : firstContent });
-    status(run.truncated ? `Only the first ${lab.model.max_input_tokens} tokens were analyzed (${lab.model.max_input_tokens < lab.model.max_tokens ? "this lab's limit" : "the model's limit"}).` : "");
+    status("");
+    notice(run.truncated ? cutNotice(run, { text, pair }, lab.model) : "");
   } catch (error) {
     if (mine !== runCounter) return;
     showError(error.message);
@@ -209,6 +256,14 @@ function bindExports(lab, heatmap) {
     return exportedView({ state, model, matrix, sink, pooled, name: `${viewName(state, model)} · ${maskName(state.run.mask, model, viewLayers(state, model))}` });
   };
   const menu = $("export-menu-box");
+  // Esc closes the open menu wherever the focus is (before the page's own Esc clears the selection).
+  document.addEventListener("keydown", (event) => {
+    if (event.key !== "Escape" || !menu.open) return;
+    event.stopImmediatePropagation();
+    const inside = menu.contains(document.activeElement);
+    menu.open = false;
+    if (inside) $("export-menu").focus();
+  });
   const action = (id, save) =>
     $(id).addEventListener("click", async () => {
       if (!getState().run) return;

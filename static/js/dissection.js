@@ -5,8 +5,10 @@ import { blankNote } from "./blind.js";
 import { missing, unavailableNote } from "./capabilities.js";
 import { argmax, count, el, fixed, numberList, vectorStrip } from "./format.js";
 import { scaledByRootD } from "./matrix.js";
+import { cellSymbol, measureOf } from "./measures.js";
 
 const SHOWN_KEYS = 12;
+const WEIGHT = measureOf("weights"); // the worked example computes one head's softmax, whatever the views' measure
 
 function step(title, shape, ...body) {
   return el("div", { class: "step" }, el("h3", {}, title, shape ? el("span", { class: "shape" }, shape) : null), ...body);
@@ -57,7 +59,7 @@ export function renderDissection(container, { tokens, selected, layer, head, num
     step(
       `Most attended key: “${tokens[j].text}” (token ${j}), k${sub(j)}`,
       `1×${d}`,
-      el("p", { dataset: { field: "top-key", index: String(j) } }, `A[${i},${j}] = ${fixed(weights[j])}, the largest weight in row ${i}.`),
+      el("p", { dataset: { field: "top-key", index: String(j) } }, `${cellSymbol(WEIGHT, i, j)} = ${fixed(weights[j])}, the largest ${WEIGHT.name} in row ${i}.`),
       vectorStrip(k, { cellWidth: 8, label: "key vector" }),
       numberList(k, "k"),
     ),

@@ -1,5 +1,7 @@
 // Saving what is on screen: the heatmap as PNG, its numbers as JSON or CSV. All made in the page.
 
+import { measureOf } from "./measures.js";
+
 // blob: an image made by the view (Heatmap.toPNG, toSVG, …); extension: "png" or "svg".
 export function saveImage(blob, name, extension) {
   download(blob, `${name}.${extension}`);
@@ -14,9 +16,9 @@ function download(content, name, type) {
   setTimeout(() => URL.revokeObjectURL(url), 1000);
 }
 
-// Exactly what the heatmap draws, and what it is: the view (block or the mean of all blocks, head or head
-// set, sink and segment filters) in words and as fields, the prompt, the model, the matrix with the cells
-// the view leaves out as null, and the weight on the hidden sink tokens per row when they are hidden.
+// Exactly what the heatmap draws, and what it is: the view (its measure, block or the mean of all blocks,
+// head or head set, sink and segment filters) in words and as fields, the prompt, the model, the matrix with
+// the cells the view leaves out as null, and the value on the hidden sink tokens per row when they are hidden.
 export function exportedView({ state, model, matrix, sink, pooled, name }) {
   const { run } = state;
   const n = run.tokens.length;
@@ -29,6 +31,8 @@ export function exportedView({ state, model, matrix, sink, pooled, name }) {
     pooling: run.pooling,
     view: {
       name,
+      measure: state.measure,
+      measure_name: measureOf(state.measure).name,
       blocks: state.blockMean ? "mean" : state.layer,
       layer: state.blockMean ? null : state.layer,
       head: state.head,
@@ -58,10 +62,10 @@ function csvCell(value) {
 // The same as a table: rows are queries, columns keys; a cell the view leaves out is empty; with the sink
 // tokens hidden, a last column holds each row's weight on them.
 export function saveCSV(view, name) {
-  const sink = view.sink === null ? [] : ["sink (hidden special tokens)"];
+  const sink = view.sink === null ? [] : [`sink: ${view.view.measure_name} on the hidden special tokens`];
   const lines = [
     csvCell(`# prompt: ${view.text.replace(/[\r\n]+/g, " ")}`),
-    csvCell(`# model: ${view.model}; mask: ${view.mask}; view: ${view.view.name}; special tokens: ${view.view.sinks}; segments: ${view.view.segments}; rows are queries, columns keys`),
+    csvCell(`# model: ${view.model}; mask: ${view.mask}; view: ${view.view.name}; each cell: ${view.view.measure_name}; special tokens: ${view.view.sinks}; segments: ${view.view.segments}; rows are queries, columns keys`),
     ["query \\ key", ...view.tokens.map((token) => `${token.index}:${token.text}`), ...sink].map(csvCell).join(","),
     ...view.matrix.map((row, index) =>
       [`${index}:${view.tokens[index].text}`, ...row.map((value) => value ?? ""), ...(view.sink === null ? [] : [view.sink[index]])].map(csvCell).join(","),

@@ -3,7 +3,8 @@
 import { blankNote } from "./blind.js";
 import { sequential } from "./colors.js";
 import { count, el } from "./format.js";
-import { sinkNames, viewMatrix } from "./matrix.js";
+import { isPerBlock, sinkNames, viewMatrix } from "./matrix.js";
+import { measureOf } from "./measures.js";
 
 // overview: {shape: [layer, head, size, size], values: Uint8Array, scale}, each head shrunk by the server
 // when the run is longer than `size`. A head of full size goes through the view's own sink and segment
@@ -28,15 +29,16 @@ export function renderGrid(container, { overview, tokens, view, onOpen }) {
     for (let head = 0; head < heads; head += 1) {
       const canvas = el("canvas", { width: n, height: n });
       paint(canvas, cellsOf(layer, head), view.scale);
-      const isCurrent = view.layer === layer && view.head === head;
+      const isCurrent = view.layer === layer && (heads === 1 || view.head === head);
+      const name = isPerBlock(view.measure) ? `block ${layer}` : `block ${layer}, head ${head}`;
       cells.push(
         el(
           "button",
           {
             type: "button",
             class: `grid-cell${isCurrent ? " current" : ""}`,
-            "aria-label": `Open block ${layer}, head ${head}`,
-            title: `block ${layer} · head ${head}`,
+            "aria-label": `Open ${name}`,
+            title: name,
             dataset: { layer: String(layer), head: String(head) },
           },
           canvas,
@@ -45,7 +47,10 @@ export function renderGrid(container, { overview, tokens, view, onOpen }) {
     }
   }
   // The heads by number under one "head", so that twelve columns keep their labels in large type.
-  const header = [el("span", { class: "grid-label" }, "head"), ...Array.from({ length: heads }, (_, head) => el("span", { class: "grid-label", title: `head ${head}` }, String(head)))];
+  // A measure with one picture per block (ALTI) has no heads to number.
+  const header = isPerBlock(view.measure)
+    ? [el("span", { class: "grid-label" }, ""), el("span", { class: "grid-label" }, "one picture per block")]
+    : [el("span", { class: "grid-label" }, "head"), ...Array.from({ length: heads }, (_, head) => el("span", { class: "grid-label", title: `head ${head}` }, String(head)))];
   container.style.setProperty("--heads", String(heads));
   container.replaceChildren(...header, ...cells);
   container.onclick = (event) => {
@@ -151,10 +156,12 @@ export const gridView = {
     const { run } = state;
     const n = run.tokens.length;
     document.getElementById("grid-shape").textContent = `${count(lab.model.layers, "block")} × ${count(lab.model.heads, "head")}, each ${n}×${n}`;
+    const measure = measureOf(state.measure);
+    const square = `Each square is one ${measure.per_block ? "block" : "head"}'s ${measure.name}`;
     document.getElementById("grid-hint").textContent =
       overview.shape[2] === n
-        ? "Each square is one head's attention, with the filters above. Click one to open it."
-        : `Each square is one head's attention, shrunk to ${overview.shape[2]}×${overview.shape[2]} (the largest weight of each patch); the filters above apply in the heatmap. Click one to open it.`;
+        ? `${square}, with the filters above. Click one to open it.`
+        : `${square}, shrunk to ${overview.shape[2]}×${overview.shape[2]} (the largest value of each patch); the filters above apply in the heatmap. Click one to open it.`;
     renderGrid(document.getElementById("grid"), {
       overview,
       tokens: run.tokens,

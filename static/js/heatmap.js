@@ -6,6 +6,7 @@
 
 import { diverging, gradient, rgb, sequential } from "./colors.js";
 import { el, fixed } from "./format.js";
+import { cellSymbol, measureOf } from "./measures.js";
 
 const MAX_SIDE = 560; // px: the square at most, unless its bounds say otherwise
 const MIN_SIDE = 120; // px: below this the labels would be all there is
@@ -17,14 +18,15 @@ const BLANK = [225, 225, 225]; // a cell the view leaves out (a segment filter),
 
 export class Heatmap {
   // options.signed: the matrix holds differences; colours diverge from white at zero.
+  // options.measure: what a cell's number is (measures.js), until a draw says otherwise.
   // options.bounds(): {width, height} the whole heatmap may take, frame included (default: the
   //   container's width, and MAX_SIDE for the square). options.readout: an element that prints the cursor
   //   cell (a live region).
-  constructor(container, onSelect, { signed = false, valueName = "A", bounds = null, readout = null } = {}) {
+  constructor(container, onSelect, { signed = false, measure = measureOf("weights"), bounds = null, readout = null } = {}) {
     this.container = container;
     this.onSelect = onSelect;
     this.signed = signed;
-    this.valueName = valueName;
+    this.measure = measure;
     this.bounds = bounds ?? (() => ({ width: container.clientWidth, height: Infinity }));
     this.readout = readout;
     this.scale = "blues";
@@ -63,7 +65,7 @@ export class Heatmap {
         tabindex: "0",
         role: "application",
         "aria-roledescription": "heatmap",
-        "aria-label": "Attention heatmap. Arrow keys move between cells, Enter selects the row's token.",
+        "aria-label": "Heatmap. Arrow keys move between cells, Enter selects the row's token.",
         ...(readout?.id ? { "aria-describedby": readout.id } : {}),
       },
       this.canvas,
@@ -176,6 +178,7 @@ export class Heatmap {
   // The cursor's (or, without one, the selected row's strongest) cell, boxed on the plot when the plot has
   // the focus, and printed in the readout.
   showCursor() {
+    this.drawLabels();
     const cell = this.cursor ?? (this.selected === null ? null : this.startCell());
     const focused = document.activeElement === this.plot;
     const { row: row0, col: col0, size } = this.window ?? { row: 0, col: 0, size: 0 };
@@ -196,17 +199,19 @@ export class Heatmap {
   describe({ row, col }) {
     const value = this.matrix[row * this.n + col];
     const where = `“${this.labels[row]}” → “${this.labels[col]}”`;
-    if (Number.isNaN(value)) return `${this.valueName}[${row},${col}]: left out of this view, ${where}`;
-    return `${this.valueName}[${row},${col}] = ${fixed(value)}, ${where}`;
+    if (Number.isNaN(value)) return `${cellSymbol(this.measure, row, col)}: left out of this view, ${where}`;
+    return `${cellSymbol(this.measure, row, col)} = ${fixed(value)}, ${where}`;
   }
 
   // matrix: Float32Array [query, key]; labels: token texts; selected: query row to outline, or null.
   // The zoom window stays while the token count does (switching heads keeps the close-up).
   // sink: per query row, the weight taken off hidden special tokens, drawn as a column of its own.
   // caption: a line under the title in exported pictures (the prompt); scale: a colors.js scale name.
-  // sinkNames: what the sink holds, e.g. "[CLS]+[SEP]".
-  draw({ matrix, labels, selected, also = [], title, sink = null, sinkNames = "", caption = "", scale = "blues" }) {
-    this.sinkColumn.title = `sink: the weight on the hidden ${sinkNames}, per row`;
+  // sinkNames: what the sink holds, e.g. "[CLS]+[SEP]". measure: what the numbers are (measures.js): the
+  // title, the numbers and their name change together, so no picture is ever shown under another's name.
+  draw({ matrix, labels, selected, also = [], title, sink = null, sinkNames = "", caption = "", scale = "blues", measure = this.measure }) {
+    this.measure = measure;
+    this.sinkColumn.title = `sink: the ${measure.name} on the hidden ${sinkNames}, per row`;
     this.also = also;
     this.sink = sink;
     this.caption = caption;
@@ -226,7 +231,7 @@ export class Heatmap {
     this.title.title = title; // the whole title, where a narrow column cuts it short
     this.side = null;
     this.fit();
-    this.container.setAttribute("aria-label", `${title}: ${n} by ${n} ${this.signed ? "differences" : "attention weights"}`);
+    this.container.setAttribute("aria-label", `${title}: ${n} by ${n} cells, each the ${measure.name} of a query and a key (${measure.values}).`);
   }
 
   // The largest square the bounds leave once the frame (title, labels, colour bar) is taken off. Drawn
@@ -268,7 +273,6 @@ export class Heatmap {
     const side = this.cell * size;
     this.paint(side);
     this.paintSink(side);
-    this.drawLabels(side);
     this.drawColorbar(side);
     this.select(this.selected, this.also);
     this.mark(this.answer);
@@ -321,24 +325,45 @@ export class Heatmap {
     }
   }
 
-  // The window's token indices that get a label: every one, or every k-th when they would collide.
-  labelled() {
-    const { row, col, size } = this.window;
+  // The window's token indices that get a label on one axis: every one, or every k-th when they would
+  // collide; the pinned ones (the selected row, the readout's cell; in that order where two would collide)
+  // always, with the sampled labels too close to them left out, so an outline never sits beside another
+  // token's label.
+  labelled(start, pinned) {
+    const { size } = this.window;
     const gap = Math.max(MIN_LABEL_GAP, 1.1 * parseFloat(getComputedStyle(this.yLabels).fontSize)); // larger type, fewer labels
     const step = Math.max(1, Math.ceil(gap / this.cell));
-    const offsets = [];
-    for (let offset = 0; offset < size; offset += step) offsets.push(offset);
-    return { rows: offsets.map((offset) => row + offset), cols: offsets.map((offset) => col + offset), offsets };
+    const kept = [];
+    for (const index of pinned) {
+      const inside = index !== null && index >= start && index < start + size;
+      if (inside && kept.every((other) => Math.abs(other - index) >= step)) kept.push(index);
+    }
+    const sampled = [];
+    for (let index = start; index < start + size; index += step) {
+      if (kept.every((other) => Math.abs(other - index) >= step)) sampled.push(index);
+    }
+    return [...sampled, ...kept].sort((a, b) => a - b).map((index) => ({ index, pinned: kept.includes(index) }));
   }
 
-  drawLabels(side) {
-    const { rows, cols, offsets } = this.labelled();
-    const label = (index, offset, axis) =>
-      el("span", { style: `${axis}:${(offset + 0.5) * this.cell}px`, title: `token ${index}`, dataset: { index: String(index) } }, this.labels[index]);
+  // Labels follow the selection and the cursor: the selected row's label and the readout's cell's column
+  // are always there, even when only every k-th token gets one (a long input).
+  drawLabels() {
+    if (!this.matrix) return;
+    const { row, col, size } = this.window;
+    const side = this.cell * size;
+    const cell = this.cursor ?? (this.selected === null ? null : this.startCell());
+    const label = (index, pinned, start, axis) =>
+      el(
+        "span",
+        { class: `${pinned ? "pinned" : ""}${axis === "top" && index === this.selected ? " selected" : ""}`, style: `${axis}:${(index - start + 0.5) * this.cell}px`, title: `token ${index}`, dataset: { index: String(index) } },
+        this.labels[index],
+      );
     this.yLabels.style.height = `${side}px`;
     this.xLabels.style.width = `${side}px`;
-    this.yLabels.replaceChildren(...rows.map((index, at) => label(index, offsets[at], "top")));
-    this.xLabels.replaceChildren(...cols.map((index, at) => label(index, offsets[at], "left")));
+    const rows = this.labelled(row, [this.selected, cell?.row ?? null, ...this.also]);
+    const cols = this.labelled(col, [cell?.col ?? null]);
+    this.yLabels.replaceChildren(...rows.map(({ index, pinned }) => label(index, pinned, row, "top")));
+    this.xLabels.replaceChildren(...cols.map(({ index, pinned }) => label(index, pinned, col, "left")));
   }
 
   rampStyle() {
@@ -347,6 +372,7 @@ export class Heatmap {
 
   drawColorbar(side) {
     this.colorbar.style.height = `${side}px`;
+    this.colorbar.title = `${this.measure.name}: ${this.measure.values}`;
     this.colorbar.replaceChildren(
       el("span", { class: "hm-colorbar-max" }, fixed(this.zmax, 3)),
       el("span", { class: "hm-colorbar-ramp", style: `background:${this.rampStyle()}` }),
@@ -477,18 +503,29 @@ export class Heatmap {
         {},
         Number.isNaN(this.matrix[row * this.n + col])
           ? `left out of this view${this.sink ? `; sink for this row: ${fixed(this.sink[row])}` : ""}`
-          : `${this.valueName}[${row},${col}] = ${fixed(this.matrix[row * this.n + col])}`,
+          : `${cellSymbol(this.measure, row, col)} = ${fixed(this.matrix[row * this.n + col])}`,
       ),
     );
     this.tooltip.style.left = `${(col - this.window.col + 1) * this.cell + 8}px`;
     this.tooltip.style.top = `${(row - this.window.row + 1) * this.cell + 8}px`;
+    this.keepInView(this.tooltip);
+  }
+
+  // A box beside the pointer moved back inside the window (a phone's 360 px cut a cell's tooltip short).
+  keepInView(box) {
+    const margin = 4;
+    const { left, right, top, bottom } = box.getBoundingClientRect();
+    const dx = Math.max(0, right - (document.documentElement.clientWidth - margin)) || Math.min(0, left - margin);
+    const dy = Math.max(0, bottom - (window.innerHeight - margin)) || Math.min(0, top - margin);
+    if (dx) box.style.left = `${parseFloat(box.style.left) - dx}px`;
+    if (dy) box.style.top = `${parseFloat(box.style.top) - dy}px`;
   }
 
   // What is on screen as a picture: the title, the prompt, the cells, the token labels, the axis titles
   // and the colour bar with its range, laid out once for both PNG and SVG.
   layout() {
     const side = MAX_SIDE;
-    const margin = { left: 130, top: 64, bottom: 120, right: 110 };
+    const margin = { left: 130, top: 64, bottom: 120, right: 140 };
     const { size } = this.window;
     const cell = side / size;
     const step = Math.max(1, Math.ceil(MIN_LABEL_GAP / cell));
@@ -499,11 +536,13 @@ export class Heatmap {
     const bar = { x: margin.left + side + 40, y: margin.top, width: 16, height: side };
     const caption = this.caption.length > 110 ? `${this.caption.slice(0, 109)}…` : this.caption;
     const range = [fixed(this.zmax, 3), this.signed ? fixed(-this.zmax, 3) : "0"];
-    return { margin, side, labels, bar, caption, range, width: margin.left + side + margin.right, height: margin.top + side + margin.bottom };
+    // The colour bar says what its numbers are, beside it: "norm-weighted attention", "attention weight".
+    const legend = { text: this.measure.name, x: bar.x + bar.width + 56, y: bar.y + bar.height / 2 };
+    return { margin, side, labels, bar, caption, range, legend, width: margin.left + side + margin.right, height: margin.top + side + margin.bottom };
   }
 
   toPNG() {
-    const { margin, side, labels, bar, caption, range, width, height } = this.layout();
+    const { margin, side, labels, bar, caption, range, legend, width, height } = this.layout();
     const canvas = el("canvas", { width, height });
     const context = canvas.getContext("2d");
     context.fillStyle = "#fff";
@@ -544,13 +583,19 @@ export class Heatmap {
     context.textAlign = "left";
     context.fillText(range[0], bar.x + bar.width + 6, bar.y + 6);
     context.fillText(range[1], bar.x + bar.width + 6, bar.y + bar.height);
+    context.save();
+    context.translate(legend.x, legend.y);
+    context.rotate(-Math.PI / 2);
+    context.textAlign = "center";
+    context.fillText(legend.text, 0, 0);
+    context.restore();
     return new Promise((resolve) => canvas.toBlob(resolve, "image/png"));
   }
 
   // An SVG: the cells as one embedded image, the title, prompt, token labels and colour bar as vectors
   // and text (escaped).
   toSVG() {
-    const { margin, side, labels, bar, caption, range, width, height } = this.layout();
+    const { margin, side, labels, bar, caption, range, legend, width, height } = this.layout();
     const text = (value) => value.replace(/[&<>"']/g, (c) => `&#${c.charCodeAt(0)};`);
     const stops = Array.from({ length: 21 }, (_, step) => {
       const colour = this.signed ? diverging(1 - step / 10) : sequential(1 - step / 20, this.scale);
@@ -574,6 +619,7 @@ export class Heatmap {
       `<rect x="${bar.x}" y="${bar.y}" width="${bar.width}" height="${bar.height}" fill="url(#ramp)" stroke="#888"/>`,
       `<text x="${bar.x + bar.width + 6}" y="${bar.y + 6}" font-size="11">${range[0]}</text>`,
       `<text x="${bar.x + bar.width + 6}" y="${bar.y + bar.height}" font-size="11">${range[1]}</text>`,
+      `<text font-size="12" text-anchor="middle" transform="translate(${legend.x},${legend.y}) rotate(-90)">${text(legend.text)}</text>`,
       "</svg>",
     ];
     return new Blob([parts.join("\n")], { type: "image/svg+xml" });

@@ -1,7 +1,8 @@
 // Every attention matrix the page shows comes from this one function of the view: one head, a mean over
 // chosen heads, a mean over every block, with the sink columns hidden (and the rest renormalised) and a
 // segment filter. The heatmap, the attends view, the difference view, predict-first, the grid and the
-// exports all call viewMatrix, so two views of the same row can never disagree. Pure: no fetching, no DOM.
+// exports all call viewMatrix, so two views of the same row can never disagree. Pure: no fetching, no DOM
+// (the names of views come from the measures' declaration, measures.js).
 //
 // blocks: per block, the model's float32 weights as one Float32Array [head, query, key] flattened, or as
 //   an array of per-head Float32Arrays [query, key] (then only the heads the view reads need be there).
@@ -10,6 +11,7 @@
 //   sinks: "show" | "hide" | "renormalise"; segments: "all" | "AA" | "AB" | "BA" | "BB".
 
 import { count } from "./format.js";
+import { measureOf, titled } from "./measures.js";
 
 // The tokens the sink controls hide: the ones the tokenizer adds around the text ([CLS]/[SEP], <s>/</s>;
 // the API's `added`). A special id typed in the text or an [UNK] keeps its place.
@@ -44,10 +46,8 @@ export function viewSources(view, nLayers) {
 }
 
 export function isPerBlock(measure) {
-  return measure === "alti" || measure === "alti_rollout";
+  return measureOf(measure).per_block;
 }
-
-const MEASURE_NAMES = { weights: "", norm: "norm-weighted ", alti: "ALTI ", alti_rollout: "ALTI rollout " };
 
 // The matrix a view shows: {matrix: Float32Array [query, key] with NaN for every cell the view leaves out,
 // sink: Float32Array per query row of the weight on the hidden sink columns, or null when none are hidden}.
@@ -118,14 +118,15 @@ export function meanOf(values, rows) {
   return rows.reduce((sum, row) => sum + values[row], 0) / rows.length;
 }
 
-// How the heatmap's title, the difference view, predict-first and the exports name a view.
+// How the heatmap's title, the difference view, predict-first and the exports name a view, its measure first
+// (measures.js): "norm-weighted block 3, head 7", "ALTI · block 2" (one picture per block).
 export function viewName(view, model) {
-  const measure = MEASURE_NAMES[view.measure ?? "weights"];
+  const measure = measureOf(view.measure);
   const block = view.blockMean ? `all ${count(model.layers, "block")} averaged` : `block ${view.layer}`;
-  if (isPerBlock(view.measure)) return `${measure}· ${block}`;
-  if (view.head !== "mean") return `${measure}${block}, head ${view.head}`;
+  if (measure.per_block) return `${measure.short} · ${block}`;
+  if (view.head !== "mean") return titled(measure, `${block}, head ${view.head}`);
   const heads = view.heads.length === model.heads ? `all ${count(model.heads, "head")} averaged` : `heads ${view.heads.join(", ")} averaged`;
-  return `${measure}${block}, ${heads}`;
+  return titled(measure, `${block}, ${heads}`);
 }
 
 // The blocks a view draws: one, or every block for the block mean.
@@ -149,11 +150,11 @@ export function scaledByRootD(model, layers) {
   return layers.every((layer) => Math.abs(model.scales[layer] * Math.sqrt(model.head_dim) - 1) < 1e-9);
 }
 
-// The same, as a file name: attention-block2-head5, attention-blocks-mean-heads-1-4-9, …
+// The same, as a file name, the measure always in it: attention-weights-block2-head5,
+// attention-norm-blocks-mean-heads-1-4-9-mean, attention-alti-block3, …
 export function viewFileName(view, model) {
   const block = view.blockMean ? "blocks-mean" : `block${view.layer}`;
   const heads = isPerBlock(view.measure) ? null : view.head !== "mean" ? `head${view.head}` : view.heads.length === model.heads ? "heads-mean" : `heads-${view.heads.join("-")}-mean`;
   const filters = [view.sinks !== "show" ? `sinks-${view.sinks}` : null, view.segments !== "all" ? view.segments : null];
-  const measure = (view.measure ?? "weights") === "weights" ? null : view.measure.replace("_", "-");
-  return ["attention", measure, block, heads, ...filters].filter(Boolean).join("-");
+  return ["attention", measureOf(view.measure).key.replace("_", "-"), block, heads, ...filters].filter(Boolean).join("-");
 }

@@ -1,16 +1,20 @@
 // "Predict first": before the attention views show a head, the learner guesses which token the
-// selected one attends to most; the answer is the largest weight of that query's row in the matrix the
-// heatmap then reveals (matrix.js: the same head, head set, block mean and filters).
+// selected one attends to most; the answer is the largest value of that query's row in the matrix the
+// heatmap then reveals (matrix.js: the same measure, head, head set, block mean and filters). A question
+// belongs to the view it was asked in: switching the measure (or any of the view) asks anew, and a
+// question on screen is answered in its own view, which it names.
 
 import { el, fixed } from "./format.js";
 import { meanRow, viewLayers, viewName } from "./matrix.js";
+import { measureOf } from "./measures.js";
 
 const $ = (id) => document.getElementById(id);
 
-// One question per run, view and query token; null when there is nothing to ask.
-function questionKey({ predict, run, layer, head, heads, blockMean, sinks, segments, token }) {
+// One question per run, view (its measure included) and query token; null when there is nothing to ask.
+function questionKey({ predict, run, measure, layer, head, heads, blockMean, sinks, segments, token }) {
   if (!predict || !run || token === null) return null;
-  return [run.run_id, blockMean ? "all" : layer, head === "mean" ? heads.join("+") : head, sinks, segments, token].join(":");
+  const which = measureOf(measure).per_block ? "block" : head === "mean" ? heads.join("+") : head;
+  return [run.run_id, measure, blockMean ? "all" : layer, which, sinks, segments, token].join(":");
 }
 
 // The query's row as the heatmap shows it: NaN where the view leaves a key out.
@@ -19,7 +23,7 @@ async function trueRow(state, lab) {
   return meanRow(matrix, state.run.tokens.length, [state.token]);
 }
 
-// The largest weight of a row, over the keys the view keeps.
+// The largest value of a row, over the keys the view keeps.
 function strongest(row) {
   let best = null;
   row.forEach((weight, key) => {
@@ -41,9 +45,15 @@ function renderQuestion(container, state, row, model, onAnswer) {
   const reach = windows.includes(null) ? Infinity : Math.max(...windows);
   const distance = (index) => (run.mask === "causal" ? token - index : Math.abs(token - index));
   const hidden = (index) => (run.mask === "causal" && index > token) || distance(index) >= reach || Number.isNaN(row[index]);
+  const measure = measureOf(state.measure);
+  container.dataset.measure = state.measure;
   container.replaceChildren(
     el("h3", { id: "predict-title" }, `Which token will “${run.tokens[token].text}” attend to most in ${viewName(state, model)}?`),
-    el("p", { class: "hint" }, "Guess first: pick a token. Then the heatmap, the lines and the worked example show the real weights."),
+    el(
+      "p",
+      { class: "hint", dataset: { field: "asked-under" } },
+      `Asked under the ${measure.name} (${measure.symbol}, ${measure.values}). Guess first: pick a token. Then the heatmap, the lines and the worked example show the real values.`,
+    ),
     el(
       "div",
       { class: "predict-choices" },
@@ -65,7 +75,7 @@ function renderQuestion(container, state, row, model, onAnswer) {
   );
   container.onclick = (event) => {
     const choice = event.target.closest(".predict-choice");
-    if (choice) onAnswer(Number(choice.dataset.index));
+    if (choice) onAnswer(state, Number(choice.dataset.index));
   };
 }
 
@@ -77,16 +87,18 @@ function isRight(guess) {
 function showOutcome(result, guess, tokens, query) {
   const right = isRight(guess);
   const who = `“${tokens[query].text}”`;
+  const { name } = measureOf(guess.measure);
   result.dataset.outcome = right ? "right" : "wrong";
+  result.dataset.measure = guess.measure;
   result.replaceChildren(
     ...(right
-      ? [el("strong", {}, "Right: "), `${who} attends most to ${quoted(tokens, guess.choice)}, weight ${fixed(guess.bestWeight)}.`]
+      ? [el("strong", {}, "Right: "), `${who} attends most to ${quoted(tokens, guess.choice)}, ${name} `]
       : [
           el("strong", {}, "Not this time: "),
-          `${who} gives ${quoted(tokens, guess.choice)} ${fixed(guess.choiceWeight)} and attends most to ${quoted(tokens, guess.best)}, weight `,
-          el("strong", { dataset: { field: "best-weight", index: String(guess.best) } }, fixed(guess.bestWeight)),
-          ".",
+          `${who} gives ${quoted(tokens, guess.choice)} ${fixed(guess.choiceWeight)} and attends most to ${quoted(tokens, guess.best)}, ${name} `,
         ]),
+    el("strong", { dataset: { field: "best-weight", index: String(guess.best) } }, fixed(guess.bestWeight)),
+    ".",
   );
 }
 
@@ -101,15 +113,17 @@ export function initPredict(lab) {
   const toggle = $("predict");
   const result = $("predict-result");
 
-  async function answer(choice) {
-    const key = questionKey(getState());
+  // asked: the state the question was asked in; its view (measure, head, filters) decides the answer,
+  // whatever the page shows by the time the choice is made.
+  async function answer(asked, choice) {
+    const key = questionKey(asked);
     if (key === null || getState().guesses.has(key)) return;
     try {
-      const row = await trueRow(getState(), lab);
+      const row = await trueRow(asked, lab);
       const best = strongest(row);
       const { guesses } = getState();
       if (guesses.has(key)) return; // a second click while the numbers were on their way
-      setState({ guesses: new Map(guesses).set(key, { choice, best, choiceWeight: row[choice], bestWeight: row[best] }) });
+      setState({ guesses: new Map(guesses).set(key, { measure: asked.measure, choice, best, choiceWeight: row[choice], bestWeight: row[best] }) });
       // The chosen button is gone with the question; the verdict takes the keyboard's focus.
       if (questionKey(getState()) === key) result.focus({ preventScroll: true });
     } catch (error) {
@@ -139,7 +153,7 @@ export function initPredict(lab) {
     else result.textContent = state.predict && state.token === null ? "Predict first: select a token to be asked where it looks." : "";
   };
   toggle.addEventListener("change", () => setState({ predict: toggle.checked }));
-  const follows = ["predict", "run", "layer", "head", "heads", "blockMean", "sinks", "segments", "token", "guesses"];
+  const follows = ["predict", "run", "measure", "layer", "head", "heads", "blockMean", "sinks", "segments", "token", "guesses"];
   subscribe((state, changed) => {
     if (follows.some((key) => changed.has(key))) show(state).catch((error) => lab.showError(error.message));
   });

@@ -1,13 +1,14 @@
 // The one place view state lives. Every change is mirrored into the URL, so a shared link opens the
 // same view; `run` holds the current run's data and `guesses` the predict-first answers (keyed by
-// run:layer:head:token); neither is part of the URL, nor is `question` (a live class's question, as its
+// run:measure:layer:head:token); neither is part of the URL, nor is `question` (a live class's question, as its
 // server sends it: blind.js).
 // A short view is a readable query (?text=…&layer=…). A long one (a long prompt) goes compressed into
 // the fragment (#z=…), which browsers do not send to the server: a 20,000-character prompt still makes
 // a link of a few kilobytes, under every server's limit on request lines.
 
+import { VIEW_MEASURES } from "./measures.js";
+
 const URL_KEYS = ["text", "promptName", "mask", "pooling", "layer", "head", "token", "present", "predict", "tour", "lesson", "sinks", "pair", "segments", "also", "heads", "blockMean", "panel", "scale", "classCode", "measure"];
-const MEASURES = ["weights", "norm", "alti", "alti_rollout"];
 const LONGEST_QUERY = 2000; // characters; a longer view is written compressed into the fragment
 const COMPRESSED = "#z=";
 // A link is read within bounds, so that any link opens or is refused at once: a compressed view is inflated
@@ -115,7 +116,7 @@ function readView(params, limits) {
   if (limits.panels.includes(params.get("panel"))) view.panel = params.get("panel");
   if (limits.scales.includes(params.get("scale"))) view.scale = params.get("scale");
   if (["hide", "renormalise"].includes(params.get("sinks"))) view.sinks = params.get("sinks");
-  if (MEASURES.includes(params.get("measure"))) view.measure = params.get("measure");
+  if (VIEW_MEASURES.includes(params.get("measure"))) view.measure = params.get("measure");
   if (/^[23456789A-Z]{6}$/.test(params.get("class") ?? "")) view.classCode = params.get("class");
   const tour = wholeNumber(params.get("tour"));
   if (tour !== null && tour >= 1 && tour <= limits.tourSteps) view.tour = tour;

@@ -5,7 +5,8 @@ import { el } from "./format.js";
 // A sentence pair's chips are marked by segment, with a divider where segment B begins; the chips read from
 // the model's prompt (put before the text) are marked as prompt tokens.
 // on.select(index, add): a click (add: with Shift, to join the selection); on.preview(index or null):
-// the pointer resting on a chip, or leaving the strip.
+// a mouse resting on a chip, or leaving the strip. A touch previews nothing: a tap selects, and nothing
+// would ever end a preview on a phone.
 export function renderTokens(container, tokens, selected, on) {
   const chips = tokens.map((token) =>
       el(
@@ -32,11 +33,11 @@ export function renderTokens(container, tokens, selected, on) {
     const chip = event.target.closest(".token");
     if (chip) on.select(Number(chip.dataset.index), event.shiftKey);
   };
-  container.onmouseover = (event) => {
+  container.onpointerover = (event) => {
     const chip = event.target.closest(".token");
-    if (chip) on.preview(Number(chip.dataset.index));
+    if (chip && event.pointerType === "mouse") on.preview(Number(chip.dataset.index));
   };
-  container.onmouseleave = () => on.preview(null);
+  container.onpointerleave = () => on.preview(null);
 }
 
 // Only the chips whose state changes are touched; the strip (never the page) scrolls to the selected chip.
@@ -69,8 +70,8 @@ export const tokensView = {
       select: (index, add) => {
         const { token, also } = lab.getState();
         if (add && token !== null && index !== token) {
-          lab.setState({ also: also.includes(index) ? also.filter((other) => other !== index) : [...also, index] });
-        } else lab.setState({ token: index === token ? null : index, also: [] });
+          lab.setState({ also: also.includes(index) ? also.filter((other) => other !== index) : [...also, index], preview: null });
+        } else lab.setState({ token: index === token ? null : index, also: [], preview: null });
       },
       preview: (index) => lab.setState({ preview: index }),
     });

@@ -8,7 +8,9 @@
 //   blank     (state, lab) draws the view with none of its numbers: while the class votes blind (blind.js)
 //             it is called instead of load and render, and the view is drawn again once the answer is
 //             revealed. A view without it shows no numbers a question could ask about (the tokens).
-// A view is refreshed only when a key it follows changes, and only its newest request is drawn.
+// A view is refreshed only when a key it follows changes, and only its newest request is drawn. While it
+// waits for its numbers its element is aria-busy (lab.css fades the old picture under "Computing…" at
+// once), and the old picture keeps its own title until the new one replaces both.
 // lab: {getState, setState, subscribe, model, numbers (the current run's RunNumbers), showError}.
 
 import { blind } from "./blind.js";
@@ -34,6 +36,7 @@ export function mountViews(views, lab) {
     const mine = (latest.get(view) ?? 0) + 1;
     latest.set(view, mine); // a request on its way is not drawn over a blank either
     if (view.blank && blind(state)) {
+      element(view).setAttribute("aria-busy", "false");
       stale.add(view); // drawn once the class may see it
       if (!blanked.has(view)) {
         blanked.add(view);
@@ -44,6 +47,7 @@ export function mountViews(views, lab) {
     }
     blanked.delete(view);
     stale.delete(view);
+    element(view).setAttribute("aria-busy", "true");
     try {
       const data = view.load ? await view.load(state, lab) : null;
       if (latest.get(view) !== mine) return;
@@ -53,6 +57,8 @@ export function mountViews(views, lab) {
       element(view).dataset.view = viewKey(lab.getState());
     } catch (error) {
       if (latest.get(view) === mine) lab.showError(error.message);
+    } finally {
+      if (latest.get(view) === mine) element(view).setAttribute("aria-busy", "false");
     }
   }
 

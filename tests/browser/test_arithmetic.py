@@ -105,7 +105,8 @@ def assert_same(actual, expected, message=""):
 
 # --- the ES modules, in chromium ----------------------------------------------------------------------------------
 
-# matrix.js and colors.js are pure modules: the page's own origin imports them (script-src 'self' allows it).
+# matrix.js and colors.js are pure modules, imported on the lab's page (script-src 'self' allows it), whose
+# config declares the measures that matrix.js names views by (measures.js).
 PRELUDE = """
   const m = await import('/static/js/matrix.js');
   const plain = (values) => (values === null ? null : Array.from(values, (v) => (Number.isNaN(v) ? null : v)));
@@ -125,9 +126,7 @@ PRELUDE = """
 
 def in_chromium(page, server, body: str, args):
     if not page.url.startswith(server):
-        # A bare JSON page: the browser's own request for /favicon.ico would be a 404 in the console.
-        page.route("**/favicon.ico", lambda route: route.fulfill(status=204))
-        page.goto(f"{server}/api/health")
+        page.goto(f"{server}/")
     return page.evaluate(f"async (args) => {{ {PRELUDE} {body} }}", args)
 
 
@@ -317,24 +316,24 @@ def test_mean_of_selected_rows(page, server, api):
 
 
 NAMES = [
-    (view(2, 5), "block 2, head 5", "attention-block2-head5"),
-    (view(2, "mean"), "block 2, all 12 heads averaged", "attention-block2-heads-mean"),
-    (view(2, "mean", HEAD_SET), "block 2, heads 1, 4, 9 averaged", "attention-block2-heads-1-4-9-mean"),
-    (view(0, 5, block_mean=True), "all 6 blocks averaged, head 5", "attention-blocks-mean-head5"),
+    (view(2, 5), "block 2, head 5", "attention-weights-block2-head5"),
+    (view(2, "mean"), "block 2, all 12 heads averaged", "attention-weights-block2-heads-mean"),
+    (view(2, "mean", HEAD_SET), "block 2, heads 1, 4, 9 averaged", "attention-weights-block2-heads-1-4-9-mean"),
+    (view(0, 5, block_mean=True), "all 6 blocks averaged, head 5", "attention-weights-blocks-mean-head5"),
     (
         view(2, "mean", HEAD_SET, True),
         "all 6 blocks averaged, heads 1, 4, 9 averaged",
-        "attention-blocks-mean-heads-1-4-9-mean",
+        "attention-weights-blocks-mean-heads-1-4-9-mean",
     ),
     (
         view(1, 3, sinks="renormalise", segments="AB"),
         "block 1, head 3",
-        "attention-block1-head3-sinks-renormalise-AB",
+        "attention-weights-block1-head3-sinks-renormalise-AB",
     ),
     (
         view(4, "mean", ALL_HEADS, True, "hide"),
         "all 6 blocks averaged, all 12 heads averaged",
-        "attention-blocks-mean-heads-mean-sinks-hide",
+        "attention-weights-blocks-mean-heads-mean-sinks-hide",
     ),
 ]
 
@@ -567,7 +566,7 @@ def test_the_json_export_names_the_view_and_holds_its_numbers(page, server, api,
     with page.expect_download() as download:
         click_export(page, "export-json")
     suffix = "" if sinks == "show" else f"-sinks-{sinks}"
-    assert download.value.suggested_filename == f"attention-blocks-mean-heads-1-4-9-mean{suffix}.json"
+    assert download.value.suggested_filename == f"attention-weights-blocks-mean-heads-1-4-9-mean{suffix}.json"
     exported = json.loads(open(download.value.path()).read())
     named = exported["view"]  # the view in words and as fields
     assert named["name"].startswith("all 6 blocks averaged, heads 1, 4, 9 averaged"), named

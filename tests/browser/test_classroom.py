@@ -7,6 +7,7 @@ float32 numbers, never against the page; every vote against the answers' CSV."""
 import csv
 import io
 import json
+import time
 from collections import Counter
 from contextlib import contextmanager
 
@@ -244,6 +245,16 @@ def class_question(base: str, code: str) -> dict:
     return httpx.get(f"{base}/api/classes/{code}").json()["question"]
 
 
+def revealed(base: str, code: str, timeout: float = 10) -> dict:
+    """The question once the server has revealed it: a click on Reveal is a request the page makes after it."""
+    deadline = time.monotonic() + timeout
+    while (state := class_question(base, code))["phase"] != "revealed":
+        if time.monotonic() > deadline:
+            raise AssertionError(f"the question is still {state['phase']} {timeout} s after Reveal")
+        time.sleep(0.05)
+    return state
+
+
 def test_peer_instruction_blind_votes_two_rounds_and_a_reveal_for_each_kind(browser, labs):
     teacher_lab, learner_lab = labs
     query = f"text={TEXT.replace(' ', '+')}&layer=2&head=5&token=11"
@@ -307,7 +318,7 @@ def test_peer_instruction_blind_votes_two_rounds_and_a_reveal_for_each_kind(brow
         viewport_shot(learners[0], "class-learner-phone-blind")
         # Reveal: the answer is NumPy's argmax of the float32 row, with its value; every page sees again.
         teacher.click("#class-reveal")
-        state = class_question(learner_lab, code)
+        state = revealed(learner_lab, code)
         assert state["phase"] == "revealed" and state["answer"]["label"] == labels[answer]
         assert abs(state["answer"]["value"] - value) < 1e-6
         for page in [teacher, *learners]:
@@ -344,7 +355,7 @@ def test_peer_instruction_blind_votes_two_rounds_and_a_reveal_for_each_kind(brow
         counted(teacher, 1)
         assert_blind(learners[2], value2, "laptop learner, norm question open")
         teacher.click("#class-reveal")
-        state = class_question(learner_lab, code)
+        state = revealed(learner_lab, code)
         assert state["answer"]["label"] == labels[answer2] and abs(state["answer"]["value"] - value2) < 1e-6
         assert state["measure"]["key"] == "norm"
 
@@ -357,7 +368,7 @@ def test_peer_instruction_blind_votes_two_rounds_and_a_reveal_for_each_kind(brow
         vote_on(learners[0], f"head {head}")
         counted(teacher, 1)
         teacher.click("#class-reveal")
-        state = class_question(learner_lab, code)
+        state = revealed(learner_lab, code)
         assert state["answer"]["label"] == f"head {head}" and abs(state["answer"]["value"] - share) < 1e-6
         expect(teacher.locator("#class-phase")).to_contain_text(f"“head {head}”, share {share:.4f}")
 
@@ -397,7 +408,7 @@ def test_a_next_token_question_on_a_model_with_an_lm_head(browser, tmp_path_fact
             counted(teacher, 1)
             assert_blind(learners[0], best["probability"], "phone, next-token question open")
             teacher.click("#class-reveal")
-            state = class_question(lab.url, started["code"])
+            state = revealed(lab.url, started["code"])
             assert abs(state["answer"]["value"] - best["probability"]) < 1e-6
             assert state["answer"]["label"] == (best["token"].strip() or "␣")
             expect(learners[0].locator('#class-question [data-field="reveal"]')).to_contain_text(
@@ -477,6 +488,7 @@ def test_a_lesson_plan_is_saved_opened_from_its_link_and_played(browser, server,
         vote_on(learner, "head 7")
         counted(teacher, 1)
         teacher.click("#class-reveal")
+        revealed(server, started["code"])
         rows = [(row["step"], row["step title"], row["round 1"]) for row in answers_csv(server, started)]
         assert rows == [("1", "Which bank?", "river"), ("2", "A sink", "head 7")]
 

@@ -66,7 +66,7 @@ def test_is_attention_explanation(page, server, api):
         for cell in page.locator("#explain-result [data-field=correlations] strong").all()
     }
     assert shown["norm"] == pytest.approx(spearman(weights, norms), abs=1e-6)
-    assert shown["alti"] == pytest.approx(spearman(weights, alti), abs=1e-6)
+    assert shown["alti_rollout"] == pytest.approx(spearman(weights, alti), abs=1e-6)
     assert -1 <= shown["attribution"] <= 1
     expect(page.locator("#explain-result [data-field=disagreement]")).to_contain_text("“")
     page.click("#panel-enlarge")

@@ -226,7 +226,7 @@ def test_errors_are_explained_in_plain_words(page, server):
     page.click("#run")
     wait_until(page, "document.querySelectorAll('#tokens .token').length === 512")
     assert page.locator("#error").is_hidden()
-    assert "first 512 tokens were analyzed" in page.locator("#status").inner_text()
+    assert "Cut to the first 512 tokens (the model's limit)" in page.locator("#notice").inner_text()
     wait_view(page, "heatmap", 0, 0, 1)
     open_panel(page, "grid")
     wait_view(page, "grid", 0, 0, 1)
@@ -289,7 +289,7 @@ def test_exports_are_valid_files_with_the_views_numbers(page, server, api):
     weights = np.array(api_head(api, run_id(page), 1, 6)["weights"])
     with page.expect_download() as download:
         save(page, "export-json")
-    assert download.value.suggested_filename == "attention-block1-head6.json"
+    assert download.value.suggested_filename == "attention-weights-block1-head6.json"
     exported = json.loads(open(download.value.path()).read())
     assert (exported["view"]["layer"], exported["view"]["head"], exported["mask"], exported["text"]) == (
         1,

@@ -6,7 +6,7 @@
 import { el } from "../format.js";
 import { joinClass, score, updateLearner, vote } from "./calls.js";
 import { listen } from "./live.js";
-import { answerLine, phaseLine } from "./question.js";
+import { answerLine, askedUnder, phaseLine } from "./question.js";
 import { applyView } from "./shared.js";
 
 const $ = (id) => document.getElementById(id);
@@ -82,7 +82,7 @@ export async function initLearner(lab, code) {
     if (!question) return box.replaceChildren();
     const mine = votes[question.id] ?? {};
     const label = (choice) => question.choices.find((candidate) => candidate.index === choice)?.label;
-    const parts = [el("p", { class: "caption", dataset: { field: "question" } }, question.text)];
+    const parts = [el("p", { class: "caption", dataset: { field: "question" } }, question.text), ...askedUnder(question)];
     if (question.phase === "open") {
       const current = mine[question.round] ?? null;
       parts.push(

@@ -5,12 +5,22 @@
 // the histogram only once the round is closed; the answer only once revealed.
 
 import { el, fixed } from "../format.js";
+import { measureOf } from "../measures.js";
 
-// What the answer's number is: the measure's value, a head's share of its pattern, the LM head's probability.
+// What the answer's number is: the measure it was asked under, as the page declares it (measures.js), a
+// head's share of its pattern, the LM head's probability.
 export function valueName(question) {
   if (question.kind === "head") return "share";
   if (question.kind === "next_token") return "probability";
-  return question.measure?.name ?? "weight";
+  return measureOf(question.measure.key).name;
+}
+
+// The measure a question was asked under, said beside it (none for a question of another kind): it stays
+// the question's when the view moves on.
+export function askedUnder(question) {
+  if (!question.measure) return [];
+  const measure = measureOf(question.measure.key);
+  return [el("p", { class: "hint", dataset: { field: "asked-under", measure: measure.key } }, `Asked under the ${measure.name} (${measure.symbol}, ${measure.values}).`)];
 }
 
 export function answerLine(question) {

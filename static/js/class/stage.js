@@ -4,7 +4,7 @@
 // revealed, nothing over the views, which show everything again with the answer marked.
 
 import { el } from "../format.js";
-import { histogram, phaseLine } from "./question.js";
+import { askedUnder, histogram, phaseLine } from "./question.js";
 
 const $ = (id) => document.getElementById(id);
 
@@ -32,7 +32,7 @@ export function showStage(question, role) {
         : "The second round's votes.";
   // A learner reads the question in the class bar above, beside its choices; the projector shows it here.
   cover.replaceChildren(
-    ...(role === "teacher" ? [el("h2", { id: "class-stage-question" }, question.text)] : []),
+    ...(role === "teacher" ? [el("h2", { id: "class-stage-question" }, question.text), ...askedUnder(question)] : []),
     el("p", { class: "class-stage-phase", dataset: { field: "phase" } }, phaseLine(question)),
     ...(question.phase === "shown" ? [histogram(question, question.round)] : []),
     el("p", { class: "hint" }, todo),

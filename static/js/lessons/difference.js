@@ -1,11 +1,13 @@
-// A − B: two runs of the same length (two prompts, or one prompt under both masks) cell by cell, on a
-// colour scale that diverges from white at zero. Different lengths get a message, not a wrong picture.
+// A − B: two runs of the same length (two prompts, or one prompt under both masks) cell by cell, in the
+// view chosen above (its measure too), on a colour scale that diverges from white at zero. Different
+// lengths get a message, not a wrong picture. The hint and the picture follow the view as it changes.
 
 import * as api from "../api.js";
 import { numbersOf } from "../data.js";
 import { el, fixed } from "../format.js";
 import { Heatmap } from "../heatmap.js";
 import { viewName } from "../matrix.js";
+import { measureOf } from "../measures.js";
 import { fillResult } from "./result.js";
 
 export function renderDifference(container, { text, model, current }) {
@@ -37,15 +39,19 @@ export function renderDifference(container, { text, model, current }) {
       await show(result, { ...a, text: textA.value }, { ...b, text: textB.value }, current(), model);
     });
   });
-  container.replaceChildren(
-    el(
-      "p",
-      { class: "hint" },
-      `Subtract one run's attention from another's, for the view chosen above (now ${viewName(current(), model)}): red where A attends more, blue where B does.`,
-    ),
-    form,
-    result,
-  );
+  container.replaceChildren(el("p", { class: "hint", id: "difference-hint" }, hint(current(), model)), form, result);
+}
+
+function hint(view, model) {
+  return `Subtract one run's ${measureOf(view.measure).name} from another's, cell by cell, in the view chosen above (now ${viewName(view, model)}): red where A is larger, blue where B is.`;
+}
+
+// The view above changed: the hint says the new one, and a difference on screen is drawn again for it.
+export function moveDifference(container, { current, model }) {
+  const line = container.querySelector("#difference-hint");
+  if (!line) return;
+  line.textContent = hint(current(), model);
+  if (container.querySelector("#difference-map")) container.querySelector(".lesson-form").requestSubmit();
 }
 
 // Each run's matrix for the page's view: its head or head set, its block or the mean of all blocks, its
@@ -74,11 +80,12 @@ async function show(result, a, b, view, model) {
     box,
   );
   const labels = a.tokens.map((token, index) => (token.text === b.tokens[index].text ? token.text : `${token.text}/${b.tokens[index].text}`));
-  new Heatmap(box, () => {}, { signed: true, valueName: "A−B" }).draw({
+  const subtracted = measureOf("difference");
+  new Heatmap(box, () => {}, { signed: true, measure: subtracted }).draw({
     matrix: difference,
     labels,
     selected: null,
-    title: `A − B: ${viewName(view, model)}`,
+    title: `${subtracted.short}: ${viewName(view, model)}`,
     caption: `A: “${a.text}” (${a.mask}) − B: “${b.text}” (${b.mask})`,
   });
 }

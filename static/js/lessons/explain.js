@@ -7,14 +7,15 @@ import * as api from "../api.js";
 import { numbersOf } from "../data.js";
 import { el, fixed } from "../format.js";
 import { tokenLabels } from "../labels.js";
+import { measureOf } from "../measures.js";
 import { fillResult } from "./result.js";
 
-const MEASURES = [
-  ["weights", "raw weight"],
-  ["norm", "norm-weighted"],
-  ["alti", "ALTI rollout"],
+// The four rankings: three measures as declared (measures.js), and gradient attribution, which is not one.
+const RANKINGS = [
+  ...["weights", "norm", "alti_rollout"].map((key) => [key, measureOf(key).name]),
   ["attribution", "Integrated Gradients"],
 ];
+const WEIGHT = measureOf("weights").name;
 
 export function renderExplain(container, { run, text, token, current, model }) {
   const { layer, head } = current();
@@ -43,7 +44,7 @@ export function renderExplain(container, { run, text, token, current, model }) {
     el(
       "p",
       { class: "hint" },
-      `A large weight need not move much: “${run.tokens[token].text}” in block ${layer}, head ${head}, its keys ranked by raw weight, by norm-weighted attention ‖α·f(x)‖ (Kobayashi et al. 2020), by ALTI rolled out to this block (Ferrando et al. 2022), and by Integrated Gradients ${nextToken ? "of the logit of the token the model would write next" : "of the sentence's similarity to a second sentence"} (one ranking for the whole text).`,
+      `A large weight need not move much: “${run.tokens[token].text}” in block ${layer}, head ${head}, its keys ranked by ${WEIGHT} ${measureOf("weights").symbol}, by ${measureOf("norm").name} ${measureOf("norm").symbol} (Kobayashi et al. 2020), by ${measureOf("alti_rollout").name} ${measureOf("alti_rollout").symbol} to this block (Ferrando et al. 2022), and by Integrated Gradients ${nextToken ? "of the logit of the token the model would write next" : "of the sentence's similarity to a second sentence"} (one ranking for the whole text).`,
     ),
     form,
     result,
@@ -63,7 +64,7 @@ async function rows(run, text, token, layer, head, target) {
   ]);
   // Attribution reads what the model's pooling reads (its first max_seq_length tokens): keys past it get 0.
   const attributed = Array.from({ length: n }, (_, key) => Math.abs(attribution.attributions[key] ?? 0));
-  return { weights: rowOf(weights, head), norm: rowOf(norms, head), alti: rowOf(alti, 0), attribution: attributed, delta: attribution.delta };
+  return { weights: rowOf(weights, head), norm: rowOf(norms, head), alti_rollout: rowOf(alti, 0), attribution: attributed, delta: attribution.delta };
 }
 
 // Rank 1 for the largest value; ties share their mean rank.
@@ -96,9 +97,9 @@ export function spearman(a, b) {
 }
 
 function show(result, run, token, layer, head, measured) {
-  const rankings = Object.fromEntries(MEASURES.map(([key]) => [key, ranks(measured[key])]));
+  const rankings = Object.fromEntries(RANKINGS.map(([key]) => [key, ranks(measured[key])]));
   const top = ranks(measured.weights).map((rank, key) => ({ rank, key })).sort((a, b) => a.rank - b.rank).slice(0, 8);
-  const correlations = MEASURES.slice(1).map(([key, name]) => ({ key, name, rho: spearman(measured.weights, measured[key]) }));
+  const correlations = RANKINGS.slice(1).map(([key, name]) => ({ key, name, rho: spearman(measured.weights, measured[key]) }));
   // Where the raw weight and another measure disagree most: the key whose ranks differ most.
   let worst = { gap: -1 };
   for (const { key: measure, name } of correlations) {
@@ -114,7 +115,7 @@ function show(result, run, token, layer, head, measured) {
     el(
       "table",
       { class: "numbers-table", dataset: { field: "rankings" } },
-      el("thead", {}, el("tr", {}, el("th", {}, "key"), ...MEASURES.map(([, name]) => el("th", {}, name)))),
+      el("thead", {}, el("tr", {}, el("th", {}, "key"), ...RANKINGS.map(([, name]) => el("th", {}, name)))),
       el(
         "tbody",
         {},
@@ -123,7 +124,7 @@ function show(result, run, token, layer, head, measured) {
             "tr",
             { dataset: { key: String(key) } },
             el("th", { scope: "row" }, labels[key]),
-            ...MEASURES.map(([measure]) => el("td", { dataset: { measure, value: String(measured[measure][key]) } }, `${fixed(measured[measure][key], 3)} (#${Math.round(rankings[measure][key])})`)),
+            ...RANKINGS.map(([measure]) => el("td", { dataset: { measure, value: String(measured[measure][key]) } }, `${fixed(measured[measure][key], 3)} (#${Math.round(rankings[measure][key])})`)),
           ),
         ),
       ),
@@ -131,7 +132,7 @@ function show(result, run, token, layer, head, measured) {
     el(
       "p",
       { class: "caption", dataset: { field: "correlations" } },
-      "Rank correlation with the raw weight (Spearman's ρ, over all keys): ",
+      `Rank correlation with the ${WEIGHT} (Spearman's ρ, over all keys): `,
       ...correlations.flatMap(({ key, name, rho }, at) => [at ? " · " : "", `${name} `, el("strong", { dataset: { measure: key, rho: String(rho) } }, fixed(rho, 2))]),
       ".",
     ),
@@ -139,7 +140,7 @@ function show(result, run, token, layer, head, measured) {
       "p",
       { class: "caption", dataset: { field: "disagreement" } },
       worst.gap > 0
-        ? `They disagree most on ${word(worst.key)}: the raw weight ranks it ${ordinal(rankings.weights[worst.key])}, ${worst.name} ${ordinal(rankings[worst.measure][worst.key])}. ${rankings.weights[worst.key] < rankings[worst.measure][worst.key] ? "It gets attention but moves little through it." : "It moves more than its weight suggests."}`
+        ? `They disagree most on ${word(worst.key)}: the ${WEIGHT} ranks it ${ordinal(rankings.weights[worst.key])}, ${worst.name} ${ordinal(rankings[worst.measure][worst.key])}. ${rankings.weights[worst.key] < rankings[worst.measure][worst.key] ? "It gets attention but moves little through it." : "It moves more than its weight suggests."}`
         : "All four rank the keys alike here.",
     ),
     measured.delta === null ? null : el("p", { class: "hint" }, `Integrated Gradients' convergence delta: ${fixed(measured.delta, 4)}.`),

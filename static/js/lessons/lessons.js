@@ -6,7 +6,7 @@ import { missing, unavailableNote } from "../capabilities.js";
 import { el } from "../format.js";
 import { renderAblation } from "./ablation.js";
 import { renderCompare } from "./compare.js";
-import { renderDifference } from "./difference.js";
+import { moveDifference, renderDifference } from "./difference.js";
 import { renderExplain } from "./explain.js";
 import { renderHeads } from "./heads.js";
 import { renderMasks } from "./masks.js";
@@ -22,7 +22,7 @@ export const LESSONS = {
   heads: { title: "What each head does", render: renderHeads, follows: ["run", "token"] },
   nearest: { title: "Nearest vocabulary rows", render: renderNearest, follows: ["run", "token"], needs: "pipeline" },
   pooling: { title: "Pooling and prefixes", render: renderPooling, follows: ["run"] },
-  difference: { title: "Difference A − B", render: renderDifference, follows: ["run"] },
+  difference: { title: "Difference A − B", render: renderDifference, follows: ["run"], move: moveDifference },
   explain: { title: "Is attention explanation?", render: renderExplain, follows: ["run", "token", "layer", "head"], needs: "measures" },
 };
 
@@ -77,10 +77,19 @@ export async function renderLesson(panel, name, context) {
   panel.dataset.view = `${name}:${context.run.run_id}:${context.token}`;
 }
 
+// A lesson's `move`, where it has one, keeps what it shows in step with the view chosen above without
+// drawing the lesson again (what was typed in it stays).
+const VIEW_KEYS = ["layer", "head", "heads", "blockMean", "sinks", "segments", "measure"];
+
 // The experiments panel: its tabs, and the open lesson drawn again when what that lesson follows changes.
 export const lessonsView = {
   id: "lessons",
   follows: (state) => ["run", "lesson", ...(state.lesson ? LESSONS[state.lesson].follows : [])],
+  moves: VIEW_KEYS,
+  move(state, lab) {
+    const lesson = state.lesson ? LESSONS[state.lesson] : null;
+    if (lesson?.move && state.panel === "lessons") lesson.move(document.getElementById("lesson-panel"), { current: lab.getState, model: lab.model });
+  },
   shown: (state) => state.panel === "lessons",
   blank: blankNote("lesson-panel"),
   render(state, _, lab) {

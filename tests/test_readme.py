@@ -1,0 +1,149 @@
+"""What the README tells a newcomer is what the code does: every count, name and place it states is read
+here from the code that decides it (the tour's steps, the panels and experiments, where each control sits,
+every setting and its default)."""
+
+import json
+import re
+from pathlib import Path
+from typing import get_args
+
+import pytest
+
+from app.engine.measures import MEASURES, Measure
+from app.settings import ENV_PREFIX, Settings
+
+ROOT = Path(__file__).resolve().parents[1]
+README = (ROOT / "README.md").read_text()
+TEMPLATE = (ROOT / "templates" / "index.html").read_text()
+
+
+def section(title: str) -> str:
+    """The README's text under a heading, up to the next heading of the same or a higher level."""
+    heading = re.search(rf"^(#+) {re.escape(title)}$", README, flags=re.M)
+    assert heading, f"the README has no section {title!r}"
+    body = README[heading.end() :]
+    following = re.search(rf"^#{{1,{len(heading.group(1))}}} ", body, flags=re.M)
+    return body[: following.start()] if following else body
+
+
+def bullets(text: str) -> list[str]:
+    """Each top-level bullet of a list, its continuation lines joined."""
+    return [" ".join(item.split()) for item in re.findall(r"^- (.*?)(?=^- |^\n|\Z)", text, flags=re.M | re.S)]
+
+
+def bold(text: str) -> list[str]:
+    return re.findall(r"\*\*(.+?)\*\*", text)
+
+
+def js_object(path: str, name: str) -> str:
+    source = (ROOT / "static" / "js" / path).read_text()
+    match = re.search(rf"export const {name} = \{{\n(.*?)\n\}};", source, flags=re.S)
+    assert match, f"{path} has no {name}"
+    return match.group(1)
+
+
+def test_the_tour_has_as_many_steps_as_the_readme_says():
+    source = (ROOT / "static" / "js" / "tour.js").read_text()
+    steps = re.search(r"^const STEPS = \[\n(.*?)^\];", source, flags=re.M | re.S).group(1)
+    count = len(re.findall(r"^  \{$", steps, flags=re.M))
+    assert count > 10
+    claims = re.findall(r"in (\d+) steps", README)
+    assert claims and {int(claim) for claim in claims} == {count}
+
+
+def test_the_sample_lesson_has_as_many_steps_as_the_readme_says():
+    steps = len(json.loads((ROOT / "static" / "lessons" / "sample.json").read_text())["steps"])
+    words = {"three": 3, "four": 4, "five": 5, "six": 6}
+    assert words[re.search(r"has (\w+)\s+steps", section("A class")).group(1)] == steps
+
+
+def test_the_panels_are_the_pages_panels_in_its_order():
+    panels = re.findall(r'^\s+\w+: "([^"]+)",$', js_object("panels.js", "PANELS"), flags=re.M)
+    listed = [bold(item)[0] for item in bullets(section("Panels"))]
+    assert listed == panels
+
+
+def test_the_experiments_are_the_pages_experiments_in_its_order():
+    lessons = re.findall(r'^\s+\w+: \{ title: "([^"]+)"', js_object("lessons/lessons.js", "LESSONS"), flags=re.M)
+    listed = [bold(item)[0] for item in bullets(section("Experiments"))]
+    assert listed == lessons
+
+
+def test_the_measures_are_named_as_declared():
+    text = section("Using the page")
+    listed = bullets(text[text.index("**The Measure**") :].split("\n\n", 2)[1])
+    assert [bold(item)[0] for item in listed] == [MEASURES[key].name for key in get_args(Measure)]
+    assert [re.search(r"`([^`]+)`", item).group(1) for item in listed] == [
+        MEASURES[key].symbol for key in get_args(Measure)
+    ]
+
+
+def visible_text(start: str, end: str) -> str:
+    """The words a reader sees in one region of the page: its markup between two marks, tags dropped
+    (aria-labels and titles are not what a newcomer looks for)."""
+    region = TEMPLATE[TEMPLATE.index(start) : TEMPLATE.index(end, TEMPLATE.index(start))]
+    region = re.sub(r'<[^>]*class="visually-hidden"[^>]*>.*?</\w+>', " ", region, flags=re.S)
+    return " ".join(re.sub(r"<[^>]+>", " ", region).split())
+
+
+REGIONS = {
+    "The top bar": ('<header class="topbar">', "</header>"),
+    "The prompt bar": ('<form id="prompt-form"', "</form>"),
+    "The toolbar": ('<div class="toolbar"', '<div id="tour"'),
+    "The heatmap": ('<section class="heatmap-column"', "</section>"),
+}
+
+
+@pytest.mark.parametrize("region", REGIONS)
+def test_every_control_is_where_the_readme_puts_it(region):
+    item = next(item for item in bullets(section("Using the page")) if item.startswith(f"**{region}**"))
+    names = bold(item)[1:]
+    assert names
+    text = visible_text(*REGIONS[region])
+    missing = [name for name in names if name not in text]
+    assert not missing, f"{region} has no visible {missing}"
+
+
+def table(text: str) -> dict[str, list[str]]:
+    """A Markdown table's rows by their first cell's code, e.g. {"ATTENTION_LAB_PORT": ["`8000`", "…"]}."""
+    rows = {}
+    for line in text.splitlines():
+        cells = [cell.strip() for cell in line.strip().strip("|").split("|")]
+        if line.startswith("| `"):
+            rows[cells[0].strip("`")] = cells[1:]
+    return rows
+
+
+def test_the_settings_table_is_every_setting_with_its_default():
+    rows = table(section("Settings"))
+    fields = {ENV_PREFIX + name.upper(): field for name, field in Settings.model_fields.items()}
+    assert list(rows) == list(fields), "the table lists every setting, in app/settings.py's order, and no other"
+    for variable, (default, meaning) in rows.items():
+        expected = fields[variable].default
+        assert meaning, variable
+        if expected in (None, []):
+            assert default == "unset", variable
+            continue
+        written = re.fullmatch(r"`([^`]+)`", default)
+        assert written, f"{variable}: {default!r}"
+        value = written.group(1)
+        if isinstance(expected, bool | str) or not isinstance(expected, int | float):
+            assert value == str(expected), variable
+        else:
+            assert float(value) == expected, variable
+
+
+def test_every_setting_the_readme_names_exists():
+    named = set(re.findall(rf"\b{ENV_PREFIX}[A-Z_]+[A-Z]\b", README))
+    assert named - {ENV_PREFIX + name.upper() for name in Settings.model_fields} == set()
+
+
+def test_the_install_stamp_is_the_makefiles():
+    makefile = (ROOT / "Makefile").read_text()
+    stamp = re.search(r"^INSTALLED := \$\(VENV\)/(\S+)$", makefile, flags=re.M).group(1)
+    assert f"`.venv/{stamp}`" in section("Quick start")
+
+
+def test_the_benchmarks_are_linked_and_not_repeated():
+    assert "(bench/README.md)" in README and (ROOT / "bench" / "README.md").exists()
+    assert "| N | raw forward ms" not in README and "| N | raw forward ms" in (ROOT / "bench" / "README.md").read_text()
