@@ -60,13 +60,17 @@ bench: install chromium $(LIGHTHOUSE)
 	$(BIN)/python bench/floor.py
 	$(BIN)/python bench/lighthouse.py
 
-# The long classroom load test (50 learners for 60 s) against a lab started here on port 8765.
+# The long classroom load test (50 learners for 60 s), then a class beside hostile devices for 60 s (streams,
+# slowloris, Integrated Gradients at its bound, 40 ALTI requests at once: tests/load/floods.py), against a
+# lab started here on port 8765.
 LOAD_PORT := 8765
 load: install-test
 	@$(BIN)/python -m app --port $(LOAD_PORT) > /dev/null 2>&1 & lab=$$!; \
 	until curl -sf http://127.0.0.1:$(LOAD_PORT)/api/health > /dev/null; do sleep 0.5; done; \
 	$(BIN)/python -m tests.load.learners --url http://127.0.0.1:$(LOAD_PORT) --learners 50 --seconds 60 --server-pid $$lab; \
-	status=$$?; kill $$lab; exit $$status
+	status=$$?; \
+	$(BIN)/python -m tests.load.floods --url http://127.0.0.1:$(LOAD_PORT) --seconds 60 --server-pid $$lab; \
+	status=$$((status || $$?)); kill $$lab; exit $$status
 
 # The long live-class load test (one teacher, 200 learners on event streams, 60 s) against a lab on port 8766.
 CLASS_LOAD_PORT := 8766

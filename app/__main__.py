@@ -2,6 +2,7 @@
 saying why), then serve the lab with its HTTP limits (app.serving.server)."""
 
 import argparse
+import os
 import sys
 
 import uvicorn
@@ -9,17 +10,23 @@ import uvicorn
 from app.engine.model import ModelLoadError, load_model
 from app.engine.threads import one_core_elsewhere
 from app.main import create_app
-from app.serving.memory import keep_freed_memory
-from app.serving.server import server_options
+from app.serving.memory import check_memory, keep_freed_memory
+from app.serving.server import connections, server_options
 from app.serving.specs import StoreError, open_spec_store
-from app.settings import SettingsError, get_settings
+from app.settings import ENV_PREFIX, SettingsError, get_settings
+
+
+def checked_settings():
+    try:
+        settings = get_settings()
+        check_memory(settings)
+    except SettingsError as error:
+        sys.exit(f"attention-lab: {error}")
+    return settings
 
 
 def main() -> None:
-    try:
-        settings = get_settings()
-    except SettingsError as error:
-        sys.exit(f"attention-lab: {error}")
+    settings = checked_settings()
     parser = argparse.ArgumentParser(prog="attention-lab", description=__doc__)
     parser.add_argument("--host", default=settings.host, help="127.0.0.1 by default; 0.0.0.0 opens it to the network")
     parser.add_argument("--port", type=int, default=settings.port)
@@ -27,6 +34,11 @@ def main() -> None:
         "--workers", type=int, default=settings.workers, help="server processes; each holds its own model copy"
     )
     args = parser.parse_args()
+    # The workers read their count from the settings (each one's share of the reserve, class mode's store).
+    os.environ[f"{ENV_PREFIX}WORKERS"] = str(args.workers)
+    get_settings.cache_clear()
+    settings = checked_settings()
+    connections(settings)  # the open-file limit raised (or the bound lowered, saying so) before serving
     # Before the model loads, as the lifespan does when it loads the model itself: this thread, which goes on
     # to serve, then keeps no OpenMP team that would outnumber the cores with the passes' own.
     keep_freed_memory()

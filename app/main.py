@@ -35,7 +35,8 @@ from app.engine.runs import InvalidInput, OutOfRange, PassFailed, TextTooLong
 from app.engine.threads import one_core_elsewhere
 from app.serving.gate import Busy, PassGate, TooManyWaiting
 from app.serving.lab import Lab, RunNotFound
-from app.serving.memory import keep_freed_memory, reserve
+from app.serving.memory import check_memory, keep_freed_memory, reserve, reserve_size
+from app.serving.server import check_protocol
 from app.serving.specs import REDIS_SCHEMES, SpecStore, StoreError, open_spec_store
 from app.settings import Settings, SettingsError, get_settings
 from app.web import api, docs, pages
@@ -43,10 +44,12 @@ from app.web.middleware import (
     BoundedSend,
     CancelOnDisconnect,
     ClientCookie,
+    ForwardedClient,
     HeadAsGet,
     LimitBody,
     OneLineStartupFailure,
     SecurityHeaders,
+    StreamsCounted,
 )
 
 log = logging.getLogger("uvicorn.error")  # uvicorn shows its INFO lines
@@ -58,16 +61,20 @@ def create_app(model: LoadedModel | None = None, specs: SpecStore | None = None)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
+        check_protocol()
         settings = app.state.settings = get_settings()
+        check_memory(settings)
         keep_freed_memory()
         all_threads_back = one_core_elsewhere()
         loaded = model or load_model(settings.model_path)
         store = specs or open_spec_store(settings)
+        app.state.secret = store.secret()  # signs the browsers' cookies (app.web.middleware.ClientCookie)
         gate = PassGate(
             settings.max_concurrent_passes,
             settings.max_waiting,
             settings.max_waiting_per_client,
             settings.max_wait_seconds,
+            max_waiting_per_address=settings.max_waiting_per_address,
         )
         app.state.lab = Lab(
             loaded,
@@ -80,6 +87,8 @@ def create_app(model: LoadedModel | None = None, specs: SpecStore | None = None)
             folders=settings.models,
             max_loaded_models=settings.max_loaded_models,
             max_batch_runs=settings.max_batch_runs,
+            max_attribution_step_tokens=settings.max_attribution_step_tokens,
+            model_loads_per_hour=settings.model_loads_per_hour,
         )
         # A class lives where the run specs do when that is Redis (every worker sees it), else in this process.
         backend = (
@@ -92,13 +101,16 @@ def create_app(model: LoadedModel | None = None, specs: SpecStore | None = None)
             log.warning("%s", classes.unavailable)
         else:
             classes.start()
-        if reserved := min(settings.reserve_bytes, settings.max_store_bytes):
+        if reserved := reserve_size(settings):
             reserving = time.perf_counter()
             reserve(reserved)
             log.info(
-                "Kept %.2f GiB free for runs in %.1f s (ATTENTION_LAB_RESERVE_BYTES; 0 turns this off)",
+                "Kept %.2f GiB free for runs in %.1f s (ATTENTION_LAB_RESERVE_BYTES%s; 0 turns this off)",
                 reserved / 1024**3,
                 time.perf_counter() - reserving,
+                ""
+                if reserved == min(settings.reserve_bytes, settings.max_store_bytes)
+                else " lowered to half the memory this machine had available",
             )
         yield
         await classes.close()
@@ -126,6 +138,8 @@ def create_app(model: LoadedModel | None = None, specs: SpecStore | None = None)
     # compressed already (app.web.precompressed), and so do the attention matrices (app.web.compression).
     app.add_middleware(CompressMiddleware)
     app.add_middleware(BoundedSend)
+    app.add_middleware(ForwardedClient)
+    app.add_middleware(StreamsCounted)
     app.include_router(api.router)
     app.include_router(classroom.router)
     app.include_router(pages.router)

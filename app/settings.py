@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Annotated
 
 import annotated_types
-from pydantic import Field, ValidationError, field_validator
+from pydantic import Field, IPvAnyNetwork, ValidationError, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 ENV_PREFIX = "ATTENTION_LAB_"
@@ -30,8 +30,9 @@ class Settings(BaseSettings):
     # A local model folder, or a Hub id (org/name, org/name@revision) found in the local Hugging Face cache
     # (app.engine.hub; nothing is downloaded); unset means the packaged MiniLM.
     model_path: str | None = None
-    # More models (folders or Hub ids) the page offers in its model picker, separated by commas; each loads
-    # when first asked for, and at most max_loaded_models stay loaded at once (the default one always).
+    # More models (folders or Hub ids) the page offers in its model picker, separated by commas; each is read
+    # once at start for its shape, then loaded when a run first needs it, and at most max_loaded_models stay
+    # loaded at once (the default one always).
     models: Annotated[list[str], NoDecode] = []
     max_loaded_models: Annotated[int, between(1, 64)] = 3
     # Runs each worker keeps in memory for the per-head and per-layer endpoints: the cache evicts the
@@ -52,11 +53,18 @@ class Settings(BaseSettings):
     store_timeout_seconds: Annotated[float, between(0.05, 60)] = 2.0
     # Forward passes run at once (each uses every core torch is given), and requests that may wait for
     # one, in turn by client; past that, or after max_wait_seconds, the API answers 503 with Retry-After.
-    # One client (an address, and a browser's cookie within it) past max_waiting_per_client gets 429.
+    # One client (an address, and a browser's cookie within it) past max_waiting_per_client gets 429, and so
+    # does an address past max_waiting_per_address, whatever cookies its requests carry.
     max_concurrent_passes: Annotated[int, between(1, 64)] = 1
     max_waiting: Annotated[int, between(0, 10_000)] = 64
     max_waiting_per_client: Annotated[int, between(1, 1_000)] = 4
+    max_waiting_per_address: Annotated[int, between(1, 10_000)] = 48
     max_wait_seconds: Annotated[float, between(0.1, 600)] = 30.0
+    # Integrated Gradients costs about its steps times the tokens it reads (each step is a forward and a
+    # backward pass): past this product a request answers 422 (256 steps at 256 tokens is 65,536).
+    max_attribution_step_tokens: Annotated[int, between(64, 10_000_000)] = 65_536
+    # Models one address may have loaded (a model let go, asked for again) in an hour; 429 past it.
+    model_loads_per_hour: Annotated[int, between(1, 10_000)] = 20
     # A request that gets its turn computes the runs waiting behind it (fair order, same model) in the same
     # padded passes, up to this many: a class pressing Enter at once costs a few passes, not one each. 1: off.
     max_batch_runs: Annotated[int, between(1, 1_000)] = 64
@@ -71,13 +79,19 @@ class Settings(BaseSettings):
     max_body_bytes: Annotated[int, between(1 * KIB, 64 * 1024**2)] = 512 * KIB
     # A client must take each 1 MiB piece of an answer within this, or it is dropped.
     slow_reader_seconds: Annotated[float, between(1, 600)] = 30.0
-    # HTTP limits of `python -m app` (app.serving.server): the request line and headers together (431 past it),
-    # the time to send a whole request (408 past it), idle keep-alive, and open connections per process
-    # (503 past it).
+    # HTTP limits of the lab's server (app.serving.server): the request line and headers together (431 past
+    # it), the time to send a whole request (408 past it), idle keep-alive; open connections per process (503
+    # past it) and per client address (429 past it); and connections kept for ordinary requests, which
+    # event streams and connections that have sent no whole request (half-open, idle) can never take.
     max_header_bytes: Annotated[int, between(4 * KIB, 1024 * KIB)] = 64 * KIB
     request_timeout_seconds: Annotated[float, between(1, 600)] = 20.0
     keep_alive_seconds: Annotated[float, between(1, 600)] = 5.0
-    max_connections: Annotated[int, between(8, 100_000)] = 500
+    max_connections: Annotated[int, between(16, 1_000_000)] = 4096
+    max_connections_per_client: Annotated[int, between(1, 1_000_000)] = 1000
+    connections_kept_for_requests: Annotated[int, between(8, 1_000_000)] = 512
+    # Proxies whose X-Forwarded-For names the client (addresses or networks, separated by commas): only
+    # a request from one of these is taken to come from the address it forwards. None by default.
+    trusted_proxies: Annotated[list[IPvAnyNetwork], NoDecode] = []
     # A stopping server waits this long for requests under way (a class's event streams never end by
     # themselves), then closes them.
     shutdown_grace_seconds: Annotated[float, between(0, 600)] = 5.0
@@ -106,7 +120,7 @@ class Settings(BaseSettings):
     # Server processes `python -m app` starts; each loads its own copy of the model (about 0.5 GB).
     workers: Annotated[int, between(1, 64)] = 1
 
-    @field_validator("models", mode="before")
+    @field_validator("models", "trusted_proxies", mode="before")
     @classmethod
     def comma_separated(cls, value):
         return [part.strip() for part in value.split(",") if part.strip()] if isinstance(value, str) else value
@@ -128,9 +142,19 @@ def explain(error: ValidationError) -> str:
     return "bad setting " + "; ".join(problems)
 
 
+def check(settings: Settings) -> Settings:
+    """The bounds that depend on one another."""
+    if settings.connections_kept_for_requests >= settings.max_connections:
+        raise SettingsError(
+            f"bad setting {ENV_PREFIX}CONNECTIONS_KEPT_FOR_REQUESTS={settings.connections_kept_for_requests}: "
+            f"valid: less than {ENV_PREFIX}MAX_CONNECTIONS ({settings.max_connections:,})"
+        )
+    return settings
+
+
 @lru_cache
 def get_settings() -> Settings:
     try:
-        return Settings()
+        return check(Settings())
     except ValidationError as error:
         raise SettingsError(explain(error)) from None

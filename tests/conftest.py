@@ -142,6 +142,9 @@ def client(minilm):
         yield test_client
 
 
+LAB_PROTOCOL = "app.serving.server:LabProtocol"  # uvicorn's --http for the lab (app.serving.server)
+
+
 def free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))

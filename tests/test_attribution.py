@@ -118,3 +118,65 @@ def test_next_token_targets_need_an_lm_head_and_a_real_token(client, decoder):
     vocab = loaded.model.config.vocab_size
     bad = decoder_client.post("/api/attribution", json={"text": TEXT, "target": "next_token", "next_token": vocab})
     assert bad.status_code == 422
+
+
+def captum_ig(minilm, encoder, ids, steps: int, internal_batch_size: int | None):
+    """Integrated Gradients of the cosine with OTHER's vector, from Captum called directly on the model's own
+    forward (not the lab's), against an all-zero baseline: [pos] attributions and the delta."""
+    from captum.attr import IntegratedGradients
+
+    other = torch.tensor(encoder.encode([OTHER])[0])
+    rows = minilm.model.get_input_embeddings()(ids).detach()
+
+    def cosines(batch):
+        hidden = minilm.model(
+            inputs_embeds=batch, token_type_ids=torch.zeros(batch.shape[:2], dtype=torch.long)
+        ).last_hidden_state
+        return torch.nn.functional.cosine_similarity(hidden.mean(1), other[None], dim=-1)
+
+    attributions, delta = IntegratedGradients(cosines).attribute(
+        rows,
+        baselines=torch.zeros_like(rows),
+        n_steps=steps,
+        internal_batch_size=internal_batch_size,
+        return_convergence_delta=True,
+    )
+    return attributions[0].sum(-1).detach().numpy(), float(delta[0])
+
+
+def test_integrated_gradients_in_slices_is_captums_own(client, encoder, minilm):
+    """The lab computes IG a few steps per turn of the model (app.engine.attribution): its slices added up
+    give what Captum gives in one call with the same batches of steps, and, to float32 rounding, what it
+    gives with every step in one batch."""
+    from app.engine.attribution import steps_per_slice
+
+    text = " ".join(["A man is playing a guitar on stage while the crowd sings along."] * 2)
+    ids = torch.tensor([[token["id"] for token in client.post("/api/analyze", json={"text": text}).json()["tokens"]]])
+    per_slice = steps_per_slice(ids.shape[1])
+    steps = 4 * per_slice + 1  # several slices, the last one shorter
+    assert per_slice > 1
+    body = client.post("/api/attribution", json={"text": text, "other": OTHER, "steps": steps}).json()
+    assert [token["id"] for token in body["tokens"]] == ids[0].tolist()
+    same_batches, delta = captum_ig(minilm, encoder, ids, steps, per_slice)
+    np.testing.assert_allclose(body["attributions"], same_batches, rtol=0, atol=1e-7)
+    assert body["delta"] == pytest.approx(delta, abs=1e-7)
+    one_batch, delta = captum_ig(minilm, encoder, ids, steps, None)
+    np.testing.assert_allclose(body["attributions"], one_batch, rtol=1e-4, atol=1e-6)
+    assert body["delta"] == pytest.approx(delta, abs=1e-5)
+
+
+def test_integrated_gradients_past_its_cost_bound_is_422_saying_the_bound(client, monkeypatch):
+    """steps × tokens is bounded (ATTENTION_LAB_MAX_ATTRIBUTION_STEP_TOKENS: 65,536 by default, 256 steps at
+    the 256 tokens MiniLM's pooling reads, which tests/test_heavy_work.py runs): past it a request is refused
+    before any work, saying the bound."""
+    lab = client.app.state.lab
+    assert lab.max_attribution_step_tokens == 65_536
+    monkeypatch.setattr(lab, "max_attribution_step_tokens", 256 * 255)
+    long_text = " ".join(f"w{n}" for n in range(300))
+    refused = client.post("/api/attribution", json={"text": long_text, "other": OTHER, "steps": 256})
+    assert refused.status_code == 422
+    assert refused.json()["detail"] == (
+        "Integrated Gradients costs steps × tokens: 256 × 256 = 65,536 is past this lab's bound of 65,280; "
+        "ask for fewer steps or a shorter text"
+    )
+    assert client.post("/api/attribution", json={"text": TEXT, "other": OTHER, "steps": 256}).status_code == 200

@@ -262,9 +262,12 @@ def test_the_teacher_ends_the_class_and_every_stream_hears_it(lab):
     assert device("127.0.9.4").post(f"{lab.url}/api/classes/{code}/learners", json={}).status_code == 404
 
 
-def minted(n: int) -> httpx.Client:
-    """The flooding device again, under a cookie of its own making."""
-    return device("127.0.5.1", headers={"Cookie": f"lab_client=minted{n:04d}"})
+def another_browser(lab) -> httpx.Client:
+    """The flooding device again, under one more cookie the lab gave it (one it made up would not verify,
+    and count as none)."""
+    browser = device("127.0.5.1")
+    browser.get(f"{lab.url}/api/health")
+    return browser
 
 
 def test_floods_from_one_address_leave_another_addresss_class_working(lab):
@@ -287,7 +290,8 @@ def test_floods_from_one_address_leave_another_addresss_class_working(lab):
         assert start_class(device("127.0.6.3"), lab.url)  # another address still starts its class
 
         # Joins: a browser joins once; new learners from one address come a few a minute, whatever cookies.
-        joins = [minted(n).post(f"{classes}/learners", json={}) for n in range(40)]
+        browsers = [another_browser(lab) for _ in range(40)]
+        joins = [browser.post(f"{classes}/learners", json={}) for browser in browsers]
         joined = [n for n, r in enumerate(joins) if r.status_code == 201]
         assert 1 <= len(joined) <= 5 and joins[-1].status_code == 429
         assert [flooder.post(f"{classes}/learners", json={}).status_code for _ in range(5)].count(201) <= 1
@@ -297,7 +301,7 @@ def test_floods_from_one_address_leave_another_addresss_class_working(lab):
         question = honest.post(
             f"{classes}/question", json={"kind": "head", "run_id": run, "layer": 1, "pattern": "self"}, headers=secret
         ).json()
-        fake, voter = joins[joined[0]].json()["learner"], minted(joined[0])
+        fake, voter = joins[joined[0]].json()["learner"], browsers[joined[0]]
         vote = {"question": question["id"], "round": 1, "choice": 1}
         votes = [voter.put(f"{classes}/learners/{fake}/vote", json=vote) for _ in range(40)]
         assert {r.status_code for r in votes} == {200, 429}
@@ -307,10 +311,7 @@ def test_floods_from_one_address_leave_another_addresss_class_working(lab):
 
         # Streams: a few per browser, a few more per address; past them 429, and only for this address.
         flood_streams = [Listener(f"{classes}/events", "127.0.5.1") for _ in range(5)]
-        flood_streams += [
-            Listener(f"{classes}/events", "127.0.5.1", headers={"Cookie": f"lab_client=minted{n:04d}"})
-            for n in range(10)
-        ]
+        flood_streams += [Listener(f"{classes}/events", "127.0.5.1", cookies=browsers[n].cookies) for n in range(10)]
         deadline = time.monotonic() + 10
         while not all(stream.statuses for stream in flood_streams) and time.monotonic() < deadline:
             time.sleep(0.05)

@@ -142,3 +142,20 @@ def test_every_measure_the_api_takes_is_declared_once_with_its_words():
     for key, measure in MEASURES.items():
         assert measure.key == key and measure.symbol and measure.name and measure.values and measure.meaning
     assert [key for key, measure in MEASURES.items() if measure.per_block] == ["alti", "alti_rollout"]
+
+
+def test_a_measure_is_kept_beside_its_run_within_the_caches_bytes(client):
+    """ALTI's and the norms' blocks are kept by run id, measure and block (asked again, the same bytes
+    without computing them), and their bytes count against the cache's bound, not against its runs."""
+    lab = client.app.state.lab
+    run = client.post("/api/analyze", json={"text": TEXT + " kept"}).json()["run_id"]
+    runs, nbytes = len(lab.runs), lab.runs.nbytes
+    first = served(client, run, "alti")
+    n = first.shape[-1]
+    assert len(lab.runs) == runs and lab.runs.nbytes == nbytes + 6 * n * n * 4  # six [1, n, n] float32 blocks
+    kept = lab.runs.get(f"{run}/alti/3")
+    assert kept is not None
+    np.testing.assert_array_equal(served(client, run, "alti"), first)
+    assert lab.runs.get(f"{run}/alti/3") is kept
+    served(client, run, "norm")
+    assert lab.runs.nbytes == nbytes + 6 * n * n * 4 + 6 * 12 * n * n * 4

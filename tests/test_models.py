@@ -149,6 +149,64 @@ def test_a_run_reads_at_most_the_labs_token_limit(tmp_path, monkeypatch):
     )
 
 
+def test_views_of_a_model_load_nothing(client, tiny):
+    """The page and GET /api/model read each model's shape, read once at start: cycling between the models
+    (which used to force a load every 0.76 s) loads none."""
+    lab = client.app.state.lab
+    for _ in range(3):
+        for name in ("gpt2", "llama", tiny.name):
+            assert client.get("/api/model", params={"name": name}).json()["name"] == name
+            assert client.get("/", params={"model": name}).status_code == 200
+    assert [name for name in lab.models.names if lab.models.loaded(name)] == [tiny.name]
+
+
+def test_loads_are_turns_and_one_address_causes_at_most_a_few_an_hour(tiny, folders, tmp_path):
+    """A model not loaded is loaded at a turn of the gate, and counted against the address whose request
+    needed it: past model_loads_per_hour that address is refused (429), and another is not."""
+    from app.serving.gate import Client
+    from app.serving.models import TooManyLoads
+    from tests.conftest import make_lab, run_async
+
+    lab = make_lab(tiny, tmp_path)
+    lab.models = Models(tiny, list(folders.values()), 100, None, 2)
+    lab.loads.per_hour = 2
+    hog, other = Client("10.0.0.9"), Client("10.0.0.7")
+
+    async def scenario():
+        await lab.engine_for("gpt2", hog)
+        await lab.engine_for("llama", hog)  # two loaded at most: GPT-2 goes
+        await lab.engine_for("llama", hog)  # loaded already: no load
+        with pytest.raises(TooManyLoads, match="this address has had 2 models loaded in the last hour"):
+            await lab.engine_for("gpt2", hog)
+        assert (await lab.engine_for("gpt2", other)).info["family"] == "GPT-2"
+
+    run_async(scenario())
+    lab.close()
+
+
+def test_a_load_takes_the_gate_a_step_at_a_time_and_names_the_same_model(tiny, folders, tmp_path, monkeypatch):
+    """A model's load is its weights, then its digest DIGEST_BYTES at a time, each step a turn of the gate (a
+    learner waits for one step, not the whole load); the digest does not depend on the steps: the model
+    loaded whole has the same one, so its runs keep their ids."""
+    from app.engine import model as model_module
+    from tests.conftest import make_lab, run_async
+
+    whole = load_model(folders["llama"]).digest
+    monkeypatch.setattr(model_module, "DIGEST_BYTES", 16 * 1024)
+    lab = make_lab(tiny, tmp_path)
+    lab.models = Models(tiny, [folders["llama"]], 100, None, 3)
+    turns, admit = [], lab.gate.admit
+    monkeypatch.setattr(lab.gate, "admit", lambda *args, **kwargs: turns.append(args) or admit(*args, **kwargs))
+    engine = run_async(lab.engine_for("llama"))
+    steps = 0
+    for step in model_module.load_steps(folders["llama"]):
+        step()
+        steps += 1
+    assert len(turns) == steps > 5  # the folder, the digest's head, its weights 16 KiB at a time, the engine
+    assert engine.loaded.digest == whole
+    lab.close()
+
+
 def test_a_listed_model_the_lab_cannot_read_is_refused_when_asked_for(tiny, tmp_path, monkeypatch):
     """A T5 folder: its config reads, so the lab starts; its probe pass fails when it is first asked for."""
     from transformers import BertTokenizerFast, T5Config, T5Model

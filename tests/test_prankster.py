@@ -15,7 +15,7 @@ import httpx
 import pytest
 
 from app.serving.gate import Busy, Client, PassGate, TooManyWaiting
-from tests.conftest import LabProcess, free_port, run_async
+from tests.conftest import LAB_PROTOCOL, LabProcess, free_port, run_async
 
 pytestmark = pytest.mark.slow
 
@@ -258,26 +258,33 @@ def test_responses_carry_no_server_banner(lab):
     assert "server" not in httpx.get(f"{lab.url}/api/health").headers
 
 
-def test_past_the_connection_limit_the_answer_is_503_until_a_connection_frees(tmp_path, tiny_model_dir):
+def test_past_its_connection_bound_one_address_is_refused_until_its_connections_free(tmp_path, tiny_model_dir):
     lab = LabProcess(
         tmp_path,
         env={
             "ATTENTION_LAB_MODEL_PATH": str(tiny_model_dir),
-            "ATTENTION_LAB_MAX_CONNECTIONS": "8",
+            "ATTENTION_LAB_MAX_CONNECTIONS_PER_CLIENT": "8",
             "ATTENTION_LAB_REQUEST_TIMEOUT_SECONDS": "2",
+            "ATTENTION_LAB_RESERVE_BYTES": "0",
         },
     )
     lab.start()
     try:
-        idle = [socket.create_connection(("127.0.0.1", lab.port)) for _ in range(8)]
+        idle = [socket.create_connection(("127.0.0.1", lab.port), source_address=("127.0.0.3", 0)) for _ in range(8)]
         for connection in idle:
             connection.sendall(b"GET / HTTP/1.1\r\n")  # half-sent: each holds a connection
-        time.sleep(0.3)
-        assert httpx.get(f"{lab.url}/api/health").status_code == 503
-        time.sleep(2.5)  # the half-sent requests time out and their connections close
-        assert httpx.get(f"{lab.url}/api/health").status_code == 200
-        for connection in idle:
+        ninth = socket.create_connection(("127.0.0.1", lab.port), source_address=("127.0.0.3", 0))
+        ninth.settimeout(5)
+        assert ninth.recv(200).startswith(b"HTTP/1.1 429")  # refused at once, before it sends anything
+        ninth.close()
+        with httpx.Client(transport=httpx.HTTPTransport(local_address="127.0.0.2")) as other:
+            assert other.get(f"{lab.url}/api/health").status_code == 200  # another address
+        for connection in idle:  # the half-sent requests time out (408) and their connections close
+            connection.settimeout(5)
+            assert connection.recv(200).startswith(b"HTTP/1.1 408")
             connection.close()
+        with httpx.Client(transport=httpx.HTTPTransport(local_address="127.0.0.3")) as again:
+            assert again.get(f"{lab.url}/api/health").status_code == 200
     finally:
         lab.stop()
 
@@ -308,7 +315,7 @@ def test_a_bad_setting_stops_python_m_app_in_one_line(name, value, expected):
 
 
 def test_a_bad_setting_stops_uvicorn_in_one_line_not_a_traceback():
-    result = start({"ATTENTION_LAB_MAX_RUNS": "-5"}, ("-m", "uvicorn", "app.main:app"))
+    result = start({"ATTENTION_LAB_MAX_RUNS": "-5"}, ("-m", "uvicorn", "app.main:app", "--http", LAB_PROTOCOL))
     assert result.returncode != 0
     assert "Traceback" not in result.stderr
     assert [line for line in result.stderr.splitlines() if "attention-lab" in line] == [

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from app.web.encoding import decode_attention
-from tests.conftest import LabProcess, RedisServer, free_port
+from tests.conftest import LAB_PROTOCOL, LabProcess, RedisServer, free_port
 
 pytestmark = pytest.mark.slow
 
@@ -89,11 +89,12 @@ def runs_held(url: str, processes: int) -> dict[str, int]:
 
 @pytest.fixture(scope="module")
 def workers(tmp_path_factory):
-    """`uvicorn app.main:app --workers 3`, its specs in a SQLite file of its own."""
+    """`uvicorn app.main:app --http app.serving.server:LabProtocol --workers 3`, its specs in a SQLite file of
+    its own."""
     folder = tmp_path_factory.mktemp("workers")
     lab = LabProcess(
         folder,
-        command=("-m", "uvicorn", "app.main:app", "--workers", "3"),
+        command=("-m", "uvicorn", "app.main:app", "--http", LAB_PROTOCOL, "--workers", "3"),
         env={"ATTENTION_LAB_DATA_DIR": str(folder / "data")},
         workers=3,
     )

@@ -10,7 +10,7 @@ from fastapi.testclient import TestClient
 from app.engine.model import ModelLoadError, load_model
 from app.main import create_app
 from app.settings import get_settings
-from tests.conftest import free_port
+from tests.conftest import LAB_PROTOCOL, free_port
 
 
 def start(model_path):
@@ -71,7 +71,7 @@ def test_a_damaged_store_file_stops_python_m_app_with_one_line(tmp_path):
 def test_a_damaged_store_file_stops_uvicorn_with_one_line_not_a_traceback(tmp_path):
     expected = damaged_store(tmp_path)
     result = subprocess.run(
-        [sys.executable, "-m", "uvicorn", "app.main:app", "--port", str(free_port())],
+        [sys.executable, "-m", "uvicorn", "app.main:app", "--http", LAB_PROTOCOL, "--port", str(free_port())],
         env={**os.environ, "ATTENTION_LAB_DATA_DIR": str(tmp_path)},
         capture_output=True,
         text=True,

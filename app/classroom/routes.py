@@ -1,7 +1,7 @@
 """The class mode's HTTP API: start and end a class, move it (the teacher, with the class's secret), ask
 it questions in rounds, join and follow it (learners, over Server-Sent Events), vote. The class logic is
 in app.classroom.classes; a question's choices and answer come from the run's numbers
-(app.engine.questions), computed in the thread pool the attention endpoint's measures use."""
+(app.engine.questions), from the measures as the attention endpoint has them (at the model's turns, kept)."""
 
 import io
 import ipaddress
@@ -134,12 +134,13 @@ async def ask(
     opens. Any question asked before is closed (and kept for the answers' CSV)."""
     await classes.check_teacher(code, secret)
     run = await lab.run(body.run_id, client)
-    engine = await lab.engine_for(run.spec.model)
+    engine = await lab.engine_for(run.spec.model, client)
     if isinstance(body, AttendsAsk):
         view = questions.View(
             body.layer, body.head, tuple(body.heads), body.block_mean, body.measure, body.sinks, body.segments
         )
-        question = await run_in_threadpool(questions.attends, run, engine.loaded.model, view, body.token)
+        blocks = await lab.measured(run, view.measure, questions.measured_layer(view), client)
+        question = await run_in_threadpool(questions.attends, run, blocks, view, body.token)
     elif isinstance(body, HeadAsk):
         question = await run_in_threadpool(questions.head, run, body.layer, body.pattern)
     else:

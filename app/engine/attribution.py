@@ -7,6 +7,11 @@ language-model head, the logit of one next token after the text (the LM head on 
 Attributions are taken with respect to the word-embedding rows (positions and token types stay as they
 are) against an all-zero baseline, and summed over the embedding dimensions: one number per token.
 Integrated Gradients' completeness, Σ attributions = f(x) − f(baseline), holds up to the reported convergence delta.
+
+The work comes in slices (attribution_slices), each a bounded number of IG's steps × tokens, so that a
+server can give its model's turn to others between them and stop when nobody waits (app.serving.lab). A
+slice is one of Captum's own batches of steps (its internal_batch_size), added to the others in Captum's
+order: the slices together give exactly what Captum gives with that batch size.
 """
 
 from collections.abc import Callable
@@ -14,11 +19,20 @@ from typing import Literal
 
 import torch
 from captum.attr import InputXGradient, IntegratedGradients
+from captum.attr._utils.approximation_methods import approximation_parameters
 from torch import Tensor
 
 Method = Literal["integrated_gradients", "gradient_x_input"]
 Target = Literal["similarity", "next_token"]
-INTERNAL_BATCH = 8  # IG's interpolation steps run this many at a time: memory stays that of 8 passes
+IG_METHOD = "gausslegendre"  # Captum's default rule for the path integral
+# IG's steps × tokens in one slice: a batch of steps costs about that many token-passes, forward and
+# backward (at 256 tokens, one step: 0.1 s on this project's 2 cores when quiet, about 1 s when three
+# other developers' tests share them); at least one step.
+STEP_TOKENS_PER_SLICE = 256
+
+
+def steps_per_slice(tokens: int) -> int:
+    return max(1, STEP_TOKENS_PER_SLICE // tokens)
 
 
 def hidden_states(trunk, family, types: Tensor, **inputs) -> Tensor:
@@ -28,43 +42,75 @@ def hidden_states(trunk, family, types: Tensor, **inputs) -> Tensor:
     return trunk(**inputs).last_hidden_state
 
 
-def attribute(
+def attribution_slices(
     trunk,
     family,
     input_ids: Tensor,
     token_type_ids: Tensor,
-    target: Callable[[Tensor], Tensor],
+    make_target: Callable[[], Callable[[Tensor], Tensor]],
     method: Method,
     steps: int,
-) -> dict:
-    """trunk: the model without a head; target: last hidden states [batch, pos, d_model] -> one number per
-    batch row."""
-    word_rows = trunk.get_input_embeddings()(input_ids[None]).detach().requires_grad_()  # [1, pos, d_model]
+) -> list[Callable[[], dict | None]]:
+    """Attributions in slices, to run one after another: the last returns {attributions [pos], output,
+    baseline_output, delta}. The first slice makes the target and the output at both ends of the path, each
+    next one a batch of IG's steps. trunk: the model without a head; make_target: the target (making it may
+    run the model), a function of the last hidden states [batch, pos, d_model] -> one number per batch row."""
+    work: dict = {}
 
-    def forward(rows: Tensor) -> Tensor:
-        types = token_type_ids[None].expand(len(rows), -1)
-        return target(hidden_states(trunk, family, types, inputs_embeds=rows))
+    def begin() -> None:
+        """The target, and the output at both ends of the path: the text's and the all-zero baseline's."""
+        target = make_target()
+        word_rows = trunk.get_input_embeddings()(input_ids[None]).detach().requires_grad_()  # [1, pos, d_model]
 
-    baseline = torch.zeros_like(word_rows)
-    if method == "integrated_gradients":
-        attributions, delta = IntegratedGradients(forward).attribute(
-            word_rows,
-            baselines=baseline,
-            n_steps=steps,
-            internal_batch_size=INTERNAL_BATCH,
-            return_convergence_delta=True,
-        )
-        delta = float(delta[0])
-    else:
-        attributions, delta = InputXGradient(forward).attribute(word_rows), None
-    with torch.no_grad():
-        output, at_baseline = float(forward(word_rows)[0]), float(forward(baseline)[0])
-    return {
-        "attributions": attributions[0].sum(-1).detach(),  # [pos]
-        "output": output,
-        "baseline_output": at_baseline,
-        "delta": delta,
-    }
+        def forward(rows: Tensor) -> Tensor:
+            types = token_type_ids[None].expand(len(rows), -1)
+            return target(hidden_states(trunk, family, types, inputs_embeds=rows))
+
+        baseline = torch.zeros_like(word_rows)
+        with torch.no_grad():
+            output, at_baseline = forward(word_rows), forward(baseline)  # [1] each
+        work.update(forward=forward, rows=word_rows, baseline=baseline, output=output, at_baseline=at_baseline)
+
+    def finish(attributions: Tensor, delta: float | None) -> dict:
+        return {
+            "attributions": attributions[0].sum(-1).detach(),  # [pos]
+            "output": float(work["output"][0]),
+            "baseline_output": float(work["at_baseline"][0]),
+            "delta": delta,
+        }
+
+    if method != "integrated_gradients":
+
+        def gradient_x_input() -> dict:
+            begin()
+            return finish(InputXGradient(work["forward"]).attribute(work["rows"]), None)
+
+        return [gradient_x_input]
+
+    sizes, alphas = (function(steps) for function in approximation_parameters(IG_METHOD))
+
+    def ig_steps(first: int, last: int) -> Callable[[], dict | None]:
+        def compute() -> dict | None:
+            (part,) = IntegratedGradients(work["forward"])._attribute(  # one of Captum's own batches of steps
+                inputs=(work["rows"],),
+                baselines=(work["baseline"],),
+                n_steps=last - first,
+                method=IG_METHOD,
+                step_sizes_and_alphas=(sizes[first:last], alphas[first:last]),
+            )
+            work["total"] = part if first == 0 else part.detach() + work["total"]
+            if last < steps:
+                return None
+            # Captum's convergence delta (compute_convergence_delta), from the ends computed in the first slice.
+            total = work["total"]
+            with torch.no_grad():
+                delta = total.reshape(1, -1).sum(1) - (work["output"] - work["at_baseline"])
+            return finish(total, float(delta[0]))
+
+        return compute
+
+    per_slice = steps_per_slice(len(input_ids))
+    return [begin, *(ig_steps(first, min(first + per_slice, steps)) for first in range(0, steps, per_slice))]
 
 
 def similarity_target(

@@ -18,8 +18,12 @@
   token makes up token i after block l. [layer, 1, query, key]
 
 A switched-off head moves nothing: its f_h counts as zero, as W_O receives zeros from it.
+
+A block of a measure is computed in slices (block_slices), each a bounded amount of work, so that a server
+can give its model's turn to others between them (app.serving.lab).
 """
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
@@ -100,6 +104,9 @@ MEASURES: dict[str, MeasureName] = {
 }
 
 QUERY_CHUNK = 32  # queries decomposed at once: [chunk, key, d_model] floats stay about 25 MB at 512 tokens
+# Multiply-adds in one slice of ALTI (whole chunks of queries, at least one): one chunk of a 512-token run of
+# MiniLM, 0.06 s on this project's 2 cores (0.13 s at most while other developers' tests share them).
+SLICE_WORK = 2**27
 
 
 def attention_output_weights(run, model, layer: int) -> tuple[Tensor, Tensor, torch.nn.LayerNorm | None]:
@@ -134,14 +141,39 @@ def norm(run, model, layer: int) -> Tensor:
     return weights * transformed_values(run, model, layer).norm(dim=-1)[:, None, :]
 
 
-def alti(run, model, layer: int) -> Tensor:
-    """ALTI's contributions of each input token to each token's attention-block output. [query, key]
+def alti_slices(run, model, layer: int) -> list[Callable[[], Tensor | None]]:
+    """ALTI's contributions of each input token to each token's attention-block output, in slices of whole
+    chunks of queries: the last slice returns them all. [query, key]
 
     Computed as σ_i (T̃_i(x_j) − y_i) in one product per chunk of queries, the memory-bound part: in a
     post-LN block σ_i T̃_i(x_j) = Σ_h α_ij^h γ⊙f_h(x_j) + [i = j] γ⊙x_j − γ·mean(T_i(x_j)), the mean being
     the same α-weighted sum of the vectors' means, so the mean becomes one more "head" with the vector −γ
     (a pre-LN block: γ = 1, σ = 1, no mean). Then ‖y_i − T̃_i(x_j)‖₁ = ‖σ_i (T̃_i(x_j) − y_i)‖₁ / σ_i.
     Materialising T, T − mean, γ⊙… and y − T̃ one after another took three times as long."""
+    n, d_model = run.block_input(layer).shape
+    per_query = n * (run.n_heads + 1) * d_model
+    rows = max(1, SLICE_WORK // per_query // QUERY_CHUNK) * QUERY_CHUNK
+    contributions = torch.empty(n, n, dtype=torch.float64)
+    block: dict = {}  # what every slice reads, made by the first
+
+    def rows_of(start: int, stop: int) -> Callable[[], Tensor | None]:
+        @torch.inference_mode()
+        def compute() -> Tensor | None:
+            if not block:
+                block.update(alti_block(run, model, layer))
+            for first in range(start, stop, QUERY_CHUNK):
+                alti_rows(contributions, torch.arange(first, min(first + QUERY_CHUNK, stop)), **block)
+            return contributions.float() if stop == n else None
+
+        return compute
+
+    return [rows_of(start, min(start + rows, n)) for start in range(0, n, rows)]
+
+
+def alti_block(run, model, layer: int) -> dict:
+    """What ALTI's rows of block `layer` read, in float64: the vectors per "head" (the mean as one more in a
+    post-LN block), each token's own vector (σ_i x_i where an RMSNorm scales attention's output before the
+    residual, Gemma's), the mean's weights, σ, σ_i y_i and ‖y_i‖₁."""
     weights = run.activations[names.attn(layer, "weights")].double()  # [head, query, key]
     f = transformed_values(run, model, layer).double()  # [head, key, d_model]
     x = run.block_input(layer).double()  # [key, d_model]
@@ -149,6 +181,7 @@ def alti(run, model, layer: int) -> Tensor:
     n, d_model = x.shape
     _, _, layer_norm = attention_output_weights(run, model, layer)
     family = run.family
+    means = own_means = None
     if family.attention_norm is not None:
         # σ_i(T̃_i(x_j) − y_i) = Σ_h α_ij^h γ⊙f_h(x_j) + [i = j] σ_i x_j − σ_i y_i, σ_i the RMSNorm's scale of
         # token i's attention output (its bias included).
@@ -168,24 +201,32 @@ def alti(run, model, layer: int) -> Tensor:
         vectors = torch.cat([gamma * f, -gamma.expand(1, n, d_model)])  # [head + 1, key, d_model]
         own = gamma * x
         means, own_means = f.mean(-1), x.mean(-1)  # [head, key], [key]
-    target = sigma[:, None] * y  # σ_i y_i
-    y_size = y.abs().sum(-1)  # ‖y_i‖₁
-    contributions = torch.empty(n, n, dtype=torch.float64)
-    for start in range(0, n, QUERY_CHUNK):
-        queries = torch.arange(start, min(start + QUERY_CHUNK, n))
-        chunk = torch.arange(len(queries))
-        alpha = weights[:, queries]  # [head, chunk, key]
-        if layer_norm is not None:
-            mean = torch.einsum("hqk,hk->qk", alpha, means)  # mean(T_i(x_j)) without the residual
-            mean[chunk, queries] += own_means[queries]
-            alpha = torch.cat([alpha, mean[None]])
-        scaled = torch.einsum("hqk,hkd->qkd", alpha, vectors)  # [chunk, key, d_model]
-        scaled[chunk, queries] += own[queries]  # the residual: token i carries itself
-        scaled -= target[queries, None, :]
-        distance = torch.linalg.vector_norm(scaled, ord=1, dim=-1) / sigma[queries, None]
-        kept = (y_size[queries, None] - distance).clamp_min(0)
-        contributions[queries] = kept / kept.sum(-1, keepdim=True)
-    return contributions.float()
+    return {
+        "weights": weights,
+        "vectors": vectors,
+        "own": own,
+        "means": means,
+        "own_means": own_means,
+        "sigma": sigma,
+        "target": sigma[:, None] * y,  # σ_i y_i
+        "y_size": y.abs().sum(-1),  # ‖y_i‖₁
+    }
+
+
+def alti_rows(contributions, queries, weights, vectors, own, means, own_means, sigma, target, y_size) -> None:
+    """ALTI's rows for `queries` (one chunk) written into `contributions` [query, key]."""
+    chunk = torch.arange(len(queries))
+    alpha = weights[:, queries]  # [head, chunk, key]
+    if means is not None:
+        mean = torch.einsum("hqk,hk->qk", alpha, means)  # mean(T_i(x_j)) without the residual
+        mean[chunk, queries] += own_means[queries]
+        alpha = torch.cat([alpha, mean[None]])
+    scaled = torch.einsum("hqk,hkd->qkd", alpha, vectors)  # [chunk, key, d_model]
+    scaled[chunk, queries] += own[queries]  # the residual: token i carries itself
+    scaled -= target[queries, None, :]
+    distance = torch.linalg.vector_norm(scaled, ord=1, dim=-1) / sigma[queries, None]
+    kept = (y_size[queries, None] - distance).clamp_min(0)
+    contributions[queries] = kept / kept.sum(-1, keepdim=True)
 
 
 def mean_view(blocks: list[Tensor], heads: list[int], over_blocks: bool) -> list[Tensor]:
@@ -198,21 +239,21 @@ def mean_view(blocks: list[Tensor], heads: list[int], over_blocks: bool) -> list
     return [mean.float() for mean in means]
 
 
-@torch.inference_mode()
-def measure_blocks(run, model, measure: Measure, layer: int | None = None) -> list[Tensor]:
-    """The measure for every block, or only for `layer` (a valid one), in the attention endpoint's shape:
-    [head (or 1), query, key] each. Only what is asked for is computed; a rollout needs the blocks before.
-    A model without an adapter has its weights only (NeedsAdapter)."""
-    layers = range(run.n_layers) if layer is None else [layer]
-    if measure == "weights":
-        return [run.activations[names.attn(index, "weights")] for index in layers]
+def block_slices(run, model, measure: Measure, layer: int) -> list[Callable[[], Tensor | None]]:
+    """Block `layer` of a measure computed from the run itself (norm or ALTI), in slices to run one after
+    another; the last returns the block in the attention endpoint's shape, [head (or 1), query, key]. A
+    model without an adapter has its weights only (NeedsAdapter, at once)."""
     run.check_adapter()
     if measure == "norm":
-        return [norm(run, model, index) for index in layers]
+        return [torch.inference_mode()(lambda: norm(run, model, layer))]
     if measure == "alti":
-        return [alti(run, model, index)[None] for index in layers]
-    rolled, flow = [], torch.eye(len(run.tokens))
-    for index in range(layers[-1] + 1):
-        flow = alti(run, model, index) @ flow
-        rolled.append(flow[None])
-    return [rolled[index] for index in layers]
+        *first, last = alti_slices(run, model, layer)
+        return [*first, lambda: last()[None]]
+    raise ValueError(f"{measure} is not computed from one block alone")
+
+
+@torch.inference_mode()
+def rolled(contributions: Tensor, before: Tensor | None) -> Tensor:
+    """ALTI rollout of a block, R_l = C_l R_{l-1}, from its contributions C_l [1, query, key] and the rollout
+    of the block before (None for the first). [1, query, key]"""
+    return contributions if before is None else contributions @ before

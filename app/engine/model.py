@@ -1,12 +1,14 @@
 """Loading a model and its tokenizer from a local folder, or by its Hub id from the local Hugging Face cache;
 never from the network."""
 
+import functools
 import hashlib
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
 import torch
 from transformers import (
@@ -29,6 +31,10 @@ from app.engine.sentence import PipelineError, SentencePipeline, read_pipeline
 PACKAGED_MODEL_NAME = "sentence-transformers/all-MiniLM-L6-v2"
 # Where the folder was and which transformers read it: neither changes a number.
 UNNUMBERED_CONFIG_KEYS = ("_name_or_path", "transformers_version")
+# Weights hashed in one step of a load (load_steps): about 0.1 s of sha256 on this project's machine.
+DIGEST_BYTES = 128 * 1024**2
+T = TypeVar("T")
+Step = Callable[[], object]
 
 
 class ModelLoadError(RuntimeError):
@@ -89,12 +95,49 @@ def locate(reference: str | Path | None) -> tuple[str, Path]:
 
 
 def load_model(reference: str | Path | None = None, name: str | None = None) -> LoadedModel:
-    """The model a setting names (locate), with its tokenizer and its sentence-transformers pipeline; `name`:
-    the name it was given when it was located before (a Hub id's snapshot folder is named by the id). A model
-    of a family without an adapter is read for its attention weights alone (attention_only), once a probe
-    pass shows it returns them."""
+    """The model a setting names (locate), with its tokenizer and its sentence-transformers pipeline, loaded
+    whole (load_steps); `name`: the name it was given when it was located before (a Hub id's snapshot folder
+    is named by the id)."""
+    for step in load_steps(reference, name):
+        loaded = step()
+    return loaded
+
+
+def load_steps(
+    reference: str | Path | None = None,
+    name: str | None = None,
+    then: Callable[[LoadedModel], T] = lambda loaded: loaded,
+) -> Iterator[Step]:
+    """A model's load in steps, to run one after another, each asked for once the one before has run (a server
+    gives its model's turn to others between them, app.serving.lab): the weights, tokenizer and pipeline, then
+    the digest, DIGEST_BYTES of weights a step. The last step returns then(the loaded model)."""
     located, path = locate(reference)
     name = name or located
+    read: dict = {}
+    yield lambda: read.update(_read_folder(path))
+    model, tokenizer, pipeline = read["model"], read["tokenizer"], read["pipeline"]
+    digest = hashlib.sha256()
+    yield lambda: _digest_head(digest, model, tokenizer, pipeline)
+    group, size = [], 0
+    for weight in _digested_tensors(model, pipeline):
+        group.append(weight)
+        size += weight[1].numel() * weight[1].element_size()
+        if size >= DIGEST_BYTES:
+            yield functools.partial(_digest_weights, digest, group)
+            group, size = [], 0
+    if group:
+        yield functools.partial(_digest_weights, digest, group)
+    pooling = pipeline.pooling or read["family"].default_pooling
+    yield lambda: then(
+        LoadedModel(
+            name, path, model, tokenizer, read["family"], pooling, pipeline.max_seq_length, digest.hexdigest(), pipeline
+        )
+    )
+
+
+def _read_folder(path: Path) -> dict:
+    """A model folder's model, tokenizer, family and pipeline, checked: a model of a family without an adapter
+    is read for its attention weights alone (attention_only), once a probe pass shows it returns them."""
     pipeline = read_sentence_pipeline(path)
     folder = path / pipeline.transformer
     config, family = read_model_config(folder)
@@ -128,9 +171,7 @@ def load_model(reference: str | Path | None = None, name: str | None = None) -> 
             f"model folder {folder} holds a {model.config.model_type!r} model the lab cannot hook as "
             f"{family.name} (no module {missing[0]})"
         )
-    digest = model_digest(model, tokenizer, pipeline)
-    pooling = pipeline.pooling or family.default_pooling
-    return LoadedModel(name, path, model, tokenizer, family, pooling, pipeline.max_seq_length, digest, pipeline)
+    return {"model": model, "tokenizer": tokenizer, "family": family, "pipeline": pipeline}
 
 
 def read_sentence_pipeline(path: Path) -> SentencePipeline:
@@ -171,8 +212,15 @@ def model_digest(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, pip
     bytes), the config less its folder path and library version, the tokenizer's own serialisation, and the
     sentence-transformers pipeline (its modules, their weights, its prompts, the length its pooling reads).
     The same model in another folder or on another machine has the same digest; MiniLM's 90 MB take about
-    60 ms."""
+    60 ms. (load_steps computes it in steps.)"""
     digest = hashlib.sha256()
+    _digest_head(digest, model, tokenizer, pipeline)
+    _digest_weights(digest, _digested_tensors(model, pipeline))
+    return digest.hexdigest()
+
+
+def _digest_head(digest, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, pipeline: SentencePipeline):
+    """The digest's first part: the config, the lengths, the pipeline's description and the tokenizer."""
     config = {key: value for key, value in model.config.to_dict().items() if key not in UNNUMBERED_CONFIG_KEYS}
     digest.update(json.dumps(config, sort_keys=True).encode())
     sentence = {
@@ -183,11 +231,18 @@ def model_digest(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, pip
     }
     digest.update(f"model_max_length {tokenizer.model_max_length} {json.dumps(sentence, sort_keys=True)}".encode())
     digest.update(tokenizer.backend_tokenizer.to_str().encode())
-    tensors = [*sorted(model.state_dict().items()), *(("sentence", tensor) for tensor in pipeline.tensors())]
-    for name, tensor in tensors:
+
+
+def _digested_tensors(model: PreTrainedModel, pipeline: SentencePipeline) -> list[tuple[str, torch.Tensor]]:
+    """The weights the digest reads, in its order: the model's by name, then the pipeline's."""
+    return [*sorted(model.state_dict().items()), *(("sentence", tensor) for tensor in pipeline.tensors())]
+
+
+def _digest_weights(digest, weights: list[tuple[str, torch.Tensor]]) -> None:
+    """The next weights into the digest (model_digest)."""
+    for name, tensor in weights:
         digest.update(f"{name} {tensor.dtype} {tuple(tensor.shape)}".encode())
         digest.update(memoryview(tensor.detach().contiguous().reshape(-1).view(torch.uint8).numpy()))
-    return digest.hexdigest()
 
 
 def _has_submodule(model: torch.nn.Module, name: str) -> bool:

@@ -16,7 +16,7 @@ from typing import Literal
 import torch
 
 from app.engine.lessons import added_names, head_stats
-from app.engine.measures import MEASURES, Measure, mean_view, measure_blocks
+from app.engine.measures import MEASURES, Measure, mean_view
 from app.engine.runs import InvalidInput, OutOfRange, Run, Token
 
 Sinks = Literal["show", "hide", "renormalise"]
@@ -107,12 +107,17 @@ def view_layers(run: Run, view: View) -> list[int]:
     return [view.layer]
 
 
-def view_row(run: Run, model: torch.nn.Module, view: View, token: int) -> torch.Tensor:
-    """Token `token`'s row in the view, float64, NaN for each key the view leaves out. [key]"""
+def measured_layer(view: View) -> int | None:
+    """The block whose measure a view reads: None for every block (a mean over the blocks)."""
+    return None if view.block_mean else view.layer
+
+
+def view_row(run: Run, blocks: list[torch.Tensor], view: View, token: int) -> torch.Tensor:
+    """Token `token`'s row in the view, float64, NaN for each key the view leaves out. [key]
+    blocks: the view's measure of the run, for its block or every block (measured_layer)."""
     run.check_token(token)
     layers = view_layers(run, view)
     heads = view_heads(run, view)
-    blocks = measure_blocks(run, model, view.measure, None if view.block_mean else view.layer)
     (combined,) = mean_view(blocks, heads, view.block_mean)  # [1, query, key], float32 as the page holds it
     row = combined[0, token].double()
     hidden = torch.tensor([t.added for t in run.tokens])
@@ -163,9 +168,10 @@ def describe(run: Run, view: View) -> str:
     return where + (f" ({'; '.join(notes)})" if notes else "")
 
 
-def attends(run: Run, model: torch.nn.Module, view: View, token: int) -> Question:
-    """Which token does token `token` attend to most in the view? Choices: the keys the view keeps."""
-    row = view_row(run, model, view, token)
+def attends(run: Run, blocks: list[torch.Tensor], view: View, token: int) -> Question:
+    """Which token does token `token` attend to most in the view? Choices: the keys the view keeps.
+    blocks: the view's measure of the run (view_row)."""
+    row = view_row(run, blocks, view, token)
     labels = token_labels(run.tokens)
     choices = tuple(
         Choice(labels[key], float(value), token=key) for key, value in enumerate(row.tolist()) if not math.isnan(value)

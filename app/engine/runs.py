@@ -1,6 +1,7 @@
 """A run of the model on one input: tokenize, capture one forward pass, and serve its numbers by name.
 The engine is synchronous and knows nothing of HTTP, caches or queues (app.serving.lab has those)."""
 
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 
@@ -8,7 +9,7 @@ import torch
 from torch import Tensor
 
 from app.engine import names
-from app.engine.attribution import Target, attribute, next_token_target, similarity_target
+from app.engine.attribution import Target, attribution_slices, next_token_target, similarity_target
 from app.engine.capture import (
     NEXT_TOKENS,
     Scoring,
@@ -570,9 +571,12 @@ class Engine:
         target: Target = "similarity",
         other: str | None = None,
         next_token: int | None = None,
-    ) -> dict:
+        max_step_tokens: int | None = None,
+    ) -> list[Callable[[], dict | None]]:
         """Which tokens of `text` make its output what it is (app.engine.attribution): its similarity to
-        `other`, or the LM head's logit of `next_token` after it (its most likely one by default)."""
+        `other`, or the LM head's logit of `next_token` after it (its most likely one by default). The
+        request is checked here and now; the work comes as slices to run one after another, the last of
+        which returns the answer. Integrated Gradients costs about steps × tokens, at most max_step_tokens."""
         for checked in (text, other or ""):
             self.spec(checked or " ")  # the same character cap as any run
         loaded = self.loaded
@@ -583,35 +587,47 @@ class Engine:
                 raise InvalidInput("the similarity target needs `other`, the sentence to compare with")
             tokens, _ = self.tokenize(text, None, loaded.max_seq_length)
             others, _ = self.tokenize(other, None, loaded.max_seq_length)
-            objective = similarity_target(
-                trunk,
-                loaded.family,
-                as_ids(others, "id"),
-                as_ids(others, "token_type"),
-                lambda hidden: loaded.pipeline.stages(hidden, loaded.default_pooling)[-1].vector,
-            )
             about = {"kind": "similarity", "other": other}
+
+            def make_target():
+                return similarity_target(
+                    trunk,
+                    loaded.family,
+                    as_ids(others, "id"),
+                    as_ids(others, "token_type"),
+                    lambda hidden: loaded.pipeline.stages(hidden, loaded.default_pooling)[-1].vector,
+                )
         else:
             if not loaded.has_lm_head:
                 raise InvalidInput(f"{loaded.name} has no language-model head: it predicts no next token")
             tokens, _ = self.tokenize(text)
-            token_id = self._next_token(as_ids(tokens, "id")) if next_token is None else next_token
-            if not 0 <= token_id < loaded.model.config.vocab_size:
+            if next_token is not None and not 0 <= next_token < loaded.model.config.vocab_size:
                 raise InvalidInput(
-                    f"next_token {token_id} is not in the vocabulary (0 to {loaded.model.config.vocab_size - 1})"
+                    f"next_token {next_token} is not in the vocabulary (0 to {loaded.model.config.vocab_size - 1})"
                 )
+            about = {"kind": "next_token", "token_id": next_token, "position": len(tokens) - 1}
             softcap = getattr(loaded.model.config, "final_logit_softcapping", None)
-            objective = next_token_target(loaded.model.get_output_embeddings(), token_id, softcap)
-            about = {
-                "kind": "next_token",
-                "token_id": token_id,
-                "token": self.pieces([token_id])[0],
-                "position": len(tokens) - 1,
-            }
-        found = attribute(
-            trunk, loaded.family, as_ids(tokens, "id"), as_ids(tokens, "token_type"), objective, method, steps
+
+            def make_target():
+                if about["token_id"] is None:
+                    about["token_id"] = self._next_token(as_ids(tokens, "id"))
+                about["token"] = self.pieces([about["token_id"]])[0]
+                return next_token_target(loaded.model.get_output_embeddings(), about["token_id"], softcap)
+
+        cost = steps * len(tokens)
+        if method == "integrated_gradients" and max_step_tokens is not None and cost > max_step_tokens:
+            raise InvalidInput(
+                f"Integrated Gradients costs steps × tokens: {steps} × {len(tokens)} = {cost:,} is past this lab's "
+                f"bound of {max_step_tokens:,}; ask for fewer steps or a shorter text"
+            )
+        *first, last = attribution_slices(
+            trunk, loaded.family, as_ids(tokens, "id"), as_ids(tokens, "token_type"), make_target, method, steps
         )
-        return {"method": method, "tokens": tokens, "target": about, **found}
+
+        def answer() -> dict:
+            return {"method": method, "tokens": tokens, "target": about, **last()}
+
+        return [*first, answer]
 
     def _next_token(self, input_ids: Tensor) -> int:
         """The LM head's most likely token after the ids."""

@@ -4,16 +4,20 @@ by client, so one client's flood waits behind its own requests and not in front 
 A client is its network address and, within an address (learners behind one NAT, or behind the lab's own
 proxy), its `lab_client` cookie. Turns go round the addresses, and within an address round its clients:
 a client that floods, whether from many connections or under many cookies, gets one turn in each round
-like any other. Past its own bound of waiting requests a client is refused alone (429); past the bound
-for everyone, or after the longest wait, a request is told to come back (503). Waiting happens on the
-event loop, so a full queue never ties up the server's threads, and a request cancelled while it waits
-(its client went away) leaves the queue at once.
+like any other. Past its own bound of waiting requests a client is refused alone (429), and so is an
+address past its bound, whatever cookies its requests carry (a device that gathers cookies cannot fill the
+queue); past the bound for everyone, or after the longest wait, a request is told to come back (503).
+Waiting happens on the event loop, so a full queue never ties up the server's threads, and a request
+cancelled while it waits (its client went away) leaves the queue at once.
+
+Heavy work (Integrated Gradients, the measures, a model's load) takes one turn per slice of itself (Lab),
+so that a request waits for at most one slice of it, never for the whole.
 
 A request that gets its turn may take the jobs of those waiting behind it, in the same fair order, to do
 them in the same pass (claim): each of them is then answered from that pass instead of taking a turn."""
 
 import asyncio
-from collections import deque
+from collections import Counter, deque
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -98,14 +102,23 @@ class Rotation:
 
 
 class PassGate:
-    def __init__(self, max_passes: int, max_waiting: int, max_waiting_per_client: int, max_wait_seconds: float):
+    def __init__(
+        self,
+        max_passes: int,
+        max_waiting: int,
+        max_waiting_per_client: int,
+        max_wait_seconds: float,
+        max_waiting_per_address: int | None = None,
+    ):
         self.max_passes = max_passes
         self.max_waiting = max_waiting
         self.max_waiting_per_client = max_waiting_per_client
+        self.max_waiting_per_address = max_waiting_per_address or max_waiting
         self.max_wait_seconds = max_wait_seconds
         self.running = 0
         self.waiting = 0
         self._turns = Rotation()  # the waiting requests' turns, by address, then by cookie
+        self._by_address: Counter[str] = Counter()  # waiting requests per address
 
     @asynccontextmanager
     async def admit(self, client: Client = ANYONE, job: object = None) -> AsyncIterator[asyncio.Future | None]:
@@ -130,8 +143,7 @@ class PassGate:
             turn = self._turns.peek()
             if turn.job is None or not accepts(turn.job):
                 break
-            self._turns.popleft()
-            self.waiting -= 1
+            self._dequeued(self._turns.popleft())
             answer = asyncio.get_running_loop().create_future()
             turn.ready.set_result(answer)
             claimed.append((turn.job, answer))
@@ -145,10 +157,17 @@ class PassGate:
                 "wait for them, then try again",
                 2,
             )
+        if self._by_address[keys[0]] >= self.max_waiting_per_address:
+            raise TooManyWaiting(
+                f"this address already has {self.max_waiting_per_address} requests waiting for the model: "
+                "wait for them, then try again",
+                2,
+            )
         if self.waiting >= self.max_waiting:
             raise Busy(f"{self.waiting} requests are already waiting for the model: try again in a moment", 2)
         self._turns.append(keys, turn)
         self.waiting += 1
+        self._by_address[keys[0]] += 1
         try:
             async with asyncio.timeout(self.max_wait_seconds):
                 return await asyncio.shield(turn.ready)
@@ -159,7 +178,7 @@ class PassGate:
             else:
                 turn.ready.cancel()
                 self._turns.remove(keys, turn)
-                self.waiting -= 1
+                self._dequeued(turn)
             if isinstance(error, TimeoutError):
                 raise Busy(f"waited {self.max_wait_seconds:g} s for the model: try again in a moment", 5) from None
             raise
@@ -167,7 +186,14 @@ class PassGate:
     def _pass_on(self) -> None:
         """A pass ended: its slot goes to whoever's turn it is, or is freed."""
         if self._turns:
-            self.waiting -= 1
-            self._turns.popleft().ready.set_result(None)
+            turn = self._turns.popleft()
+            self._dequeued(turn)
+            turn.ready.set_result(None)
         else:
             self.running -= 1
+
+    def _dequeued(self, turn: Turn) -> None:
+        self.waiting -= 1
+        self._by_address[turn.keys[0]] -= 1
+        if not self._by_address[turn.keys[0]]:
+            del self._by_address[turn.keys[0]]

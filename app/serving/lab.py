@@ -1,10 +1,26 @@
 """Serving runs: each worker keeps recent runs, computes one pass per run however many ask for it at a
 time, takes turns at the model through the gate, and recomputes from the shared spec store any run it does
-not hold. The numbers come from the engine (app.engine.runs)."""
+not hold. The numbers come from the engine (app.engine.runs).
+
+Heavy work takes turns in slices (in_turns), each a bounded amount of work: Integrated Gradients a batch of
+steps (app.engine.attribution), a measure's block a few chunks of queries (norm and ALTI rollout one slice
+per block, app.engine.measures), a model's load its weights, then its digest 128 MB at a time
+(app.engine.model.load_steps). Between two slices the model goes to whoever's turn it is, so a learner's
+analyze waits for one slice at most, and work whose requests have all gone (their clients disconnected)
+stops at its next slice. A measure's blocks are computed once however many ask for them at a time, and
+kept in the run cache beside the runs (by run id, measure and block), within its bound in bytes."""
 
 import asyncio
+import logging
+from collections import Counter
+from collections.abc import Awaitable, Callable, Iterable, Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TypeVar
 
+from torch import Tensor
+
+from app.engine import measures
 from app.engine.model import LoadedModel
 from app.engine.runs import BATCH_TOKENS, Engine, Run
 from app.engine.spec import RUN_ID, RunSpec
@@ -12,8 +28,11 @@ from app.engine.threads import ModelThreads
 from app.serving.cache import RunCache
 from app.serving.gate import ANYONE, Client, PassGate
 from app.serving.memory import trim_if_over
-from app.serving.models import Models
+from app.serving.models import Loads, Models
 from app.serving.specs import SpecStore, StoreError
+
+Result = TypeVar("Result")
+log = logging.getLogger("uvicorn.error")  # uvicorn shows its INFO lines
 
 # The model, torch and the server besides the runs: about 0.45 GB measured, with room for a pass in flight.
 RUNTIME_BYTES = 1024**3
@@ -36,6 +55,18 @@ class ForeignRun(RunNotFound):
         )
 
 
+@dataclass
+class Measured:
+    """One block of a measure, kept in the run cache (its bytes count against the cache's bound)."""
+
+    block: Tensor  # [head (or 1), query, key]
+    storages: dict[int, int] = field(init=False)
+
+    def __post_init__(self):
+        storage = self.block.untyped_storage()
+        self.storages = {storage.data_ptr(): storage.nbytes()}
+
+
 class Lab:
     def __init__(
         self,
@@ -50,9 +81,13 @@ class Lab:
         folders: list[Path] = (),
         max_loaded_models: int = 3,
         max_batch_runs: int = 64,
+        max_attribution_step_tokens: int | None = None,
+        model_loads_per_hour: int = 20,
     ):
         """`loaded`: the default model; `folders`: more models, loaded when first asked for."""
         self.models = Models(loaded, list(folders), max_chars, max_tokens, max_loaded_models)
+        self.loads = Loads(model_loads_per_hour)
+        self.max_attribution_step_tokens = max_attribution_step_tokens
         self.specs = specs
         self.gate = gate
         self.model_threads = ModelThreads(gate.max_passes)  # the cores go to the passes (app.engine.threads)
@@ -67,6 +102,9 @@ class Lab:
         # Specs waiting to be put in the store, with what their requests await, and the writes under way.
         self._to_store: list[tuple[RunSpec, asyncio.Future]] = []
         self._writers: set[asyncio.Task] = set()
+        # Work under way that several requests may wait for (a measure's block), by key, and its waiters.
+        self._underway: dict[str, asyncio.Task] = {}
+        self._underway_waiters: Counter[str] = Counter()
 
     @property
     def engine(self) -> Engine:
@@ -85,9 +123,79 @@ class Lab:
         """The checked spec of a request for the default model (app.engine.runs.Engine.spec)."""
         return self.engine.spec(*args, **kwargs)
 
-    async def engine_for(self, model: str | None) -> Engine:
-        """A model's engine by name (the default for None), loaded on first use."""
-        return await self.models.engine(model)
+    async def engine_for(self, model: str | None, client: Client = ANYONE) -> Engine:
+        """A model's engine by name (the default for None), loaded if it is not: at a turn of the gate, and
+        counted against the client's loads an hour (Loads)."""
+        return await self.models.engine(model, lambda name, steps: self._load(name, steps, client))
+
+    async def _load(self, name: str, steps: Iterator[Callable[[], Engine]], client: Client) -> Engine:
+        self.loads.take(client.address)
+        return await self.in_turns(f"the load of {name}", steps, client)
+
+    async def in_turns(self, what: str, slices: Iterable[Callable[[], Result]], client: Client = ANYONE) -> Result:
+        """Runs heavy work (`what`, for the log) one slice per turn at the gate, on the model's thread, and
+        returns what the last slice returns (the next slice is asked for once the one before has run). Between
+        slices the turn goes to whoever's it is; a request cancelled meanwhile (its client left) stops here,
+        and the slice under way is the last one done."""
+        result, done = None, 0
+        try:
+            for piece in slices:
+                async with self.gate.admit(client):
+                    result = await self.model_threads.run(piece)
+                done += 1
+        except asyncio.CancelledError:
+            log.info("%s called off after %d slices: nobody waits for it any more", what, done)
+            raise
+        return result
+
+    async def measured(self, run: Run, measure: str, layer: int | None, client: Client = ANYONE) -> list[Tensor]:
+        """A measure of a run, [head (or 1), query, key] for each block, or for block `layer` alone (a valid
+        one). The weights are the run's own; another measure's blocks are kept, or computed in slices."""
+        blocks = run.attention(layer)  # a block that does not exist is refused before any measuring
+        if measure == "weights":
+            return blocks
+        layers = range(run.n_layers) if layer is None else [layer]
+        return [await self._block(run, measure, index, client) for index in layers]
+
+    async def _block(self, run: Run, measure: str, layer: int, client: Client) -> Tensor:
+        key = f"{run.run_id}/{measure}/{layer}"
+        kept = self.runs.get(key)
+        if kept is not None:
+            return kept.block
+        return await self._once(key, lambda: self._computed_block(key, run, measure, layer, client))
+
+    async def _computed_block(self, key: str, run: Run, measure: str, layer: int, client: Client) -> Tensor:
+        if measure == "alti_rollout":  # R_l = C_l R_{l-1}: this block's ALTI and the rollout before it
+            contributions = await self._block(run, "alti", layer, client)
+            before = await self._block(run, "alti_rollout", layer - 1, client) if layer else None
+            slices = [lambda: measures.rolled(contributions, before)]
+        else:
+            model = (await self.engine_for(run.spec.model, client)).loaded.model
+            slices = measures.block_slices(run, model, measure, layer)
+        block = await self.in_turns(f"{measure} of block {layer} of run {run.run_id}", slices, client)
+        self.runs.put(key, Measured(block), counted=False)
+        trim_if_over(self.runs.max_bytes + RUNTIME_BYTES + self.models.loaded_bytes)
+        return block
+
+    async def _once(self, key: str, start: Callable[[], Awaitable[Result]]) -> Result:
+        """The one task doing the work under `key`, started if none is under way, awaited by however many
+        requests ask for it; once none of them waits any more, it is called off (at its next slice)."""
+        task = self._underway.get(key)
+        if task is None:
+            task = self._underway[key] = asyncio.ensure_future(start())
+            task.add_done_callback(lambda done: self._underway.get(key) is done and self._underway.pop(key))
+        self._underway_waiters[key] += 1
+        try:
+            return await asyncio.shield(task)
+        except asyncio.CancelledError:
+            if self._underway_waiters[key] == 1 and not task.done():
+                task.cancel()
+                del self._underway[key]  # a request from now on starts the work anew
+            raise
+        finally:
+            self._underway_waiters[key] -= 1
+            if not self._underway_waiters[key]:
+                del self._underway_waiters[key]
 
     def engine_of(self, run: Run) -> Engine:
         """The engine that computed a run: loaded, since the run was just served (see get_run)."""
@@ -140,7 +248,7 @@ class Lab:
             raise RunNotFound(run_id)
         if spec.model not in self.models.names:
             raise ForeignRun(run_id, spec, self.loaded)
-        engine = await self.models.engine(spec.model)
+        engine = await self.engine_for(spec.model, client)
         if spec.model_digest != engine.loaded.digest:
             raise ForeignRun(run_id, spec, engine.loaded)
         return await self._computed(spec, client)
@@ -158,7 +266,7 @@ class Lab:
         return await asyncio.shield(underway)  # a client that goes away does not call it off for the others
 
     async def _pooling_pass(self, run: Run, client: Client) -> Run:
-        await self.models.engine(run.spec.model)  # loaded before the turn, in case it was let go
+        await self.engine_for(run.spec.model, client)  # loaded before the turn, in case it was let go
         async with self.gate.admit(client):
             return await self.model_threads.run(self._with_sentence_vector, run)
 
@@ -170,12 +278,16 @@ class Lab:
         return pooled
 
     async def attribution(self, model: str | None, client: Client = ANYONE, **ask) -> dict:
-        """Which tokens make an output what it is (Engine.attribution's `ask`): a turn at the gate, a thread."""
-        engine = await self.models.engine(model)
-        for checked in (ask["text"], ask.get("other") or " "):
-            engine.spec(checked)  # the same character cap as any run, before waiting for a turn
-        async with self.gate.admit(client):
-            return await self.model_threads.run(lambda: engine.attribution(**ask))
+        """Which tokens make an output what it is (Engine.attribution's `ask`), checked at once (its text,
+        its cost), then computed in slices at turns of the gate."""
+        engine = await self.engine_for(model, client)
+        slices = engine.attribution(**ask, max_step_tokens=self.max_attribution_step_tokens)
+        what = (
+            f"Integrated Gradients of {ask['steps']} steps"
+            if ask["method"] == "integrated_gradients"
+            else "gradient × input"
+        )
+        return await self.in_turns(what, slices, client)
 
     def close(self) -> None:
         self.model_threads.close()
@@ -217,7 +329,7 @@ class Lab:
         """This spec's turn at the gate, or its place in another request's pass: a request that gets its
         turn takes the runs of the same model waiting behind it (in the gate's fair order) into its pass."""
         try:
-            await self.models.engine(spec.model)  # loaded before the turn, in case it was let go
+            await self.engine_for(spec.model, client)  # loaded before the turn, in case it was let go
             async with self.gate.admit(client, job=spec) as claimed:
                 self._started.add(spec.run_id)
                 if claimed is not None:

@@ -1,8 +1,12 @@
-"""Keeping the process's memory near what the run store holds."""
+"""Keeping the process's memory near what the run store holds, and the memory settings within the
+machine's."""
 
 import ctypes
 import ctypes.util
 import os
+from pathlib import Path
+
+from app.settings import ENV_PREFIX, GIB, Settings, SettingsError
 
 PAGE_BYTES = os.sysconf("SC_PAGE_SIZE")
 # mallopt's parameters (malloc.h)
@@ -25,6 +29,52 @@ def _libc():
 
 
 LIBC = _libc()
+
+
+# Where a container's memory bound is kept: cgroup v2, then v1 ("max" or a huge number: none).
+CGROUP_LIMITS = (Path("/sys/fs/cgroup/memory.max"), Path("/sys/fs/cgroup/memory/memory.limit_in_bytes"))
+
+
+def machine_memory() -> int:
+    """The memory this process's machine has: its RAM, or less where its container is given less."""
+    total = os.sysconf("SC_PHYS_PAGES") * PAGE_BYTES
+    for limit in CGROUP_LIMITS:
+        try:
+            value = limit.read_text().strip()
+        except OSError:
+            continue
+        if value.isdigit():
+            total = min(total, int(value))
+    return total
+
+
+def available_memory() -> int:
+    """What the system could give this process now without taking it from others (MemAvailable)."""
+    try:
+        with open("/proc/meminfo") as meminfo:
+            fields = dict(line.split(":", 1) for line in meminfo)
+        return min(int(fields["MemAvailable"].split()[0]) * 1024, machine_memory())
+    except (OSError, KeyError, ValueError):
+        return machine_memory()
+
+
+def check_memory(settings: Settings, memory: int | None = None) -> None:
+    """A memory setting past the machine's memory stops the lab at start, in one line naming both."""
+    memory = machine_memory() if memory is None else memory
+    for name in ("max_store_bytes", "reserve_bytes"):
+        value = getattr(settings, name)
+        if value > memory:
+            raise SettingsError(
+                f"{ENV_PREFIX}{name.upper()}={value} ({value / GIB:.1f} GiB) is more than this machine's memory "
+                f"({memory / GIB:.1f} GiB)"
+            )
+
+
+def reserve_size(settings: Settings, available: int | None = None) -> int:
+    """What a process takes at start for its runs (reserve): the reserve setting, at most the cache's bound
+    and at most half of what the machine has available now, shared by the workers that start with it."""
+    available = available_memory() if available is None else available
+    return min(settings.reserve_bytes, settings.max_store_bytes, available // (2 * settings.workers))
 
 
 def resident_bytes() -> int:

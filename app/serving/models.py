@@ -1,13 +1,29 @@
-"""The models one lab serves, by name: the default one loaded at start, the others on first use, at most
-a few at a time (the least recently used one beyond the default is let go; its runs are recomputed from
-their specs if it is needed again)."""
+"""The models one lab serves, by name: the default one loaded at start, the others read once at start (their
+shape, for the page and the API: nothing a page view or GET /api/model asks for loads a model again), then
+loaded when a run needs them, at most a few at a time (the least recently used one beyond the default is let
+go; its runs are recomputed from their specs if it is needed again). A load takes turns of the lab's own, a
+step at a time (app.engine.model.load_steps), and one address may cause at most a few an hour (Loads)."""
 
 import asyncio
-from collections import OrderedDict
+import time
+from collections import OrderedDict, deque
+from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 
-from app.engine.model import LoadedModel, ModelLoadError, load_model, locate, read_model_config, read_sentence_pipeline
+from app.engine.model import (
+    LoadedModel,
+    ModelLoadError,
+    Step,
+    load_model,
+    load_steps,
+    locate,
+    read_model_config,
+    read_sentence_pipeline,
+)
 from app.engine.runs import Engine, InvalidInput
+from app.serving.gate import TooManyWaiting
+
+HOUR = 3600.0
 
 
 class UnknownModel(InvalidInput):
@@ -15,7 +31,39 @@ class UnknownModel(InvalidInput):
 
 
 class UnreadableModel(InvalidInput):
-    """A listed model that fails to load when first asked for (a family without an adapter is probed then)."""
+    """A listed model that the lab could not load (a family without an adapter is probed then): the lab
+    starts all the same, and asking for that model answers with its one line."""
+
+
+class TooManyLoads(TooManyWaiting):
+    """This address has caused as many model loads as it may in an hour (429); others are unaffected."""
+
+
+class Loads:
+    """At most `per_hour` model loads an hour per client address, in this process."""
+
+    def __init__(self, per_hour: int, clock: Callable[[], float] = time.monotonic):
+        self.per_hour = per_hour
+        self.clock = clock
+        self._times: dict[str, deque[float]] = {}
+
+    def take(self, address: str) -> None:
+        now = self.clock()
+        for key in list(self._times):  # loads are rare: forgetting the hour's old ones costs nothing
+            times = self._times[key]
+            while times and times[0] <= now - HOUR:
+                times.popleft()
+            if not times:
+                del self._times[key]
+        times = self._times.setdefault(address, deque())
+        if len(times) >= self.per_hour:
+            wait = int(times[0] + HOUR - now) + 1
+            raise TooManyLoads(
+                f"this address has had {self.per_hour} models loaded in the last hour; this lab keeps the "
+                f"models in use loaded: try again in {wait // 60 + 1} min, or use a model already loaded",
+                wait,
+            )
+        times.append(now)
 
 
 class Models:
@@ -42,11 +90,34 @@ class Models:
             read_model_config(path / read_sentence_pipeline(path).transformer)
             self.folders[name] = path
         self._engines: OrderedDict[str, Engine] = OrderedDict({default.name: Engine(default, *self.limits)})
+        # Each model's shape (Engine.info), read once here: a model is loaded for its runs, never for a view. One
+        # that cannot be loaded (its probe fails) leaves the lab starting, and says why when asked for.
+        self.infos = {default.name: self._engines[default.name].info}
+        self.unreadable: dict[str, str] = {}
+        for name, folder in self.folders.items():
+            if name not in self.infos:
+                try:
+                    self.infos[name] = Engine(load_model(folder, name), *self.limits).info
+                except ModelLoadError as error:
+                    self.unreadable[name] = str(error)
         self._loading: dict[str, asyncio.Lock] = {}
 
     @property
     def names(self) -> list[str]:
         return list(self.folders)
+
+    def known(self, name: str | None) -> str:
+        """The model's name (the default for None), if this lab serves it and could read it."""
+        name = name or self.default
+        if name not in self.folders:
+            raise UnknownModel(f"no model {name!r} here: this lab serves {', '.join(self.names)}")
+        if name in self.unreadable:
+            raise UnreadableModel(self.unreadable[name])
+        return name
+
+    def info(self, name: str | None) -> dict:
+        """A model's shape and family, loaded or not."""
+        return self.infos[self.known(name)]
 
     def loaded(self, name: str) -> Engine | None:
         return self._engines.get(name)
@@ -56,21 +127,21 @@ class Models:
         """The weights of the models loaded besides the default one (which the runtime's share counts)."""
         return sum(engine.loaded.nbytes for name, engine in self._engines.items() if name != self.default)
 
-    async def engine(self, name: str | None) -> Engine:
-        """The engine of a model by name (the default for None), loading it in a thread the first time."""
-        name = name or self.default
-        if name not in self.folders:
-            raise UnknownModel(f"no model {name!r} here: this lab serves {', '.join(self.names)}")
+    async def engine(self, name: str | None, load: Callable[[str, Iterator[Step]], Awaitable[Engine]]) -> Engine:
+        """The engine of a model by name (the default for None); one not loaded is loaded by `load`, which runs
+        the steps of its load (app.engine.model.load_steps, the last making the engine) one after another: the
+        lab at turns of its own, on the model's thread."""
+        name = self.known(name)
         engine = self._engines.get(name)
         if engine is None:
             async with self._loading.setdefault(name, asyncio.Lock()):
                 engine = self._engines.get(name)
                 if engine is None:
+                    steps = load_steps(self.folders[name], name, then=lambda loaded: Engine(loaded, *self.limits))
                     try:
-                        loaded = await asyncio.to_thread(load_model, self.folders[name], name)
+                        engine = self._engines[name] = await load(name, steps)
                     except ModelLoadError as error:
                         raise UnreadableModel(str(error)) from error
-                    engine = self._engines[name] = Engine(loaded, *self.limits)
         self._engines.move_to_end(name)
         while len(self._engines) > self.max_loaded:
             oldest = next(other for other in self._engines if other not in (self.default, name))

@@ -1,20 +1,36 @@
-"""The HTTP server `python -m app` runs: uvicorn with its httptools parser and the lab's limits.
+"""The HTTP server the lab runs on: uvicorn with its httptools parser and the lab's own protocol, which holds
+the lab's limits. `python -m app` serves with it; so must `uvicorn app.main:app --http
+app.serving.server:LabProtocol`, and a lab that uvicorn serves without it refuses to start (check_protocol).
 
-The request line and headers together may take max_header_bytes: past that a request is refused at once
-with 431 and nothing more of it is read (the protocol below holds at most that much of an unfinished
-head; httptools itself bounds none). uvicorn bounds idle keep-alive and the connections of a process (503
-past max_connections). What uvicorn does not bound is a request that is sent slowly, or half sent and then
-left: the protocol below gives each request request_timeout_seconds to arrive whole, then answers 408 and
-closes the connection.
+Each request: the request line and headers together may take max_header_bytes: past that a request is
+refused at once with 431 and nothing more of it is read (the protocol below holds at most that much of an
+unfinished head; httptools itself bounds none). A request must arrive whole within request_timeout_seconds,
+or it is answered 408 and its connection closed (a request sent slowly, or half sent and then left).
+
+Connections are counted per client address, one counter per address as nginx's limit_conn keeps them
+(Connections): a client over its bound is refused alone, and everyone else is untouched. Some of a
+process's connections are always kept for ordinary requests: connections that hold a place without a
+request being answered (just opened, a request arriving slowly, idle keep-alive) and event streams
+together can never take them. Behind a trusted proxy (the trusted_proxies setting) the proxy's
+connections carry many clients: they count toward the process's bound only, and the proxy bounds its
+clients' connections itself (deploy/nginx.conf). X-Forwarded-For is read by the app, from those proxies
+only (app.web.middleware.ForwardedClient): never by uvicorn, which by default trusts it from loopback.
 
 httptools rather than h11, which reads and writes HTTP in Python: with servers alternating, `make load`
 answered 312 requests/s against 297, and a class burst took 550 ms against 596."""
 
 import asyncio
+import ipaddress
+import logging
+import resource
+from collections import OrderedDict
+from enum import Enum
 
+from uvicorn import Config
+from uvicorn.middleware.proxy_headers import ProxyHeadersMiddleware
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
-from app.settings import Settings, get_settings
+from app.settings import Settings, SettingsError, get_settings
 
 TOO_LARGE = (
     "The request's address or headers are larger than the lab accepts ({limit:,} bytes). "
@@ -22,22 +38,157 @@ TOO_LARGE = (
     "ask for a new link with the page's Copy link button, or open the lab and paste the text."
 )
 TOO_SLOW = "The request did not arrive whole within {seconds:g} s."
+TOO_MANY_HERE = "This address already has {limit:,} connections open to the lab: close some, then try again."
+TOO_MANY = "The lab has {limit:,} connections open: try again in a moment."
 HEAD_END = b"\r\n\r\n"
+STREAM_EXTENSION = "attention_lab.stream"  # in a request's scope: call it when the answer is an event stream
+FILES_BESIDE_CONNECTIONS = 256  # open files a process needs besides its connections: the model, stores, logs
+log = logging.getLogger("uvicorn.error")
+
+
+class State(Enum):
+    WAITING = "waiting"  # no whole request to answer: just opened, a request arriving, or idle keep-alive
+    ANSWERING = "answering"  # a whole request, being answered
+    STREAMING = "streaming"  # an answer that goes on (a class's event stream)
+
+
+class Connections:
+    """This process's open connections by client address.
+
+    - all of them: at most `total` (a new one past it is answered 503 and closed);
+    - one address's: at most `per_client` (past it, 429 and closed), except a trusted proxy's;
+    - the ones that hold a place without being answered (WAITING) and the event streams together leave
+      `kept` places to ordinary requests: past that, the longest-waiting connection of the address that
+      holds the most waiting ones is closed, and a new event stream is refused (503)."""
+
+    def __init__(self, total: int, per_client: int, kept: int, trusted: list):
+        self.total = total
+        self.per_client = per_client
+        self.held_limit = total - kept
+        self.trusted = trusted
+        self.open = 0
+        self.streams = 0
+        self.by_address: dict[str, int] = {}
+        self.waiting: dict[str, OrderedDict] = {}  # address -> its WAITING connections, longest waiting first
+        self.waiting_count = 0
+
+    def refusal(self, address: str) -> tuple[int, str, str] | None:
+        """Why a new connection from `address` cannot be taken: (status, reason, message), or None."""
+        if self.open >= self.total:
+            return 503, "Service Unavailable", TOO_MANY.format(limit=self.total)
+        if self.by_address.get(address, 0) >= self.per_client and not is_trusted(address, self.trusted):
+            return 429, "Too Many Requests", TOO_MANY_HERE.format(limit=self.per_client)
+        return None
+
+    def opened(self, connection: "LabProtocol") -> None:
+        self.open += 1
+        self.by_address[connection.address] = self.by_address.get(connection.address, 0) + 1
+        self.set_state(connection, State.WAITING)
+
+    def closed(self, connection: "LabProtocol") -> None:
+        self.set_state(connection, None)
+        self.open -= 1
+        self.by_address[connection.address] -= 1
+        if not self.by_address[connection.address]:
+            del self.by_address[connection.address]
+
+    def set_state(self, connection: "LabProtocol", state: State | None) -> bool:
+        """Moves a connection to `state` (None: gone). False, and no move, for a stream with no room."""
+        before = connection.state
+        if before is state:
+            return True
+        if state is State.STREAMING:
+            self._make_room(for_one_more=True)
+            if self.streams + self.waiting_count >= self.held_limit:
+                return False
+        if before is State.WAITING:
+            held = self.waiting[connection.address]
+            del held[connection]
+            if not held:
+                del self.waiting[connection.address]
+            self.waiting_count -= 1
+        elif before is State.STREAMING:
+            self.streams -= 1
+        connection.state = state
+        if state is State.WAITING:
+            self.waiting.setdefault(connection.address, OrderedDict())[connection] = None
+            self.waiting_count += 1
+            self._make_room(keep=connection)
+        elif state is State.STREAMING:
+            self.streams += 1
+        return True
+
+    def _make_room(self, keep: "LabProtocol | None" = None, for_one_more: bool = False) -> None:
+        """Closes waiting connections, the longest-waiting of the address with the most first, until the
+        held ones (waiting and streaming) leave the kept places free. `keep`, the connection that has just
+        arrived, is never closed for it: a new connection always gets to send its request."""
+        while self.streams + self.waiting_count + for_one_more > self.held_limit:
+            others = {address: held for address, held in self.waiting.items() if len(held) > (keep in held)}
+            if not others:
+                return
+            address = max(others, key=lambda key: len(others[key]))
+            longest = next(connection for connection in others[address] if connection is not keep)
+            self.closed(longest)
+            longest.transport.close()  # its connection_lost finds it counted out already
+
+
+def is_trusted(address: str, networks) -> bool:
+    """Whether `address` is in one of the trusted proxies' networks."""
+    try:
+        ip = ipaddress.ip_address(address)
+    except ValueError:
+        return False
+    return any(ip in network for network in networks)
+
+
+_connections: Connections | None = None
+
+
+def connections(settings: Settings) -> Connections:
+    """This process's connection counts (one per process: every connection of the server shares them)."""
+    global _connections
+    if _connections is None:
+        _connections = Connections(
+            effective_max_connections(settings),
+            settings.max_connections_per_client,
+            settings.connections_kept_for_requests,
+            settings.trusted_proxies,
+        )
+    return _connections
 
 
 class LabProtocol(HttpToolsProtocol):
-    """uvicorn's httptools protocol, with a deadline for each request to arrive and plain answers past a
-    limit."""
+    """uvicorn's httptools protocol, with a deadline for each request to arrive, plain answers past a limit,
+    and its connection counted per client address."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        settings = get_settings()
+        # The lab's own limits, whatever uvicorn was given on its command line.
+        self.timeout_keep_alive = settings.keep_alive_seconds
+        self.limit_concurrency = None  # Connections bounds connections, by address
+        if isinstance(self.app, ProxyHeadersMiddleware):
+            self.app = self.app.app  # X-Forwarded-For is read by the app, from trusted proxies only
+        self.request_timeout_seconds = settings.request_timeout_seconds
+        self.max_header_bytes = settings.max_header_bytes
+        self.bounds = connections(settings)
+        self.state: State | None = None
+        self.address = ""
 
     def connection_made(self, transport: asyncio.Transport) -> None:
         super().connection_made(transport)
-        settings = get_settings()
-        self.request_timeout_seconds = settings.request_timeout_seconds
-        self.max_header_bytes = settings.max_header_bytes
         self._request_deadline: asyncio.TimerHandle | None = None
         self._head: bytes | None = b""  # what has arrived of the request head being read; None in a body
+        self.address = self.client[0] if self.client else ""
+        refusal = self.bounds.refusal(self.address)
+        if refusal is not None:
+            self._answer(*refusal)
+            return
+        self.bounds.opened(self)
 
     def data_received(self, data: bytes) -> None:
+        if self.state is None:  # refused, or let go to make room: whatever it sends is not read
+            return
         # The clock starts with the first byte of a request and stops when the whole of it has arrived.
         if self._request_deadline is None:
             self._request_deadline = self.loop.call_later(self.request_timeout_seconds, self._too_slow)
@@ -52,18 +203,32 @@ class LabProtocol(HttpToolsProtocol):
                 self._head = None
         super().data_received(data)
 
+    def on_message_begin(self) -> None:
+        super().on_message_begin()
+        self.scope.setdefault("extensions", {})[STREAM_EXTENSION] = self._streaming
+
     def on_message_complete(self) -> None:
         self._stop_deadline()
         self._head = b""  # the next request on this connection begins with its head
+        if self.state is State.WAITING:
+            self.bounds.set_state(self, State.ANSWERING)
         super().on_message_complete()
 
     def on_response_complete(self) -> None:
         self._stop_deadline()
+        if self.state is not None and not self.transport.is_closing() and not self.pipeline:
+            self.bounds.set_state(self, State.WAITING)
         super().on_response_complete()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._stop_deadline()
+        if self.state is not None:
+            self.bounds.closed(self)
         super().connection_lost(exc)
+
+    def _streaming(self) -> bool:
+        """The answer under way is an event stream, which holds this connection: whether there is room."""
+        return self.state is not None and self.bounds.set_state(self, State.STREAMING)
 
     def _stop_deadline(self) -> None:
         if self._request_deadline is not None:
@@ -90,12 +255,50 @@ class LabProtocol(HttpToolsProtocol):
         self.transport.close()
 
 
+def effective_max_connections(settings: Settings) -> int:
+    """max_connections, within the open files this process may have: the soft limit is raised as far as
+    the hard one allows, and the bound lowered (saying so) where even that is too few."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    wanted = settings.max_connections + FILES_BESIDE_CONNECTIONS
+    if soft != resource.RLIM_INFINITY and soft < wanted:
+        soft = wanted if hard == resource.RLIM_INFINITY else min(wanted, hard)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+    if soft == resource.RLIM_INFINITY or soft >= wanted:
+        return settings.max_connections
+    lowered = max(soft - FILES_BESIDE_CONNECTIONS, settings.connections_kept_for_requests + 8)
+    log.warning(
+        "ATTENTION_LAB_MAX_CONNECTIONS=%d lowered to %d: this process may open %d files (ulimit -n)",
+        settings.max_connections,
+        lowered,
+        soft,
+    )
+    return lowered
+
+
+NOT_THE_LAB_PROTOCOL = (
+    "serve the lab with its own HTTP protocol, which bounds connections per client: "
+    "uvicorn app.main:app --http app.serving.server:LabProtocol (or python -m app)"
+)
+
+
+def check_protocol() -> None:
+    """In the app's lifespan: under uvicorn, the lab starts only on LabProtocol, which holds the per-client
+    connection bounds (served with another, one device could hold every connection). uvicorn runs the
+    lifespan in a task of its LifespanOn, which holds the server's Config; under any other server (a test
+    client, which has no connections) there is nothing to check."""
+    coroutine = asyncio.current_task().get_coro()
+    frame = getattr(coroutine, "cr_frame", None)
+    config = getattr(frame.f_locals.get("self") if frame else None, "config", None)
+    if isinstance(config, Config) and not issubclass(config.http_protocol_class, LabProtocol):
+        raise SettingsError(NOT_THE_LAB_PROTOCOL)
+
+
 def server_options(settings: Settings) -> dict:
-    """uvicorn.run's options for the lab's limits."""
+    """uvicorn.run's options: the lab's protocol, and nothing trusted from X-Forwarded-For by uvicorn."""
     return {
         "http": LabProtocol,
         "timeout_keep_alive": settings.keep_alive_seconds,
-        "limit_concurrency": settings.max_connections,
         "timeout_graceful_shutdown": settings.shutdown_grace_seconds,
+        "proxy_headers": False,
         "server_header": False,
     }

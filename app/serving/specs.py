@@ -1,9 +1,13 @@
 """The shared spec store: run id -> spec, the one thing about a run that every worker, replica and restart
 must agree on (the numbers are recomputed from the spec). SQLite in the data folder by default, nothing to
 install, shared safely by the workers of one machine; Redis for replicas on several machines. Both keep
-specs for a bounded time and count, evicting the ones analyzed longest ago."""
+specs for a bounded time and count, evicting the ones analyzed longest ago.
+
+The store also keeps the lab's secret, which signs the browsers' cookies: made by whichever process asks
+first, then the same for every worker, replica and restart that shares the store."""
 
 import re
+import secrets
 import sqlite3
 import threading
 import time
@@ -38,6 +42,9 @@ class SpecStore(Protocol):
 
     def ping(self) -> None:
         """Raise StoreError unless the store answers."""
+
+    def secret(self) -> bytes:
+        """The lab's secret: made once, then the same for everyone who shares the store."""
 
     def close(self) -> None: ...
 
@@ -82,6 +89,7 @@ class SqliteSpecStore:
                     "CREATE TABLE IF NOT EXISTS specs (run_id TEXT PRIMARY KEY, spec TEXT NOT NULL, analyzed REAL)"
                 )
                 self._db.execute("CREATE INDEX IF NOT EXISTS specs_by_age ON specs (analyzed)")
+                self._db.execute("CREATE TABLE IF NOT EXISTS lab (name TEXT PRIMARY KEY, value TEXT NOT NULL)")
 
     def put(self, *specs: RunSpec) -> None:
         now = self.clock()
@@ -109,6 +117,12 @@ class SqliteSpecStore:
     def ping(self) -> None:
         with self._lock, self._failing("read"):
             self._db.execute("SELECT count(*) FROM sqlite_master").fetchone()
+
+    def secret(self) -> bytes:
+        with self._lock, self._failing("read"), self._db:
+            self._db.execute("INSERT OR IGNORE INTO lab VALUES ('secret', ?)", (secrets.token_hex(32),))
+            (value,) = self._db.execute("SELECT value FROM lab WHERE name = 'secret'").fetchone()
+        return bytes.fromhex(value)
 
     def close(self) -> None:
         self._db.close()
@@ -145,7 +159,7 @@ class RedisSpecStore:
     immediate retry: a store that is down costs a request a moment, not a hang, and a restarted server is
     reconnected to on the next request."""
 
-    SPECS, ANALYZED = "attention-lab:specs", "attention-lab:analyzed"
+    SPECS, ANALYZED, SECRET = "attention-lab:specs", "attention-lab:analyzed", "attention-lab:secret"
 
     def __init__(self, url: str, *, max_specs: int, max_age_seconds: float, timeout_seconds: float, clock=time.time):
         self.name = re.sub(r"//[^/@]*@", "//", url)  # redis://:password@host -> redis://host
@@ -185,6 +199,11 @@ class RedisSpecStore:
     def ping(self) -> None:
         with self._failing():
             self._redis.ping()
+
+    def secret(self) -> bytes:
+        with self._failing():
+            self._redis.set(self.SECRET, secrets.token_hex(32), nx=True)
+            return bytes.fromhex(self._redis.get(self.SECRET))
 
     def close(self) -> None:
         self._redis.close()

@@ -11,6 +11,7 @@ import orjson
 from fastapi import APIRouter, Depends, Header, Query, Response
 from fastapi.responses import StreamingResponse
 from starlette.concurrency import run_in_threadpool
+from torch import Tensor
 
 from app.engine import lessons, measures
 from app.engine.capture import NEXT_TOKENS
@@ -67,7 +68,7 @@ class NumbersResponse(Response):
 async def served(lab, run_id: str, client) -> Run:
     """The run, with its model loaded for the route (lab.engine_of)."""
     run = await lab.run(run_id, client)
-    await lab.engine_for(run.spec.model)
+    await lab.engine_for(run.spec.model, client)
     return run
 
 
@@ -111,8 +112,8 @@ async def health(lab: LabDep):
 
 @router.get("/model", response_model=ModelInfo, responses={422: {"model": ErrorResponse}})
 async def model(lab: LabDep, name: Annotated[str | None, Query(description="A model the lab serves")] = None):
-    """A model's shape and family (the default one unless named); a model not yet loaded loads now."""
-    return (await lab.engine_for(name)).info
+    """A model's shape and family (the default one unless named), loaded or not: asking loads nothing."""
+    return lab.models.info(name)
 
 
 @router.get("/models", response_model=ModelsResponse)
@@ -136,13 +137,16 @@ async def models(lab: LabDep):
     },
 )
 async def analyze(body: AnalyzeRequest, lab: LabDep, client: ClientDep):
-    engine = await lab.engine_for(body.model)
+    engine = await lab.engine_for(body.model, client)
     spec = engine.spec(body.text, body.text_pair, body.mask, body.pooling, body.ablate, body.prompt)
     run = await lab.submit(spec, client)
-    # The first view's matrices in the same answer: no second round trip before the first heatmap. In a
-    # thread, as the attention endpoint's: a mean or a measure other than the weights is computed.
+    # The first view's matrices in the same answer: no second round trip before the first heatmap. Encoded
+    # in a thread, as the attention endpoint's: a mean of heads or blocks is computed there.
     view = body.attention
-    attention = None if view is None else await run_in_threadpool(embedded_attention, run, lab, view)
+    attention = None
+    if view is not None:
+        matrices = await measured_view(run, lab, view, client)
+        attention = await run_in_threadpool(embedded_attention, matrices, view)
     return NumbersResponse(
         {
             "run_id": run.run_id,
@@ -254,7 +258,7 @@ def next_tokens(run: RunDep, lab: LabDep, token: int, k: Annotated[int, Query(ge
 async def pooling(body: PoolingRequest, lab: LabDep, client: ClientDep):
     """CLS, mean and max pooling of one prompt side by side, and how an instruction prefix (or one of the
     model's prompts) moves its sentence vector."""
-    engine = await lab.engine_for(body.model)
+    engine = await lab.engine_for(body.model, client)
     run = await lab.pooled(await lab.submit(engine.spec(body.text, mask=body.mask, prompt=""), client), client)
     other = (
         engine.spec(body.text, mask=body.mask, prompt=body.prompt)
@@ -341,15 +345,18 @@ def token_trace(run: RunDep, token: int):
     response_class=Response,
     responses={200: {"content": {MEDIA_TYPE: {}}, "description": "[layer, head, query, key] weights"}, **NOT_FOUND},
 )
-def attention(
+async def attention(
     run: RunDep,
     lab: LabDep,
+    client: ClientDep,
     view: Annotated[AttentionView, Query()],
     accept_encoding: Annotated[str, Header(description="zstd, br or gzip: the body comes compressed")] = "",
 ):
     """The attention matrices a view asks for, encoded (app.web.encoding) and compressed as the client
-    accepts, in pieces as they are made where the body is larger than one."""
-    pieces, headers = encoded_view(run, lab, view)
+    accepts, in pieces as they are made where the body is larger than one. A measure other than the weights
+    is computed at turns of the model (Lab.measured) and kept; the encoding runs in a thread."""
+    matrices = await measured_view(run, lab, view, client)
+    pieces, headers = await run_in_threadpool(encoded_view, matrices, view)
     headers["Vary"] = "Accept-Encoding"
     length = int(headers["Content-Length"])
     encoding = chosen_encoding(accept_encoding)
@@ -364,11 +371,11 @@ def attention(
     return StreamingResponse(pieces, media_type=MEDIA_TYPE, headers=headers)
 
 
-def embedded_attention(run: Run, lab: Lab, view: AttentionView) -> dict | None:
+def embedded_attention(matrices: list[Tensor], view: AttentionView) -> dict | None:
     """What the attention endpoint sends, as one JSON field: its headers' numbers and the body in base64.
     None past one piece (PIECE_BYTES), which the endpoint sends in pieces: the analysis is answered all the
     same (a model reading more than 512 tokens makes a larger first heatmap)."""
-    pieces, headers = encoded_view(run, lab, view)
+    pieces, headers = encoded_view(matrices, view)
     if int(headers["Content-Length"]) > PIECE_BYTES:
         return None
     return {
@@ -380,18 +387,21 @@ def embedded_attention(run: Run, lab: Lab, view: AttentionView) -> dict | None:
     }
 
 
-def encoded_view(run: Run, lab: Lab, view: AttentionView) -> tuple[Iterator[bytes], dict[str, str]]:
-    """The matrices a view asks for, encoded as it asks (encode_attention: pieces of the body, headers)."""
-    layer, head, heads, blocks = view.layer, view.head, view.heads, view.blocks
-    if layer is not None:
-        pick(run.attention(), layer, None)  # 404 for a block that does not exist, before any measuring
-    if heads is not None and head is not None:
+async def measured_view(run: Run, lab: Lab, view: AttentionView, client) -> list[Tensor]:
+    """The blocks of the measure a view reads ([head (or 1), query, key] each): all of them, or its layer's.
+    The view is checked first."""
+    if view.heads is not None and view.head is not None:
         raise InvalidInput("give `head` or `heads`, not both")
-    if blocks is not None and layer is not None:
+    if view.blocks is not None and view.layer is not None:
         raise InvalidInput("`blocks=mean` averages every block: give no `layer`")
-    # The blocks asked for, then the head asked for among the measure's own heads (ALTI has one per block).
-    model = lab.engine_of(run).loaded.model
-    matrices = measures.measure_blocks(run, model, view.measure, layer)
+    return await lab.measured(run, view.measure, view.layer, client)
+
+
+def encoded_view(matrices: list[Tensor], view: AttentionView) -> tuple[Iterator[bytes], dict[str, str]]:
+    """The matrices a view asks for, from its measure's blocks (measured_view), encoded as it asks
+    (encode_attention: pieces of the body, headers)."""
+    layer, head, heads, blocks = view.layer, view.head, view.heads, view.blocks
+    # The head asked for among the measure's own heads (ALTI has one per block).
     if blocks == "mean" and head is not None:
         pick(matrices, 0, head)  # 404 for a head that does not exist
         matrices = [block[head : head + 1] for block in matrices]

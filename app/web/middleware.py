@@ -1,14 +1,23 @@
 """ASGI middleware the whole app shares: a cap on request bodies, HEAD on every GET route, the headers
 that keep the page's content from being run or framed elsewhere, a one-line start-up failure, the client
-cookie that fair queuing goes by, the end of work nobody waits for, and answers sent in bounded pieces.
+cookie that fair queuing goes by, the end of work nobody waits for, answers sent in bounded pieces, the
+client a trusted proxy forwards, and event streams counted by the server.
 
 Settings are read from the app's state, which the lifespan fills: building the app reads none, so a bad
 setting fails at start-up, in one line, however the server is started."""
 
 import asyncio
+import base64
+import hashlib
+import hmac
+import ipaddress
 import json
 import logging
 import secrets
+
+from starlette.requests import cookie_parser
+
+from app.serving.server import STREAM_EXTENSION, is_trusted
 
 # Plotly and the page set inline styles (element style attributes), hence 'unsafe-inline' for styles
 # only; no inline or eval'd script is allowed. Images: Plotly renders PNG exports through data: URLs.
@@ -148,17 +157,37 @@ class OneLineStartupFailure:
             raise
 
 
+def signature(browser: str, secret: bytes) -> str:
+    return base64.urlsafe_b64encode(hmac.digest(secret, browser.encode(), hashlib.sha256)[:18]).decode()
+
+
+def verified_browser(cookie: str, secret: bytes) -> str:
+    """The browser a `lab_client` cookie names, if the lab signed it; "" otherwise."""
+    browser, _, mac = cookie.partition(".")
+    return browser if browser and hmac.compare_digest(mac, signature(browser, secret)) else ""
+
+
 class ClientCookie:
-    """Gives a browser without one a random `lab_client` cookie: learners behind one address (a school's
-    NAT, the lab's own proxy) then take separate turns at the model."""
+    """Gives a browser without a valid one a `lab_client` cookie, signed with the lab's secret (kept in the run
+    store, so that every worker and replica, and the lab after a restart, verifies it): learners behind one
+    address (a school's NAT, the lab's own proxy) then take separate turns at the model. A cookie that does
+    not verify (one a client made up) is replaced, and its request counts as one without a cookie. The
+    browser it names is scope["lab_client"] ("" for none), which app.web.deps reads."""
 
     def __init__(self, app):
         self.app = app
 
     async def __call__(self, scope, receive, send):
-        if scope["type"] != "http" or f"{CLIENT_COOKIE}=".encode() in dict(scope["headers"]).get(b"cookie", b""):
+        if scope["type"] != "http":
             return await self.app(scope, receive, send)
-        cookie = f"{CLIENT_COOKIE}={secrets.token_urlsafe(12)}; Path=/; Max-Age=31536000; HttpOnly; SameSite=Strict"
+        secret = scope["app"].state.secret
+        sent = cookie_parser(dict(scope["headers"]).get(b"cookie", b"").decode("latin-1")).get(CLIENT_COOKIE, "")
+        scope["lab_client"] = verified_browser(sent, secret)
+        if scope["lab_client"]:
+            return await self.app(scope, receive, send)
+        browser = secrets.token_urlsafe(12)
+        value = f"{browser}.{signature(browser, secret)}"
+        cookie = f"{CLIENT_COOKIE}={value}; Path=/; Max-Age=31536000; HttpOnly; SameSite=Strict"
 
         async def with_cookie(message):
             if message["type"] == "http.response.start":
@@ -258,3 +287,89 @@ class BoundedSend:
             # The answer is left incomplete: the server closes the connection.
             client = "{}:{}".format(*scope["client"]) if scope.get("client") else "a client"
             log.warning("dropped %s, which took nothing of its answer for %g s", client, timeout)
+
+
+class ForwardedClient:
+    """A request from a trusted proxy (the trusted_proxies setting; none by default) is taken to come from
+    the client its X-Forwarded-For names: the last address in it that is not a trusted proxy itself (each
+    proxy appends the address it received from, so what a client wrote itself comes first), with the
+    scheme its X-Forwarded-Proto names. From anyone else both headers are ignored."""
+
+    def __init__(self, app):
+        self.app = app
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] == "http" and scope.get("client"):
+            trusted = scope["app"].state.settings.trusted_proxies
+            if trusted and is_trusted(scope["client"][0], trusted):
+                headers = dict(scope["headers"])
+                client = forwarded_for(headers.get(b"x-forwarded-for", b"").decode("latin-1"), trusted)
+                if client is not None:
+                    scope = {**scope, "client": (client, 0)}
+                proto = headers.get(b"x-forwarded-proto", b"").decode("latin-1").strip()
+                if proto in ("http", "https"):
+                    scope = {**scope, "scheme": proto}
+        await self.app(scope, receive, send)
+
+
+def forwarded_for(header: str, trusted) -> str | None:
+    """The client an X-Forwarded-For names: its last address that is not a trusted proxy; None if it
+    names no address."""
+    addresses = []
+    for part in header.split(","):
+        try:
+            addresses.append(str(ipaddress.ip_address(part.strip())))
+        except ValueError:
+            return None  # a header this damaged says nothing reliable
+    for address in reversed(addresses):
+        if not is_trusted(address, trusted):
+            return address
+    return addresses[0] if addresses else None
+
+
+class NoRoomForStream(Exception):
+    """The server has no room for one more event stream: answered 503 instead."""
+
+
+class StreamsCounted:
+    """An answer that is an event stream holds its connection for as long as it lasts: the lab's server
+    (app.serving.server, through the request's STREAM_EXTENSION) counts it among the connections that
+    may never take the places kept for ordinary requests. Where it has no room left, the stream is
+    answered 503 and the app's stream ends at once (its send raises)."""
+
+    def __init__(self, app):
+        self.app = app
+
+    async def __call__(self, scope, receive, send):
+        stream_starts = scope.get("extensions", {}).get(STREAM_EXTENSION) if scope["type"] == "http" else None
+        if stream_starts is None:
+            return await self.app(scope, receive, send)
+        refused = False
+
+        async def counted_send(message):
+            nonlocal refused
+            if refused:
+                raise NoRoomForStream
+            if message["type"] == "http.response.start" and is_event_stream(message) and not stream_starts():
+                refused = True
+                body = json.dumps({"detail": "the lab has no room for more event streams: try again in a moment"})
+                headers = [
+                    (b"content-type", b"application/json"),
+                    (b"content-length", str(len(body)).encode()),
+                    (b"retry-after", b"5"),
+                ]
+                await send({"type": "http.response.start", "status": 503, "headers": headers})
+                await send({"type": "http.response.body", "body": body.encode()})
+                raise NoRoomForStream
+            await send(message)
+
+        try:
+            await self.app(scope, receive, counted_send)
+        except NoRoomForStream:
+            pass
+
+
+def is_event_stream(start: dict) -> bool:
+    return any(
+        name.lower() == b"content-type" and value.startswith(b"text/event-stream") for name, value in start["headers"]
+    )

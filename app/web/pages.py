@@ -99,13 +99,13 @@ templates = Jinja2Templates(directory=ROOT / "templates")
 @router.get("/", response_class=HTMLResponse)
 async def index(request: Request, lab: LabDep, model: str | None = None):
     """The lab for one model: the default, or ?model= one the lab serves (an unknown name: the default)."""
-    engine = await lab.engine_for(model if model in lab.models.names else None)
-    info = engine.info
+    info = lab.models.info(model if model in lab.models.names else None)  # a page view loads no model
+    max_chars = lab.models.limits[0]
     config = {
         "model": info,
         "defaultModel": lab.models.default,
         "defaultText": DEFAULT_TEXT,
-        "maxChars": engine.max_chars,
+        "maxChars": max_chars,
         "plotly": PLOTLY_URL,
         "measures": {key: asdict(measure) for key, measure in MEASURES.items()},
         "viewMeasures": list(get_args(Measure)),  # what the Measure control offers; "difference" is a lesson's
@@ -119,7 +119,7 @@ async def index(request: Request, lab: LabDep, model: str | None = None):
             "models": lab.models.names,
             "config": config,
             "default_text": DEFAULT_TEXT,
-            "max_chars": engine.max_chars,
+            "max_chars": max_chars,
             "assets": ASSETS_URL,
             "modules": FIRST_SCREEN_MODULES,
             "stylesheet": STYLESHEET,

@@ -11,12 +11,23 @@ import { VIEW_MEASURES } from "./measures.js";
 const URL_KEYS = ["text", "promptName", "mask", "pooling", "layer", "head", "token", "present", "predict", "tour", "lesson", "sinks", "pair", "segments", "also", "heads", "blockMean", "panel", "scale", "classCode", "measure"];
 const LONGEST_QUERY = 2000; // characters; a longer view is written compressed into the fragment
 const COMPRESSED = "#z=";
+// A link is read within bounds, so that any link opens or is refused at once: a compressed view is inflated
+// as a stream and stopped past what a view of this lab can hold (its two texts of at most maxChars
+// characters, each at most 6 bytes as JSON, and its other fields), and each list in it is refused past what
+// a view can name (heads: the model's; with: the tokens a run reads). A link past them opens the lab without
+// its view, and the page says why.
+const FIELDS_BYTES = 4096;
+const MOST_FIELDS = 64;
 const listeners = new Set();
 let headCount = 0; // the model's heads: a mean over all of them needs no "heads" in the URL
 let defaultModel = null; // a page of another model carries ?model= in its links
 let defaultPrompt = ""; // the model's own default prompt: another choice (none too) goes in the link
+let viewBytes = FIELDS_BYTES; // the most a view's JSON may take (set from the lab's maxChars)
+let mostTokens = 0; // the most tokens a run reads: a `with` list names no more
 let state = {};
 let linkLimits = null;
+
+class LinkRefused extends Error {}
 
 // limits: {defaultModel, defaultPrompt, layers, heads, masks, poolings, prompts, tourSteps, lessons, panels, scales}, to refuse a URL
 // that names a block, head, prompt, tour step, lesson, panel or colour scale that does not exist.
@@ -25,8 +36,27 @@ export async function initState(defaults, limits) {
   defaultModel = limits.defaultModel;
   defaultPrompt = limits.defaultPrompt;
   linkLimits = limits;
-  state = { ...defaults, ...readView(await linkParams(), limits), run: null, guesses: new Map() };
+  const config = JSON.parse(document.getElementById("lab-config").textContent);
+  viewBytes = 2 * 6 * config.maxChars + FIELDS_BYTES;
+  mostTokens = config.model.max_input_tokens;
+  let view = {};
+  try {
+    view = readView(await linkParams(), limits);
+  } catch (error) {
+    if (!(error instanceof LinkRefused)) throw error;
+    sayRefused(error.message);
+  }
+  state = { ...defaults, ...view, run: null, guesses: new Map() };
   return state;
+}
+
+// Said on the page's error line once the page has started: its first run clears that line as it begins.
+function sayRefused(message) {
+  setTimeout(() => {
+    const line = document.getElementById("error");
+    line.textContent = message;
+    line.hidden = false;
+  });
 }
 
 export function getState() {
@@ -46,14 +76,19 @@ export function subscribe(listener) {
 }
 
 async function linkParams() {
-  if (window.location.hash.startsWith(COMPRESSED)) {
-    try {
-      return new URLSearchParams(JSON.parse(await inflate(window.location.hash.slice(COMPRESSED.length))));
-    } catch {
-      // A link cut short in copying: the lab opens as if the link carried no view.
-    }
+  if (!window.location.hash.startsWith(COMPRESSED)) return new URLSearchParams(window.location.search);
+  let pairs;
+  try {
+    pairs = JSON.parse(await inflate(window.location.hash.slice(COMPRESSED.length)));
+  } catch (error) {
+    if (error instanceof LinkRefused) throw error;
+    throw new LinkRefused("This link is damaged (cut short in copying?): the lab opened without its view.");
   }
-  return new URLSearchParams(window.location.search);
+  const fields = Array.isArray(pairs) && pairs.length <= MOST_FIELDS;
+  if (!fields || !pairs.every((pair) => Array.isArray(pair) && pair.length === 2 && pair.every((part) => typeof part === "string"))) {
+    throw new LinkRefused("This link does not hold a view the lab makes: the lab opened without it.");
+  }
+  return new URLSearchParams(pairs);
 }
 
 function readView(params, limits) {
@@ -68,11 +103,11 @@ function readView(params, limits) {
   if (layer !== null && layer < limits.layers) view.layer = layer;
   const head = params.get("head") === "mean" ? "mean" : wholeNumber(params.get("head"));
   if (head === "mean" || (head !== null && head < limits.heads)) view.head = head;
-  const heads = [...new Set((params.get("heads") ?? "").split(",").map(wholeNumber))].filter((h) => h !== null && h < limits.heads);
+  const heads = [...new Set(wholeNumbers(params.get("heads"), limits.heads, "heads"))].filter((h) => h < limits.heads);
   if (head === "mean" && heads.length) view.heads = heads.sort((a, b) => a - b);
   const token = wholeNumber(params.get("token"));
   if (token !== null) view.token = token;
-  const also = (params.get("with") ?? "").split(",").map(wholeNumber).filter((index) => index !== null);
+  const also = wholeNumbers(params.get("with"), mostTokens, "tokens");
   if (token !== null && also.length) view.also = also;
   if (params.get("present") === "1") view.present = true;
   if (params.get("blocks") === "mean") view.blockMean = true;
@@ -90,6 +125,15 @@ function readView(params, limits) {
 
 function wholeNumber(value) {
   return value !== null && /^\d+$/.test(value) ? Number(value) : null;
+}
+
+// The whole numbers of a comma-separated list of at most `most`; a longer list refuses the link, read no
+// further than that.
+function wholeNumbers(value, most, what) {
+  if (!value) return [];
+  const parts = value.split(",", most + 1);
+  if (parts.length > most) throw new LinkRefused(`This link's view lists more ${what} than a view can (${most}): the lab opened without it.`);
+  return parts.map(wholeNumber).filter((number) => number !== null);
 }
 
 let urlsWritten = 0;
@@ -155,9 +199,23 @@ export async function deflate(text) {
   return btoa(binary).replaceAll("+", "-").replaceAll("/", "_").replace(/=+$/, "");
 }
 
-export async function inflate(encoded) {
+// Inflated as a stream and stopped past `limit` bytes (a view's, by default): deflate makes nothing much
+// larger than itself, so a longer link is refused before it is decoded at all.
+export async function inflate(encoded, limit = viewBytes) {
+  const tooLarge = `This link's view is larger than the lab makes (over ${Math.round(limit / 1000)} kB): the lab opened without it.`;
+  if (encoded.length > ((limit + limit / 1000 + 64) * 4) / 3) throw new LinkRefused(tooLarge);
   const binary = atob(encoded.replaceAll("-", "+").replaceAll("_", "/"));
   const bytes = Uint8Array.from(binary, (char) => char.charCodeAt(0));
-  const stream = new Blob([bytes]).stream().pipeThrough(new DecompressionStream("deflate-raw"));
-  return new Response(stream).text();
+  const reader = new Blob([bytes]).stream().pipeThrough(new DecompressionStream("deflate-raw")).getReader();
+  const pieces = [];
+  let size = 0;
+  for (let piece = await reader.read(); !piece.done; piece = await reader.read()) {
+    size += piece.value.length;
+    if (size > limit) {
+      await reader.cancel();
+      throw new LinkRefused(tooLarge);
+    }
+    pieces.push(piece.value);
+  }
+  return new TextDecoder().decode(await new Blob(pieces).arrayBuffer());
 }

@@ -1,10 +1,14 @@
-"""A link to a long prompt: short enough for any server, and it opens the same view."""
+"""A link to a long prompt: short enough for any server, and it opens the same view; a crafted or damaged link
+opens the lab without its view within a second, saying why."""
 
+import base64
 import random
+import time
+import zlib
 
 import pytest
 
-from tests.browser.conftest import wait_until
+from tests.browser.conftest import screenshot, wait_until
 
 pytestmark = pytest.mark.slow
 
@@ -59,3 +63,71 @@ def test_a_link_over_the_servers_limit_is_answered_in_plain_words(browser, serve
         assert "Copy link" in page.locator("body").inner_text()
     finally:
         page.close()
+
+
+def crafted(head: bytes, repeat: bytes, times: int, tail: bytes) -> str:
+    """A #z= link as the page makes them (deflate-raw, then base64url) of head + repeat × times + tail,
+    compressed a megabyte at a time: the test never holds what the link inflates to."""
+    squeeze = zlib.compressobj(9, zlib.DEFLATED, -15)
+    parts = [squeeze.compress(head)]
+    per_block = max(1, 2**20 // len(repeat))
+    for start in range(0, times, per_block):
+        parts.append(squeeze.compress(repeat * min(per_block, times - start)))
+    parts.append(squeeze.compress(tail) + squeeze.flush())
+    return base64.urlsafe_b64encode(b"".join(parts)).decode().rstrip("=")
+
+
+def opens_or_is_refused(browser, url: str, name: str) -> tuple[float, str]:
+    """Opens the link in a fresh page: the seconds until the page has either opened its view or said why it
+    would not, and what its error line says. The lab must then work as usual (its default run shown)."""
+    page = browser.new_page(viewport={"width": 1280, "height": 720})
+    errors = []
+    page.on("pageerror", lambda error: errors.append(str(error)))
+    try:
+        start = time.monotonic()
+        page.goto(url, wait_until="commit")
+        wait_until(page, "document.body.dataset.run && !document.getElementById('error').hidden", timeout=20)
+        took = time.monotonic() - start
+        said = page.locator("#error").inner_text()
+        assert page.locator("#prompt").input_value().strip()  # the lab opened with its own prompt
+        screenshot(page, f"link-{name}")
+    finally:
+        page.close()
+    assert errors == []
+    return took, said
+
+
+@pytest.mark.parametrize(
+    ("name", "head", "repeat", "times", "tail", "size_kb", "said"),
+    [
+        ("300mb", b'[["text","', b"a", 300 * 10**6, b'"]]', (380, 420), "larger than the lab makes"),
+        ("50mb", b'[["text","', b"ab", 25 * 10**6, b'"]]', (60, 75), "larger than the lab makes"),
+        ("million-with", b'[["text","hi"],["token","1"],["with","0', b",0", 999_999, b'"]]', (2, 4), "larger"),
+    ],
+)
+def test_a_crafted_link_is_refused_within_a_second_saying_why(
+    browser, server, name, head, repeat, times, tail, size_kb, said
+):
+    """A #z= link inflating to 300 MB (408 KB), to 50 MB (68 KB), and a 2.7 KB one whose `with` lists a
+    million tokens (2 MB inflated): each once crashed or froze the tab; now the page opens within a second,
+    without the link's view, and says why."""
+    link = crafted(head, repeat, times, tail)
+    assert size_kb[0] * 1000 <= len(link) <= size_kb[1] * 1000, len(link)
+    took, message = opens_or_is_refused(browser, f"{server}/#z={link}", name)
+    print(f"{name}: a {len(link) / 1000:.1f} kB link refused in {took:.2f} s: {message}")
+    assert said in message and took < 1
+
+
+def test_a_list_longer_than_a_view_can_hold_is_refused(browser, server):
+    """In the readable form too: `with` past the tokens a run reads, `heads` past the model's heads."""
+    for name, query in (
+        ("with", f"?text=hello&token=1&with={','.join(['1'] * 20_000)}"),
+        ("heads", f"?text=hello&head=mean&heads={','.join(['0'] * 13)}"),
+    ):
+        took, message = opens_or_is_refused(browser, f"{server}/{query}", f"list-{name}")
+        assert "lists more" in message and took < 1, (took, message)
+
+
+def test_a_damaged_link_opens_the_lab_saying_so(browser, server):
+    took, message = opens_or_is_refused(browser, f"{server}/#z=not-deflate-at-all", "damaged")
+    assert "damaged" in message and took < 1
