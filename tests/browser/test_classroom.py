@@ -372,6 +372,12 @@ def test_peer_instruction_blind_votes_two_rounds_and_a_reveal_for_each_kind(brow
         assert state["answer"]["label"] == f"head {head}" and abs(state["answer"]["value"] - share) < 1e-6
         expect(teacher.locator("#class-phase")).to_contain_text(f"“head {head}”, share {share:.4f}")
 
+        # Ending the class deletes its answers: with votes not downloaded, End asks again and the class lives on.
+        teacher.click("#class-end")
+        expect(teacher.locator("#class-end")).to_contain_text("click again to end")
+        assert class_question(learner_lab, code)["phase"] == "revealed"
+        viewport_shot(teacher, "class-end-asks-again-1280x720")
+
         # The answers' CSV: every learner's two votes on the first question, one row per learner per question.
         with teacher.expect_download() as download:  # the panel's button: the server's CSV, as a file
             teacher.locator("#class-csv").click()
@@ -383,6 +389,11 @@ def test_peer_instruction_blind_votes_two_rounds_and_a_reveal_for_each_kind(brow
         assert all(row["answer"] == labels[answer] for row in first_rows)
         assert len({row["question id"] for row in rows}) == 3
         others.close()
+
+        # The answers downloaded, End ends the class at once.
+        teacher.click("#class-end")
+        wait_until(teacher, "document.getElementById('class-live').hidden")
+        assert httpx.get(f"{learner_lab}/api/classes/{code}").status_code == 404
 
 
 def test_a_next_token_question_on_a_model_with_an_lm_head(browser, tmp_path_factory):

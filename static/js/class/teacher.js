@@ -21,6 +21,7 @@ export function initTeacher(lab) {
   let feed = null;
   let question = null;
   let phaseShown = null; // the question's id and phase last drawn: a new phase is scrolled into the panel's sight
+  let unsaved = false; // votes came in since the answers were last downloaded: ending the class would lose them
 
   const openPanel = (open) => {
     panel.hidden = !open;
@@ -80,10 +81,33 @@ export function initTeacher(lab) {
       }),
     );
   }
-  $("class-csv").addEventListener("click", act(async () => download(await answersCSV(taught), `class-${taught.code}-answers.csv`)));
-  $("class-end").addEventListener(
+  $("class-csv").addEventListener(
     "click",
     act(async () => {
+      download(await answersCSV(taught), `class-${taught.code}-answers.csv`);
+      unsaved = false;
+    }),
+  );
+  // Ending a class deletes its answers with it: with votes not yet downloaded, the first click asks again.
+  const end = $("class-end");
+  let armed = null;
+  const disarm = () => {
+    clearTimeout(armed);
+    armed = null;
+    end.textContent = "End the class";
+    end.classList.remove("danger");
+  };
+  end.addEventListener(
+    "click",
+    act(async () => {
+      if (unsaved && armed === null) {
+        end.textContent = "Its answers go with it: click again to end, or take Answers as CSV first";
+        end.classList.add("danger");
+        armed = setTimeout(disarm, 8000);
+        end.scrollIntoView({ block: "nearest" });
+        return;
+      }
+      disarm();
       await endClass(taught).catch(() => {}); // an expired class is ended already
       stop();
     }),
@@ -121,6 +145,7 @@ export function initTeacher(lab) {
       },
       votes: (next) => {
         question = next;
+        unsaved = true;
         showFlow();
       },
       ended: () => stop(),
@@ -129,6 +154,7 @@ export function initTeacher(lab) {
   }
 
   function stop() {
+    unsaved = false;
     feed?.close();
     feed = null;
     taught = null;
