@@ -415,7 +415,12 @@ class Classes:
             round=record["round"],
             votes=votes,
             tallies=record["tallies"],
-            answer={"choice": answer, "label": record["choices"][answer]["label"], "value": record["values"][answer]}
+            answer={
+                "choice": answer,
+                "label": record["choices"][answer]["label"],
+                "value": record["values"][answer],
+                "right": record["right"],
+            }
             if revealed
             else None,
             correct=record["correct"] if revealed else None,

@@ -93,6 +93,7 @@ class Answer(BaseModel):
     choice: int
     label: str
     value: float = Field(description="The answer's exact number: its weight in the view, its share, its probability")
+    right: list[int] = Field(description="Every choice counted right: the answer and any choice whose value ties it")
 
 
 class QuestionState(BaseModel):

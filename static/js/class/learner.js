@@ -110,7 +110,7 @@ export async function initLearner(lab, code) {
       const current = mine[question.round];
       parts.push(el("p", { dataset: { field: "mine" } }, `${phaseLine(question)} ${current === undefined ? "You did not vote." : `You voted “${label(current)}”.`} Discuss it with a neighbour.`));
     } else {
-      const right = (round) => (mine[round] === undefined ? "no vote" : `“${label(mine[round])}”, ${mine[round] === question.answer.choice ? "right" : "not this time"}`);
+      const right = (round) => (mine[round] === undefined ? "no vote" : `“${label(mine[round])}”, ${question.answer.right.includes(mine[round]) ? "right" : "not this time"}`);
       const line = el("p", { dataset: { field: "reveal", answer: String(question.answer.choice) } }, `${answerLine(question)} Round 1: ${right(1)}.${question.votes.length > 1 ? ` Round 2: ${right(2)}.` : ""}`);
       parts.push(line);
       const shownFor = question.id;

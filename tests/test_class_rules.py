@@ -1,11 +1,13 @@
-"""The class's per-address counts slide: at most the bound in any window, across a clock's minute or hour
-boundary too (a fixed window let one address join twice the bound in the seconds around it)."""
+"""The class's rules on its store: per-address counts slide (at most the bound in any window, across a
+clock's minute or hour boundary too: a fixed window let one address join twice the bound around it), and a
+choice that ties the answer counts right, in the score and in what every screen is told."""
 
 import pytest
 
 from app.classroom import classes as classes_module
 from app.classroom.backends import MemoryBackend
 from app.classroom.classes import Classes, ClassLimit, ClassLimits
+from app.engine.questions import Choice, Question
 from app.serving.gate import Client
 from tests.conftest import run_async
 
@@ -91,3 +93,24 @@ def test_class_starts_across_an_hour_boundary_stay_within_the_bound(clock):
 
     start = clock.now
     assert run_async(run()) == [True] * 4 + [False] * 3
+
+
+def test_a_choice_that_ties_the_answer_counts_right_for_the_learner_and_on_every_screen(clock):
+    question = Question("head", "Which head?", (Choice("head 0", 0.25), Choice("head 1", 0.5), Choice("head 2", 0.5)))
+
+    async def run():
+        classes = Classes(MemoryBackend(), LIMITS)
+        code, _ = await classes.start_class(Client("10.0.0.1"))
+        voters = [Client(f"10.0.1.{n}", cookie=f"voter{n}") for n in range(3)]
+        learners = [(await classes.join(code, voter, ""))[0] for voter in voters]
+        asked = await classes.ask(code, question, {"layer": 0}, None, None)
+        for learner, voter, choice in zip(learners, voters, [0, 1, 2], strict=True):
+            await classes.vote(code, learner, voter, asked.id, 1, choice)
+        revealed = await classes.reveal(code)
+        scores = [await classes.score(code, learner, voter) for learner, voter in zip(learners, voters, strict=True)]
+        return revealed, scores
+
+    revealed, scores = run_async(run())
+    assert revealed.answer.choice == 1 and revealed.answer.right == [1, 2]
+    assert revealed.correct == [2 / 3, None]
+    assert [score["right"] for score in scores] == [0, 1, 1]
