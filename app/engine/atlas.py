@@ -1,0 +1,265 @@
+"""A head atlas: what each head does over a corpus, not one prompt.
+
+Per head, over every query row of every sentence (each row counts once):
+- previous: the mean weight a query gives to the token before it (queries that have one);
+- self: the mean weight a query gives to itself;
+- sink: the mean weight a query gives to the first token ([CLS] in BERT, the first piece in GPT-2);
+- entropy: the mean row entropy, in nats;
+- positional: the mean weight at the head's favourite relative offset k − q (every query counts, 0 where
+  the offset falls outside the sentence): 1 for a head that always looks the same distance away;
+- induction: on random-token sequences read twice in a row, the mean weight a token of the second copy
+  gives to the token that followed its first occurrence (key q − L + 1 for copy length L);
+- ablation: the mean cosine change 1 − cos(v, v′) of the sentence vector when the head is switched off
+  (its context zeroed before W_O, as the lab's ablation runs do), on the first `ablation_sentences`.
+"""
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+from torch import Tensor
+
+from app.engine.capture import Sequence, ablating, model_inputs
+from app.engine.runs import BATCH_TOKENS, Engine, InvalidInput, batches
+from app.engine.spec import AtlasSpec
+
+MAX_SENTENCES = 1000
+MAX_TOKENS = 64  # a sentence is read up to this many tokens, the tokenizer's own included
+MAX_REPEATS = 256
+MAX_REPEAT_LENGTH = 30  # two copies and the added tokens stay within MAX_TOKENS
+SCORES = ("previous", "induction", "sink", "entropy", "positional", "self", "ablation")
+LABEL_THRESHOLD = 0.5
+LABELS = {
+    "previous": "previous-token head",
+    "induction": "induction head",
+    "sink": "first-token sink",
+    "self": "self head",
+}
+CORPUS = Path(__file__).parent / "data" / "atlas-corpus.txt"
+
+
+def shipped_sentences() -> tuple[str, ...]:
+    """The lab's own corpus: sentences the project wrote, one per line."""
+    return sentences_of(CORPUS.read_text())
+
+
+def sentences_of(text: str) -> tuple[str, ...]:
+    """One sentence per non-empty line, spaces at its ends dropped."""
+    return tuple(line.strip() for line in text.splitlines() if line.strip())
+
+
+@dataclass
+class Atlas:
+    spec: AtlasSpec
+    scores: dict[str, Tensor]  # name -> [layer, head], float64; "ablation" is absent without an adapter
+    offset: Tensor  # [layer, head]: the relative offset k − q the positional score is read at
+    tokens: int  # query rows the sentence scores average over
+    cut: int  # sentences longer than MAX_TOKENS tokens, read up to it
+    storages: dict[int, int] = field(default_factory=dict)  # for the run cache: a few KB, not counted
+
+    @property
+    def atlas_id(self) -> str:
+        return self.spec.run_id
+
+    def labels(self) -> list[list[dict | None]]:
+        """Per head, the strongest of the labelled scores if it reaches LABEL_THRESHOLD: {score, label, value}."""
+        layers, heads = self.offset.shape
+        found = []
+        for layer in range(layers):
+            row = []
+            for head in range(heads):
+                values = {name: float(self.scores[name][layer, head]) for name in LABELS}
+                best = max(values, key=values.get)
+                row.append(
+                    {"score": best, "label": LABELS[best], "value": values[best]}
+                    if values[best] >= LABEL_THRESHOLD
+                    else None
+                )
+            found.append(row)
+        return found
+
+
+class Sums:
+    """Running sums of each score over the corpus, and what each is divided by."""
+
+    def __init__(self, layers: int, heads: int):
+        zeros = lambda *shape: torch.zeros(layers, heads, *shape, dtype=torch.float64)  # noqa: E731
+        self.previous, self.self, self.sink, self.entropy = zeros(), zeros(), zeros(), zeros()
+        self.offsets = zeros(2 * MAX_TOKENS - 1)  # index d + MAX_TOKENS − 1 for offset d = k − q
+        self.induction = zeros()
+        self.rows = self.previous_rows = self.induction_rows = 0
+
+    def add_sentences(self, attentions: tuple[Tensor, ...], lengths: list[int]) -> None:
+        """One padded batch: attentions [batch, head, query, key] per block."""
+        longest = max(lengths)
+        real = torch.arange(longest)[None, :] < torch.tensor(lengths)[:, None]  # [batch, query]
+        self.rows += sum(lengths)
+        self.previous_rows += sum(length - 1 for length in lengths)
+        for layer, weights in enumerate(attentions):
+            weights = weights.double() * real[:, None, :, None]  # padding queries count for nothing
+            self.self[layer] += weights.diagonal(dim1=-2, dim2=-1).sum((0, -1))
+            self.previous[layer] += weights.diagonal(offset=-1, dim1=-2, dim2=-1).sum((0, -1))
+            self.sink[layer] += weights[..., 0].sum((0, -1))
+            self.entropy[layer] += -(weights * weights.clamp_min(1e-300).log()).sum((0, -2, -1))
+            for offset in range(1 - longest, longest):
+                diagonal = weights.diagonal(offset=offset, dim1=-2, dim2=-1)
+                self.offsets[layer, :, offset + MAX_TOKENS - 1] += diagonal.sum((0, -1))
+
+    def add_repeats(self, attentions: tuple[Tensor, ...], start: int, length: int) -> None:
+        """A batch of repeated sequences whose first copy starts at `start`: second-copy queries' weight
+        on the token after their first occurrence."""
+        queries = torch.arange(start + length, start + 2 * length)
+        self.induction_rows += attentions[0].shape[0] * length
+        for layer, weights in enumerate(attentions):
+            self.induction[layer] += weights[:, :, queries, queries - length + 1].double().sum((0, -1))
+
+    def scores(self) -> tuple[dict[str, Tensor], Tensor]:
+        offsets = self.offsets / self.rows
+        best = offsets.max(-1)
+        return {
+            "previous": self.previous / self.previous_rows,
+            "induction": self.induction / self.induction_rows,
+            "sink": self.sink / self.rows,
+            "entropy": self.entropy / self.rows,
+            "positional": best.values,
+            "self": self.self / self.rows,
+        }, best.indices - (MAX_TOKENS - 1)
+
+
+def read_corpus(engine: Engine, sentences: tuple[str, ...]) -> tuple[list[list[int]], int]:
+    """Each sentence's ids, cut at MAX_TOKENS, and how many were cut."""
+    if not sentences:
+        raise InvalidInput("the corpus has no sentences: give one sentence per line")
+    if len(sentences) > MAX_SENTENCES:
+        raise InvalidInput(f"the corpus has {len(sentences):,} sentences; the limit is {MAX_SENTENCES:,}")
+    encoded = engine.loaded.tokenizer(list(sentences), truncation=True, max_length=MAX_TOKENS + 1)["input_ids"]
+    cut = sum(len(ids) > MAX_TOKENS for ids in encoded)
+    tokenizer = engine.loaded.tokenizer
+    again = tokenizer(list(sentences), truncation=True, max_length=MAX_TOKENS)["input_ids"] if cut else encoded
+    return again, cut
+
+
+def repeated_sequences(engine: Engine, spec: AtlasSpec) -> tuple[Tensor, int]:
+    """spec.repeats random-token sequences read twice in a row, with the tokenizer's added tokens around
+    them ([CLS] x x [SEP]): [repeats, pos], and the position where the first copy starts. The tokens are
+    drawn uniformly from the upper nine tenths of the vocabulary (BERT's [unused] rows lie below), leaving
+    out special tokens."""
+    tokenizer = engine.loaded.tokenizer
+    vocab = engine.loaded.model.config.vocab_size
+    allowed = torch.ones(vocab, dtype=torch.bool)
+    allowed[: vocab // 10] = False
+    allowed[[i for i in tokenizer.all_special_ids if i < vocab]] = False
+    choices = allowed.nonzero()[:, 0]
+    generator = torch.Generator().manual_seed(spec.seed)
+    drawn = choices[torch.randint(len(choices), (spec.repeats, spec.repeat_length), generator=generator)]
+    before, after = added_tokens(tokenizer)
+    return torch.tensor([[*before, *copy, *copy, *after] for copy in drawn.tolist()]), len(before)
+
+
+def added_tokens(tokenizer) -> tuple[list[int], list[int]]:
+    """The ids the tokenizer puts before and after a text's own ([CLS] and [SEP]; none for GPT-2)."""
+    whole = tokenizer("a")["input_ids"]
+    own = tokenizer("a", add_special_tokens=False)["input_ids"]
+    start = whole.index(own[0])
+    return whole[:start], whole[start + len(own) :]
+
+
+def check_atlas(spec: AtlasSpec) -> None:
+    if not 1 <= spec.repeats <= MAX_REPEATS:
+        raise InvalidInput(f"repeats is {spec.repeats}: give 1 to {MAX_REPEATS}")
+    if not 2 <= spec.repeat_length <= MAX_REPEAT_LENGTH:
+        raise InvalidInput(f"repeat_length is {spec.repeat_length}: give 2 to {MAX_REPEAT_LENGTH}")
+    if not 0 <= spec.ablation_sentences <= len(spec.sentences):
+        raise InvalidInput(f"ablation_sentences is {spec.ablation_sentences}: at most the corpus's sentences")
+
+
+def atlas_slices(engine: Engine, spec: AtlasSpec, progress: Callable[[int, int], None]) -> Iterator[Callable]:
+    """The atlas in slices of work, each one padded pass (Lab.in_turns runs one per turn at the gate): the
+    sentences in batches of at most BATCH_TOKENS padded tokens, the repeated sequences, then one pass per
+    head switched off. The last slice returns the Atlas. `progress(done, total)` is called after each."""
+    check_atlas(spec)
+    loaded = engine.loaded
+    model, family, config = loaded.model, loaded.family, loaded.model.config
+    ids, cut = read_corpus(engine, spec.sentences)
+    order = sorted(range(len(ids)), key=lambda index: len(ids[index]))
+    # A model without an adapter reads one input per pass: how it would read padding is not known.
+    groups = batches(order, lambda _: 0, lambda index: len(ids[index]), 0 if family.attention_only else BATCH_TOKENS)
+    repeats, start = repeated_sequences(engine, spec)
+    repeat_groups = (
+        [repeats[first : first + 1] for first in range(len(repeats))] if family.attention_only else [repeats]
+    )
+    heads = (
+        []
+        if family.attention_only
+        else [(layer, head) for layer in range(config.num_hidden_layers) for head in range(config.num_attention_heads)]
+    )
+    sample = [torch.tensor(row) for row in ids[: spec.ablation_sentences]] if heads and spec.ablation_sentences else []
+    total = len(groups) + len(repeat_groups) + (len(heads) + 1 if sample else 0)
+    sums = Sums(config.num_hidden_layers, config.num_attention_heads)
+    done = 0
+
+    def step(work: Callable[[], object]) -> Callable[[], object]:
+        def run():
+            nonlocal done
+            result = work()
+            done += 1
+            progress(done, total)
+            return result
+
+        return run
+
+    def sentences(group: list[int]):
+        sequences = [
+            Sequence(torch.tensor(ids[index]), torch.zeros(len(ids[index]), dtype=torch.long), spec.mask)
+            for index in group
+        ]
+        with torch.inference_mode():
+            out = model(**model_inputs(model, family, sequences), output_attentions=True)
+        sums.add_sentences(out.attentions, [len(ids[index]) for index in group])
+
+    def repeated(rows: Tensor):
+        sequences = [Sequence(row, torch.zeros_like(row), spec.mask) for row in rows]
+        with torch.inference_mode():
+            out = model(**model_inputs(model, family, sequences), output_attentions=True)
+        sums.add_repeats(out.attentions, start, spec.repeat_length)
+
+    for group in groups:
+        yield step(lambda group=group: sentences(group))
+    for rows in repeat_groups:
+        yield step(lambda rows=rows: repeated(rows))
+    effects = torch.zeros(config.num_hidden_layers, config.num_attention_heads, dtype=torch.float64)
+    if sample:
+        kept = {}
+        yield step(lambda: kept.update(base=sentence_vectors(engine, sample, spec.mask, ())))
+        for layer, head in heads:
+
+            def ablated(layer=layer, head=head):
+                vectors = sentence_vectors(engine, sample, spec.mask, ((layer, head),))
+                cosines = torch.nn.functional.cosine_similarity(kept["base"], vectors, dim=-1)
+                effects[layer, head] = (1 - cosines).mean()
+
+            yield step(ablated)
+
+    def finish() -> Atlas:
+        scores, offset = sums.scores()
+        if sample:
+            scores["ablation"] = effects
+        return Atlas(spec, scores, offset, sums.rows, cut)
+
+    yield finish
+
+
+def sentence_vectors(engine: Engine, rows: list[Tensor], mask: str, ablate: tuple[tuple[int, int], ...]) -> Tensor:
+    """The sentence vector of each row of ids (the model's pipeline after its default pooling, no prompt),
+    read with `mask`, in one padded pass with `ablate` switched off: [row, size], float64."""
+    loaded = engine.loaded
+    sequences = [Sequence(row, torch.zeros_like(row), mask) for row in rows]
+    with torch.inference_mode(), ablating(loaded.model, loaded.family, ablate):
+        states = loaded.model.base_model(**model_inputs(loaded.model, loaded.family, sequences)).last_hidden_state
+    return torch.stack(
+        [
+            loaded.pipeline.stages(states[index, : len(row)], loaded.default_pooling)[-1].vector.double()
+            for index, row in enumerate(rows)
+        ]
+    )

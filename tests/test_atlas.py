@@ -1,0 +1,180 @@
+"""The head atlas (app.engine.atlas): each score against NumPy on transformers' own output_attentions, one
+sentence at a time; induction on a model built to copy; ablation against the lab's own ablation runs."""
+
+import shutil
+
+import numpy as np
+import pytest
+import torch
+from transformers import BertConfig, BertModel
+
+from app.engine.model import load_model, packaged_model_path
+from app.engine.spec import AtlasSpec, from_canonical
+from tests.conftest import TOKENIZER_FILES, make_lab, run_async
+
+SENTENCES = (
+    "The cat sat on the mat.",
+    "A student asked the teacher why the sky is blue, and the teacher smiled.",
+    "Rain.",
+    "The bank raised its interest rate again this year.",
+    "We sat on the bank of the river and watched the boats go by slowly.",
+)
+
+
+def attentions(loaded, ids) -> list[np.ndarray]:
+    """transformers' own weights of one unpadded input: [head, query, key] per block."""
+    with torch.inference_mode():
+        out = loaded.model(input_ids=torch.tensor([ids]), output_attentions=True)
+    return [weights[0].double().numpy() for weights in out.attentions]
+
+
+def numpy_scores(loaded, spec: AtlasSpec) -> dict[str, np.ndarray]:
+    """Every score but ablation, from the formulas in app.engine.atlas's docstring."""
+    tokenizer = loaded.tokenizer
+    rows = [tokenizer(sentence)["input_ids"] for sentence in spec.sentences]
+    per = {name: [] for name in ("previous", "self", "sink", "entropy")}
+    offsets = {}
+    n_rows = 0
+    for ids in rows:
+        n = len(ids)
+        n_rows += n
+        for layer, a in enumerate(attentions(loaded, ids)):
+            per["self"].append((layer, np.einsum("hqq->h", a), n))
+            per["previous"].append((layer, sum(a[:, q, q - 1] for q in range(1, n)), n - 1))
+            per["sink"].append((layer, a[:, :, 0].sum(-1), n))
+            per["entropy"].append((layer, -(a * np.log(np.maximum(a, 1e-300))).sum((-2, -1)), n))
+            for d in range(1 - n, n):
+                total = sum(a[:, q, q + d] for q in range(n) if 0 <= q + d < n)
+                offsets[layer, d] = offsets.get((layer, d), 0) + total
+    layers, heads = len(attentions(loaded, rows[0])), loaded.model.config.num_attention_heads
+    scores = {}
+    for name, parts in per.items():
+        sums, counts = np.zeros((layers, heads)), np.zeros(layers)
+        for layer, value, count in parts:
+            sums[layer] += value
+            counts[layer] += count
+        scores[name] = sums / counts[:, None]
+    scores["positional"] = np.array(
+        [
+            np.max([offsets[layer, d] for d in range(-63, 64) if (layer, d) in offsets], axis=0) / n_rows
+            for layer in range(layers)
+        ]
+    )
+    return scores
+
+
+@pytest.fixture(scope="module")
+def lab(minilm, tmp_path_factory):
+    return make_lab(minilm, tmp_path_factory.mktemp("atlas"), max_runs=64, max_chars=20_000)
+
+
+def computed(lab, spec):
+    async def go():
+        await lab.start_atlas(spec)
+        return await lab.atlas(spec)
+
+    return run_async(go())
+
+
+def test_each_sentence_score_equals_numpy_on_transformers_attentions(lab, minilm):
+    spec = AtlasSpec(minilm.name, minilm.digest, SENTENCES, repeats=4, repeat_length=8, ablation_sentences=0)
+    found = computed(lab, spec)
+    expected = numpy_scores(minilm, spec)
+    for name, values in expected.items():
+        np.testing.assert_allclose(found.scores[name].numpy(), values, atol=1e-6, err_msg=name)
+    assert "ablation" not in found.scores
+
+
+def test_induction_is_the_weight_on_the_token_after_the_first_occurrence(lab, minilm):
+    spec = AtlasSpec(minilm.name, minilm.digest, SENTENCES[:1], repeats=3, repeat_length=10, ablation_sentences=0)
+    found = computed(lab, spec)
+    tokenizer = minilm.tokenizer
+    vocab = minilm.model.config.vocab_size
+    expected = np.zeros(found.offset.shape)
+    generator = torch.Generator().manual_seed(spec.seed)
+    allowed = [i for i in range(vocab // 10, vocab) if i not in tokenizer.all_special_ids]
+    drawn = torch.randint(len(allowed), (3, 10), generator=generator)
+    for row in drawn.tolist():
+        copy = [allowed[i] for i in row]
+        ids = [tokenizer.cls_token_id, *copy, *copy, tokenizer.sep_token_id]
+        for layer, a in enumerate(attentions(minilm, ids)):
+            expected[layer] += sum(a[:, 1 + 10 + j, 1 + j + 1] for j in range(10)) / 30
+    np.testing.assert_allclose(found.scores["induction"].numpy(), expected, atol=1e-6)
+
+
+def test_ablation_effects_equal_the_labs_own_ablation_runs(lab, minilm):
+    spec = AtlasSpec(minilm.name, minilm.digest, SENTENCES, repeats=1, repeat_length=4, ablation_sentences=2)
+    found = computed(lab, spec)
+    for layer, head in [(0, 0), (2, 5), (5, 11)]:
+        changes = []
+        for text in SENTENCES[:2]:
+            plain = lab.analyze(lab.spec(text, prompt=""))
+            ablated = lab.analyze(lab.spec(text, prompt="", ablate=[(layer, head)]))
+            changes.append(
+                1 - torch.nn.functional.cosine_similarity(plain.embedding.double(), ablated.embedding.double(), dim=0)
+            )
+        assert float(found.scores["ablation"][layer, head]) == pytest.approx(float(np.mean(changes)), abs=1e-6)
+
+
+def test_an_atlas_is_named_by_its_spec_and_read_back_from_the_store(lab, minilm):
+    spec = AtlasSpec(minilm.name, minilm.digest, SENTENCES[:2], repeats=2, repeat_length=5, ablation_sentences=1)
+    assert from_canonical(spec.canonical()) == spec
+    run_async(lab.start_atlas(spec))
+    assert run_async(lab.atlas_spec(spec.run_id)) == spec
+
+
+def copying_bert(folder):
+    """A 2-block BERT built to copy: block 0's head 0 moves each token's word vector to the next position
+    (its query is the position one back, its key the position), block 1's head 0 looks for the token whose
+    previous token is the query's own. The hidden state is three 64-wide parts: word, position, previous word.
+    The feed-forward layers add nothing; the other heads are switched off by zero weights."""
+    width, heads = 64, 2
+    config = BertConfig(
+        vocab_size=30522,
+        hidden_size=3 * width,
+        num_hidden_layers=2,
+        num_attention_heads=heads,
+        intermediate_size=8,
+        max_position_embeddings=width,
+        hidden_dropout_prob=0,
+        attention_probs_dropout_prob=0,
+    )
+    model = BertModel(config)
+    generator = torch.Generator().manual_seed(1)
+    word, position, previous = slice(0, width), slice(width, 2 * width), slice(2 * width, 3 * width)
+    head = slice(0, 3 * width // heads)
+    with torch.no_grad():
+        for parameter in model.parameters():
+            parameter.zero_()
+        for norm in [model.embeddings.LayerNorm, *[m for m in model.modules() if type(m).__name__ == "LayerNorm"]]:
+            norm.weight.fill_(1)
+        embeddings = model.embeddings
+        embeddings.word_embeddings.weight[:, word] = torch.randn(30522, width, generator=generator)
+        positions = torch.linalg.qr(torch.randn(width, width, generator=generator))[0] * width**0.5
+        embeddings.position_embeddings.weight[:, position] = positions
+        first, second = (layer.attention for layer in model.encoder.layer)
+        # Block 0, head 0: query = the position before, key = the position; the value is the word, written
+        # into the previous-word part.
+        shift = torch.linalg.lstsq(positions[1:], positions[:-1]).solution  # positions[i] @ shift = positions[i - 1]
+        first.self.query.weight[head][:width, position] = 5 * shift.T
+        first.self.key.weight[head][:width, position] = torch.eye(width)
+        first.self.value.weight[head][:width, word] = torch.eye(width)
+        first.output.dense.weight[previous, :width] = torch.eye(width)
+        # Block 1, head 0: query = the word, key = the previous word.
+        second.self.query.weight[head][:width, word] = 5 * torch.eye(width)
+        second.self.key.weight[head][:width, previous] = torch.eye(width)
+    model.save_pretrained(folder)
+    for name in TOKENIZER_FILES:
+        shutil.copy(packaged_model_path() / name, folder / name)
+    return load_model(folder)
+
+
+def test_a_model_built_to_copy_has_an_induction_head_and_a_random_one_has_none(tiny, tmp_path):
+    """Read causally, as induction is defined: bidirectionally the copy's second half would match too."""
+    found = {}
+    for name, model in [("built", copying_bert(tmp_path / "copier")), ("control", tiny)]:
+        spec = AtlasSpec(model.name, model.digest, SENTENCES[:2], 8, 12, ablation_sentences=0, mask="causal")
+        found[name] = computed(make_lab(model, tmp_path / name), spec).scores
+    assert found["built"]["previous"][0, 0] > 0.9
+    assert found["built"]["induction"][1, 0] > 0.9
+    assert found["control"]["induction"].max() < 0.2
