@@ -1,16 +1,20 @@
 """The head atlas (app.engine.atlas): each score against NumPy on transformers' own output_attentions, one
 sentence at a time; induction on a model built to copy; ablation against the lab's own ablation runs."""
 
+import asyncio
 import shutil
+import time
 
+import httpx
 import numpy as np
 import pytest
 import torch
 from transformers import BertConfig, BertModel
 
+from app.engine import atlas
 from app.engine.model import load_model, packaged_model_path
 from app.engine.spec import AtlasSpec, from_canonical
-from tests.conftest import TOKENIZER_FILES, make_lab, run_async
+from tests.conftest import TOKENIZER_FILES, LabProcess, make_lab, run_async
 
 SENTENCES = (
     "The cat sat on the mat.",
@@ -178,3 +182,60 @@ def test_a_model_built_to_copy_has_an_induction_head_and_a_random_one_has_none(t
     assert found["built"]["previous"][0, 0] > 0.9
     assert found["built"]["induction"][1, 0] > 0.9
     assert found["control"]["induction"].max() < 0.2
+
+
+@pytest.fixture(scope="module")
+def live(tmp_path_factory):
+    """The lab as a user runs it, for this module's HTTP tests."""
+    process = LabProcess(tmp_path_factory.mktemp("atlas-lab"))
+    process.start()
+    yield process
+    process.stop()
+
+
+def test_the_api_serves_the_numpy_scores_under_an_id_any_worker_reads(live, minilm, data_dir):
+    body = {"sentences": "\n".join(SENTENCES) + "\n\n", "repeats": 4, "repeat_length": 8, "ablation_sentences": 1}
+    started = httpx.post(f"{live.url}/api/atlas", json=body).json()
+    assert started["sentences"] == len(SENTENCES)
+    found = httpx.get(f"{live.url}/api/atlas/{started['atlas_id']}", timeout=60).json()
+    spec = AtlasSpec(minilm.name, minilm.digest, SENTENCES, 4, 8, ablation_sentences=1)
+    assert found["atlas_id"] == spec.run_id == started["atlas_id"]
+    for name, values in numpy_scores(minilm, spec).items():
+        np.testing.assert_allclose(found["scores"][name], values, atol=1e-6, err_msg=name)
+    assert httpx.get(f"{live.url}/api/atlas/{spec.run_id}/progress").json() == {"state": "done", "done": 0, "total": 0}
+    # Another worker on the same store reads the spec back, to recompute it.
+    assert run_async(make_lab(minilm, data_dir).atlas_spec(spec.run_id)) == spec
+
+
+def test_the_bounds_on_a_corpus(live):
+    too_many = "\n".join(f"Sentence number {n}." for n in range(1001))
+    answer = httpx.post(f"{live.url}/api/atlas", json={"sentences": too_many})
+    assert answer.status_code == 422 and "1,001 sentences; the limit is 1,000" in answer.text
+    assert httpx.post(f"{live.url}/api/atlas", json={"sentences": "\n \n"}).status_code == 422
+    assert httpx.get(f"{live.url}/api/atlas/{'a' * 26}").status_code == 404
+    long = {"sentences": "word " * 100, "repeats": 1, "repeat_length": 2, "ablation_sentences": 0}
+    atlas_id = httpx.post(f"{live.url}/api/atlas", json=long).json()["atlas_id"]
+    found = httpx.get(f"{live.url}/api/atlas/{atlas_id}", timeout=60).json()
+    assert (found["cut"], found["tokens"]) == (1, 64)
+
+
+def test_a_corpus_run_reports_progress_and_stops_when_its_client_leaves(live):
+    lines = [f"{line} ({n})" for n in range(9) for line in atlas.shipped_sentences()]
+    atlas_id = httpx.post(f"{live.url}/api/atlas", json={"sentences": "\n".join(lines)}).json()["atlas_id"]
+    seen = live.log.stat().st_size
+
+    async def leave_midway():
+        async with httpx.AsyncClient(timeout=120) as client:
+            waiting = asyncio.ensure_future(client.get(f"{live.url}/api/atlas/{atlas_id}"))
+            while (progress := (await client.get(f"{live.url}/api/atlas/{atlas_id}/progress")).json())["done"] < 2:
+                assert not waiting.done()
+            waiting.cancel()
+            return progress
+
+    progress = run_async(leave_midway())
+    assert progress["state"] == "running" and 2 <= progress["done"] < progress["total"]
+    deadline = time.monotonic() + 30
+    while b"called off" not in live.log.read_bytes()[seen:]:
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    assert httpx.get(f"{live.url}/api/atlas/{atlas_id}/progress").json()["state"] == "not running"

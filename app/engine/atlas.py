@@ -128,16 +128,12 @@ class Sums:
 
 
 def read_corpus(engine: Engine, sentences: tuple[str, ...]) -> tuple[list[list[int]], int]:
-    """Each sentence's ids, cut at MAX_TOKENS, and how many were cut."""
-    if not sentences:
-        raise InvalidInput("the corpus has no sentences: give one sentence per line")
-    if len(sentences) > MAX_SENTENCES:
-        raise InvalidInput(f"the corpus has {len(sentences):,} sentences; the limit is {MAX_SENTENCES:,}")
-    encoded = engine.loaded.tokenizer(list(sentences), truncation=True, max_length=MAX_TOKENS + 1)["input_ids"]
-    cut = sum(len(ids) > MAX_TOKENS for ids in encoded)
+    """Each sentence's ids, cut at MAX_TOKENS (or the model's fewer positions), and how many were cut."""
+    longest = min(MAX_TOKENS, engine.max_tokens)
     tokenizer = engine.loaded.tokenizer
-    again = tokenizer(list(sentences), truncation=True, max_length=MAX_TOKENS)["input_ids"] if cut else encoded
-    return again, cut
+    whole = tokenizer(list(sentences), truncation=True, max_length=longest + 1)["input_ids"]
+    cut = sum(len(ids) > longest for ids in whole)
+    return (tokenizer(list(sentences), truncation=True, max_length=longest)["input_ids"] if cut else whole), cut
 
 
 def repeated_sequences(engine: Engine, spec: AtlasSpec) -> tuple[Tensor, int]:
@@ -166,6 +162,10 @@ def added_tokens(tokenizer) -> tuple[list[int], list[int]]:
 
 
 def check_atlas(spec: AtlasSpec) -> None:
+    if not spec.sentences:
+        raise InvalidInput("the corpus has no sentences: give one sentence per line")
+    if len(spec.sentences) > MAX_SENTENCES:
+        raise InvalidInput(f"the corpus has {len(spec.sentences):,} sentences; the limit is {MAX_SENTENCES:,}")
     if not 1 <= spec.repeats <= MAX_REPEATS:
         raise InvalidInput(f"repeats is {spec.repeats}: give 1 to {MAX_REPEATS}")
     if not 2 <= spec.repeat_length <= MAX_REPEAT_LENGTH:
