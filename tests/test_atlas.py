@@ -67,6 +67,20 @@ def numpy_scores(loaded, spec: AtlasSpec) -> dict[str, np.ndarray]:
     return scores
 
 
+def numpy_examples(loaded, spec: AtlasSpec) -> dict[tuple[int, int], list[tuple[float, int, int, int]]]:
+    """Per head, (weight, sentence, query, key) of each sentence's strongest cell on a key the tokenizer did
+    not add, the five strongest."""
+    found = {}
+    for sentence, text in enumerate(spec.sentences):
+        ids = loaded.tokenizer(text)["input_ids"]
+        own = np.array([i not in loaded.tokenizer.all_special_ids for i in ids])
+        for layer, a in enumerate(attentions(loaded, ids)):
+            for head, weights in enumerate(a * own[None, :]):
+                query, key = np.unravel_index(weights.argmax(), weights.shape)
+                found.setdefault((layer, head), []).append((weights[query, key], sentence, query, key))
+    return {head: sorted(cells, reverse=True)[:5] for head, cells in found.items()}
+
+
 @pytest.fixture(scope="module")
 def lab(minilm, tmp_path_factory):
     return make_lab(minilm, tmp_path_factory.mktemp("atlas"), max_runs=64, max_chars=20_000)
@@ -87,6 +101,12 @@ def test_each_sentence_score_equals_numpy_on_transformers_attentions(lab, minilm
     for name, values in expected.items():
         np.testing.assert_allclose(found.scores[name].numpy(), values, atol=1e-6, err_msg=name)
     assert "ablation" not in found.scores
+    weights, sentences, queries, keys = found.examples
+    for (layer, head), cells in numpy_examples(minilm, spec).items():
+        np.testing.assert_allclose(weights[layer, head].numpy(), [cell[0] for cell in cells], atol=1e-6)
+        assert [cell[1:] for cell in cells] == list(
+            zip(sentences[layer, head].tolist(), queries[layer, head].tolist(), keys[layer, head].tolist(), strict=True)
+        )
 
 
 def test_induction_is_the_weight_on_the_token_after_the_first_occurrence(lab, minilm):
@@ -202,6 +222,11 @@ def test_the_api_serves_the_numpy_scores_under_an_id_any_worker_reads(live, mini
     assert found["atlas_id"] == spec.run_id == started["atlas_id"]
     for name, values in numpy_scores(minilm, spec).items():
         np.testing.assert_allclose(found["scores"][name], values, atol=1e-6, err_msg=name)
+    for (layer, head), cells in numpy_examples(minilm, spec).items():
+        shown = found["examples"][layer][head]
+        np.testing.assert_allclose([e["weight"] for e in shown], [cell[0] for cell in cells], atol=1e-6)
+        assert [(e["sentence"], e["query"], e["key"]) for e in shown] == [cell[1:] for cell in cells]
+        assert all(e["text"] == SENTENCES[e["sentence"]] for e in shown)
     assert httpx.get(f"{live.url}/api/atlas/{spec.run_id}/progress").json() == {"state": "done", "done": 0, "total": 0}
     # Another worker on the same store reads the spec back, to recompute it.
     assert run_async(make_lab(minilm, data_dir).atlas_spec(spec.run_id)) == spec

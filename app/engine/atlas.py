@@ -36,6 +36,7 @@ LABELS = {
     "sink": "first-token sink",
     "self": "self head",
 }
+EXAMPLES = 5  # top examples kept per head
 CORPUS = Path(__file__).parent / "data" / "atlas-corpus.txt"
 
 
@@ -56,6 +57,10 @@ class Atlas:
     offset: Tensor  # [layer, head]: the relative offset k − q the positional score is read at
     tokens: int  # query rows the sentence scores average over
     cut: int  # sentences longer than MAX_TOKENS tokens, read up to it
+    # Each head's strongest weights on a key the tokenizer did not add, one per sentence, strongest first:
+    # [layer, head, EXAMPLES] each (weight, sentence, query, key); fewer sentences than EXAMPLES leave −1s.
+    examples: tuple[Tensor, Tensor, Tensor, Tensor]
+    ids: list[list[int]]  # each sentence's ids as read
     storages: dict[int, int] = field(default_factory=dict)  # for the run cache: a few KB, not counted
 
     @property
@@ -89,9 +94,14 @@ class Sums:
         self.offsets = zeros(2 * MAX_TOKENS - 1)  # index d + MAX_TOKENS − 1 for offset d = k − q
         self.induction = zeros()
         self.rows = self.previous_rows = self.induction_rows = 0
+        self.top = torch.full((layers, heads, EXAMPLES), -1.0, dtype=torch.float64)  # weight, −1: none yet
+        self.top_where = torch.full((layers, heads, EXAMPLES, 3), -1, dtype=torch.long)  # sentence, query, key
 
-    def add_sentences(self, attentions: tuple[Tensor, ...], lengths: list[int]) -> None:
-        """One padded batch: attentions [batch, head, query, key] per block."""
+    def add_sentences(
+        self, attentions: tuple[Tensor, ...], lengths: list[int], sentences: list[int], added: Tensor
+    ) -> None:
+        """One padded batch: attentions [batch, head, query, key] per block, the sentences' indices, and
+        which of their tokens the tokenizer added ([batch, pos])."""
         longest = max(lengths)
         real = torch.arange(longest)[None, :] < torch.tensor(lengths)[:, None]  # [batch, query]
         self.rows += sum(lengths)
@@ -105,6 +115,25 @@ class Sums:
             for offset in range(1 - longest, longest):
                 diagonal = weights.diagonal(offset=offset, dim1=-2, dim2=-1)
                 self.offsets[layer, :, offset + MAX_TOKENS - 1] += diagonal.sum((0, -1))
+            self._keep_top(layer, weights.masked_fill(added[:, None, None, :], 0), sentences)
+
+    def _keep_top(self, layer: int, weights: Tensor, sentences: list[int]) -> None:
+        """The strongest cell of each sentence for each head, merged into the kept top EXAMPLES."""
+        batch, heads, longest, _ = weights.shape
+        best = weights.flatten(-2).max(-1)  # [batch, head]
+        where = torch.stack(
+            [
+                torch.tensor(sentences)[:, None].expand(batch, heads),
+                best.indices // longest,
+                best.indices % longest,
+            ],
+            dim=-1,
+        ).transpose(0, 1)  # [head, batch, 3]
+        values = torch.cat([self.top[layer], best.values.T], dim=-1)  # [head, EXAMPLES + batch]
+        places = torch.cat([self.top_where[layer], where], dim=1)
+        kept = values.topk(EXAMPLES, dim=-1)
+        self.top[layer] = kept.values
+        self.top_where[layer] = places.gather(1, kept.indices[..., None].expand(-1, -1, 3))
 
     def add_repeats(self, attentions: tuple[Tensor, ...], start: int, length: int) -> None:
         """A batch of repeated sequences whose first copy starts at `start`: second-copy queries' weight
@@ -197,6 +226,7 @@ def atlas_slices(engine: Engine, spec: AtlasSpec, progress: Callable[[int, int],
     sample = [torch.tensor(row) for row in ids[: spec.ablation_sentences]] if heads and spec.ablation_sentences else []
     total = len(groups) + len(repeat_groups) + (len(heads) + 1 if sample else 0)
     sums = Sums(config.num_hidden_layers, config.num_attention_heads)
+    special = torch.tensor(loaded.tokenizer.all_special_ids)
     done = 0
 
     def step(work: Callable[[], object]) -> Callable[[], object]:
@@ -216,7 +246,10 @@ def atlas_slices(engine: Engine, spec: AtlasSpec, progress: Callable[[int, int],
         ]
         with torch.inference_mode():
             out = model(**model_inputs(model, family, sequences), output_attentions=True)
-        sums.add_sentences(out.attentions, [len(ids[index]) for index in group])
+        added = torch.zeros(len(group), max(len(ids[index]) for index in group), dtype=torch.bool)
+        for row, index in enumerate(group):
+            added[row, : len(ids[index])] = torch.isin(torch.tensor(ids[index]), special)
+        sums.add_sentences(out.attentions, [len(ids[index]) for index in group], group, added)
 
     def repeated(rows: Tensor):
         sequences = [Sequence(row, torch.zeros_like(row), spec.mask) for row in rows]
@@ -245,7 +278,9 @@ def atlas_slices(engine: Engine, spec: AtlasSpec, progress: Callable[[int, int],
         scores, offset = sums.scores()
         if sample:
             scores["ablation"] = effects
-        return Atlas(spec, scores, offset, sums.rows, cut)
+        where = sums.top_where
+        examples = (sums.top, where[..., 0], where[..., 1], where[..., 2])
+        return Atlas(spec, scores, offset, sums.rows, cut, examples, ids)
 
     yield finish
 

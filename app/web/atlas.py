@@ -46,6 +46,7 @@ async def head_atlas(atlas_id: str, lab: LabDep, client: ClientDep):
     spec = await lab.atlas_spec(atlas_id)
     found = await lab.atlas(spec, client)
     layers, heads = found.offset.shape
+    pieces = lab.models.loaded(spec.model).pieces
     return {
         "atlas_id": atlas_id,
         "model": spec.model,
@@ -63,4 +64,26 @@ async def head_atlas(atlas_id: str, lab: LabDep, client: ClientDep):
         "scores": {name: values.tolist() for name, values in found.scores.items()},
         "offset": found.offset.tolist(),
         "labels": found.labels(),
+        "examples": [[examples(found, layer, head, pieces, spec) for head in range(heads)] for layer in range(layers)],
     }
+
+
+def examples(found: atlas.Atlas, layer: int, head: int, pieces, spec: AtlasSpec) -> list[dict]:
+    """A head's top examples: the sentence, the query and key, and the weight between them."""
+    shown = []
+    for weight, sentence, query, key in zip(*(values[layer, head].tolist() for values in found.examples), strict=True):
+        if sentence < 0:
+            continue
+        tokens = pieces(found.ids[sentence])
+        shown.append(
+            {
+                "sentence": sentence,
+                "text": spec.sentences[sentence],
+                "query": query,
+                "key": key,
+                "query_token": tokens[query],
+                "key_token": tokens[key],
+                "weight": weight,
+            }
+        )
+    return shown

@@ -571,6 +571,16 @@ class AtlasLabel(BaseModel):
     value: float
 
 
+class AtlasExample(BaseModel):
+    sentence: int = Field(description="Its index in the corpus")
+    text: str
+    query: int = Field(description="The query's token index, added tokens counted")
+    key: int
+    query_token: str
+    key_token: str
+    weight: float
+
+
 class AtlasResponse(BaseModel):
     atlas_id: str
     model: str
@@ -591,3 +601,7 @@ class AtlasResponse(BaseModel):
     )
     offset: list[list[int]] = Field(description="[layer][head]: the relative offset k − q of the positional score")
     labels: list[list[AtlasLabel | None]]
+    examples: list[list[list[AtlasExample]]] = Field(
+        description="[layer][head]: the head's strongest weights on a key the tokenizer did not add, one per "
+        "sentence, strongest first (at most 5)"
+    )
