@@ -1,0 +1,230 @@
+// The head atlas page: a corpus run (POST /api/atlas, then GET it while its progress is polled), every
+// head as a grid and as a scatter of two scores coloured by a third, and a clicked head's corpus label and
+// top examples, each a link opening the lab at that block, head and token.
+// Shapes: scores[name] is [layer][head]; examples is [layer][head][example].
+
+import { loadPlotly } from "./plotly.js";
+
+const SCORES = {
+  previous: "previous-token score",
+  induction: "induction score",
+  sink: "first-token sink",
+  entropy: "mean entropy (nats)",
+  positional: "positional score",
+  self: "self score",
+  ablation: "ablation effect (1 − cos)",
+};
+
+const $ = (id) => document.getElementById(id);
+const status = (text) => ($("atlas-status").textContent = text);
+let atlas = null;
+let running = null; // the AbortController of the request computing an atlas
+
+function names() {
+  return Object.keys(SCORES).filter((name) => name in atlas.scores);
+}
+
+function fillSelect(select, chosen) {
+  select.replaceChildren(...names().map((name) => new Option(SCORES[name], name, false, name === chosen)));
+}
+
+async function errorText(response) {
+  try {
+    return (await response.json()).detail ?? response.statusText;
+  } catch {
+    return response.statusText;
+  }
+}
+
+async function run() {
+  const text = $("atlas-sentences").value;
+  const body = text.trim() ? { sentences: text } : {};
+  const started = await fetch("/api/atlas", {
+    method: "POST",
+    headers: { "content-type": "application/json" },
+    body: JSON.stringify(body),
+  });
+  if (!started.ok) return status(`Not run: ${await errorText(started)}`);
+  const { atlas_id: id } = await started.json();
+  history.replaceState(null, "", `?id=${id}`);
+  await open(id);
+}
+
+async function open(id) {
+  running = new AbortController();
+  $("atlas-run").disabled = true;
+  $("atlas-cancel").disabled = false;
+  const bar = $("atlas-progress");
+  bar.hidden = false;
+  bar.value = 0;
+  status("Running the corpus…");
+  const poll = setInterval(async () => {
+    const progress = await (await fetch(`/api/atlas/${id}/progress`)).json();
+    if (progress.total) {
+      bar.value = progress.done / progress.total;
+      status(`Running the corpus: pass ${progress.done} of ${progress.total}`);
+    }
+  }, 300);
+  try {
+    const response = await fetch(`/api/atlas/${id}`, { signal: running.signal });
+    if (!response.ok) return status(`Not run: ${await errorText(response)}`);
+    atlas = await response.json();
+    status(
+      `${atlas.sentences} sentences, ${atlas.tokens} tokens (${atlas.cut} cut at ${atlas.max_tokens}), ` +
+        `${atlas.repeats} repeated sequences of ${atlas.repeat_length} tokens, ablation on ${atlas.ablation_sentences} sentences, ${atlas.mask} mask`,
+    );
+    await draw();
+  } catch (error) {
+    if (error.name !== "AbortError") throw error;
+    status("Cancelled: the lab stops the run at its next pass.");
+  } finally {
+    clearInterval(poll);
+    bar.hidden = true;
+    $("atlas-run").disabled = false;
+    $("atlas-cancel").disabled = true;
+    running = null;
+  }
+}
+
+function heads() {
+  const found = [];
+  for (let layer = 0; layer < atlas.layers; layer++) for (let head = 0; head < atlas.heads; head++) found.push([layer, head]);
+  return found;
+}
+
+const value = (name, [layer, head]) => atlas.scores[name][layer][head];
+
+async function draw() {
+  $("atlas-views").hidden = false;
+  for (const [id, chosen] of [
+    ["atlas-grid-score", "previous"],
+    ["atlas-x", "previous"],
+    ["atlas-y", "sink"],
+    ["atlas-colour", "ablation" in atlas.scores ? "ablation" : "entropy"],
+  ])
+    fillSelect($(id), $(id).value || chosen);
+  await Promise.all([drawGrid(), drawScatter()]);
+}
+
+async function drawGrid() {
+  const Plotly = await loadPlotly();
+  const name = $("atlas-grid-score").value;
+  const range = (n) => Array.from({ length: n }, (_, i) => i);
+  const plot = $("atlas-grid");
+  await Plotly.react(
+    plot,
+    [
+      {
+        type: "heatmap",
+        z: atlas.scores[name],
+        x: range(atlas.heads),
+        y: range(atlas.layers),
+        colorscale: "Viridis",
+        colorbar: { title: { text: SCORES[name], side: "right" } },
+        hovertemplate: `block %{y}, head %{x}<br>${SCORES[name]} %{z:.4f}<extra></extra>`,
+      },
+    ],
+    {
+      title: { text: `Every head: ${SCORES[name]}` },
+      xaxis: { title: { text: "head" }, tickvals: range(atlas.heads), ticktext: range(atlas.heads).map(String) },
+      yaxis: { title: { text: "block" }, tickvals: range(atlas.layers), ticktext: range(atlas.layers).map(String), autorange: "reversed" },
+      margin: { l: 60, r: 20, t: 40, b: 50 },
+    },
+    { responsive: true, displaylogo: false },
+  );
+  plot.removeAllListeners?.("plotly_click");
+  plot.on("plotly_click", (event) => showHead(event.points[0].y, event.points[0].x));
+}
+
+async function drawScatter() {
+  const Plotly = await loadPlotly();
+  const [x, y, colour] = ["atlas-x", "atlas-y", "atlas-colour"].map((id) => $(id).value);
+  const all = heads();
+  const plot = $("atlas-scatter");
+  await Plotly.react(
+    plot,
+    [
+      {
+        type: "scatter",
+        mode: "markers",
+        x: all.map((head) => value(x, head)),
+        y: all.map((head) => value(y, head)),
+        customdata: all,
+        marker: {
+          size: 10,
+          color: all.map((head) => value(colour, head)),
+          colorscale: "Viridis",
+          colorbar: { title: { text: SCORES[colour], side: "right" } },
+          line: { width: 1, color: "#333" },
+        },
+        hovertemplate:
+          `block %{customdata[0]}, head %{customdata[1]}<br>${SCORES[x]} %{x:.4f}<br>${SCORES[y]} %{y:.4f}` +
+          `<br>${SCORES[colour]} %{marker.color:.4f}<extra></extra>`,
+      },
+    ],
+    {
+      title: { text: `${SCORES[y]} against ${SCORES[x]}` },
+      xaxis: { title: { text: SCORES[x] } },
+      yaxis: { title: { text: SCORES[y] } },
+      margin: { l: 60, r: 20, t: 40, b: 50 },
+    },
+    { responsive: true, displaylogo: false },
+  );
+  plot.removeAllListeners?.("plotly_click");
+  plot.on("plotly_click", (event) => showHead(...event.points[0].customdata));
+}
+
+function link(example, layer, head) {
+  const params = new URLSearchParams({
+    text: example.text,
+    layer: String(layer),
+    head: String(head),
+    token: String(example.query),
+  });
+  return `/?${params}`;
+}
+
+function showHead(layer, head) {
+  const label = atlas.labels[layer][head];
+  const strongest = ["previous", "induction", "sink", "self"].reduce((a, b) => (value(a, [layer, head]) >= value(b, [layer, head]) ? a : b));
+  const title = document.createElement("h2");
+  title.textContent = `Block ${layer}, head ${head}`;
+  const verdict = document.createElement("p");
+  verdict.className = "atlas-label";
+  verdict.textContent = label
+    ? `Over the corpus: ${label.label} (${SCORES[label.score]} ${label.value.toFixed(4)})`
+    : `Over the corpus: no single role (strongest: ${SCORES[strongest]} ${value(strongest, [layer, head]).toFixed(4)}, below ${atlas.threshold})`;
+  const scores = document.createElement("dl");
+  for (const name of names()) {
+    const term = document.createElement("dt");
+    term.textContent = SCORES[name];
+    const detail = document.createElement("dd");
+    detail.textContent = value(name, [layer, head]).toFixed(4) + (name === "positional" ? ` at offset ${atlas.offset[layer][head]}` : "");
+    scores.append(term, detail);
+  }
+  const heading = document.createElement("h3");
+  heading.textContent = "Top examples: its strongest weight on a word in each sentence";
+  const list = document.createElement("ol");
+  list.className = "atlas-examples";
+  for (const example of atlas.examples[layer][head]) {
+    const item = document.createElement("li");
+    const anchor = document.createElement("a");
+    anchor.href = link(example, layer, head);
+    anchor.textContent = `“${example.query_token}” → “${example.key_token}” ${example.weight.toFixed(4)}`;
+    anchor.title = "Open this sentence in the lab at this block, head and token";
+    const sentence = document.createElement("span");
+    sentence.className = "atlas-sentence";
+    sentence.textContent = example.text;
+    item.append(anchor, " ", sentence);
+    list.append(item);
+  }
+  $("atlas-head").replaceChildren(title, verdict, scores, heading, list);
+  $("atlas-head").dataset.head = `${layer},${head}`;
+}
+
+$("atlas-run").addEventListener("click", run);
+$("atlas-cancel").addEventListener("click", () => running?.abort());
+$("atlas-grid-score").addEventListener("change", drawGrid);
+for (const id of ["atlas-x", "atlas-y", "atlas-colour"]) $(id).addEventListener("change", drawScatter);
+const shared = new URLSearchParams(location.search).get("id");
+if (shared) open(shared);

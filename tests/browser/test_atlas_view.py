@@ -1,0 +1,55 @@
+"""The head atlas page in chromium: the grid and the scatter draw the API's numbers, a clicked head shows
+its corpus label and top examples, and an example opens the lab at its block, head and token."""
+
+from tests.browser.conftest import screenshot, wait_until
+
+CORPUS = "\n".join(
+    [
+        "The cat sat on the mat and looked at the door.",
+        "A student asked the teacher why the sky is blue.",
+        "The bank raised its interest rate again this year.",
+        "We sat on the bank of the river and watched the boats.",
+        "Rain fell all night, and the river rose by a metre.",
+        "The keys that I lost were in my coat all along.",
+    ]
+)
+
+
+def test_the_atlas_draws_the_apis_scores_and_an_example_opens_the_lab(page, server, api):
+    page.goto(f"{server}/atlas")
+    page.fill("#atlas-sentences", CORPUS)
+    page.click("#atlas-run")
+    wait_until(
+        page, "document.querySelector('#atlas-grid .main-svg') && document.querySelector('#atlas-scatter .main-svg')"
+    )
+    atlas_id = page.evaluate("() => new URLSearchParams(location.search).get('id')")
+    expected = api.get(f"/api/atlas/{atlas_id}").json()
+    assert page.evaluate("() => document.getElementById('atlas-grid').data[0].z") == expected["scores"]["previous"]
+    scatter = page.evaluate(
+        "() => { const t = document.getElementById('atlas-scatter').data[0]; return [t.x, t.y, t.marker.color]; }"
+    )
+    flat = lambda name: [value for row in expected["scores"][name] for value in row]  # noqa: E731
+    assert scatter == [flat("previous"), flat("sink"), flat("ablation")]
+    screenshot(page, "atlas-page")
+
+    # Block 0, head 2 of MiniLM: a previous-token head over the corpus.
+    page.evaluate("() => document.getElementById('atlas-grid').emit('plotly_click', {points: [{x: 2, y: 0}]})")
+    wait_until(page, "document.getElementById('atlas-head').dataset.head === '0,2'")
+    label = expected["labels"][0][2]
+    assert (
+        page.inner_text(".atlas-label")
+        == f"Over the corpus: {label['label']} (previous-token score {label['value']:.4f})"
+    )
+    example = expected["examples"][0][2][0]
+    first = page.locator(".atlas-examples li a").first
+    assert first.inner_text() == f"“{example['query_token']}” → “{example['key_token']}” {example['weight']:.4f}"
+    screenshot(page, "atlas-head", page.locator("#atlas-head"))
+
+    first.click()
+    page.wait_for_url(f"{server}/?*")
+    wait_until(page, f"document.getElementById('heatmap').dataset.selectedRow === '{example['query']}'")
+    assert page.input_value("#layer") == "0" and page.input_value("#head") == "2"
+    assert page.input_value("#prompt") == example["text"]
+    chip = page.locator('#tokens .token[aria-selected="true"]')
+    assert chip.count() == 1 and example["query_token"] in chip.inner_text()
+    screenshot(page, "atlas-example-in-the-lab")
