@@ -3,6 +3,7 @@
 // top examples, each a link opening the lab at that block, head and token.
 // Shapes: scores[name] is [layer][head]; examples is [layer][head][example].
 
+import { ATLAS_KEY } from "./atlas-key.js";
 import { loadPlotly } from "./plotly.js";
 
 const SCORES = {
@@ -69,6 +70,7 @@ async function open(id) {
     const response = await fetch(`/api/atlas/${id}`, { signal: running.signal });
     if (!response.ok) return status(`Not run: ${await errorText(response)}`);
     atlas = await response.json();
+    localStorage.setItem(ATLAS_KEY, JSON.stringify({ id, model: atlas.model }));
     status(
       `${atlas.sentences} sentences, ${atlas.tokens} tokens (${atlas.cut} cut at ${atlas.max_tokens}), ` +
         `${atlas.repeats} repeated sequences of ${atlas.repeat_length} tokens, ablation on ${atlas.ablation_sentences} sentences, ${atlas.mask} mask`,

@@ -2,6 +2,7 @@
 its corpus label and top examples, and an example opens the lab at its block, head and token."""
 
 from tests.browser.conftest import screenshot, wait_until
+from tests.browser.test_lessons import open_lesson
 
 CORPUS = "\n".join(
     [
@@ -53,3 +54,23 @@ def test_the_atlas_draws_the_apis_scores_and_an_example_opens_the_lab(page, serv
     chip = page.locator('#tokens .token[aria-selected="true"]')
     assert chip.count() == 1 and example["query_token"] in chip.inner_text()
     screenshot(page, "atlas-example-in-the-lab")
+
+    # The single-prompt labels, with the corpus's where it names another pattern (or none).
+    run = open_lesson(page, server, "heads", "?token=5")
+    wait_until(page, "document.querySelectorAll('#lesson-panel .head-role').length === 72")
+    wait_until(page, "document.querySelector('#lesson-panel .head-role .corpus')")
+    stats = api.get(f"/api/runs/{run}/head-stats").json()["heads"]
+    expected_notes = []
+    for stat in stats:
+        shares = {key: stat[key] for key in ("cls", "sep", "self", "previous", "next")}
+        mine = {"cls": "sink"}.get(key := max(shares, key=shares.get), key) if stat["label"] else None
+        corpus = expected["labels"][stat["layer"]][stat["head"]]
+        if (corpus and corpus["score"]) == mine:
+            expected_notes.append("")
+        else:
+            expected_notes.append(f"corpus: {corpus['score']} {corpus['value']:.2f}" if corpus else "corpus: none")
+    notes = [node.get_attribute("data-corpus") for node in page.locator("#lesson-panel .head-role").all()]
+    assert notes == expected_notes and 0 < sum(map(bool, notes)) < 72
+    grid = page.locator("#lesson-panel .head-roles")
+    grid.scroll_into_view_if_needed()
+    screenshot(page, "atlas-corpus-labels", grid)
