@@ -264,3 +264,40 @@ def test_a_corpus_run_reports_progress_and_stops_when_its_client_leaves(live):
         assert time.monotonic() < deadline
         time.sleep(0.05)
     assert httpx.get(f"{live.url}/api/atlas/{atlas_id}/progress").json()["state"] == "not running"
+
+
+def test_a_heads_queries_and_keys_share_one_pca_space_as_numpy_makes_it(lab, minilm):
+    spec = AtlasSpec(minilm.name, minilm.digest, SENTENCES, 1, 2, ablation_sentences=0)
+    run_async(lab.start_atlas(spec))
+    found = run_async(lab.head_space(spec, 2, 5))
+    # q and k from transformers' own hidden states and the block's raw weights.
+    attention = minilm.model.encoder.layer[2].attention.self
+    columns = slice(5 * 32, 6 * 32)
+    qs, ks = [], []
+    for text in SENTENCES:
+        with torch.inference_mode():
+            hidden = minilm.model(**minilm.tokenizer(text, return_tensors="pt"), output_hidden_states=True)
+        x = hidden.hidden_states[2][0].double().numpy()
+        for rows, linear in ((qs, attention.query), (ks, attention.key)):
+            weight, bias = (
+                linear.weight.detach().double().numpy()[columns],
+                linear.bias.detach().double().numpy()[columns],
+            )
+            rows.append(x @ weight.T + bias)
+    q, k = np.concatenate(qs), np.concatenate(ks)
+    k = k - k.mean(0) + q.mean(0)
+    scale = np.sqrt(np.linalg.norm(k, axis=1).mean() / np.linalg.norm(q, axis=1).mean())
+    both = np.concatenate([q * scale, k / scale])
+    centred = both - both.mean(0)
+    _, singular, axes = np.linalg.svd(centred, full_matrices=False)
+    expected = centred @ axes[:2].T
+    points = np.concatenate([found["query"], found["key"]])
+    signs = np.sign((points * expected).sum(0))  # a component's sign is arbitrary
+    # The model computes q and k in float32; NumPy here in float64 from the same float32 weights and inputs.
+    np.testing.assert_allclose(points * signs, expected, atol=1e-5)
+    np.testing.assert_allclose(found["explained"], (singular**2 / (singular**2).sum())[:2], atol=1e-6)
+    assert found["scale"] == pytest.approx(scale, abs=1e-6)
+    assert found["token"][:3] == ["[CLS]", "the", "cat"] and found["position"][:3] == [0, 1, 2]
+    assert (
+        len(found["query"]) == len(found["sentence"]) == sum(len(minilm.tokenizer(t)["input_ids"]) for t in SENTENCES)
+    )

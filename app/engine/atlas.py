@@ -18,9 +18,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
+from sklearn.decomposition import PCA
 from torch import Tensor
 
-from app.engine.capture import Sequence, ablating, model_inputs
+from app.engine import names
+from app.engine.capture import Sequence, ablating, capture_batch, model_inputs
 from app.engine.runs import BATCH_TOKENS, Engine, InvalidInput, batches
 from app.engine.spec import AtlasSpec
 
@@ -298,3 +300,71 @@ def sentence_vectors(engine: Engine, rows: list[Tensor], mask: str, ablate: tupl
             for index, row in enumerate(rows)
         ]
     )
+
+
+MAX_POINTS = 4096  # the corpus tokens whose queries and keys a head's space shows: the first sentences'
+
+
+def space_slices(engine: Engine, spec: AtlasSpec, layer: int, head: int) -> Iterator[Callable]:
+    """One head's queries and keys of the first sentences (up to MAX_POINTS tokens) in one 2-D space, in
+    slices of one padded pass each; the last returns the projection (project)."""
+    loaded, config = engine.loaded, engine.loaded.model.config
+    if loaded.family.attention_only:
+        raise InvalidInput("this model's queries and keys are not read: it has no adapter")
+    if not (0 <= layer < config.num_hidden_layers and 0 <= head < config.num_attention_heads):
+        raise InvalidInput(f"no head ({layer}, {head}) in this model")
+    ids, _ = read_corpus(engine, spec.sentences)
+    kept, total = [], 0
+    for index, row in enumerate(ids):
+        if total + len(row) > MAX_POINTS:
+            break
+        kept.append(index)
+        total += len(row)
+    groups = batches(kept, lambda _: 0, lambda index: len(ids[index]), BATCH_TOKENS)
+    queries, keys = [], []
+
+    def read(group: list[int]):
+        sequences = [
+            Sequence(torch.tensor(ids[index]), torch.zeros(len(ids[index]), dtype=torch.long), spec.mask)
+            for index in group
+        ]
+        for activations, _ in capture_batch(loaded.model, loaded.family, sequences):
+            queries.append(activations[names.attn(layer, "q")][head].double())  # [pos, d_head]
+            keys.append(activations[names.attn(layer, "k")][head].double())
+
+    for group in groups:
+        yield lambda group=group: read(group)
+
+    def finish() -> dict:
+        order = [index for group in groups for index in group]
+        found = project(torch.cat(queries), torch.cat(keys))
+        tokens = [engine.pieces(ids[index]) for index in order]
+        return {
+            **found,
+            "sentence": [index for index in order for _ in ids[index]],
+            "position": [position for index in order for position in range(len(ids[index]))],
+            "token": [piece for pieces in tokens for piece in pieces],
+            "sentences": {index: spec.sentences[index] for index in order},
+        }
+
+    yield finish
+
+
+def project(q: Tensor, k: Tensor) -> dict:
+    """Queries and keys [token, d_head] in one 2-D PCA space, as AttentionViz puts them: the keys are first
+    translated so that their centroid is the queries' (k − k̄ + q̄: every score of a query changes by the same
+    q·(q̄ − k̄), so its softmax does not), then queries are multiplied by s and keys divided by s, with s² the
+    keys' mean norm over the queries' (q·k unchanged), so that both have the same mean norm and a short
+    distance ‖q − k‖² = ‖q‖² + ‖k‖² − 2 q·k means a large q·k. PCA (scikit-learn) of the 2·token rows."""
+    k = k - k.mean(0) + q.mean(0)
+    scale = float((k.norm(dim=1).mean() / q.norm(dim=1).mean()).sqrt())
+    q, k = q * scale, k / scale
+    pca = PCA(n_components=2, svd_solver="full")
+    points = pca.fit_transform(torch.cat([q, k]).numpy())  # queries first, then keys
+    n = len(q)
+    return {
+        "query": points[:n].tolist(),
+        "key": points[n:].tolist(),
+        "scale": scale,
+        "explained": pca.explained_variance_ratio_.tolist(),
+    }

@@ -21,7 +21,7 @@ from typing import TypeVar
 from torch import Tensor
 
 from app.engine import measures
-from app.engine.atlas import Atlas, atlas_slices, check_atlas
+from app.engine.atlas import Atlas, atlas_slices, check_atlas, space_slices
 from app.engine.model import LoadedModel
 from app.engine.runs import BATCH_TOKENS, Engine, Run
 from app.engine.spec import RUN_ID, AtlasSpec, RunSpec
@@ -71,6 +71,14 @@ class Measured:
     def __post_init__(self):
         storage = self.block.untyped_storage()
         self.storages = {storage.data_ptr(): storage.nbytes()}
+
+
+@dataclass
+class Space:
+    """A head's projected queries and keys, kept in the run cache (a few hundred KB, not counted)."""
+
+    points: dict
+    storages: dict[int, int] = field(default_factory=dict)
 
 
 class Lab:
@@ -339,6 +347,19 @@ class Lab:
             del self._atlas_progress[spec.run_id]
         self.runs.put(key, found, counted=False)
         return found
+
+    async def head_space(self, spec: AtlasSpec, layer: int, head: int, client: Client = ANYONE) -> dict:
+        """One head's queries and keys over the atlas's first sentences in one 2-D space (atlas.space_slices),
+        computed once however many ask at a time, and kept beside the runs."""
+        key = f"atlas/{spec.run_id}/space/{layer}/{head}"
+        kept = self.runs.get(key)
+        if kept is not None:
+            return kept.points
+        engine = await self.engine_for(spec.model, client)
+        what = f"the queries and keys of head ({layer}, {head}) of atlas {spec.run_id}"
+        points = await self._once(key, lambda: self.in_turns(what, space_slices(engine, spec, layer, head), client))
+        self.runs.put(key, Space(points), counted=False)
+        return points
 
     def close(self) -> None:
         self.model_threads.close()

@@ -5,7 +5,7 @@ from fastapi import APIRouter
 from app.engine import atlas
 from app.engine.spec import AtlasSpec
 from app.web.deps import ClientDep, LabDep
-from app.web.schemas import AtlasProgress, AtlasRequest, AtlasResponse, AtlasStarted, ErrorResponse
+from app.web.schemas import AtlasProgress, AtlasRequest, AtlasResponse, AtlasSpace, AtlasStarted, ErrorResponse
 
 router = APIRouter(prefix="/api/atlas")
 NOT_FOUND = {
@@ -66,6 +66,19 @@ async def head_atlas(atlas_id: str, lab: LabDep, client: ClientDep):
         "labels": found.labels(),
         "examples": [[examples(found, layer, head, pieces, spec) for head in range(heads)] for layer in range(layers)],
     }
+
+
+@router.get("/{atlas_id}/layers/{layer}/heads/{head}/space", response_model=AtlasSpace, responses=NOT_FOUND)
+async def head_space(atlas_id: str, layer: int, head: int, lab: LabDep, client: ClientDep):
+    """One head's queries and keys of the corpus's first sentences (up to 4,096 tokens) in one PCA space, the
+    keys translated and scaled as AttentionViz does so that nearness reflects q·k."""
+    spec = await lab.atlas_spec(atlas_id)
+    found = await lab.head_space(spec, layer, head, client)
+    method = (
+        f"PCA (scikit-learn, 2 components) of {len(found['query'])} queries and {len(found['key'])} keys; keys "
+        f"translated to the queries' centroid, queries × {found['scale']:.3f}, keys ÷ {found['scale']:.3f}"
+    )
+    return {"method": method, **found}
 
 
 def examples(found: atlas.Atlas, layer: int, head: int, pieces, spec: AtlasSpec) -> list[dict]:

@@ -605,3 +605,15 @@ class AtlasResponse(BaseModel):
         description="[layer][head]: the head's strongest weights on a key the tokenizer did not add, one per "
         "sentence, strongest first (at most 5)"
     )
+
+
+class AtlasSpace(BaseModel):
+    method: str = Field(description="How the 2-D space is made, with its settings")
+    query: list[tuple[float, float]] = Field(description="Each token's query, in corpus order")
+    key: list[tuple[float, float]] = Field(description="Each token's key (translated and scaled), in corpus order")
+    scale: float = Field(description="s: queries multiplied by it, keys divided by it (q·k unchanged)")
+    explained: list[float] = Field(description="The share of variance each axis explains")
+    sentence: list[int] = Field(description="Each token's sentence, by its index in the corpus")
+    position: list[int]
+    token: list[str]
+    sentences: dict[int, str] = Field(description="The sentences shown, by index")
