@@ -220,8 +220,65 @@ function showHead(layer, head) {
     item.append(anchor, " ", sentence);
     list.append(item);
   }
-  $("atlas-head").replaceChildren(title, verdict, scores, heading, list);
+  const colour = document.createElement("label");
+  colour.innerHTML = 'Queries and keys coloured by <select id="atlas-space-colour"><option value="kind">query or key</option><option value="position">position</option><option value="token">token (the 10 most frequent)</option></select>';
+  const space = Object.assign(document.createElement("div"), { id: "atlas-space", className: "atlas-plot atlas-space" });
+  $("atlas-head").replaceChildren(title, verdict, scores, heading, list, colour, space);
   $("atlas-head").dataset.head = `${layer},${head}`;
+  $("atlas-space-colour").addEventListener("change", () => drawSpace(layer, head));
+  drawSpace(layer, head);
+}
+
+// Shapes: query and key are [token][2], in corpus order; sentence, position and token are [token].
+const spaces = new Map();
+const PALETTE = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf"];
+
+async function drawSpace(layer, head) {
+  const key = `${layer},${head}`;
+  if (!spaces.has(key)) {
+    spaces.set(key, fetch(`/api/atlas/${atlas.atlas_id}/layers/${layer}/heads/${head}/space`).then((r) => r.json()));
+  }
+  const [Plotly, found] = await Promise.all([loadPlotly(), spaces.get(key)]);
+  if ($("atlas-head").dataset.head !== key) return;
+  const by = $("atlas-space-colour").value;
+  const inSentence = found.token.map((token, i) => {
+    const words = found.token.slice(i - found.position[i], i - found.position[i] + 80).filter((_, j) => found.sentence[i - found.position[i] + j] === found.sentence[i]);
+    return words.map((word, j) => (j === found.position[i] ? `[${word}]` : word)).join(" ");
+  });
+  const common = Object.entries(found.token.reduce((counts, token) => ({ ...counts, [token]: (counts[token] ?? 0) + 1 }), {}))
+    .sort((a, b) => b[1] - a[1])
+    .slice(0, 10)
+    .map(([token]) => token);
+  const trace = (kind, points, symbol) => ({
+    type: "scatter",
+    mode: "markers",
+    name: kind,
+    x: points.map((point) => point[0]),
+    y: points.map((point) => point[1]),
+    customdata: found.token.map((token, i) => [token, found.position[i], inSentence[i]]),
+    hovertemplate: `${kind} of “%{customdata[0]}” (position %{customdata[1]})<br>%{customdata[2]}<extra></extra>`,
+    marker: {
+      size: 6,
+      symbol,
+      opacity: 0.75,
+      ...(by === "kind" ? { color: kind === "query" ? "#1f77b4" : "#d62728" } : {}),
+      ...(by === "position" ? { color: found.position, colorscale: "Viridis", colorbar: kind === "query" ? { title: { text: "position", side: "right" } } : undefined } : {}),
+      ...(by === "token" ? { color: found.token.map((token) => (common.includes(token) ? PALETTE[common.indexOf(token)] : "#d0d0d0")) } : {}),
+    },
+  });
+  const [first, second] = found.explained.map((share) => `${(100 * share).toFixed(1)}%`);
+  await Plotly.react(
+    $("atlas-space"),
+    [trace("query", found.query, "circle"), trace("key", found.key, "x")],
+    {
+      title: { text: `Block ${layer}, head ${head}: queries (●) and keys (×) in one space<br><sub>${found.method}</sub>`, font: { size: 14 } },
+      xaxis: { title: { text: `PC 1 (${first} of the variance)` } },
+      yaxis: { title: { text: `PC 2 (${second})` } },
+      margin: { l: 60, r: 20, t: 70, b: 50 },
+      legend: { orientation: "h", y: -0.2 },
+    },
+    { responsive: true, displaylogo: false },
+  );
 }
 
 $("atlas-run").addEventListener("click", run);

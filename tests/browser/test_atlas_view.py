@@ -44,6 +44,27 @@ def test_the_atlas_draws_the_apis_scores_and_an_example_opens_the_lab(page, serv
     example = expected["examples"][0][2][0]
     first = page.locator(".atlas-examples li a").first
     assert first.inner_text() == f"“{example['query_token']}” → “{example['key_token']}” {example['weight']:.4f}"
+    # Its queries and keys in one space: the API's points, and a hover names the token in its sentence.
+    wait_until(page, "document.getElementById('atlas-space')?.data?.length === 2")
+    space = api.get(f"/api/atlas/{atlas_id}/layers/0/heads/2/space").json()
+    drawn = page.evaluate("() => document.getElementById('atlas-space').data.map((t) => [t.x, t.y])")
+    assert drawn == [[[p[0] for p in space[kind]], [p[1] for p in space[kind]]] for kind in ("query", "key")]
+    title = page.evaluate("() => document.getElementById('atlas-space').layout.title.text")
+    assert "PCA (scikit-learn, 2 components)" in title and "keys translated to the queries' centroid" in title
+    point = 3  # the fourth token of the first sentence: "sat"
+    page.locator("#atlas-space").scroll_into_view_if_needed()
+    x, y = page.evaluate(
+        f"""() => {{
+        const plot = document.getElementById('atlas-space'), layout = plot._fullLayout;
+        const box = plot.querySelector('.nsewdrag').getBoundingClientRect();
+        const [x, y] = [plot.data[0].x[{point}], plot.data[0].y[{point}]];
+        return [box.left + layout.xaxis.l2p(x), box.top + layout.yaxis.l2p(y)];
+    }}"""
+    )
+    page.mouse.move(x, y)
+    wait_until(page, "document.querySelector('#atlas-space .hoverlayer .hovertext')")
+    hover = page.locator("#atlas-space .hoverlayer .hovertext").first.text_content()
+    assert space["token"][point] == "sat" and "query of “sat” (position 3)" in hover and "the cat [sat] on" in hover
     screenshot(page, "atlas-head", page.locator("#atlas-head"))
 
     first.click()
