@@ -66,6 +66,9 @@ def test_the_atlas_draws_the_apis_scores_and_an_example_opens_the_lab(page, serv
     hover = page.locator("#atlas-space .hoverlayer .hovertext").first.text_content()
     assert space["token"][point] == "sat" and "query of “sat” (position 3)" in hover and "the cat [sat] on" in hover
     screenshot(page, "atlas-head", page.locator("#atlas-head"))
+    page.select_option("#atlas-space-colour", "position")
+    wait_until(page, "Array.isArray(document.getElementById('atlas-space').data[0].marker.color)")
+    assert page.evaluate("() => document.getElementById('atlas-space').data[1].marker.color") == space["position"]
 
     first.click()
     page.wait_for_url(f"{server}/?*")
@@ -80,6 +83,7 @@ def test_the_atlas_draws_the_apis_scores_and_an_example_opens_the_lab(page, serv
     run = open_lesson(page, server, "heads", "?token=5")
     wait_until(page, "document.querySelectorAll('#lesson-panel .head-role').length === 72")
     wait_until(page, "document.querySelector('#lesson-panel .head-role .corpus')")
+    assert page.locator(f'#lesson-panel a[href="/atlas?id={atlas_id}"]').count() == 1
     stats = api.get(f"/api/runs/{run}/head-stats").json()["heads"]
     expected_notes = []
     for stat in stats:

@@ -82,9 +82,15 @@ export async function renderHeads(container, { run, token, model, onOpen }) {
       { class: "hint" },
       `Each square: the head's role, named only when a share passes ${stats.threshold} (mean share of a query's attention on ${shares[0][1]}, ${shares[1][1]} or itself, over all ${run.tokens.length} queries; on the previous token over the ${run.tokens.length - 1} queries that have one (all but the first); on the next token over the ${run.tokens.length - 1} that have one (all but the last)), the largest share, and the mean row entropy H in nats (low: focused; high: spread). Click a square to open that head.`,
     ),
-    ...(atlas
-      ? [el("p", { class: "hint" }, `“corpus:” marks a head whose label over the ${atlas.sentences} sentences of the last head atlas (/atlas) differs from this prompt's: the pattern it shows there (previous token, first-token sink, self, induction) and its score, or none.`)]
-      : []),
+    atlas
+      ? el(
+          "p",
+          { class: "hint" },
+          `“corpus:” marks a head whose label over the ${atlas.sentences} sentences of the last `,
+          el("a", { href: `/atlas?id=${atlas.atlas_id}` }, "head atlas"),
+          " differs from this prompt's: the pattern it shows there (previous token, first-token sink, self, induction) and its score, or none.",
+        )
+      : el("p", { class: "hint" }, "One prompt can mislabel a head: a ", el("a", { href: "/atlas" }, "head atlas"), " measures every head over many sentences."),
     grid,
     flow === null ? el("p", { class: "hint" }, "Select a token to see its attention rollout.") : rolloutBars(flow, run.tokens),
   );
