@@ -1,6 +1,8 @@
 """The head atlas page in chromium: the grid and the scatter draw the API's numbers, a clicked head shows
 its corpus label and top examples, and an example opens the lab at its block, head and token."""
 
+import time
+
 from tests.browser.conftest import screenshot, wait_until
 from tests.browser.test_lessons import open_lesson
 
@@ -99,3 +101,19 @@ def test_the_atlas_draws_the_apis_scores_and_an_example_opens_the_lab(page, serv
     grid = page.locator("#lesson-panel .head-roles")
     grid.scroll_into_view_if_needed()
     screenshot(page, "atlas-corpus-labels", grid)
+
+
+def test_cancel_stops_the_corpus_run(page, server, api):
+    lines = [f"Sentence {n} of a long corpus that the class will not wait for, read once." for n in range(600)]
+    page.goto(f"{server}/atlas")
+    page.fill("#atlas-sentences", "\n".join(lines))
+    page.click("#atlas-run")
+    wait_until(page, "document.getElementById('atlas-progress').value > 0")
+    atlas_id = page.evaluate("() => new URLSearchParams(location.search).get('id')")
+    page.click("#atlas-cancel")
+    wait_until(page, "document.getElementById('atlas-status').textContent.startsWith('Cancelled')")
+    deadline = time.monotonic() + 30
+    while api.get(f"/api/atlas/{atlas_id}/progress").json()["state"] != "not running":
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    assert page.locator("#atlas-run").is_enabled() and page.locator("#atlas-views").is_hidden()
