@@ -271,10 +271,10 @@ async function drawSpace(layer, head) {
     $("atlas-space"),
     [trace("query", found.query, "circle"), trace("key", found.key, "x")],
     {
-      title: { text: `Block ${layer}, head ${head}: queries (●) and keys (×) in one space<br><sub>${found.method}</sub>`, font: { size: 14 } },
+      title: { text: `Block ${layer}, head ${head}: queries (●) and keys (×) in one space<br><sub>${found.method.replace("; keys", ";<br>keys")}</sub>`, font: { size: 14 } },
       xaxis: { title: { text: `PC 1 (${first} of the variance)` } },
       yaxis: { title: { text: `PC 2 (${second})` } },
-      margin: { l: 60, r: 20, t: 70, b: 50 },
+      margin: { l: 60, r: 20, t: 90, b: 50 },
       legend: { orientation: "h", y: -0.2 },
     },
     { responsive: true, displaylogo: false },

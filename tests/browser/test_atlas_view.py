@@ -102,6 +102,19 @@ def test_the_atlas_draws_the_apis_scores_and_an_example_opens_the_lab(page, serv
     grid.scroll_into_view_if_needed()
     screenshot(page, "atlas-corpus-labels", grid)
 
+    # On a phone the atlas is one column that never scrolls sideways.
+    page.set_viewport_size({"width": 390, "height": 844})
+    page.goto(f"{server}/atlas?id={atlas_id}")
+    wait_until(page, "document.getElementById('atlas-grid')?.data")
+    page.evaluate("() => document.getElementById('atlas-grid').emit('plotly_click', {points: [{x: 2, y: 0}]})")
+    wait_until(page, "document.getElementById('atlas-space')?.data?.length === 2")
+    screenshot(page, "atlas-phone-390")
+    wide = page.evaluate(
+        "() => [...document.querySelectorAll('body *')].filter((n) => n.getBoundingClientRect().right > 391)"
+        ".slice(0, 8).map((n) => n.tagName + '#' + n.id + '.' + n.className)"
+    )
+    assert page.evaluate("() => document.documentElement.scrollWidth") <= 390, wide
+
 
 def test_cancel_stops_the_corpus_run(page, server, api):
     lines = [f"Sentence {n} of a long corpus that the class will not wait for, read once." for n in range(600)]
