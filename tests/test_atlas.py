@@ -242,6 +242,8 @@ def test_the_bounds_on_a_corpus(live):
     atlas_id = httpx.post(f"{live.url}/api/atlas", json=long).json()["atlas_id"]
     found = httpx.get(f"{live.url}/api/atlas/{atlas_id}", timeout=60).json()
     assert (found["cut"], found["tokens"]) == (1, 64)
+    outside = httpx.get(f"{live.url}/api/atlas/{atlas_id}/layers/6/heads/0/space")
+    assert outside.status_code == 422 and "no head (6, 0)" in outside.text
 
 
 def test_a_corpus_run_reports_progress_and_stops_when_its_client_leaves(live):
