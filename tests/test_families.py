@@ -2,6 +2,7 @@
 over HTTP against the model's own outputs and a NumPy recomputation from its raw weights."""
 
 import math
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -9,9 +10,10 @@ import torch
 from fastapi.testclient import TestClient
 from transformers import BertTokenizerFast
 
-from app.engine import names
+from app.engine import measures, names
 from app.engine.capture import capture
 from app.engine.model import ModelLoadError, load_model
+from app.engine.runs import Engine
 from app.main import create_app
 from app.web.encoding import decode_attention
 from tests.families import BUILDERS, build, wordpiece_vocab
@@ -304,7 +306,7 @@ EMBEDDINGS = {
     "gemma3": ["word", "scaled"],
     "embeddinggemma": ["word", "scaled"],
 }
-ATTENTION = ["q", "k", "v", "weights", "context"]
+ATTENTION = ["q", "k", "v", "context"]
 BLOCK = ["attention_output", "resid_mid", "ffn_intermediate", "ffn_output", "output"]
 
 
@@ -452,3 +454,21 @@ def test_gemma_scales_its_word_rows_by_the_root_of_its_width(new_family):
     np.testing.assert_allclose(rows["scaled"], table[ids] * 8, rtol=1e-6)  # √64
     notes = " ".join(client.get("/api/model").json()["score_notes"])
     assert "1/√24 (query_pre_attn_scalar), not 1/√16" in notes and "attn_logit_softcapping = 50" in notes
+
+
+def test_weights_computed_when_asked_equal_output_attentions_and_so_do_norm_and_alti(family):
+    """A run keeps q and k, not its N² weights: a block's weights are computed when asked (Run.weights) by the
+    block's own scoring (rotary q and k, grouped K/V heads, windows, scale, MPNet's position bias). They
+    equal transformers' output_attentions bit for bit in every family, and norm and ALTI from them equal
+    norm and ALTI from output_attentions (what a run kept before, the eager pass's own weights)."""
+    name, loaded, _ = family
+    engine = Engine(loaded, max_chars=1000)
+    run = engine.run(engine.spec(TEXT))
+    reference = model_outputs(name, loaded, [t.id for t in run.tokens], [t.token_type for t in run.tokens])
+    eager_weights = {names.attn(layer, "weights"): w[0] for layer, w in enumerate(reference.attentions)}
+    eager = replace(run, activations={**run.activations, **eager_weights})
+    for layer in range(2):
+        assert torch.equal(run.weights(layer), eager.weights(layer)), f"block {layer}"
+        assert torch.equal(measures.norm(run, loaded.model, layer), measures.norm(eager, loaded.model, layer))
+        alti = [[piece() for piece in measures.alti_slices(which, loaded.model, layer)][-1] for which in (run, eager)]
+        assert torch.equal(*alti)

@@ -2,8 +2,9 @@
 
 Activations are named by where they live (app.engine.names): `blocks.3.attn.weights` is block 3's
 softmax(QKᵀ/√d + mask). The numbers are the model's own: hooks read what the real transformers modules
-compute, and the weights are the model's own output_attentions. Where they sit is the family's business
-(app.engine.families); this file knows no module names.
+compute. The weights are computed from the recorded q and k when a view asks for a block (Run.weights), as
+the model's attention computes them; only a model without an adapter keeps its output_attentions. Where
+the modules sit is the family's business (app.engine.families); this file knows no module names.
 """
 
 import threading
@@ -187,7 +188,8 @@ def capture(
     ablate: Heads = (),
 ) -> tuple[dict[str, Tensor], Tensor | None]:
     """Runs the model once on one sequence ([pos] ids): every named activation, and the logits of the LM
-    head where the model has one ([pos, vocab]), else None."""
+    head where the model has one ([pos, vocab]), else None. The weights are among the activations only for a
+    model without an adapter (capture_batch)."""
     return capture_batch(model, family, [Sequence(input_ids, token_type_ids, mask)], ablate)[0]
 
 
@@ -206,9 +208,12 @@ def capture_batch(
         recording(model, family) as activations,
         ablating(model, family, ablate),
     ):
-        out = model(**inputs, output_attentions=True)
-    for layer, weights in enumerate(out.attentions):
-        activations[attn(layer, "weights")] = weights  # [batch, head, query_pos, key_pos]
+        # The weights grow with the square of the tokens: a run with an adapter keeps its q and k and
+        # computes a block's weights when asked (Run.weights). A model without one is known by its weights.
+        out = model(**inputs, output_attentions=family.attention_only)
+    if family.attention_only:
+        for layer, weights in enumerate(out.attentions):
+            activations[attn(layer, "weights")] = weights  # [batch, head, query_pos, key_pos]
     if family.finish is not None:
         family.finish(activations, model)
     logits = getattr(out, "logits", None)  # [batch, pos, vocab]
