@@ -35,7 +35,7 @@ def test_a_block_is_computed_once_while_kept_and_again_the_same_after_it_is_let_
     reference = minilm.model(input_ids=ids, output_attentions=True).attentions
 
     first = run.weights(0)
-    assert torch.equal(first, reference[0][0])  # bitwise the model's own
+    assert torch.equal(first, reference[0][0])  # bitwise the model's own (block 0 reads the embeddings)
     assert run.weights(0) is first and engine.blocks.computed == 1  # kept: not computed again
     run.weights(1), run.weights(2)  # block 0 is the least recently used of three: let go
     assert engine.blocks.nbytes == 2 * block_bytes and run.kept_weights(0) is None

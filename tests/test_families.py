@@ -458,17 +458,20 @@ def test_gemma_scales_its_word_rows_by_the_root_of_its_width(new_family):
 
 def test_weights_computed_when_asked_equal_output_attentions_and_so_do_norm_and_alti(family):
     """A run keeps q and k, not its N² weights: a block's weights are computed when asked (Run.weights) by the
-    block's own scoring (rotary q and k, grouped K/V heads, windows, scale, MPNet's position bias). They
-    equal transformers' output_attentions bit for bit in every family, and norm and ALTI from them equal
-    norm and ALTI from output_attentions (what a run kept before, the eager pass's own weights)."""
+    block's own scoring (rotary q and k, grouped K/V heads, windows, scale, MPNet's position bias). The pass
+    runs the fused attention where the model has one, so block 0's weights (its q and k read the embeddings)
+    equal transformers' eager output_attentions bit for bit, and the later blocks' to float rounding (at
+    most 3e-7 measured); norm and ALTI from them equal norm and ALTI from output_attentions as closely."""
     name, loaded, _ = family
     engine = Engine(loaded, max_chars=1000)
     run = engine.run(engine.spec(TEXT))
     reference = model_outputs(name, loaded, [t.id for t in run.tokens], [t.token_type for t in run.tokens])
     eager_weights = {names.attn(layer, "weights"): w[0] for layer, w in enumerate(reference.attentions)}
     eager = replace(run, activations={**run.activations, **eager_weights})
+    assert torch.equal(run.weights(0), eager.weights(0))
     for layer in range(2):
-        assert torch.equal(run.weights(layer), eager.weights(layer)), f"block {layer}"
-        assert torch.equal(measures.norm(run, loaded.model, layer), measures.norm(eager, loaded.model, layer))
+        torch.testing.assert_close(run.weights(layer), eager.weights(layer), atol=1e-6, rtol=0)
+        norms = [measures.norm(which, loaded.model, layer) for which in (run, eager)]
+        torch.testing.assert_close(*norms, atol=1e-6, rtol=1e-5)
         alti = [[piece() for piece in measures.alti_slices(which, loaded.model, layer)][-1] for which in (run, eager)]
-        assert torch.equal(*alti)
+        torch.testing.assert_close(*alti, atol=1e-6, rtol=0)
