@@ -32,11 +32,11 @@ class BlockCache:
         block = compute()
         with self._lock:
             self.computed += 1
-            if key not in self._blocks:
+            # A block larger than the whole bound is given to its caller and not kept.
+            if key not in self._blocks and block.nbytes <= self.max_bytes:
                 self._blocks[key] = block
                 self._bytes += block.nbytes
-            # The newest block always stays, even alone over the bound: it was just asked for.
-            while len(self._blocks) > 1 and self._bytes > self.max_bytes:
+            while self._bytes > self.max_bytes:
                 _, oldest = self._blocks.popitem(last=False)
                 self._bytes -= oldest.nbytes
         return block

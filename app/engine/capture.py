@@ -152,14 +152,22 @@ _FUSED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 _FUSED_LOCK = threading.Lock()
 
 
+# A pass whose eager attention would make a block's weights larger than this runs the fused attention.
+FUSED_FROM_BYTES = 64 * 1024**2
+
+
 @contextmanager
-def fused_attention(model: torch.nn.Module, family: Family) -> Iterator[None]:
-    """The pass with the model's fused attention (PyTorch's scaled_dot_product_attention) where transformers
-    offers it for the model: a run does not keep the weights, and the eager attention's softmax makes every
-    block's heads × tokens² floats, 2 GiB for 8 heads at 8,192 tokens, where the fused one makes none
-    (causal, no window) or a mask. Its outputs equal the eager ones to float rounding (about 1e-7 here). The
-    model goes back to eager attention when the last pass using the fused one ends: output_attentions and a
-    model without an adapter need it."""
+def fused_attention(model: torch.nn.Module, family: Family, batch: int, tokens: int) -> Iterator[None]:
+    """A long pass with the model's fused attention (PyTorch's scaled_dot_product_attention) where transformers
+    offers it for the model. A run does not keep the weights, and the eager attention makes every block's
+    batch × heads × tokens² floats, 2 GiB for 8 heads at 8,192 tokens, where the fused one makes none
+    (causal, no window) or a mask. Its outputs equal the eager ones to float rounding (up to 1.4e-6 in
+    MiniLM's last weights): a pass below FUSED_FROM_BYTES stays eager, whose numbers the computed weights
+    equal bit for bit. The model goes back to eager attention when the last pass using the fused one ends:
+    output_attentions and a model without an adapter need it."""
+    if batch * model.config.num_attention_heads * tokens**2 * 4 <= FUSED_FROM_BYTES:
+        yield
+        return
     with _FUSED_LOCK:
         if model not in _FUSED:
             model.set_attn_implementation("sdpa")
@@ -238,7 +246,7 @@ def capture_batch(
     # and only then zeroed for the rest of the model.
     with (
         torch.inference_mode(),
-        fused_attention(model, family),
+        fused_attention(model, family, *inputs["input_ids"].shape),
         recording(model, family) as activations,
         ablating(model, family, ablate),
     ):
@@ -264,8 +272,13 @@ def capture_batch(
 def final_states(model: torch.nn.Module, family: Family, sequence: Sequence, ablate: Heads = ()) -> Tensor:
     """The last hidden states of one sequence, after the final norm in a pre-norm model, and nothing else:
     no hooks, no attention weights kept, no LM head. [pos, d_model]"""
-    with torch.inference_mode(), fused_attention(model, family), ablating(model, family, ablate):
-        return model.base_model(**model_inputs(model, family, [sequence])).last_hidden_state[0]
+    inputs = model_inputs(model, family, [sequence])
+    with (
+        torch.inference_mode(),
+        fused_attention(model, family, 1, len(sequence.input_ids)),
+        ablating(model, family, ablate),
+    ):
+        return model.base_model(**inputs).last_hidden_state[0]
 
 
 def model_inputs(model: torch.nn.Module, family: Family, sequences: list[Sequence]) -> dict[str, Tensor]:
