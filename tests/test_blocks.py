@@ -9,6 +9,7 @@ from app.engine import capture
 from app.engine.blocks import BlockCache
 from app.engine.model import load_model
 from app.engine.runs import Engine
+from tests.conftest import make_lab, run_async
 from tests.families import long_llama
 
 TEXT = "The river bank was steep, and the tired animal rested on the bank of the river."
@@ -87,3 +88,15 @@ def test_a_long_decoder_run_keeps_its_formulas_bytes_and_its_fused_weights_are_t
     assert torch.equal(run.weights(0), reference.attentions[0][0])
     for layer in range(1, blocks):
         torch.testing.assert_close(run.weights(layer), reference.attentions[layer][0], atol=1e-6, rtol=0)
+
+
+def test_the_lab_computes_a_block_once_however_often_asked_within_its_share_of_the_bound(minilm, tmp_path):
+    lab = make_lab(minilm, tmp_path)
+    run = lab.analyze(lab.spec(TEXT))
+    first = run_async(lab.measured(run, "weights", 2))
+    again = run_async(lab.measured(run, "weights", 2))
+    assert first[0] is again[0] and lab.blocks.computed == 1
+    everything = run_async(lab.measured(run, "weights", None))
+    assert everything[2] is first[0] and lab.blocks.computed == minilm.model.config.num_hidden_layers
+    # One bound in bytes for what the lab keeps: a quarter for blocks of weights, the rest for runs.
+    assert (lab.blocks.max_bytes, lab.runs.max_bytes) == (10**9 // 4, 10**9 - 10**9 // 4)

@@ -315,7 +315,7 @@ class Engine:
         """`max_tokens`: the most tokens a run reads (a longer input is cut), below the model's own limit.
         `blocks`: where its runs keep the blocks of weights they compute (one of its own by default)."""
         self.loaded = loaded
-        self.blocks = blocks or BlockCache(BLOCK_BYTES)
+        self.blocks = BlockCache(BLOCK_BYTES) if blocks is None else blocks
         self.max_chars = max_chars
         self.max_tokens = min(loaded.max_tokens, max_tokens or loaded.max_tokens)
         self.scoring = block_scoring(loaded.model, loaded.family)  # read once: the modules do not change

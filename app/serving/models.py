@@ -81,7 +81,7 @@ class Models:
         engine's runs keep the blocks of weights they compute, one cache for all (Run.weights)."""
         self.default = default.name
         # every engine's input limits and block cache (Engine)
-        self.limits = (max_chars, max_tokens, blocks or BlockCache(BLOCK_BYTES))
+        self.limits = (max_chars, max_tokens, BlockCache(BLOCK_BYTES) if blocks is None else blocks)
         self.max_loaded = max_loaded
         self.folders: dict[str, Path] = {default.name: default.path}
         for folder in folders:
