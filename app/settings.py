@@ -70,9 +70,9 @@ class Settings(BaseSettings):
     max_batch_runs: Annotated[int, between(1, 1_000)] = 64
     # Longer texts answer 413; the tokenizer truncates to the model's 512 positions anyway.
     max_chars: Annotated[int, between(1, 1_000_000)] = 20_000
-    # The most tokens a run reads, whatever the model's positions (a longer input is cut, and says so): a run
-    # keeps every head's weights, blocks × heads × tokens² floats, so a 2,048-position decoder could make one
-    # run of several GB. MiniLM reads 512 anyway.
+    # The most tokens a run reads, whatever the model's positions (a longer input is cut, and says so). A run
+    # keeps what is linear in its tokens, but a view still asks for whole blocks of weights, heads × tokens²
+    # floats computed when asked: 2 GiB for 8 heads at 8,192 tokens. MiniLM reads 512 anyway.
     max_tokens: Annotated[int, between(8, 100_000)] = 512
     # Request bodies past this answer 413 before they are read whole (20,000 characters escaped as
     # JSON \uXXXX pairs need 240 kB).

@@ -164,6 +164,29 @@ def llama(folder: Path, family=(LlamaConfig, LlamaForCausalLM)) -> None:
     ).save_pretrained(folder)
 
 
+def long_llama(folder: Path, positions: int = 8192) -> None:
+    """A Llama-style decoder for long inputs: 4 blocks, 8 query heads over 4 K/V heads, hidden 256 and
+    `positions` positions, with the tests' byte-level tokenizer (about one token per character of text)."""
+    tokenizer = byte_level_bpe(["<s>", "</s>", "<unk>"])
+    tokenizer.post_processor = processors.TemplateProcessing(single="<s> $A", special_tokens=[("<s>", 0)])
+    config = LlamaConfig(
+        vocab_size=tokenizer.get_vocab_size(),
+        hidden_size=256,
+        num_hidden_layers=4,
+        num_attention_heads=8,
+        num_key_value_heads=4,
+        intermediate_size=512,
+        max_position_embeddings=positions,
+        bos_token_id=0,
+        eos_token_id=1,
+    )
+    torch.manual_seed(0)
+    LlamaForCausalLM(config).save_pretrained(folder)
+    PreTrainedTokenizerFast(
+        tokenizer_object=tokenizer, bos_token="<s>", eos_token="</s>", unk_token="<unk>", model_max_length=positions
+    ).save_pretrained(folder)
+
+
 def qwen2(folder: Path) -> None:
     """Llama's layout with biases on Q, K and V, and a sliding window of 3 tokens in its second block only
     (`layer_types`): shorter than the tests' texts."""

@@ -10,6 +10,7 @@ from app.engine.capture import (
     hook_table,
     recording,
 )
+from app.engine.runs import Engine
 
 TEXT = "the river bank was steep"
 
@@ -23,6 +24,12 @@ def captured(loaded, ids, types, mask):
     return capture(loaded.model, loaded.family, ids, types, mask)[0]
 
 
+def run_of(loaded, mask, text=TEXT):
+    """A run of the engine: its weights computed per block from q and k (Run.weights)."""
+    engine = Engine(loaded, max_chars=1000)
+    return engine.run(engine.spec(text, mask=mask))
+
+
 def test_activation_names_are_pinned(tiny):
     ids, types = encode(tiny)
     names = list(captured(tiny, ids, types, "bidirectional"))
@@ -30,7 +37,6 @@ def test_activation_names_are_pinned(tiny):
         "attn.q",
         "attn.k",
         "attn.v",
-        "attn.weights",
         "attn.context",
         "attention_output",
         "resid_mid",
@@ -71,32 +77,33 @@ def test_no_hook_remains_after_a_run_even_a_failed_one(tiny):
     assert hook_count(tiny.model) == before
 
 
-def test_weights_equal_output_attentions(tiny):
+def test_the_weights_are_not_recorded_but_computed_equal_to_output_attentions(tiny):
     ids, types = encode(tiny)
-    acts = captured(tiny, ids, types, "bidirectional")
+    assert not [name for name in captured(tiny, ids, types, "bidirectional") if name.endswith(".weights")]
+    run = run_of(tiny, "bidirectional")
     reference = tiny.model(input_ids=ids[None], output_attentions=True)
     for layer, weights in enumerate(reference.attentions):
-        torch.testing.assert_close(acts[f"blocks.{layer}.attn.weights"], weights[0], atol=1e-6, rtol=0)
-    torch.testing.assert_close(acts["blocks.1.output"], reference.last_hidden_state[0], atol=1e-6, rtol=0)
+        assert torch.equal(run.weights(layer), weights[0])  # bitwise: the model's own arithmetic
+    torch.testing.assert_close(run.activations["blocks.1.output"], reference.last_hidden_state[0], atol=1e-6, rtol=0)
 
 
 def test_scores_softmax_to_weights_and_context_is_weighted_values(tiny):
     ids, types = encode(tiny)
     for mask in ("bidirectional", "causal"):
-        acts = captured(tiny, ids, types, mask)
+        run = run_of(tiny, mask)
+        acts = run.activations
         for layer in range(2):
             q, k, v = (acts[f"blocks.{layer}.attn.{name}"] for name in "qkv")
             assert q.shape == (4, len(ids), 12)  # [head, pos, d_head]
             scores = attention_scores(q, k, additive_mask(mask, len(ids)), q.shape[-1] ** -0.5)
-            weights = acts[f"blocks.{layer}.attn.weights"]
+            weights = run.weights(layer)
             torch.testing.assert_close(scores.softmax(-1), weights, atol=1e-6, rtol=0)
             torch.testing.assert_close(weights @ v, acts[f"blocks.{layer}.attn.context"], atol=1e-6, rtol=0)
 
 
 def test_causal_mask_hides_the_future_exactly(tiny):
     ids, types = encode(tiny)
-    acts = captured(tiny, ids, types, "causal")
-    weights = acts["blocks.1.attn.weights"]
+    weights = run_of(tiny, "causal").weights(1)
     assert torch.all(weights.triu(1) == 0)
     torch.testing.assert_close(weights.sum(-1), torch.ones(4, len(ids)))
     assert weights[:, 0, 0].eq(1).all()  # the first token can only look at itself
@@ -105,11 +112,11 @@ def test_causal_mask_hides_the_future_exactly(tiny):
 def test_causal_matches_a_decoder_configured_model(tiny):
     """The same weights run as a decoder (transformers' own causal mask) give the same causal weights."""
     ids, types = encode(tiny)
-    acts = captured(tiny, ids, types, "causal")
+    run = run_of(tiny, "causal")
     tiny.model.config.is_decoder = True
     try:
         reference = tiny.model(input_ids=ids[None], output_attentions=True, use_cache=False)
     finally:
         tiny.model.config.is_decoder = False
     for layer, weights in enumerate(reference.attentions):
-        torch.testing.assert_close(acts[f"blocks.{layer}.attn.weights"], weights[0], atol=1e-6, rtol=0)
+        torch.testing.assert_close(run.weights(layer), weights[0], atol=1e-6, rtol=0)

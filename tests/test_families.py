@@ -2,6 +2,7 @@
 over HTTP against the model's own outputs and a NumPy recomputation from its raw weights."""
 
 import math
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -9,9 +10,11 @@ import torch
 from fastapi.testclient import TestClient
 from transformers import BertTokenizerFast
 
-from app.engine import names
+from app.engine import capture as capture_module
+from app.engine import measures, names
 from app.engine.capture import capture
 from app.engine.model import ModelLoadError, load_model
+from app.engine.runs import Engine
 from app.main import create_app
 from app.web.encoding import decode_attention
 from tests.families import BUILDERS, build, wordpiece_vocab
@@ -304,7 +307,7 @@ EMBEDDINGS = {
     "gemma3": ["word", "scaled"],
     "embeddinggemma": ["word", "scaled"],
 }
-ATTENTION = ["q", "k", "v", "weights", "context"]
+ATTENTION = ["q", "k", "v", "context"]
 BLOCK = ["attention_output", "resid_mid", "ffn_intermediate", "ffn_output", "output"]
 
 
@@ -452,3 +455,31 @@ def test_gemma_scales_its_word_rows_by_the_root_of_its_width(new_family):
     np.testing.assert_allclose(rows["scaled"], table[ids] * 8, rtol=1e-6)  # √64
     notes = " ".join(client.get("/api/model").json()["score_notes"])
     assert "1/√24 (query_pre_attn_scalar), not 1/√16" in notes and "attn_logit_softcapping = 50" in notes
+
+
+@pytest.mark.parametrize("fused", [False, True], ids=["eager pass", "fused pass"])
+def test_weights_computed_when_asked_equal_output_attentions_and_so_do_norm_and_alti(family, fused, monkeypatch):
+    """A run keeps q and k, not its N² weights: a block's weights are computed when asked (Run.weights) by the
+    block's own scoring (rotary q and k, grouped K/V heads, windows, scale, MPNet's position bias). After an
+    eager pass (a short input) they equal transformers' output_attentions bit for bit, and so do norm and ALTI
+    from them; after a fused pass (a long input: capture.FUSED_FROM_BYTES, here forced) block 0's still do
+    (its q and k read the embeddings), the later blocks' to float rounding (at most 3e-7 measured here)."""
+    if fused:
+        monkeypatch.setattr(capture_module, "FUSED_FROM_BYTES", 0)
+    name, loaded, _ = family
+    engine = Engine(loaded, max_chars=1000)
+    run = engine.run(engine.spec(TEXT))
+    reference = model_outputs(name, loaded, [t.id for t in run.tokens], [t.token_type for t in run.tokens])
+    eager_weights = {names.attn(layer, "weights"): w[0] for layer, w in enumerate(reference.attentions)}
+    eager = replace(run, activations={**run.activations, **eager_weights})
+    assert torch.equal(run.weights(0), eager.weights(0))
+    for layer in range(2):
+        norms = [measures.norm(which, loaded.model, layer) for which in (run, eager)]
+        alti = [[piece() for piece in measures.alti_slices(which, loaded.model, layer)][-1] for which in (run, eager)]
+        if fused:
+            torch.testing.assert_close(run.weights(layer), eager.weights(layer), atol=1e-6, rtol=0)
+            torch.testing.assert_close(*norms, atol=1e-6, rtol=1e-5)
+            torch.testing.assert_close(*alti, atol=1e-6, rtol=0)
+        else:
+            assert torch.equal(run.weights(layer), eager.weights(layer)), f"block {layer}"
+            assert torch.equal(*norms) and torch.equal(*alti)

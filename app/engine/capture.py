@@ -2,8 +2,9 @@
 
 Activations are named by where they live (app.engine.names): `blocks.3.attn.weights` is block 3's
 softmax(QKᵀ/√d + mask). The numbers are the model's own: hooks read what the real transformers modules
-compute, and the weights are the model's own output_attentions. Where they sit is the family's business
-(app.engine.families); this file knows no module names.
+compute. The weights are computed from the recorded q and k when a view asks for a block (Run.weights), as
+the model's attention computes them; only a model without an adapter keeps its output_attentions. Where
+the modules sit is the family's business (app.engine.families); this file knows no module names.
 """
 
 import threading
@@ -146,6 +147,47 @@ def recording(model: torch.nn.Module, family: Family) -> Iterator[dict[str, Tens
             handle.remove()
 
 
+# model -> passes under way with its fused attention (fused_attention), and whether it has one at all.
+_FUSED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+_FUSED_LOCK = threading.Lock()
+
+
+# A pass whose eager attention would make a block's weights larger than this runs the fused attention.
+FUSED_FROM_BYTES = 64 * 1024**2
+
+
+@contextmanager
+def fused_attention(model: torch.nn.Module, family: Family, batch: int, tokens: int) -> Iterator[None]:
+    """A long pass with the model's fused attention (PyTorch's scaled_dot_product_attention) where transformers
+    offers it for the model. A run does not keep the weights, and the eager attention makes every block's
+    batch × heads × tokens² floats, 2 GiB for 8 heads at 8,192 tokens, where the fused one makes none
+    (causal, no window) or a mask. Its outputs equal the eager ones to float rounding (up to 1.4e-6 in
+    MiniLM's last weights): a pass below FUSED_FROM_BYTES stays eager, whose numbers the computed weights
+    equal bit for bit. The model goes back to eager attention when the last pass using the fused one ends:
+    output_attentions and a model without an adapter need it."""
+    if batch * model.config.num_attention_heads * tokens**2 * 4 <= FUSED_FROM_BYTES:
+        yield
+        return
+    with _FUSED_LOCK:
+        if model not in _FUSED:
+            model.set_attn_implementation("sdpa")
+            fused = model.config._attn_implementation == "sdpa"  # a model without it keeps eager (MPNet)
+            model.set_attn_implementation("eager")
+            _FUSED[model] = 0 if fused and not family.attention_only else None
+        if _FUSED[model] is not None:
+            if _FUSED[model] == 0:
+                model.set_attn_implementation("sdpa")
+            _FUSED[model] += 1
+    try:
+        yield
+    finally:
+        with _FUSED_LOCK:
+            if _FUSED[model] is not None:
+                _FUSED[model] -= 1
+                if _FUSED[model] == 0:
+                    model.set_attn_implementation("eager")
+
+
 @contextmanager
 def ablating(model: torch.nn.Module, family: Family, heads: Heads) -> Iterator[None]:
     """Switches heads off: their context (their columns of W_O's input) is zeroed before W_O. Their
@@ -187,7 +229,8 @@ def capture(
     ablate: Heads = (),
 ) -> tuple[dict[str, Tensor], Tensor | None]:
     """Runs the model once on one sequence ([pos] ids): every named activation, and the logits of the LM
-    head where the model has one ([pos, vocab]), else None."""
+    head where the model has one ([pos, vocab]), else None. The weights are among the activations only for a
+    model without an adapter (capture_batch)."""
     return capture_batch(model, family, [Sequence(input_ids, token_type_ids, mask)], ablate)[0]
 
 
@@ -203,12 +246,16 @@ def capture_batch(
     # and only then zeroed for the rest of the model.
     with (
         torch.inference_mode(),
+        fused_attention(model, family, *inputs["input_ids"].shape),
         recording(model, family) as activations,
         ablating(model, family, ablate),
     ):
-        out = model(**inputs, output_attentions=True)
-    for layer, weights in enumerate(out.attentions):
-        activations[attn(layer, "weights")] = weights  # [batch, head, query_pos, key_pos]
+        # The weights grow with the square of the tokens: a run with an adapter keeps its q and k and
+        # computes a block's weights when asked (Run.weights). A model without one is known by its weights.
+        out = model(**inputs, output_attentions=family.attention_only)
+    if family.attention_only:
+        for layer, weights in enumerate(out.attentions):
+            activations[attn(layer, "weights")] = weights  # [batch, head, query_pos, key_pos]
     if family.finish is not None:
         family.finish(activations, model)
     logits = getattr(out, "logits", None)  # [batch, pos, vocab]
@@ -225,8 +272,13 @@ def capture_batch(
 def final_states(model: torch.nn.Module, family: Family, sequence: Sequence, ablate: Heads = ()) -> Tensor:
     """The last hidden states of one sequence, after the final norm in a pre-norm model, and nothing else:
     no hooks, no attention weights kept, no LM head. [pos, d_model]"""
-    with torch.inference_mode(), ablating(model, family, ablate):
-        return model.base_model(**model_inputs(model, family, [sequence])).last_hidden_state[0]
+    inputs = model_inputs(model, family, [sequence])
+    with (
+        torch.inference_mode(),
+        fused_attention(model, family, 1, len(sequence.input_ids)),
+        ablating(model, family, ablate),
+    ):
+        return model.base_model(**inputs).last_hidden_state[0]
 
 
 def model_inputs(model: torch.nn.Module, family: Family, sequences: list[Sequence]) -> dict[str, Tensor]:

@@ -137,7 +137,7 @@ def transformed_values(run, model, layer: int) -> Tensor:
 
 def norm(run, model, layer: int) -> Tensor:
     """‖α_ij f_h(x_j)‖ = α_ij ‖f_h(x_j)‖. [head, query, key]"""
-    weights = run.activations[names.attn(layer, "weights")]
+    weights = run.weights(layer)
     return weights * transformed_values(run, model, layer).norm(dim=-1)[:, None, :]
 
 
@@ -174,7 +174,7 @@ def alti_block(run, model, layer: int) -> dict:
     """What ALTI's rows of block `layer` read, in float64: the vectors per "head" (the mean as one more in a
     post-LN block), each token's own vector (σ_i x_i where an RMSNorm scales attention's output before the
     residual, Gemma's), the mean's weights, σ, σ_i y_i and ‖y_i‖₁."""
-    weights = run.activations[names.attn(layer, "weights")].double()  # [head, query, key]
+    weights = run.weights(layer).double()  # [head, query, key]
     f = transformed_values(run, model, layer).double()  # [head, key, d_model]
     x = run.block_input(layer).double()  # [key, d_model]
     y = run.activations[names.block(layer, "resid_mid")].double()  # [query, d_model]

@@ -10,6 +10,7 @@ from torch import Tensor
 
 from app.engine import names
 from app.engine.attribution import Target, attribution_slices, next_token_target, similarity_target
+from app.engine.blocks import BlockCache
 from app.engine.capture import (
     NEXT_TOKENS,
     Scoring,
@@ -31,6 +32,8 @@ from app.engine.spec import RunSpec
 # Padded tokens per forward pass: a class's short prompts take one pass (48 of about 24 tokens), which for
 # MiniLM here costs about twice a 512-token input alone; longer inputs are not padded with short ones.
 BATCH_TOKENS = 2048
+# The blocks of weights an engine keeps computed (Run.weights), in bytes, where no lab gives it its own bound.
+BLOCK_BYTES = 512 * 1024**2
 
 
 class TextTooLong(ValueError):
@@ -95,6 +98,8 @@ class Run:
     next_tokens: tuple[Tensor, Tensor, Tensor] | None = None
     pipeline: SentencePipeline = SentencePipeline()  # what follows the pooling (app.engine.sentence)
     prompt_tokens: int = 0  # the prompt's length as sentence-transformers counts it: a Pooling may leave it out
+    # Where its blocks of weights are kept once computed (Run.weights): the engine's, shared by its runs.
+    blocks: BlockCache = field(default_factory=lambda: BlockCache(BLOCK_BYTES))
     # The memory the run holds: {storage address: bytes}. Runs computed in one batch hold parts of the same
     # tensors; a cache counts each storage once.
     storages: dict[int, int] = field(init=False)
@@ -159,18 +164,44 @@ class Run:
         self.check_adapter()
         self._check(layer, head)
         attn = {name: self.activations[names.attn(layer, name)][head] for name in ("q", "k", "v")}
-        scoring = self.scoring[layer]
-        mask = additive_mask(self.spec.mask, len(self.tokens), scoring.window)
-        bias = self.activations.get(names.attn(layer, "position_bias"))
         context = self.activations[names.attn(layer, "context")][head]
         return {
             **attn,
-            # [query_pos, key_pos]
-            "scores": attention_scores(attn["q"], attn["k"], mask, scoring.scale, None if bias is None else bias[head]),
-            "weights": self.activations[names.attn(layer, "weights")][head],
+            "scores": self.scores(layer, head),  # [query_pos, key_pos]
+            "weights": self.weights(layer)[head],
             "context": context,
             "context_to_output": torch.zeros_like(context) if self.ablated(layer, head) else context,
         }
+
+    def scores(self, layer: int, head: int | slice = slice(None)) -> Tensor:
+        """What the block's softmax reads: QKᵀ · scale + the position bias where the model adds one + the
+        mask, from the recorded q and k (rotated, grouped K/V heads repeated). [head, query, key], or
+        [query, key] for one head."""
+        q, k = (self.activations[names.attn(layer, name)][head] for name in ("q", "k"))
+        scoring = self.scoring[layer]
+        mask = additive_mask(self.spec.mask, len(self.tokens), scoring.window)
+        bias = self.activations.get(names.attn(layer, "position_bias"))
+        return attention_scores(q, k, mask, scoring.scale, None if bias is None else bias[head])
+
+    def weights(self, layer: int) -> Tensor:
+        """Block `layer`'s attention weights, softmax(scores) in float32 as the model's eager attention
+        computes them: kept in the engine's block cache, computed from q and k when it does not hold them.
+        A model without an adapter keeps its own output_attentions. [head, query, key]"""
+        kept = self.activations.get(names.attn(layer, "weights"))
+        if kept is not None:
+            return kept
+        self._check(layer)
+
+        @torch.inference_mode()
+        def compute() -> Tensor:
+            return self.scores(layer).softmax(-1, dtype=torch.float32)
+
+        return self.blocks.get(self.run_id, layer, compute)
+
+    def kept_weights(self, layer: int) -> Tensor | None:
+        """Block `layer`'s weights if they need no computing now (Run.weights), else None."""
+        kept = self.activations.get(names.attn(layer, "weights"))
+        return kept if kept is not None else self.blocks.kept(self.run_id, layer)
 
     def query(self, layer: int, head: int, index: int) -> dict[str, Tensor]:
         """One query token's view of one head: its q, every k and v, its scores and weights rows, its context
@@ -219,8 +250,12 @@ class Run:
 
     def attention(self, layer: int | None = None, head: int | None = None) -> list[Tensor]:
         """Weights per block, [head, query_pos, key_pos] each: every block, or one, or one head of one."""
-        blocks = [self.activations[names.attn(index, "weights")] for index in range(self.n_layers)]
-        return pick(blocks, layer, head)
+        if head is not None and layer is None:
+            raise OutOfRange("a head needs its layer: give both")
+        self._check(layer or 0, head or 0)  # refused before any computing
+        layers = range(self.n_layers) if layer is None else [layer]
+        blocks = [self.weights(index) for index in layers]
+        return blocks if head is None else [block[head : head + 1] for block in blocks]
 
     def check_adapter(self) -> None:
         """NeedsAdapter for a model without one: only its weights and last hidden state are recorded."""
@@ -230,6 +265,9 @@ class Run:
     def check_token(self, index: int) -> None:
         if not 0 <= index < len(self.tokens):
             raise OutOfRange(f"token {index} does not exist: tokens are 0 to {len(self.tokens) - 1}")
+
+    def check_layer(self, layer: int) -> None:
+        self._check(layer)
 
     def _check(self, layer: int, head: int = 0) -> None:
         if not 0 <= layer < self.n_layers:
@@ -271,9 +309,13 @@ def segments(sequence_ids: list[int | None]) -> list[str]:
 class Engine:
     """One loaded model: what a request may ask of it, and its runs, computed here and now."""
 
-    def __init__(self, loaded: LoadedModel, max_chars: int, max_tokens: int | None = None):
-        """`max_tokens`: the most tokens a run reads (a longer input is cut), below the model's own limit."""
+    def __init__(
+        self, loaded: LoadedModel, max_chars: int, max_tokens: int | None = None, blocks: BlockCache | None = None
+    ):
+        """`max_tokens`: the most tokens a run reads (a longer input is cut), below the model's own limit.
+        `blocks`: where its runs keep the blocks of weights they compute (one of its own by default)."""
         self.loaded = loaded
+        self.blocks = BlockCache(BLOCK_BYTES) if blocks is None else blocks
         self.max_chars = max_chars
         self.max_tokens = min(loaded.max_tokens, max_tokens or loaded.max_tokens)
         self.scoring = block_scoring(loaded.model, loaded.family)  # read once: the modules do not change
@@ -476,6 +518,7 @@ class Engine:
                     next_tokens=None if logits is None else best_next(logits),
                     pipeline=self.loaded.pipeline,
                     prompt_tokens=self.prompt_length(spec.prompt),
+                    blocks=self.blocks,
                 )
             )
         return runs

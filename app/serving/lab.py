@@ -22,6 +22,7 @@ from torch import Tensor
 
 from app.engine import measures
 from app.engine.atlas import Atlas, atlas_slices, check_atlas, space_slices
+from app.engine.blocks import BlockCache
 from app.engine.model import LoadedModel
 from app.engine.runs import BATCH_TOKENS, Engine, Run
 from app.engine.spec import RUN_ID, AtlasSpec, RunSpec
@@ -37,6 +38,7 @@ log = logging.getLogger("uvicorn.error")  # uvicorn shows its INFO lines
 
 # The model, torch and the server besides the runs: about 0.45 GB measured, with room for a pass in flight.
 RUNTIME_BYTES = 1024**3
+BLOCK_SHARE = 4  # the share of the cache's bytes kept for computed blocks of weights: a quarter
 SHARED_PART = 4  # inputs of at most 1/SHARED_PART of the model's positions share turns
 
 
@@ -99,14 +101,17 @@ class Lab:
         model_loads_per_hour: int = 20,
     ):
         """`loaded`: the default model; `folders`: more models, loaded when first asked for."""
-        self.models = Models(loaded, list(folders), max_chars, max_tokens, max_loaded_models)
+        # The bound in bytes is shared: a quarter for computed blocks of weights (Run.weights, each N² floats
+        # a head), the rest for the runs and the other measures' blocks, whose size is linear in N.
+        self.blocks = BlockCache(max_cache_bytes // BLOCK_SHARE)
+        self.models = Models(loaded, list(folders), max_chars, max_tokens, max_loaded_models, self.blocks)
         self.loads = Loads(model_loads_per_hour)
         self.max_attribution_step_tokens = max_attribution_step_tokens
         self.specs = specs
         self.gate = gate
         self.model_threads = ModelThreads(gate.max_passes)  # the cores go to the passes (app.engine.threads)
         self.max_batch_runs = max_batch_runs  # runs one turn at the model may compute together
-        self.runs: RunCache[Run] = RunCache(max_runs, max_cache_bytes)
+        self.runs: RunCache[Run] = RunCache(max_runs, max_cache_bytes - self.blocks.max_bytes)
         # Passes under way, by run id: a request for the same run meanwhile awaits that pass. A pass whose
         # waiters have all gone (their clients disconnected) before it started is called off.
         self._passes: dict[str, asyncio.Task] = {}
@@ -165,12 +170,22 @@ class Lab:
 
     async def measured(self, run: Run, measure: str, layer: int | None, client: Client = ANYONE) -> list[Tensor]:
         """A measure of a run, [head (or 1), query, key] for each block, or for block `layer` alone (a valid
-        one). The weights are the run's own; another measure's blocks are kept, or computed in slices."""
-        blocks = run.attention(layer)  # a block that does not exist is refused before any measuring
-        if measure == "weights":
-            return blocks
+        one). The weights are kept in the engine's block cache or computed from the run's q and k, a block a
+        turn (Run.weights); another measure's blocks are kept, or computed in slices."""
+        if layer is not None:
+            run.check_layer(layer)  # a block that does not exist is refused before any measuring
         layers = range(run.n_layers) if layer is None else [layer]
+        if measure == "weights":
+            return [await self._weights(run, index, client) for index in layers]
         return [await self._block(run, measure, index, client) for index in layers]
+
+    async def _weights(self, run: Run, layer: int, client: Client) -> Tensor:
+        """Block `layer`'s weights: kept, or computed at a turn of the gate on the model's thread."""
+        kept = run.kept_weights(layer)
+        if kept is not None:
+            return kept
+        what = f"weights of block {layer} of run {run.run_id}"
+        return await self.in_turns(what, [lambda: run.weights(layer)], client)
 
     async def _block(self, run: Run, measure: str, layer: int, client: Client) -> Tensor:
         key = f"{run.run_id}/{measure}/{layer}"
@@ -189,7 +204,7 @@ class Lab:
             slices = measures.block_slices(run, model, measure, layer)
         block = await self.in_turns(f"{measure} of block {layer} of run {run.run_id}", slices, client)
         self.runs.put(key, Measured(block), counted=False)
-        trim_if_over(self.runs.max_bytes + RUNTIME_BYTES + self.models.loaded_bytes)
+        trim_if_over(self.runs.max_bytes + self.blocks.max_bytes + RUNTIME_BYTES + self.models.loaded_bytes)
         return block
 
     async def _once(self, key: str, start: Callable[[], Awaitable[Result]]) -> Result:
@@ -467,5 +482,5 @@ class Lab:
                 outcomes[index] = outcome
                 if not isinstance(outcome, Exception):
                     self.runs.put(specs[index].run_id, outcome)
-            trim_if_over(self.runs.max_bytes + RUNTIME_BYTES + self.models.loaded_bytes)
+            trim_if_over(self.runs.max_bytes + self.blocks.max_bytes + RUNTIME_BYTES + self.models.loaded_bytes)
         return outcomes

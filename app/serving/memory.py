@@ -107,9 +107,10 @@ def reserve(nbytes: int) -> None:
     machine that backs memory lazily, a page the process writes for the first time costs a host fault, and
     memory given back to the system is taken back by the host within seconds: measured here, 1.5 GB written
     anew took 2.7-4 s, and written again at once 0.2 s. A run keeps its tensors (about 130 MB at 512
-    tokens), so while the cache filled every new run paid that price for its memory: analyze + attention
-    over HTTP took 579 ms at 512 tokens and 124 ms at 128 before, 444 ms and 64 ms with this (servers
-    alternating), and a class burst's passes 600 page faults over eight bursts instead of 206,000.
+    tokens when runs kept their weights; 61 MB since they are computed when asked), so while the cache
+    filled every new run paid that price for its memory: analyze + attention over HTTP took 579 ms at 512
+    tokens and 124 ms at 128 before, 444 ms and 64 ms with this (servers alternating), and a class burst's
+    passes 600 page faults over eight bursts instead of 206,000.
     Only with glibc's mallopt: another allocator would give the freed blocks straight back."""
     if not _has_libc("mallopt"):
         return

@@ -10,6 +10,7 @@ from collections import OrderedDict, deque
 from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 
+from app.engine.blocks import BlockCache
 from app.engine.model import (
     LoadedModel,
     ModelLoadError,
@@ -20,7 +21,7 @@ from app.engine.model import (
     read_model_config,
     read_sentence_pipeline,
 )
-from app.engine.runs import Engine, InvalidInput
+from app.engine.runs import BLOCK_BYTES, Engine, InvalidInput
 from app.serving.gate import TooManyWaiting
 
 HOUR = 3600.0
@@ -74,10 +75,13 @@ class Models:
         max_chars: int,
         max_tokens: int | None,
         max_loaded: int,
+        blocks: BlockCache | None = None,
     ):
-        """`folders`: more models, each a folder or a Hub id (app.engine.model.locate)."""
+        """`folders`: more models, each a folder or a Hub id (app.engine.model.locate). `blocks`: where every
+        engine's runs keep the blocks of weights they compute, one cache for all (Run.weights)."""
         self.default = default.name
-        self.limits = (max_chars, max_tokens)  # every engine's input limits (Engine)
+        # every engine's input limits and block cache (Engine)
+        self.limits = (max_chars, max_tokens, BlockCache(BLOCK_BYTES) if blocks is None else blocks)
         self.max_loaded = max_loaded
         self.folders: dict[str, Path] = {default.name: default.path}
         for folder in folders:

@@ -1,0 +1,58 @@
+"""Blocks of attention computed when asked, kept least-recently-used within a bound in bytes.
+
+A run keeps what grows linearly with its tokens (q, k, v and the rest, app.engine.runs.Run); a block's
+weights, [head, query, key], grow with their square: 8 heads at 8,192 tokens are 2 GiB of float32. They
+are recomputed from the run's q and k as the model computes them, so a block here is only a cache entry,
+named by what it follows from: the run's id (content-addressed) and the block's index."""
+
+import threading
+from collections import OrderedDict
+from collections.abc import Callable
+
+from torch import Tensor
+
+
+class BlockCache:
+    def __init__(self, max_bytes: int):
+        self.max_bytes = max_bytes
+        self._blocks: OrderedDict[tuple[str, int], Tensor] = OrderedDict()
+        self._bytes = 0
+        self.computed = 0  # blocks computed since the start: a block kept is not computed again
+        self._lock = threading.Lock()
+
+    def get(self, run_id: str, layer: int, compute: Callable[[], Tensor]) -> Tensor:
+        """Block `layer` of the run: kept, or computed now and kept. Two threads asking at once for a block
+        not kept may both compute it: the same numbers, kept once."""
+        key = (run_id, layer)
+        with self._lock:
+            block = self._blocks.get(key)
+            if block is not None:
+                self._blocks.move_to_end(key)
+                return block
+        block = compute()
+        with self._lock:
+            self.computed += 1
+            # A block larger than the whole bound is given to its caller and not kept.
+            if key not in self._blocks and block.nbytes <= self.max_bytes:
+                self._blocks[key] = block
+                self._bytes += block.nbytes
+            while self._bytes > self.max_bytes:
+                _, oldest = self._blocks.popitem(last=False)
+                self._bytes -= oldest.nbytes
+        return block
+
+    def kept(self, run_id: str, layer: int) -> Tensor | None:
+        """The block if it is kept (then the most recently used), else None."""
+        with self._lock:
+            block = self._blocks.get((run_id, layer))
+            if block is not None:
+                self._blocks.move_to_end((run_id, layer))
+            return block
+
+    @property
+    def nbytes(self) -> int:
+        with self._lock:
+            return self._bytes
+
+    def __len__(self) -> int:
+        return len(self._blocks)

@@ -1,0 +1,102 @@
+"""A run keeps what is linear in its tokens; its blocks of weights are computed when asked, kept in a cache
+bounded in bytes, and computed again with the same numbers once it has let them go. On the packaged MiniLM,
+against transformers' output_attentions; and on a tiny Llama-style decoder of 4,096 positions."""
+
+import pytest
+import torch
+
+from app.engine import capture
+from app.engine.blocks import BlockCache
+from app.engine.model import load_model
+from app.engine.runs import Engine
+from tests.conftest import make_lab, run_async
+from tests.families import long_llama
+
+TEXT = "The river bank was steep, and the tired animal rested on the bank of the river."
+
+
+def test_a_run_keeps_no_quadratic_tensor(minilm):
+    engine = Engine(minilm, max_chars=1000)
+    run = engine.run(engine.spec(TEXT))
+    n = len(run.tokens)
+    assert not [name for name in run.activations if name.endswith(".weights")]
+    assert all(list(tensor.shape).count(n) == 1 for tensor in run.activations.values())
+    # What it keeps: per block q, k, v and context ([head, pos, d_head] each) and five rows of d_model or
+    # d_ffn per token, the embeddings' rows, and the pooled states: bytes linear in n.
+    config = minilm.model.config
+    d, ffn, blocks = config.hidden_size, config.intermediate_size, config.num_hidden_layers
+    per_token = 4 * (blocks * (4 * d + 4 * d + ffn) + 5 * d)
+    assert sum(run.storages.values()) == n * per_token
+
+
+def test_a_block_is_computed_once_while_kept_and_again_the_same_after_it_is_let_go(minilm):
+    n_heads = minilm.model.config.num_attention_heads
+    engine = Engine(minilm, max_chars=1000, blocks=BlockCache(max_bytes=0))
+    run = engine.run(engine.spec(TEXT))
+    n = len(run.tokens)
+    block_bytes = n_heads * n * n * 4
+    engine.blocks.max_bytes = 2 * block_bytes  # two blocks fit, not three
+    ids = torch.tensor([[token.id for token in run.tokens]])
+    reference = minilm.model(input_ids=ids, output_attentions=True).attentions
+
+    first = run.weights(0)
+    assert torch.equal(first, reference[0][0])  # bitwise the model's own
+    assert run.weights(0) is first and engine.blocks.computed == 1  # kept: not computed again
+    run.weights(1), run.weights(2)  # block 0 is the least recently used of three: let go
+    assert engine.blocks.nbytes == 2 * block_bytes and run.kept_weights(0) is None
+    assert engine.blocks.computed == 3
+    again = run.weights(0)
+    assert again is not first and engine.blocks.computed == 4
+    assert torch.equal(again, first)
+    engine.blocks.max_bytes = block_bytes - 1  # a block larger than the bound is answered, not kept
+    assert torch.equal(run.weights(3), reference[3][0])
+    assert engine.blocks.nbytes == 0
+    assert run.kept_weights(3) is None
+
+
+def test_the_bytes_a_run_holds_grow_linearly_with_its_tokens(minilm):
+    engine = Engine(minilm, max_chars=100_000)
+    held = {}
+    for words in (60, 120, 240):
+        run = engine.run(engine.spec(" ".join(["river"] * words)))
+        held[len(run.tokens)] = sum(run.storages.values())
+    (n1, b1), (n2, b2), (n3, b3) = sorted(held.items())
+    assert n1 < n2 < n3 and b1 / n1 == b2 / n2 == b3 / n3  # the same bytes per token at every length
+
+
+@pytest.fixture(scope="module")
+def long_llama_model(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("long-llama")
+    long_llama(folder, positions=4096)
+    return load_model(folder)
+
+
+def test_a_long_decoder_run_keeps_its_formulas_bytes_and_its_fused_weights_are_the_models(long_llama_model):
+    """1,522 tokens of a 4-block, 8-head Llama: its pass is fused (each block's eager weights would be
+    over 64 MiB), the run keeps exactly the README's formula, and every block's computed weights equal the
+    eager output_attentions to float rounding, block 0's bit for bit."""
+    loaded = long_llama_model
+    engine = Engine(loaded, max_chars=100_000)
+    run = engine.run(engine.spec(" ".join(["the cat sat on the mat", "a quick brown fox jumps"] * 80)))
+    n, config = len(run.tokens), loaded.model.config
+    assert 8 * n**2 * 4 > capture.FUSED_FROM_BYTES
+    blocks, width, ffn = config.num_hidden_layers, config.hidden_size, config.intermediate_size
+    heads = config.num_attention_heads * (config.hidden_size // config.num_attention_heads)
+    assert sum(run.storages.values()) == 4 * n * (blocks * (4 * heads + 4 * width + ffn) + 2 * width) + 16 * n * 20
+    with torch.inference_mode():
+        reference = loaded.model(input_ids=torch.tensor([[t.id for t in run.tokens]]), output_attentions=True)
+    assert torch.equal(run.weights(0), reference.attentions[0][0])
+    for layer in range(1, blocks):
+        torch.testing.assert_close(run.weights(layer), reference.attentions[layer][0], atol=1e-6, rtol=0)
+
+
+def test_the_lab_computes_a_block_once_however_often_asked_within_its_share_of_the_bound(minilm, tmp_path):
+    lab = make_lab(minilm, tmp_path)
+    run = lab.analyze(lab.spec(TEXT))
+    first = run_async(lab.measured(run, "weights", 2))
+    again = run_async(lab.measured(run, "weights", 2))
+    assert first[0] is again[0] and lab.blocks.computed == 1
+    everything = run_async(lab.measured(run, "weights", None))
+    assert everything[2] is first[0] and lab.blocks.computed == minilm.model.config.num_hidden_layers
+    # One bound in bytes for what the lab keeps: a quarter for blocks of weights, the rest for runs.
+    assert (lab.blocks.max_bytes, lab.runs.max_bytes) == (10**9 // 4, 10**9 - 10**9 // 4)
