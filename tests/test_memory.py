@@ -51,21 +51,6 @@ def kept_run_faults(reserve_bytes: int) -> list[float]:
     return [float(line) for line in found.stdout.split()]
 
 
-def test_a_kept_run_takes_new_pages_only_for_what_it_keeps():
-    """A pass allocates its tensors anew; by default glibc gives the freed ones back to the kernel at once
-    and takes them again, zeroed, one page fault each, in the next pass. Kept for reuse, a run faults in
-    about the pages it keeps and no more."""
-    # A 512-token run of MiniLM keeps 61 MB since its weights are computed when asked (Run.weights); its
-    # pass still makes a block's weights at a time (12.6 MB), freed as it goes. Measured per run 0.4-2.6
-    # times the pages kept (24-160 MB; 143-156 MB when runs kept their weights), 1.0-1.36 on average over
-    # four runs in three processes; by default glibc's dynamic thresholds decide, up to 2.5 a run. This
-    # VM's host takes memory back on its own schedule: a second process decides.
-    mean = np.mean(kept_run_faults(0))
-    if mean >= 1.6:
-        mean = np.mean(kept_run_faults(0))
-    assert mean < 1.6
-
-
 def test_runs_on_any_thread_write_to_the_reserved_pages():
     """What the lab reserves at start (written once, on the main thread) is where the runs of its pass
     threads go: they take next to no new pages. Without one arena for every thread, the pass thread would
