@@ -37,6 +37,8 @@ from app.web.schemas import (
     ModelsResponse,
     NearestResponse,
     NextTokensResponse,
+    PatchRequest,
+    PatchResponse,
     Pooled,
     PoolingRequest,
     PoolingResponse,
@@ -302,6 +304,19 @@ async def attribution(body: AttributionRequest, lab: LabDep, client: ClientDep):
             "attributions": found["attributions"].numpy(),
         }
     )
+
+
+@router.post("/patch", response_model=PatchResponse)
+async def patch(body: PatchRequest, lab: LabDep, client: ClientDep):
+    """Activation patching: input A run again with one activation (a site, at one position or all) taken from
+    input B, or a sweep of such patches over every block × position or block × head; the effect on A's
+    sentence vector (encoder) or next-token target (decoder)."""
+    found = await lab.patch(body.model, client, **body.model_dump(exclude={"model"}))
+    return {
+        **found,
+        "a_tokens": [token.__dict__ for token in found["a_tokens"]],
+        "b_tokens": [token.__dict__ for token in found["b_tokens"]],
+    }
 
 
 @router.get("/runs/{run_id}/layers/{layer}/heads/{head}", response_model=HeadResponse, responses=NOT_FOUND)

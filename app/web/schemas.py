@@ -527,3 +527,65 @@ class AttributionResponse(BaseModel):
     output: float = Field(description="The target at the input: the cosine, or the next token's logit")
     baseline_output: float = Field(description="The target with every word-embedding row zero")
     delta: float | None = Field(description="Integrated Gradients: Σ attributions − (output − baseline_output)")
+
+
+class PatchRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    text: PromptText = Field(description="Input A: the run that receives the patch")
+    source: PromptText = Field(description="Input B: the run the patched activation comes from")
+    site: Literal["resid_pre", "attention_output", "head", "ffn_output"] = Field(
+        description="resid_pre: the residual stream a block reads; attention_output: concat(heads) · W_O; head: one "
+        "head's context, its slice of W_O's input; ffn_output: the FFN's output projection"
+    )
+    layer: int | None = Field(None, ge=0, description="The block; none in a sweep")
+    head: int | None = Field(None, ge=0, description="The head, for the head site outside a sweep over heads")
+    position: int | None = Field(
+        None, ge=0, description="A's position to patch; none: every position (with a partner in B)"
+    )
+    sweep: Literal["blocks_positions", "blocks_heads"] | None = Field(
+        None, description="Every block × position (one position per cell), or every block × head (the head site)"
+    )
+    align: Literal["start", "end"] | None = Field(
+        None,
+        description="How positions pair when A and B have different lengths: from the start, or from the end (the "
+        "last tokens together); required then, and a 422 shows both token lists without it",
+    )
+    target_tokens: list[int] | None = Field(
+        None,
+        description="A decoder's target after A's last token: two ids, the first's logit minus the second's; one id, "
+        "its probability. Default: B's most likely next token's logit minus that of A's most likely other token",
+    )
+    model: ModelName = None
+
+
+class PatchTarget(BaseModel):
+    kind: Literal["cosine", "logit_difference", "probability"]
+    token_ids: list[int] | None = None
+    tokens: list[str] | None = None
+
+
+class PatchEffect(BaseModel):
+    value: float = Field(
+        description="cosine: the sentence vector's cosine with B's; logit_difference or probability: the target "
+        "after A's last token"
+    )
+    to_a: float | None = Field(None, description="cosine: the sentence vector's cosine with A's own")
+
+
+class PatchCell(PatchEffect):
+    site: str
+    layer: int
+    head: int | None
+    positions: list[int] = Field(description="A's positions that received B's values")
+    sources: list[int] = Field(description="B's positions they came from, pairwise")
+
+
+class PatchResponse(BaseModel):
+    a_tokens: list[TokenPublic]
+    b_tokens: list[TokenPublic]
+    align: str | None
+    target: PatchTarget
+    a: PatchEffect = Field(description="A unpatched")
+    b: PatchEffect = Field(description="B unpatched")
+    cells: list[PatchCell] = Field(description="One per patch: block by block, then position or head")
