@@ -252,3 +252,28 @@ def test_a_sweep_past_the_bound_is_422(tmp_path, monkeypatch):
             assert client.post("/api/patch", json={**PAIR, "site": "head", "layer": 0, "head": 0}).status_code == 200
     finally:
         get_settings.cache_clear()
+
+
+def test_a_patched_run_is_a_run_with_the_cells_numbers(setup):
+    """A cell of a sweep, asked for as a run: its own id, kept in the store, and its output is the cell's."""
+    client, reference = setup
+    body = client.post("/api/patch", json={**PAIR, "site": "head", "sweep": "blocks_heads"}).json()
+    cell = body["cells"][-1]
+    patch = {"source": PAIR["source"], **{key: cell[key] for key in ("site", "layer", "head", "positions", "sources")}}
+    plain = client.post("/api/analyze", json={"text": PAIR["text"]}).json()
+    patched = client.post("/api/analyze", json={"text": PAIR["text"], "patch": patch}).json()
+    assert patched["run_id"] != plain["run_id"] and patched["patch"] == patch
+    assert client.app.state.lab.specs.get(patched["run_id"]).patch.source == PAIR["source"]
+    a_ids = [token["id"] for token in body["a_tokens"]]
+    b_ids = [token["id"] for token in body["b_tokens"]]
+    if reference.kind == "bert":
+        vector = torch.tensor(patched["pooled"]["embedding"])
+        assert float(vector @ reference.output(b_ids)) == pytest.approx(cell["value"], abs=1e-5)
+    else:
+        last = len(a_ids) - 1
+        found = client.get(f"/api/runs/{patched['run_id']}/tokens/{last}/next").json()
+        expected = reference.patched(a_ids, b_ids, cell)
+        best = {row["id"]: row["logit"] for row in found["candidates"]}
+        assert best == pytest.approx({token: float(expected[token]) for token in best}, abs=1e-5)
+    other = {**patch, "positions": [99], "sources": [0]}
+    assert client.post("/api/analyze", json={"text": PAIR["text"], "patch": other}).status_code == 422

@@ -21,7 +21,7 @@ from typing import TypeVar
 
 from torch import Tensor
 
-from app.engine import measures, patching
+from app.engine import measures, patches
 from app.engine.model import LoadedModel
 from app.engine.runs import BATCH_TOKENS, Engine, Run
 from app.engine.spec import RUN_ID, RunSpec
@@ -293,10 +293,10 @@ class Lab:
         return await self.in_turns(what, slices, client)
 
     async def patch(self, model: str | None, client: Client = ANYONE, **ask) -> dict:
-        """Input A with activations of input B put in (app.engine.patching.patch_job's `ask`): checked at once
+        """Input A with activations of input B put in (app.engine.patches.patch_job's `ask`): checked at once
         (its texts, its cells, its cost), then one padded pass of several cells per turn of the gate."""
         engine = await self.engine_for(model, client)
-        slices = patching.patch_job(engine, **ask, max_cell_tokens=self.max_patch_tokens)
+        slices = patches.patch_job(engine, **ask, max_cell_tokens=self.max_patch_tokens)
         return await self.in_turns(f"patching of {len(slices) - 1} passes", slices, client)
 
     def close(self) -> None:

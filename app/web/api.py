@@ -16,6 +16,7 @@ from torch import Tensor
 from app.engine import lessons, measures
 from app.engine.capture import NEXT_TOKENS
 from app.engine.runs import InvalidInput, OutOfRange, Run, pick
+from app.engine.spec import Patch
 from app.serving.lab import Lab
 from app.web.compression import MIN_BYTES, chosen_encoding, compressed
 from app.web.deps import ClientDep, LabDep
@@ -140,7 +141,18 @@ async def models(lab: LabDep):
 )
 async def analyze(body: AnalyzeRequest, lab: LabDep, client: ClientDep):
     engine = await lab.engine_for(body.model, client)
-    spec = engine.spec(body.text, body.text_pair, body.mask, body.pooling, body.ablate, body.prompt)
+    patch = (
+        None
+        if body.patch is None
+        else Patch(
+            **{
+                **body.patch.model_dump(),
+                "positions": tuple(body.patch.positions),
+                "sources": tuple(body.patch.sources),
+            }
+        )
+    )
+    spec = engine.spec(body.text, body.text_pair, body.mask, body.pooling, body.ablate, body.prompt, patch)
     run = await lab.submit(spec, client)
     # The first view's matrices in the same answer: no second round trip before the first heatmap. Encoded
     # in a thread, as the attention endpoint's: a mean of heads or blocks is computed there.
@@ -161,6 +173,7 @@ async def analyze(body: AnalyzeRequest, lab: LabDep, client: ClientDep):
             "prompt": spec.prompt,
             "pooled": None if run.pooling_pass_due else sentence_vector(run),
             "ablated": spec.ablated,
+            "patch": spec.patch,
             "attention": attention,
         }
     )

@@ -67,6 +67,19 @@ class AttentionRequest(AttentionView):
     model_config = ConfigDict(extra="forbid")
 
 
+class PatchedFrom(BaseModel):
+    """Input B's activation put into the run's pass: one cell of POST /api/patch."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    source: PromptText = Field(description="Input B, whose activation the run receives")
+    site: Literal["resid_pre", "attention_output", "head", "ffn_output"]
+    layer: int = Field(ge=0)
+    head: int | None = Field(None, ge=0, description="The head site's head")
+    positions: list[int] = Field(min_length=1, max_length=4096, description="The run's positions that receive")
+    sources: list[int] = Field(min_length=1, max_length=4096, description="B's positions they take from, pairwise")
+
+
 class AnalyzeRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -93,6 +106,9 @@ class AnalyzeRequest(BaseModel):
         description="One of the model's prompts by name (GET /api/model's `prompts`), its text put before `text` "
         'as sentence-transformers puts it; default: the model\'s default prompt, if it has one; "": no prompt',
         examples=["query"],
+    )
+    patch: PatchedFrom | None = Field(
+        None, description="A patched run: input B's activation put into the pass at one site (POST /api/patch's cell)"
     )
     attention: AttentionRequest | None = Field(
         None,
@@ -260,6 +276,7 @@ class AnalyzeResponse(BaseModel):
         "vector is asked for (a pass of its own over the cut input): GET /api/runs/{run_id}/pooled"
     )
     ablated: list[tuple[int, int]] = Field(description="(layer, head) pairs switched off in this run")
+    patch: PatchedFrom | None = Field(None, description="Input B's activation put into this run's pass, if any")
     attention: "EmbeddedAttention | None" = Field(
         description="The attention matrices the request asked for; null if it asked for none, or for more than 1 MiB "
         "(GET /api/runs/{run_id}/attention sends those)"
