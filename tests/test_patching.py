@@ -7,6 +7,7 @@ import torch
 from fastapi.testclient import TestClient
 from transformers import AutoModel, AutoModelForCausalLM
 
+from app.engine import patches
 from app.engine.model import load_model, packaged_model_path
 from app.main import create_app
 from tests.families import build
@@ -277,3 +278,19 @@ def test_a_patched_run_is_a_run_with_the_cells_numbers(setup):
         assert best == pytest.approx({token: float(expected[token]) for token in best}, abs=1e-5)
     other = {**patch, "positions": [99], "sources": [0]}
     assert client.post("/api/analyze", json={"text": PAIR["text"], "patch": other}).status_code == 422
+
+
+def test_a_long_sweep_takes_several_passes_with_the_same_numbers(setup):
+    """Past BATCH_TOKENS a sweep is cut into passes, one turn at the gate each; the cells are the same."""
+    client, reference = setup
+    if reference.kind != "gpt2":
+        pytest.skip("one family is enough for the slicing")
+    text = " ".join(["the cat sat on the mat."] * 8)
+    engine = client.app.state.lab.engine
+    slices = patches.patch_job(
+        engine, text, text.replace("cat", "dog"), "resid_pre", sweep="blocks_positions", align="start"
+    )
+    assert len(slices) - 1 > 2  # passes, then the answer
+    ask = {"text": text, "source": text.replace("cat", "dog"), "site": "resid_pre", "sweep": "blocks_positions"}
+    body = client.post("/api/patch", json={**ask, "align": "start"}).json()
+    check(reference, body)
