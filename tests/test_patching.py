@@ -9,8 +9,9 @@ from transformers import AutoModel, AutoModelForCausalLM
 
 from app.engine import patches
 from app.engine.model import load_model, packaged_model_path
+from app.engine.runs import Engine
 from app.main import create_app
-from tests.families import build
+from tests.families import BUILDERS, build
 
 # Where each site is in each family, typed here from transformers' modeling files: the block (its input is
 # the residual stream it reads), W_O (its input holds the heads' contexts, its output the attention's), and
@@ -294,3 +295,24 @@ def test_a_long_sweep_takes_several_passes_with_the_same_numbers(setup):
     ask = {"text": text, "source": text.replace("cat", "dog"), "site": "resid_pre", "sweep": "blocks_positions"}
     body = client.post("/api/patch", json={**ask, "align": "start"}).json()
     check(reference, body)
+
+
+@pytest.mark.parametrize("family", sorted(BUILDERS))
+def test_every_family_patches_b_into_b_exactly_and_turns_a_into_b(family, tmp_path):
+    """Every family the lab reads: its hooks fire at every site (B into B changes nothing, to the bit), and
+    the whole residual before block 0 taken from B gives B's output."""
+    engine = Engine(load_model(build(family, tmp_path / family)), 1000)
+
+    def answer(text, source, site, **ask):
+        *passes, last = patches.patch_job(engine, text, source, site, align="start", **ask)
+        for one in passes:
+            one()
+        return last()
+
+    for site in SITES:
+        sweep = "blocks_heads" if site == "head" else "blocks_positions"
+        same = answer(A, A, site, sweep=sweep)
+        assert {cell["value"] for cell in same["cells"]} == {same["a"]["value"]}, site
+    whole = answer(A, B, "resid_pre", layer=0)
+    assert len(whole["a_tokens"]) == len(whole["b_tokens"])
+    assert whole["cells"][0]["value"] == pytest.approx(whole["b"]["value"], abs=1e-5)
