@@ -46,3 +46,24 @@ def test_patch_grids_equal_the_api_and_a_cell_opens_the_patched_run(page, server
     # The link opens the same patched run.
     page.goto(page.url)
     wait_until(page, f"document.body.dataset.run === '{expected['run_id']}' && document.body.dataset.busy === 'false'")
+
+
+def test_predict_first_hides_the_grid_until_the_guess(page, server, api):
+    open_lesson(page, server, "patch", f"?text={A.replace(' ', '+')}&token=2&predict=1")
+    page.locator("#patch-run").click()
+    wait_until(page, "document.querySelector('#patch-result [data-field=predict]')")
+    grid = page.locator("#patch-result [data-grid=position]")
+    assert grid.locator("button.patch-cell").count() == 36 and grid.locator("[data-value]").count() == 0
+    assert page.locator("#patch-result [data-grid=head]").count() == 0  # nothing else shown before the guess
+    screenshot(page, "lesson-patch-predict-open", page.locator("#patch-result"))
+    grid.locator('.patch-cell[data-layer="3"][data-position="2"]').click()
+    wait_until(page, "document.querySelector('#patch-result [data-field=guess]')")
+    answer = api.post(
+        "/api/patch", json={"text": A, "source": B, "align": "start", "site": "resid_pre", "sweep": "blocks_positions"}
+    ).json()
+    a, b = answer["a"]["value"], answer["b"]["value"]
+    ranked = sorted(answer["cells"], key=lambda cell: -(cell["value"] - a) / (b - a))
+    guess = next(i for i, cell in enumerate(ranked) if cell["layer"] == 3 and cell["positions"] == [2])
+    assert page.locator("#patch-result [data-field=guess]").get_attribute("data-rank") == str(guess + 1)
+    assert page.locator("#patch-result [data-grid=position] [data-value]").count() == 36
+    screenshot(page, "lesson-patch-predict", page.locator("#patch-result [data-field=guess]"))

@@ -17,7 +17,7 @@ let source = PAIR.b; // kept while the page lives
 let site = "resid_pre";
 let align = "start";
 
-export function renderPatch(container, { run, text, token, model, openPatched, useText }) {
+export function renderPatch(container, { run, text, token, model, current, openPatched, useText }) {
   const input = el("input", { id: "patch-source", type: "text", value: source, "aria-label": "Input B, the source of the patches", size: "40" });
   input.addEventListener("input", () => {
     source = input.value;
@@ -38,7 +38,7 @@ export function renderPatch(container, { run, text, token, model, openPatched, u
   const go = el("button", { type: "button", id: "patch-run" }, "Patch B into A");
   const pair = el("button", { type: "button", id: "patch-pair" }, `Use the minimal pair: A “${PAIR.a}”, B “${PAIR.b}”`);
   const result = el("div", { class: "lesson-result", id: "patch-result", "aria-live": "polite" });
-  go.addEventListener("click", () => sweep(result, { run, text, token, model, openPatched }));
+  go.addEventListener("click", () => sweep(result, { text, token, model, openPatched, predict: current().predict }));
   pair.addEventListener("click", () => {
     source = PAIR.b;
     useText(PAIR.a);
@@ -55,7 +55,9 @@ export function renderPatch(container, { run, text, token, model, openPatched, u
   if (run.patch) result.append(el("p", { class: "hint" }, "This run is itself patched: run the text again unpatched before patching it."));
 }
 
-async function sweep(result, { run, text, token, model, openPatched }) {
+// predict: "Predict first" is on: the positions grid comes without its numbers, the learner clicks the cell
+// they expect to move A furthest towards B, and then every number is shown with where the guess ranks.
+async function sweep(result, { text, token, model, openPatched, predict }) {
   const ask = { text, source, align };
   await fillResult(result, "Patching every block × position and block × head…", async () => {
     const positions = await api.patch({ ...ask, site, sweep: "blocks_positions" });
@@ -68,16 +70,39 @@ async function sweep(result, { run, text, token, model, openPatched }) {
     const where = (cell) => (cell.positions.length === 1 ? `at “${tokens[cell.positions[0]].text}” (${cell.positions[0]})` : "at every position");
     const words = (cell) =>
       cell.head === null ? `${SITES[cell.site].replace("a block's", `block ${cell.layer}'s`).replace("a block reads", `block ${cell.layer} reads`)} ${where(cell)}` : `block ${cell.layer}, head ${cell.head} ${where(cell)}`;
-    result.replaceChildren(
+    const columns = tokens.map((t, index) => ({ key: index, label: t.text, title: `position ${index}` }));
+    const title = el("h3", {}, `Blocks × positions: ${SITES[site]}, one position at a time`);
+    const shown = () => [
       el("p", { class: "caption", dataset: { field: "target" } }, targetWords(positions, decoder)),
-      el("h3", {}, `Blocks × positions: ${SITES[site]}, one position at a time`),
-      grid(positions, model.layers, tokens.map((t, index) => ({ key: index, label: t.text, title: `position ${index}` })), (cell) => cell.positions[0], "position", open, decoder),
+      title,
+      grid(positions, model.layers, columns, (cell) => cell.positions[0], "position", open, decoder),
       el("h3", {}, `Blocks × heads: one head's output ${at === null ? "at every position" : `at “${tokens[at].text}” (${at})`}`),
       grid(heads, model.layers, Array.from({ length: model.heads }, (_, head) => ({ key: head, label: `h${head}`, title: `head ${head}` })), (cell) => cell.head, "head", open, decoder),
       el("h3", {}, "The patches that move A most"),
-      el("ol", { class: "patch-strongest", dataset: { field: "strongest" } }, ...strongest([...positions.cells, ...heads.cells], positions, 5).map((cell) => el("li", {}, `${words(cell)}: ${fixed(positions.a.value)} → ${fixed(cell.value)} (${share(cell, positions) >= 0 ? "" : "−"}${fixed(Math.abs(share(cell, positions)) * 100, 0)}% of the way to B)`))),
+      el("ol", { class: "patch-strongest", dataset: { field: "strongest" } }, ...strongest([...positions.cells, ...heads.cells], positions, 5).map((cell) => el("li", {}, `${words(cell)}: ${moveWords(cell, positions)}`))),
+    ];
+    if (!predict) {
+      result.replaceChildren(...shown());
+      return;
+    }
+    const guessed = (cell) => {
+      const ranked = [...positions.cells].sort((x, y) => share(y, positions) - share(x, positions));
+      const best = ranked[0];
+      const rank = ranked.indexOf(cell) + 1;
+      const verdict = rank === 1 ? "Right: it moves A furthest." : `It ranks ${rank} of ${ranked.length}; the furthest is ${words(best)}: ${moveWords(best, positions)}.`;
+      result.replaceChildren(el("p", { class: "caption", dataset: { field: "guess", rank: String(rank) } }, `Your guess: ${words(cell)}: ${moveWords(cell, positions)}. ${verdict}`), ...shown());
+    };
+    result.replaceChildren(
+      el("p", { class: "caption", dataset: { field: "predict" } }, `Predict first: which cell moves A's output furthest towards B's (“${source}”)? Click it; the numbers follow.`),
+      title,
+      grid(positions, model.layers, columns, (cell) => cell.positions[0], "position", guessed, decoder, true),
     );
   });
+}
+
+function moveWords(cell, answer) {
+  const moved = share(cell, answer);
+  return `${fixed(answer.a.value)} → ${fixed(cell.value)} (${moved >= 0 ? "" : "−"}${fixed(Math.abs(moved) * 100, 0)}% of the way to B)`;
 }
 
 function targetWords(answer, decoder) {
@@ -102,7 +127,8 @@ function strongest(cells, answer, count) {
 // One row per block, one column per position or head; each cell a button with the API's value. A cell in
 // focus or under the pointer shades its causal cone: the later blocks, at every position for an encoder
 // (its attention reads both ways), at its own and later positions for a decoder.
-function grid(answer, layers, columns, columnOf, kind, open, decoder) {
+// hidden: no number, colour or cone shows (a guess is asked on it); a click passes the cell to `open` all the same.
+function grid(answer, layers, columns, columnOf, kind, open, decoder, hidden = false) {
   const cells = new Map(answer.cells.map((cell) => [`${cell.layer}:${columnOf(cell)}`, cell]));
   const node = el("div", { class: "patch-grid", style: `--columns:${columns.length}`, dataset: { grid: kind } }, el("span"));
   for (const column of columns) node.append(el("span", { class: "grid-label", title: column.title }, column.label));
@@ -113,6 +139,12 @@ function grid(answer, layers, columns, columnOf, kind, open, decoder) {
       const cell = cells.get(`${layer}:${column.key}`);
       if (!cell) {
         node.append(el("span", { class: "patch-cell empty", title: "no partner in B" }));
+        continue;
+      }
+      if (hidden) {
+        const guess = el("button", { type: "button", class: "patch-cell", dataset: { layer: String(layer), [kind]: String(column.key) }, "aria-label": `Guess block ${layer}, ${column.title} (${column.label})` });
+        guess.addEventListener("click", () => open(cell));
+        node.append(guess);
         continue;
       }
       const moved = share(cell, answer);
@@ -135,7 +167,7 @@ function grid(answer, layers, columns, columnOf, kind, open, decoder) {
     }
   }
   // At rest, the strongest cell's cone is shaded.
-  const [first] = strongest(answer.cells, answer, 1);
+  const [first] = hidden ? [] : strongest(answer.cells, answer, 1);
   const rest = () => first && cone(buttons, first.layer, columnOf(first), kind, decoder);
   node.addEventListener("mouseleave", rest);
   rest();
