@@ -39,7 +39,7 @@ from app.serving.memory import check_memory, keep_freed_memory, reserve, reserve
 from app.serving.server import check_protocol
 from app.serving.specs import REDIS_SCHEMES, SpecStore, StoreError, open_spec_store
 from app.settings import Settings, SettingsError, get_settings
-from app.web import api, docs, pages
+from app.web import api, atlas, docs, pages
 from app.web.middleware import (
     BoundedSend,
     CancelOnDisconnect,
@@ -142,6 +142,7 @@ def create_app(model: LoadedModel | None = None, specs: SpecStore | None = None)
     app.add_middleware(ForwardedClient)
     app.add_middleware(StreamsCounted)
     app.include_router(api.router)
+    app.include_router(atlas.router)
     app.include_router(classroom.router)
     app.include_router(pages.router)
     app.include_router(docs.router)

@@ -8,7 +8,9 @@ For each input length N (tokens, [CLS] and [SEP] included) it measures, side by 
 - the page in Debian's chromium: Enter → first heatmap painted, and token click → updated view,
   both timed inside the page with performance.now(), plus the bytes fetched for that first heatmap;
 and at the end the lab server's memory after 64 distinct 512-token runs, a class opening the page (30
-phones at once, with Safari's and with Chrome's encodings) and a class pressing Enter at once (48 prompts).
+phones at once, with Safari's and with Chrome's encodings), a class pressing Enter at once (48 prompts),
+and a head atlas of 500 sentences against the raw padded passes of the same sentences (--atlas-only: that
+alone, printed, nothing written).
 
 This machine is small and noisy: every number is a median of --reps repetitions, and every ratio is
 taken between numbers measured in this same run. Run it with `make bench`.
@@ -43,6 +45,8 @@ from playwright.sync_api import sync_playwright  # noqa: E402
 from transformers import AutoModel, AutoTokenizer  # noqa: E402
 from transformers.utils import logging as transformers_logging  # noqa: E402
 
+from app.engine.atlas import shipped_sentences  # noqa: E402
+from app.engine.runs import BATCH_TOKENS, batches  # noqa: E402
 from app.serving.memory import keep_freed_memory  # noqa: E402
 
 BENCH_DIR = Path(__file__).resolve().parent
@@ -555,6 +559,72 @@ def proc_status_mb(pid: int) -> dict:
     return {"peak_rss_mb": fields["VmHWM"], "rss_mb": fields["VmRSS"]}
 
 
+ATLAS_SENTENCES = 500
+
+
+def atlas_corpus() -> list[str]:
+    """ATLAS_SENTENCES different sentences: the lab's corpus, each numbered in turn."""
+    base = shipped_sentences()
+    return [f"{base[n % len(base)]} ({n // len(base)})" for n in range(ATLAS_SENTENCES)]
+
+
+def time_raw_corpus(model, tokenizer, sentences: list[str]) -> float:
+    """The floor for a corpus: transformers alone, output_attentions=True, the sentences sorted by length in
+    padded passes of at most BATCH_TOKENS padded tokens (as the atlas batches them)."""
+    ids = tokenizer(sentences, truncation=True, max_length=64)["input_ids"]
+    order = sorted(range(len(ids)), key=lambda index: len(ids[index]))
+    groups = batches(order, lambda _: 0, lambda index: len(ids[index]), BATCH_TOKENS)
+    start = time.perf_counter()
+    with torch.inference_mode():
+        for group in groups:
+            padded = tokenizer.pad({"input_ids": [ids[index] for index in group]}, return_tensors="pt")
+            model(**padded, output_attentions=True)
+    return ms_since(start)
+
+
+def time_lab_atlas(client: httpx.Client, sentences: list[str], seed: int, ablation: int) -> float:
+    """POST + GET of an atlas; a new seed each time, so that the lab computes it anew."""
+    body = {"sentences": "\n".join(sentences), "seed": seed, "ablation_sentences": ablation}
+    start = time.perf_counter()
+    atlas_id = client.post("/api/atlas", json=body).json()["atlas_id"]
+    client.get(f"/api/atlas/{atlas_id}").raise_for_status()
+    return ms_since(start)
+
+
+def measure_atlas(model, tokenizer, reps: int) -> dict:
+    """A head atlas of ATLAS_SENTENCES sentences over HTTP in a fresh lab, without ablation, interleaved
+    with the raw passes (medians of `reps`), then once with the default 8 sentences' ablation; the lab's
+    peak memory."""
+    sentences = atlas_corpus()
+    raw, lab = [], []
+    with lab_server() as (base, process), httpx.Client(base_url=base, timeout=600) as client:
+        time_raw_corpus(model, tokenizer, sentences[:50])  # warm-up, untimed
+        time_lab_atlas(client, sentences[:50], 0, 0)
+        for rep in range(reps):
+            raw.append(time_raw_corpus(model, tokenizer, sentences))
+            lab.append(time_lab_atlas(client, sentences, 1 + rep, 0))
+        ablated = time_lab_atlas(client, sentences, 0, 8)
+        memory = proc_status_mb(process.pid)
+    return {
+        "sentences": len(sentences),
+        "raw_ms": statistics.median(raw),
+        "atlas_ms": statistics.median(lab),
+        "atlas_with_ablation_ms": ablated,
+        "reps": reps,
+        **memory,
+    }
+
+
+def atlas_line(atlas: dict) -> str:
+    return (
+        f"Head atlas of {atlas['sentences']} sentences (POST + GET /api/atlas over HTTP, 32 repeated sequences "
+        f"of 24 tokens included, median of {atlas['reps']}): {atlas['atlas_ms']:.0f} ms without ablation "
+        f"({atlas['atlas_ms'] / atlas['raw_ms']:.2f}× the raw padded passes of the same sentences, "
+        f"{atlas['raw_ms']:.0f} ms), {atlas['atlas_with_ablation_ms']:.0f} ms with every head switched off on 8 "
+        f"sentences; the lab's peak RSS {atlas['peak_rss_mb']:.0f} MB."
+    )
+
+
 def measure_memory(client: httpx.Client, pid: int, texts: Texts) -> dict:
     for _ in range(MEMORY_RUNS):
         client.post("/api/analyze", json={"text": texts.unique(512)}).raise_for_status()
@@ -696,7 +766,7 @@ def machine_line(machine: dict, reps: int) -> str:
 
 
 def write_markdown(
-    path: Path, rows: list[dict], memory: dict, burst: dict, join: dict, machine: dict, reps: int
+    path: Path, rows: list[dict], memory: dict, burst: dict, join: dict, atlas: dict, machine: dict, reps: int
 ) -> None:
     notes = (
         "raw forward: transformers alone, `output_attentions=True`, in a process that keeps freed memory as "
@@ -714,6 +784,7 @@ def write_markdown(
     lighthouse = old[old.index("<!-- lighthouse -->") :] if "<!-- lighthouse -->" in old else ""
     body = (
         f"{markdown_table(rows)}\n\n{memory_line(memory)}\n\n{burst_line(burst)}\n\n{join_line(join)}\n\n"
+        f"{atlas_line(atlas)}\n\n"
         f"{machine_line(machine, reps)}\n\n{notes}\n"
     )
     path.write_text(f"{body}\n{lighthouse}" if lighthouse else body)
@@ -729,6 +800,7 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--no-bertviz", action="store_true", help="skip bertviz (it takes ~30 s at N=512)")
     parser.add_argument("--no-browser", action="store_true", help="skip the chromium measurements")
     parser.add_argument("--burst-only", action="store_true", help="only the class burst, printed, nothing written")
+    parser.add_argument("--atlas-only", action="store_true", help="only the head atlas, printed, nothing written")
     parser.add_argument("--out", type=Path, default=BENCH_DIR / "results.json", help="JSON results; a .md beside it")
     args = parser.parse_args()
     args.sizes = [int(size) for size in args.sizes.split(",")]
@@ -748,6 +820,9 @@ def main() -> None:
     texts = Texts(tokenizer)
     model = load_raw_model(path)
     raw, lab, bertviz, browser = {}, {}, {}, {}
+    if args.atlas_only:
+        print(atlas_line(measure_atlas(model, tokenizer, args.reps)))
+        return
     if args.burst_only:
         with lab_server() as (base, _), lab_server({"ATTENTION_LAB_MAX_BATCH_RUNS": "1"}) as (unbatched, _):
             print(burst_line(measure_burst(model, tokenizer, {"lab": base, "lab, batching off": unbatched})))
@@ -783,6 +858,9 @@ def main() -> None:
             burst = measure_burst(model, tokenizer, {"lab": base, "lab, batching off": unbatched})
         print(f"  {burst_line(burst)}", flush=True)
 
+    atlas = measure_atlas(model, tokenizer, args.reps)
+    print(f"  {atlas_line(atlas)}", flush=True)
+
     rows = [summarize(n, raw[n], lab[n], bertviz.get(n, []), browser.get(n, [])) for n in args.sizes]
     machine = machine_info(load_at_start)
     print()
@@ -791,6 +869,7 @@ def main() -> None:
     print(memory_line(memory))
     print(burst_line(burst))
     print(join_line(join))
+    print(atlas_line(atlas))
     print(machine_line(machine, args.reps))
 
     results = {
@@ -805,10 +884,11 @@ def main() -> None:
         "memory": memory,
         "burst": burst,
         "join": join,
+        "atlas": atlas,
         "seconds": time.perf_counter() - started,
     }
     args.out.write_text(json.dumps(results, indent=2) + "\n")
-    write_markdown(args.out.with_suffix(".md"), rows, memory, burst, join, machine, args.reps)
+    write_markdown(args.out.with_suffix(".md"), rows, memory, burst, join, atlas, machine, args.reps)
     print(f"\nWrote {args.out} and {args.out.with_suffix('.md')} in {results['seconds']:.0f} s")
 
 

@@ -60,3 +60,36 @@ class RunSpec:
         if patch is not None:
             patch = Patch(**{**patch, "positions": tuple(patch["positions"]), "sources": tuple(patch["sources"])})
         return cls(**{**fields, "ablated": tuple(tuple(pair) for pair in fields["ablated"]), "patch": patch})
+
+
+@dataclass(frozen=True)
+class AtlasSpec:
+    """The only description of a head atlas (app.engine.atlas): the model, the corpus and the generated
+    repeated sequences. Its hash is the atlas id, kept in the spec store beside the runs' ids."""
+
+    model: str
+    model_digest: str
+    sentences: tuple[str, ...]  # one sentence per item, as given (each read up to atlas.MAX_TOKENS tokens)
+    repeats: int = 32  # random-token sequences, each read twice in a row, for the induction score
+    repeat_length: int = 24  # tokens in one copy
+    seed: int = 0  # the random tokens' generator
+    ablation_sentences: int = 8  # the first sentences each head is switched off on
+    mask: str = "bidirectional"  # resolved: the model's own unless asked (an encoder may read causally)
+
+    @cached_property
+    def run_id(self) -> str:
+        """The atlas id: the store keeps specs by this name whatever they describe."""
+        digest = hashlib.sha256(self.canonical().encode()).digest()[:16]
+        return base64.b32encode(digest).decode().rstrip("=").lower()
+
+    def canonical(self) -> str:
+        return json.dumps({"atlas": asdict(self)}, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def from_canonical(canonical: str) -> RunSpec | AtlasSpec:
+    """What the store keeps under an id: a run's spec, or an atlas's."""
+    fields = json.loads(canonical)
+    if "atlas" in fields:
+        atlas = fields["atlas"]
+        return AtlasSpec(**{**atlas, "sentences": tuple(atlas["sentences"])})
+    return RunSpec.from_canonical(canonical)

@@ -22,9 +22,10 @@ from typing import TypeVar
 from torch import Tensor
 
 from app.engine import measures, patches
+from app.engine.atlas import Atlas, atlas_slices, check_atlas, space_slices
 from app.engine.model import LoadedModel
 from app.engine.runs import BATCH_TOKENS, Engine, Run
-from app.engine.spec import RUN_ID, RunSpec
+from app.engine.spec import RUN_ID, AtlasSpec, RunSpec
 from app.engine.threads import ModelThreads
 from app.serving.cache import RunCache
 from app.serving.gate import ANYONE, Client, PassGate
@@ -43,6 +44,11 @@ SHARED_PART = 4  # inputs of at most 1/SHARED_PART of the model's positions shar
 class RunNotFound(KeyError):
     def __str__(self) -> str:
         return f"run {self.args[0]} is not kept any more (or never was): analyze the text again"
+
+
+class AtlasNotFound(RunNotFound):
+    def __str__(self) -> str:
+        return f"atlas {self.args[0]} is not kept any more (or never was): start the corpus run again"
 
 
 class ForeignRun(RunNotFound):
@@ -66,6 +72,14 @@ class Measured:
     def __post_init__(self):
         storage = self.block.untyped_storage()
         self.storages = {storage.data_ptr(): storage.nbytes()}
+
+
+@dataclass
+class Space:
+    """A head's projected queries and keys, kept in the run cache (a few hundred KB, not counted)."""
+
+    points: dict
+    storages: dict[int, int] = field(default_factory=dict)
 
 
 class Lab:
@@ -108,6 +122,7 @@ class Lab:
         # Work under way that several requests may wait for (a measure's block), by key, and its waiters.
         self._underway: dict[str, asyncio.Task] = {}
         self._underway_waiters: Counter[str] = Counter()
+        self._atlas_progress: dict[str, tuple[int, int]] = {}  # atlas id -> (passes done, passes to do)
 
     @property
     def engine(self) -> Engine:
@@ -247,7 +262,7 @@ class Lab:
         if run is not None:
             return run
         spec = await asyncio.to_thread(self.specs.get, run_id) if RUN_ID.fullmatch(run_id) else None
-        if spec is None:
+        if not isinstance(spec, RunSpec):
             raise RunNotFound(run_id)
         if spec.model not in self.models.names:
             raise ForeignRun(run_id, spec, self.loaded)
@@ -298,6 +313,63 @@ class Lab:
         engine = await self.engine_for(model, client)
         slices = patches.patch_job(engine, **ask, max_cell_tokens=self.max_patch_tokens)
         return await self.in_turns(f"patching of {len(slices) - 1} passes", slices, client)
+
+    async def start_atlas(self, spec: AtlasSpec) -> None:
+        """The atlas's spec checked and put in the shared store: its id names it on every worker."""
+        check_atlas(spec)
+        await self._stored(spec)
+
+    async def atlas_spec(self, atlas_id: str) -> AtlasSpec:
+        """An atlas's spec by id, of a model this lab serves with the same weights."""
+        spec = await asyncio.to_thread(self.specs.get, atlas_id) if RUN_ID.fullmatch(atlas_id) else None
+        if not isinstance(spec, AtlasSpec):
+            raise AtlasNotFound(atlas_id)
+        engine = self.models.loaded(spec.model)
+        if spec.model not in self.models.names or (engine is not None and spec.model_digest != engine.loaded.digest):
+            raise ForeignRun(atlas_id, spec, self.loaded)
+        return spec
+
+    def atlas_progress(self, atlas_id: str) -> dict:
+        """How far this worker's corpus run of the atlas is: its passes done and to do, or whether it is kept."""
+        if self.runs.get(f"atlas/{atlas_id}") is not None:
+            return {"state": "done"}
+        done, total = self._atlas_progress.get(atlas_id, (0, 0))
+        return {"state": "running" if atlas_id in self._atlas_progress else "not running", "done": done, "total": total}
+
+    async def atlas(self, spec: AtlasSpec, client: Client = ANYONE) -> Atlas:
+        """The atlas of a spec: kept, or computed once however many ask at a time, one padded pass per turn of
+        the gate (app.engine.atlas); called off at its next pass once nobody waits for it."""
+        key = f"atlas/{spec.run_id}"
+        kept = self.runs.get(key)
+        if kept is not None:
+            return kept
+        return await self._once(key, lambda: self._computed_atlas(key, spec, client))
+
+    async def _computed_atlas(self, key: str, spec: AtlasSpec, client: Client) -> Atlas:
+        engine = await self.engine_for(spec.model, client)
+        if spec.model_digest != engine.loaded.digest:
+            raise ForeignRun(spec.run_id, spec, engine.loaded)
+        self._atlas_progress[spec.run_id] = (0, 0)
+        report = lambda done, total: self._atlas_progress.__setitem__(spec.run_id, (done, total))  # noqa: E731
+        try:
+            found = await self.in_turns(f"the atlas {spec.run_id}", atlas_slices(engine, spec, report), client)
+        finally:
+            del self._atlas_progress[spec.run_id]
+        self.runs.put(key, found, counted=False)
+        return found
+
+    async def head_space(self, spec: AtlasSpec, layer: int, head: int, client: Client = ANYONE) -> dict:
+        """One head's queries and keys over the atlas's first sentences in one 2-D space (atlas.space_slices),
+        computed once however many ask at a time, and kept beside the runs."""
+        key = f"atlas/{spec.run_id}/space/{layer}/{head}"
+        kept = self.runs.get(key)
+        if kept is not None:
+            return kept.points
+        engine = await self.engine_for(spec.model, client)
+        what = f"the queries and keys of head ({layer}, {head}) of atlas {spec.run_id}"
+        points = await self._once(key, lambda: self.in_turns(what, space_slices(engine, spec, layer, head), client))
+        self.runs.put(key, Space(points), counted=False)
+        return points
 
     def close(self) -> None:
         self.model_threads.close()

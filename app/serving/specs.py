@@ -20,7 +20,7 @@ import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from app.engine.spec import RunSpec
+from app.engine.spec import AtlasSpec, RunSpec, from_canonical
 from app.settings import Settings
 
 SQLITE_FILE = "runs.sqlite3"
@@ -34,11 +34,11 @@ class StoreError(RuntimeError):
 class SpecStore(Protocol):
     name: str  # what the operator configured, without any password: said in every error
 
-    def put(self, *specs: RunSpec) -> None:
+    def put(self, *specs: RunSpec | AtlasSpec) -> None:
         """Keep each spec under its run id, as analyzed now (its age starts again), in one write."""
 
-    def get(self, run_id: str) -> RunSpec | None:
-        """The spec of a run id, or None if it was never stored or was evicted."""
+    def get(self, run_id: str) -> RunSpec | AtlasSpec | None:
+        """The spec of a run (or atlas) id, or None if it was never stored or was evicted."""
 
     def ping(self) -> None:
         """Raise StoreError unless the store answers."""
@@ -91,7 +91,7 @@ class SqliteSpecStore:
                 self._db.execute("CREATE INDEX IF NOT EXISTS specs_by_age ON specs (analyzed)")
                 self._db.execute("CREATE TABLE IF NOT EXISTS lab (name TEXT PRIMARY KEY, value TEXT NOT NULL)")
 
-    def put(self, *specs: RunSpec) -> None:
+    def put(self, *specs: RunSpec | AtlasSpec) -> None:
         now = self.clock()
         with self._lock, self._failing("written"), self._db:
             self._db.executemany(
@@ -106,13 +106,13 @@ class SqliteSpecStore:
                     (count - self.max_specs,),
                 )
 
-    def get(self, run_id: str) -> RunSpec | None:
+    def get(self, run_id: str) -> RunSpec | AtlasSpec | None:
         with self._lock, self._failing("read"):
             row = self._db.execute(
                 "SELECT spec FROM specs WHERE run_id = ? AND analyzed >= ?",
                 (run_id, self.clock() - self.max_age_seconds),
             ).fetchone()
-        return None if row is None else RunSpec.from_canonical(row[0])
+        return None if row is None else from_canonical(row[0])
 
     def ping(self) -> None:
         with self._lock, self._failing("read"):
@@ -178,7 +178,7 @@ class RedisSpecStore:
             raise StoreError(f"the run store ({self.name}) is not a Redis URL: {error}") from None
         self._put = self._redis.register_script(PUT_AND_EVICT)
 
-    def put(self, *specs: RunSpec) -> None:
+    def put(self, *specs: RunSpec | AtlasSpec) -> None:
         now = self.clock()
         with self._failing():
             writes = self._redis.pipeline(transaction=False)  # one round trip for them all
@@ -187,14 +187,14 @@ class RedisSpecStore:
                 self._put(keys=[self.SPECS, self.ANALYZED], args=args, client=writes)
             writes.execute()
 
-    def get(self, run_id: str) -> RunSpec | None:
+    def get(self, run_id: str) -> RunSpec | AtlasSpec | None:
         with self._failing():
             canonical, analyzed = (
                 self._redis.pipeline(transaction=False).hget(self.SPECS, run_id).zscore(self.ANALYZED, run_id).execute()
             )
         if canonical is None or analyzed < self.clock() - self.max_age_seconds:
             return None
-        return RunSpec.from_canonical(canonical)
+        return from_canonical(canonical)
 
     def ping(self) -> None:
         with self._failing():

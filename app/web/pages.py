@@ -20,6 +20,7 @@ from fastapi.templating import Jinja2Templates
 from starlette.datastructures import Headers
 from starlette.responses import Response
 
+from app.engine import atlas
 from app.engine.measures import MEASURES, Measure
 from app.web.deps import LabDep
 from app.web.precompressed import CompressedFiles
@@ -132,6 +133,26 @@ async def index(request: Request, lab: LabDep, model: str | None = None):
                 "weighted_mean": "position-weighted mean",
                 "cls": first_token if first_token != "A" else "first token",
             },
+        },
+        headers={"Cache-Control": "no-cache"},
+    )
+
+
+@router.get("/atlas", response_class=HTMLResponse)
+async def atlas_page(request: Request, lab: LabDep):
+    """The head atlas of the default model: a corpus run's scores per head, its top examples."""
+    info = lab.models.info(None)
+    return templates.TemplateResponse(
+        request,
+        "atlas.html",
+        {
+            "model": info,
+            "config": {"model": info, "plotly": PLOTLY_URL},
+            "assets": ASSETS_URL,
+            "stylesheet": STYLESHEET,
+            "max_sentences": atlas.MAX_SENTENCES,
+            "max_tokens": atlas.MAX_TOKENS,
+            "shipped": len(atlas.shipped_sentences()),
         },
         headers={"Cache-Control": "no-cache"},
     )

@@ -2,6 +2,7 @@
 // passes the threshold; and attention rollout for the selected token.
 
 import * as api from "../api.js";
+import { ATLAS_KEY } from "../atlas-key.js";
 import { el, fixed } from "../format.js";
 
 const ROLES = [
@@ -10,28 +11,59 @@ const ROLES = [
   ["next", "next token"],
 ];
 
+// Where a prompt's label and the corpus's (the head atlas, /atlas) name the same pattern.
+const CORPUS_SCORE = { cls: "sink", self: "self", previous: "previous" };
+
+// The last atlas the atlas page showed in this browser, for this model, if this lab keeps it computed:
+// asking for one it does not keep would start a corpus run. null otherwise.
+async function keptAtlas(model) {
+  let stored = null;
+  try {
+    stored = JSON.parse(localStorage.getItem(ATLAS_KEY));
+  } catch {
+    return null;
+  }
+  if (stored?.model !== model.name) return null;
+  const progress = await fetch(`/api/atlas/${stored.id}/progress`);
+  if (!progress.ok || (await progress.json()).state !== "done") return null;
+  const found = await fetch(`/api/atlas/${stored.id}`);
+  return found.ok ? found.json() : null;
+}
+
+// The corpus's label where it differs from this prompt's: null where they agree.
+function corpusDisagrees(atlas, stat, strongest) {
+  if (atlas === null) return null;
+  const corpus = atlas.labels[stat.layer][stat.head];
+  const mine = stat.label ? (CORPUS_SCORE[strongest.key] ?? strongest.key) : null;
+  if ((corpus?.score ?? null) === mine) return null;
+  return corpus ? `corpus: ${corpus.score} ${fixed(corpus.value, 2)}` : "corpus: none";
+}
+
 export async function renderHeads(container, { run, token, model, onOpen }) {
   container.replaceChildren(el("p", { class: "hint" }, "Measuring every head…"));
-  const [stats, flow] = await Promise.all([
+  const [stats, flow, atlas] = await Promise.all([
     api.headStats(run.run_id),
     token === null ? null : api.rollout(run.run_id, token),
+    keptAtlas(model),
   ]);
   // The tokens the tokenizer added, as this run writes them ([CLS] and [SEP] for BERT).
   const shares = [["cls", stats.added.cls || "first added token"], ["sep", stats.added.sep || "closing added tokens"], ...ROLES];
   const cells = stats.heads.map((stat) => {
     const [strongest] = shares.map(([key, name]) => ({ key, name, value: stat[key] })).sort((x, y) => y.value - x.value);
+    const disagrees = corpusDisagrees(atlas, stat, strongest);
     return el(
       "button",
       {
         type: "button",
         class: `head-role${stat.label ? " labelled" : ""}`,
-        dataset: { layer: String(stat.layer), head: String(stat.head), label: stat.label ?? "" },
+        dataset: { layer: String(stat.layer), head: String(stat.head), label: stat.label ?? "", corpus: disagrees ?? "" },
         title: [`entropy ${fixed(stat.entropy, 3)} nats`, ...shares.map(([key, name]) => `${name} ${fixed(stat[key], 3)}`)].join(" · "),
         "aria-label": `Block ${stat.layer}, head ${stat.head}: ${stat.label ?? "no single role"}`,
       },
       el("span", { class: "role" }, stat.label ?? "—"),
       el("span", { class: "share" }, `${strongest.name} ${fixed(strongest.value, 2)}`),
       el("span", { class: "entropy" }, `H ${fixed(stat.entropy, 2)}`),
+      ...(disagrees ? [el("span", { class: "corpus" }, disagrees)] : []),
     );
   });
   const labelled = [el("span"), ...Array.from({ length: model.heads }, (_, head) => el("span", { class: "grid-label" }, `head ${head}`))];
@@ -50,6 +82,15 @@ export async function renderHeads(container, { run, token, model, onOpen }) {
       { class: "hint" },
       `Each square: the head's role, named only when a share passes ${stats.threshold} (mean share of a query's attention on ${shares[0][1]}, ${shares[1][1]} or itself, over all ${run.tokens.length} queries; on the previous token over the ${run.tokens.length - 1} queries that have one (all but the first); on the next token over the ${run.tokens.length - 1} that have one (all but the last)), the largest share, and the mean row entropy H in nats (low: focused; high: spread). Click a square to open that head.`,
     ),
+    atlas
+      ? el(
+          "p",
+          { class: "hint" },
+          `“corpus:” marks a head whose label over the ${atlas.sentences} sentences of the last `,
+          el("a", { href: `/atlas?id=${atlas.atlas_id}` }, "head atlas"),
+          " differs from this prompt's: the pattern it shows there (previous token, first-token sink, self, induction) and its score, or none.",
+        )
+      : el("p", { class: "hint" }, "One prompt can mislabel a head: a ", el("a", { href: "/atlas" }, "head atlas"), " measures every head over many sentences."),
     grid,
     flow === null ? el("p", { class: "hint" }, "Select a token to see its attention rollout.") : rolloutBars(flow, run.tokens),
   );

@@ -1,0 +1,370 @@
+"""A head atlas: what each head does over a corpus, not one prompt.
+
+Per head, over every query row of every sentence (each row counts once):
+- previous: the mean weight a query gives to the token before it (queries that have one);
+- self: the mean weight a query gives to itself;
+- sink: the mean weight a query gives to the first token ([CLS] in BERT, the first piece in GPT-2);
+- entropy: the mean row entropy, in nats;
+- positional: the mean weight at the head's favourite relative offset k − q (every query counts, 0 where
+  the offset falls outside the sentence): 1 for a head that always looks the same distance away;
+- induction: on random-token sequences read twice in a row, the mean weight a token of the second copy
+  gives to the token that followed its first occurrence (key q − L + 1 for copy length L);
+- ablation: the mean cosine change 1 − cos(v, v′) of the sentence vector when the head is switched off
+  (its context zeroed before W_O, as the lab's ablation runs do), on the first `ablation_sentences`.
+"""
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+from sklearn.decomposition import PCA
+from torch import Tensor
+
+from app.engine import names
+from app.engine.capture import Sequence, ablating, capture_batch, model_inputs
+from app.engine.runs import BATCH_TOKENS, Engine, InvalidInput, batches
+from app.engine.spec import AtlasSpec
+
+MAX_SENTENCES = 1000
+MAX_TOKENS = 64  # a sentence is read up to this many tokens, the tokenizer's own included
+MAX_REPEATS = 256
+MAX_REPEAT_LENGTH = 30  # two copies and the added tokens stay within MAX_TOKENS
+SCORES = ("previous", "induction", "sink", "entropy", "positional", "self", "ablation")
+LABEL_THRESHOLD = 0.5
+LABELS = {
+    "previous": "previous-token head",
+    "induction": "induction head",
+    "sink": "first-token sink",
+    "self": "self head",
+}
+EXAMPLES = 5  # top examples kept per head
+CORPUS = Path(__file__).parent / "data" / "atlas-corpus.txt"
+
+
+def shipped_sentences() -> tuple[str, ...]:
+    """The lab's own corpus: sentences the project wrote, one per line."""
+    return sentences_of(CORPUS.read_text())
+
+
+def sentences_of(text: str) -> tuple[str, ...]:
+    """One sentence per non-empty line, spaces at its ends dropped."""
+    return tuple(line.strip() for line in text.splitlines() if line.strip())
+
+
+@dataclass
+class Atlas:
+    spec: AtlasSpec
+    scores: dict[str, Tensor]  # name -> [layer, head], float64; "ablation" is absent without an adapter
+    offset: Tensor  # [layer, head]: the relative offset k − q the positional score is read at
+    tokens: int  # query rows the sentence scores average over
+    cut: int  # sentences longer than MAX_TOKENS tokens, read up to it
+    # Each head's strongest weights on a key the tokenizer did not add, one per sentence, strongest first:
+    # [layer, head, EXAMPLES] each (weight, sentence, query, key); fewer sentences than EXAMPLES leave −1s.
+    examples: tuple[Tensor, Tensor, Tensor, Tensor]
+    ids: list[list[int]]  # each sentence's ids as read
+    storages: dict[int, int] = field(default_factory=dict)  # for the run cache: a few KB, not counted
+
+    @property
+    def atlas_id(self) -> str:
+        return self.spec.run_id
+
+    def labels(self) -> list[list[dict | None]]:
+        """Per head, the strongest of the labelled scores if it reaches LABEL_THRESHOLD: {score, label, value}."""
+        layers, heads = self.offset.shape
+        found = []
+        for layer in range(layers):
+            row = []
+            for head in range(heads):
+                values = {name: float(self.scores[name][layer, head]) for name in LABELS}
+                best = max(values, key=values.get)
+                row.append(
+                    {"score": best, "label": LABELS[best], "value": values[best]}
+                    if values[best] >= LABEL_THRESHOLD
+                    else None
+                )
+            found.append(row)
+        return found
+
+
+class Sums:
+    """Running sums of each score over the corpus, and what each is divided by."""
+
+    def __init__(self, layers: int, heads: int):
+        zeros = lambda *shape: torch.zeros(layers, heads, *shape, dtype=torch.float64)  # noqa: E731
+        self.previous, self.self, self.sink, self.entropy = zeros(), zeros(), zeros(), zeros()
+        self.offsets = zeros(2 * MAX_TOKENS - 1)  # index d + MAX_TOKENS − 1 for offset d = k − q
+        self.induction = zeros()
+        self.rows = self.previous_rows = self.induction_rows = 0
+        self.top = torch.full((layers, heads, EXAMPLES), -1.0, dtype=torch.float64)  # weight, −1: none yet
+        self.top_where = torch.full((layers, heads, EXAMPLES, 3), -1, dtype=torch.long)  # sentence, query, key
+
+    def add_sentences(
+        self, attentions: tuple[Tensor, ...], lengths: list[int], sentences: list[int], added: Tensor
+    ) -> None:
+        """One padded batch: attentions [batch, head, query, key] per block, the sentences' indices, and
+        which of their tokens the tokenizer added ([batch, pos])."""
+        longest = max(lengths)
+        real = torch.arange(longest)[None, :] < torch.tensor(lengths)[:, None]  # [batch, query]
+        self.rows += sum(lengths)
+        self.previous_rows += sum(length - 1 for length in lengths)
+        for layer, weights in enumerate(attentions):
+            weights = weights.double() * real[:, None, :, None]  # padding queries count for nothing
+            self.self[layer] += weights.diagonal(dim1=-2, dim2=-1).sum((0, -1))
+            self.previous[layer] += weights.diagonal(offset=-1, dim1=-2, dim2=-1).sum((0, -1))
+            self.sink[layer] += weights[..., 0].sum((0, -1))
+            self.entropy[layer] += -(weights * weights.clamp_min(1e-300).log()).sum((0, -2, -1))
+            for offset in range(1 - longest, longest):
+                diagonal = weights.diagonal(offset=offset, dim1=-2, dim2=-1)
+                self.offsets[layer, :, offset + MAX_TOKENS - 1] += diagonal.sum((0, -1))
+            self._keep_top(layer, weights.masked_fill(added[:, None, None, :], 0), sentences)
+
+    def _keep_top(self, layer: int, weights: Tensor, sentences: list[int]) -> None:
+        """The strongest cell of each sentence for each head, merged into the kept top EXAMPLES."""
+        batch, heads, longest, _ = weights.shape
+        best = weights.flatten(-2).max(-1)  # [batch, head]
+        where = torch.stack(
+            [
+                torch.tensor(sentences)[:, None].expand(batch, heads),
+                best.indices // longest,
+                best.indices % longest,
+            ],
+            dim=-1,
+        ).transpose(0, 1)  # [head, batch, 3]
+        values = torch.cat([self.top[layer], best.values.T], dim=-1)  # [head, EXAMPLES + batch]
+        places = torch.cat([self.top_where[layer], where], dim=1)
+        kept = values.topk(EXAMPLES, dim=-1)
+        self.top[layer] = kept.values
+        self.top_where[layer] = places.gather(1, kept.indices[..., None].expand(-1, -1, 3))
+
+    def add_repeats(self, attentions: tuple[Tensor, ...], start: int, length: int) -> None:
+        """A batch of repeated sequences whose first copy starts at `start`: second-copy queries' weight
+        on the token after their first occurrence."""
+        queries = torch.arange(start + length, start + 2 * length)
+        self.induction_rows += attentions[0].shape[0] * length
+        for layer, weights in enumerate(attentions):
+            self.induction[layer] += weights[:, :, queries, queries - length + 1].double().sum((0, -1))
+
+    def scores(self) -> tuple[dict[str, Tensor], Tensor]:
+        offsets = self.offsets / self.rows
+        best = offsets.max(-1)
+        return {
+            "previous": self.previous / self.previous_rows,
+            "induction": self.induction / self.induction_rows,
+            "sink": self.sink / self.rows,
+            "entropy": self.entropy / self.rows,
+            "positional": best.values,
+            "self": self.self / self.rows,
+        }, best.indices - (MAX_TOKENS - 1)
+
+
+def read_corpus(engine: Engine, sentences: tuple[str, ...]) -> tuple[list[list[int]], int]:
+    """Each sentence's ids, cut at MAX_TOKENS (or the model's fewer positions), and how many were cut."""
+    longest = min(MAX_TOKENS, engine.max_tokens)
+    tokenizer = engine.loaded.tokenizer
+    whole = tokenizer(list(sentences), truncation=True, max_length=longest + 1)["input_ids"]
+    cut = sum(len(ids) > longest for ids in whole)
+    return (tokenizer(list(sentences), truncation=True, max_length=longest)["input_ids"] if cut else whole), cut
+
+
+def repeated_sequences(engine: Engine, spec: AtlasSpec) -> tuple[Tensor, int]:
+    """spec.repeats random-token sequences read twice in a row, with the tokenizer's added tokens around
+    them ([CLS] x x [SEP]): [repeats, pos], and the position where the first copy starts. The tokens are
+    drawn uniformly from the upper nine tenths of the vocabulary (BERT's [unused] rows lie below), leaving
+    out special tokens."""
+    tokenizer = engine.loaded.tokenizer
+    vocab = engine.loaded.model.config.vocab_size
+    allowed = torch.ones(vocab, dtype=torch.bool)
+    allowed[: vocab // 10] = False
+    allowed[[i for i in tokenizer.all_special_ids if i < vocab]] = False
+    choices = allowed.nonzero()[:, 0]
+    generator = torch.Generator().manual_seed(spec.seed)
+    drawn = choices[torch.randint(len(choices), (spec.repeats, spec.repeat_length), generator=generator)]
+    before, after = added_tokens(tokenizer)
+    return torch.tensor([[*before, *copy, *copy, *after] for copy in drawn.tolist()]), len(before)
+
+
+def added_tokens(tokenizer) -> tuple[list[int], list[int]]:
+    """The ids the tokenizer puts before and after a text's own ([CLS] and [SEP]; none for GPT-2)."""
+    whole = tokenizer("a")["input_ids"]
+    own = tokenizer("a", add_special_tokens=False)["input_ids"]
+    start = whole.index(own[0])
+    return whole[:start], whole[start + len(own) :]
+
+
+def check_atlas(spec: AtlasSpec) -> None:
+    if not spec.sentences:
+        raise InvalidInput("the corpus has no sentences: give one sentence per line")
+    if len(spec.sentences) > MAX_SENTENCES:
+        raise InvalidInput(f"the corpus has {len(spec.sentences):,} sentences; the limit is {MAX_SENTENCES:,}")
+    if not 1 <= spec.repeats <= MAX_REPEATS:
+        raise InvalidInput(f"repeats is {spec.repeats}: give 1 to {MAX_REPEATS}")
+    if not 2 <= spec.repeat_length <= MAX_REPEAT_LENGTH:
+        raise InvalidInput(f"repeat_length is {spec.repeat_length}: give 2 to {MAX_REPEAT_LENGTH}")
+    if not 0 <= spec.ablation_sentences <= len(spec.sentences):
+        raise InvalidInput(f"ablation_sentences is {spec.ablation_sentences}: at most the corpus's sentences")
+
+
+def atlas_slices(engine: Engine, spec: AtlasSpec, progress: Callable[[int, int], None]) -> Iterator[Callable]:
+    """The atlas in slices of work, each one padded pass (Lab.in_turns runs one per turn at the gate): the
+    sentences in batches of at most BATCH_TOKENS padded tokens, the repeated sequences, then one pass per
+    head switched off. The last slice returns the Atlas. `progress(done, total)` is called after each."""
+    check_atlas(spec)
+    loaded = engine.loaded
+    model, family, config = loaded.model, loaded.family, loaded.model.config
+    ids, cut = read_corpus(engine, spec.sentences)
+    order = sorted(range(len(ids)), key=lambda index: len(ids[index]))
+    # A model without an adapter reads one input per pass: how it would read padding is not known.
+    groups = batches(order, lambda _: 0, lambda index: len(ids[index]), 0 if family.attention_only else BATCH_TOKENS)
+    repeats, start = repeated_sequences(engine, spec)
+    repeat_groups = (
+        [repeats[first : first + 1] for first in range(len(repeats))] if family.attention_only else [repeats]
+    )
+    heads = (
+        []
+        if family.attention_only
+        else [(layer, head) for layer in range(config.num_hidden_layers) for head in range(config.num_attention_heads)]
+    )
+    sample = [torch.tensor(row) for row in ids[: spec.ablation_sentences]] if heads and spec.ablation_sentences else []
+    total = len(groups) + len(repeat_groups) + (len(heads) + 1 if sample else 0)
+    sums = Sums(config.num_hidden_layers, config.num_attention_heads)
+    special = torch.tensor(loaded.tokenizer.all_special_ids)
+    done = 0
+
+    def step(work: Callable[[], object]) -> Callable[[], object]:
+        def run():
+            nonlocal done
+            result = work()
+            done += 1
+            progress(done, total)
+            return result
+
+        return run
+
+    def sentences(group: list[int]):
+        sequences = [
+            Sequence(torch.tensor(ids[index]), torch.zeros(len(ids[index]), dtype=torch.long), spec.mask)
+            for index in group
+        ]
+        with torch.inference_mode():
+            out = model(**model_inputs(model, family, sequences), output_attentions=True)
+        added = torch.zeros(len(group), max(len(ids[index]) for index in group), dtype=torch.bool)
+        for row, index in enumerate(group):
+            added[row, : len(ids[index])] = torch.isin(torch.tensor(ids[index]), special)
+        sums.add_sentences(out.attentions, [len(ids[index]) for index in group], group, added)
+
+    def repeated(rows: Tensor):
+        sequences = [Sequence(row, torch.zeros_like(row), spec.mask) for row in rows]
+        with torch.inference_mode():
+            out = model(**model_inputs(model, family, sequences), output_attentions=True)
+        sums.add_repeats(out.attentions, start, spec.repeat_length)
+
+    for group in groups:
+        yield step(lambda group=group: sentences(group))
+    for rows in repeat_groups:
+        yield step(lambda rows=rows: repeated(rows))
+    effects = torch.zeros(config.num_hidden_layers, config.num_attention_heads, dtype=torch.float64)
+    if sample:
+        kept = {}
+        yield step(lambda: kept.update(base=sentence_vectors(engine, sample, spec.mask, ())))
+        for layer, head in heads:
+
+            def ablated(layer=layer, head=head):
+                vectors = sentence_vectors(engine, sample, spec.mask, ((layer, head),))
+                cosines = torch.nn.functional.cosine_similarity(kept["base"], vectors, dim=-1)
+                effects[layer, head] = (1 - cosines).mean()
+
+            yield step(ablated)
+
+    def finish() -> Atlas:
+        scores, offset = sums.scores()
+        if sample:
+            scores["ablation"] = effects
+        where = sums.top_where
+        examples = (sums.top, where[..., 0], where[..., 1], where[..., 2])
+        return Atlas(spec, scores, offset, sums.rows, cut, examples, ids)
+
+    yield finish
+
+
+def sentence_vectors(engine: Engine, rows: list[Tensor], mask: str, ablate: tuple[tuple[int, int], ...]) -> Tensor:
+    """The sentence vector of each row of ids (the model's pipeline after its default pooling, no prompt),
+    read with `mask`, in one padded pass with `ablate` switched off: [row, size], float64."""
+    loaded = engine.loaded
+    sequences = [Sequence(row, torch.zeros_like(row), mask) for row in rows]
+    with torch.inference_mode(), ablating(loaded.model, loaded.family, ablate):
+        states = loaded.model.base_model(**model_inputs(loaded.model, loaded.family, sequences)).last_hidden_state
+    return torch.stack(
+        [
+            loaded.pipeline.stages(states[index, : len(row)], loaded.default_pooling)[-1].vector.double()
+            for index, row in enumerate(rows)
+        ]
+    )
+
+
+MAX_POINTS = 4096  # the corpus tokens whose queries and keys a head's space shows: the first sentences'
+
+
+def space_slices(engine: Engine, spec: AtlasSpec, layer: int, head: int) -> Iterator[Callable]:
+    """One head's queries and keys of the first sentences (up to MAX_POINTS tokens) in one 2-D space, in
+    slices of one padded pass each; the last returns the projection (project)."""
+    loaded, config = engine.loaded, engine.loaded.model.config
+    if loaded.family.attention_only:
+        raise InvalidInput("this model's queries and keys are not read: it has no adapter")
+    if not (0 <= layer < config.num_hidden_layers and 0 <= head < config.num_attention_heads):
+        raise InvalidInput(f"no head ({layer}, {head}) in this model")
+    ids, _ = read_corpus(engine, spec.sentences)
+    kept, total = [], 0
+    for index, row in enumerate(ids):
+        if total + len(row) > MAX_POINTS:
+            break
+        kept.append(index)
+        total += len(row)
+    groups = batches(kept, lambda _: 0, lambda index: len(ids[index]), BATCH_TOKENS)
+    queries, keys = [], []
+
+    def read(group: list[int]):
+        sequences = [
+            Sequence(torch.tensor(ids[index]), torch.zeros(len(ids[index]), dtype=torch.long), spec.mask)
+            for index in group
+        ]
+        for activations, _ in capture_batch(loaded.model, loaded.family, sequences):
+            queries.append(activations[names.attn(layer, "q")][head].double())  # [pos, d_head]
+            keys.append(activations[names.attn(layer, "k")][head].double())
+
+    for group in groups:
+        yield lambda group=group: read(group)
+
+    def finish() -> dict:
+        order = [index for group in groups for index in group]
+        found = project(torch.cat(queries), torch.cat(keys))
+        tokens = [engine.pieces(ids[index]) for index in order]
+        return {
+            **found,
+            "sentence": [index for index in order for _ in ids[index]],
+            "position": [position for index in order for position in range(len(ids[index]))],
+            "token": [piece for pieces in tokens for piece in pieces],
+            "sentences": {index: spec.sentences[index] for index in order},
+        }
+
+    yield finish
+
+
+def project(q: Tensor, k: Tensor) -> dict:
+    """Queries and keys [token, d_head] in one 2-D PCA space, as AttentionViz puts them: the keys are first
+    translated so that their centroid is the queries' (k − k̄ + q̄: every score of a query changes by the same
+    q·(q̄ − k̄), so its softmax does not), then queries are multiplied by s and keys divided by s, with s² the
+    keys' mean norm over the queries' (q·k unchanged), so that both have the same mean norm and a short
+    distance ‖q − k‖² = ‖q‖² + ‖k‖² − 2 q·k means a large q·k. PCA (scikit-learn) of the 2·token rows."""
+    k = k - k.mean(0) + q.mean(0)
+    scale = float((k.norm(dim=1).mean() / q.norm(dim=1).mean()).sqrt())
+    q, k = q * scale, k / scale
+    pca = PCA(n_components=2, svd_solver="full")
+    points = pca.fit_transform(torch.cat([q, k]).numpy())  # queries first, then keys
+    n = len(q)
+    return {
+        "query": points[:n].tolist(),
+        "key": points[n:].tolist(),
+        "scale": scale,
+        "explained": pca.explained_variance_ratio_.tolist(),
+    }

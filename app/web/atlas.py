@@ -1,0 +1,102 @@
+"""The head atlas's routes: a corpus run named by its spec, its progress, and its scores per head."""
+
+from fastapi import APIRouter
+
+from app.engine import atlas
+from app.engine.spec import AtlasSpec
+from app.web.deps import ClientDep, LabDep
+from app.web.schemas import AtlasProgress, AtlasRequest, AtlasResponse, AtlasSpace, AtlasStarted, ErrorResponse
+
+router = APIRouter(prefix="/api/atlas")
+NOT_FOUND = {
+    404: {"model": ErrorResponse, "description": "Unknown or expired atlas"},
+    503: {"model": ErrorResponse, "description": "The run store is not answering, or the model is busy"},
+}
+
+
+@router.post("", response_model=AtlasStarted, responses={422: {"model": ErrorResponse}})
+async def start(body: AtlasRequest, lab: LabDep, client: ClientDep):
+    """Names a corpus run and keeps its spec in the shared store; nothing is computed until it is asked for."""
+    engine = await lab.engine_for(body.model, client)
+    sentences = atlas.shipped_sentences() if body.sentences is None else atlas.sentences_of(body.sentences)
+    spec = AtlasSpec(
+        engine.loaded.name,
+        engine.loaded.digest,
+        sentences,
+        body.repeats,
+        body.repeat_length,
+        body.seed,
+        min(body.ablation_sentences, len(sentences)),
+        engine.spec("a", mask=body.mask).mask,  # the model's own mask unless another is asked for, checked
+    )
+    await lab.start_atlas(spec)
+    return {"atlas_id": spec.run_id, "sentences": len(sentences)}
+
+
+@router.get("/{atlas_id}/progress", response_model=AtlasProgress, responses=NOT_FOUND)
+async def progress(atlas_id: str, lab: LabDep):
+    """How far this worker's corpus run is (the request computing it waits meanwhile)."""
+    return lab.atlas_progress(atlas_id)
+
+
+@router.get("/{atlas_id}", response_model=AtlasResponse, responses=NOT_FOUND)
+async def head_atlas(atlas_id: str, lab: LabDep, client: ClientDep):
+    """The atlas: kept, or computed now in padded passes at turns of the gate; the run stops at its next
+    pass when every client waiting for it has left."""
+    spec = await lab.atlas_spec(atlas_id)
+    found = await lab.atlas(spec, client)
+    layers, heads = found.offset.shape
+    pieces = lab.models.loaded(spec.model).pieces
+    return {
+        "atlas_id": atlas_id,
+        "model": spec.model,
+        "layers": layers,
+        "heads": heads,
+        "sentences": len(spec.sentences),
+        "tokens": found.tokens,
+        "cut": found.cut,
+        "max_tokens": atlas.MAX_TOKENS,
+        "repeats": spec.repeats,
+        "repeat_length": spec.repeat_length,
+        "ablation_sentences": spec.ablation_sentences,
+        "mask": spec.mask,
+        "threshold": atlas.LABEL_THRESHOLD,
+        "scores": {name: values.tolist() for name, values in found.scores.items()},
+        "offset": found.offset.tolist(),
+        "labels": found.labels(),
+        "examples": [[examples(found, layer, head, pieces, spec) for head in range(heads)] for layer in range(layers)],
+    }
+
+
+@router.get("/{atlas_id}/layers/{layer}/heads/{head}/space", response_model=AtlasSpace, responses=NOT_FOUND)
+async def head_space(atlas_id: str, layer: int, head: int, lab: LabDep, client: ClientDep):
+    """One head's queries and keys of the corpus's first sentences (up to 4,096 tokens) in one PCA space, the
+    keys translated and scaled as AttentionViz does so that nearness reflects q·k."""
+    spec = await lab.atlas_spec(atlas_id)
+    found = await lab.head_space(spec, layer, head, client)
+    method = (
+        f"PCA (scikit-learn, 2 components) of {len(found['query'])} queries and {len(found['key'])} keys; keys "
+        f"translated to the queries' centroid, queries × {found['scale']:.3f}, keys ÷ {found['scale']:.3f}"
+    )
+    return {"method": method, **found}
+
+
+def examples(found: atlas.Atlas, layer: int, head: int, pieces, spec: AtlasSpec) -> list[dict]:
+    """A head's top examples: the sentence, the query and key, and the weight between them."""
+    shown = []
+    for weight, sentence, query, key in zip(*(values[layer, head].tolist() for values in found.examples), strict=True):
+        if sentence < 0:
+            continue
+        tokens = pieces(found.ids[sentence])
+        shown.append(
+            {
+                "sentence": sentence,
+                "text": spec.sentences[sentence],
+                "query": query,
+                "key": key,
+                "query_token": tokens[query],
+                "key_token": tokens[key],
+                "weight": weight,
+            }
+        )
+    return shown

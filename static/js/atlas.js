@@ -1,0 +1,289 @@
+// The head atlas page: a corpus run (POST /api/atlas, then GET it while its progress is polled), every
+// head as a grid and as a scatter of two scores coloured by a third, and a clicked head's corpus label and
+// top examples, each a link opening the lab at that block, head and token.
+// Shapes: scores[name] is [layer][head]; examples is [layer][head][example].
+
+import { ATLAS_KEY } from "./atlas-key.js";
+import { loadPlotly } from "./plotly.js";
+
+const SCORES = {
+  previous: "previous-token score",
+  induction: "induction score",
+  sink: "first-token sink",
+  entropy: "mean entropy (nats)",
+  positional: "positional score",
+  self: "self score",
+  ablation: "ablation effect (1 − cos)",
+};
+
+const $ = (id) => document.getElementById(id);
+const status = (text) => ($("atlas-status").textContent = text);
+let atlas = null;
+let running = null; // the AbortController of the request computing an atlas
+
+function names() {
+  return Object.keys(SCORES).filter((name) => name in atlas.scores);
+}
+
+function fillSelect(select, chosen) {
+  select.replaceChildren(...names().map((name) => new Option(SCORES[name], name, false, name === chosen)));
+}
+
+async function errorText(response) {
+  try {
+    return (await response.json()).detail ?? response.statusText;
+  } catch {
+    return response.statusText;
+  }
+}
+
+async function run() {
+  const text = $("atlas-sentences").value;
+  const body = text.trim() ? { sentences: text } : {};
+  const started = await fetch("/api/atlas", {
+    method: "POST",
+    headers: { "content-type": "application/json" },
+    body: JSON.stringify(body),
+  });
+  if (!started.ok) return status(`Not run: ${await errorText(started)}`);
+  const { atlas_id: id } = await started.json();
+  history.replaceState(null, "", `?id=${id}`);
+  await open(id);
+}
+
+async function open(id) {
+  running = new AbortController();
+  $("atlas-run").disabled = true;
+  $("atlas-cancel").disabled = false;
+  const bar = $("atlas-progress");
+  bar.hidden = false;
+  bar.value = 0;
+  status("Running the corpus…");
+  const poll = setInterval(async () => {
+    const progress = await (await fetch(`/api/atlas/${id}/progress`)).json();
+    if (progress.total) {
+      bar.value = progress.done / progress.total;
+      status(`Running the corpus: pass ${progress.done} of ${progress.total}`);
+    }
+  }, 300);
+  try {
+    const response = await fetch(`/api/atlas/${id}`, { signal: running.signal });
+    if (!response.ok) return status(`Not run: ${await errorText(response)}`);
+    atlas = await response.json();
+    localStorage.setItem(ATLAS_KEY, JSON.stringify({ id, model: atlas.model }));
+    status(
+      `${atlas.sentences} sentences, ${atlas.tokens} tokens (${atlas.cut} cut at ${atlas.max_tokens}), ` +
+        `${atlas.repeats} repeated sequences of ${atlas.repeat_length} tokens, ablation on ${atlas.ablation_sentences} sentences, ${atlas.mask} mask`,
+    );
+    await draw();
+  } catch (error) {
+    if (error.name !== "AbortError") throw error;
+    status("Cancelled: the lab stops the run at its next pass.");
+  } finally {
+    clearInterval(poll);
+    bar.hidden = true;
+    $("atlas-run").disabled = false;
+    $("atlas-cancel").disabled = true;
+    running = null;
+  }
+}
+
+function heads() {
+  const found = [];
+  for (let layer = 0; layer < atlas.layers; layer++) for (let head = 0; head < atlas.heads; head++) found.push([layer, head]);
+  return found;
+}
+
+const value = (name, [layer, head]) => atlas.scores[name][layer][head];
+
+async function draw() {
+  $("atlas-views").hidden = false;
+  for (const [id, chosen] of [
+    ["atlas-grid-score", "previous"],
+    ["atlas-x", "previous"],
+    ["atlas-y", "sink"],
+    ["atlas-colour", "ablation" in atlas.scores ? "ablation" : "entropy"],
+  ])
+    fillSelect($(id), $(id).value || chosen);
+  await Promise.all([drawGrid(), drawScatter()]);
+}
+
+async function drawGrid() {
+  const Plotly = await loadPlotly();
+  const name = $("atlas-grid-score").value;
+  const range = (n) => Array.from({ length: n }, (_, i) => i);
+  const plot = $("atlas-grid");
+  await Plotly.react(
+    plot,
+    [
+      {
+        type: "heatmap",
+        z: atlas.scores[name],
+        x: range(atlas.heads),
+        y: range(atlas.layers),
+        colorscale: "Viridis",
+        colorbar: { title: { text: SCORES[name], side: "right" } },
+        hovertemplate: `block %{y}, head %{x}<br>${SCORES[name]} %{z:.4f}<extra></extra>`,
+      },
+    ],
+    {
+      title: { text: `Every head: ${SCORES[name]}` },
+      xaxis: { title: { text: "head" }, tickvals: range(atlas.heads), ticktext: range(atlas.heads).map(String) },
+      yaxis: { title: { text: "block" }, tickvals: range(atlas.layers), ticktext: range(atlas.layers).map(String), autorange: "reversed" },
+      margin: { l: 60, r: 20, t: 40, b: 50 },
+    },
+    { responsive: true, displaylogo: false },
+  );
+  plot.removeAllListeners?.("plotly_click");
+  plot.on("plotly_click", (event) => showHead(event.points[0].y, event.points[0].x));
+}
+
+async function drawScatter() {
+  const Plotly = await loadPlotly();
+  const [x, y, colour] = ["atlas-x", "atlas-y", "atlas-colour"].map((id) => $(id).value);
+  const all = heads();
+  const plot = $("atlas-scatter");
+  await Plotly.react(
+    plot,
+    [
+      {
+        type: "scatter",
+        mode: "markers",
+        x: all.map((head) => value(x, head)),
+        y: all.map((head) => value(y, head)),
+        customdata: all,
+        marker: {
+          size: 10,
+          color: all.map((head) => value(colour, head)),
+          colorscale: "Viridis",
+          colorbar: { title: { text: SCORES[colour], side: "right" } },
+          line: { width: 1, color: "#333" },
+        },
+        hovertemplate:
+          `block %{customdata[0]}, head %{customdata[1]}<br>${SCORES[x]} %{x:.4f}<br>${SCORES[y]} %{y:.4f}` +
+          `<br>${SCORES[colour]} %{marker.color:.4f}<extra></extra>`,
+      },
+    ],
+    {
+      title: { text: `${SCORES[y]} against ${SCORES[x]}` },
+      xaxis: { title: { text: SCORES[x] } },
+      yaxis: { title: { text: SCORES[y] } },
+      margin: { l: 60, r: 20, t: 40, b: 50 },
+    },
+    { responsive: true, displaylogo: false },
+  );
+  plot.removeAllListeners?.("plotly_click");
+  plot.on("plotly_click", (event) => showHead(...event.points[0].customdata));
+}
+
+function link(example, layer, head) {
+  const params = new URLSearchParams({
+    text: example.text,
+    layer: String(layer),
+    head: String(head),
+    token: String(example.query),
+  });
+  return `/?${params}`;
+}
+
+function showHead(layer, head) {
+  const label = atlas.labels[layer][head];
+  const strongest = ["previous", "induction", "sink", "self"].reduce((a, b) => (value(a, [layer, head]) >= value(b, [layer, head]) ? a : b));
+  const title = document.createElement("h2");
+  title.textContent = `Block ${layer}, head ${head}`;
+  const verdict = document.createElement("p");
+  verdict.className = "atlas-label";
+  verdict.textContent = label
+    ? `Over the corpus: ${label.label} (${SCORES[label.score]} ${label.value.toFixed(4)})`
+    : `Over the corpus: no single role (strongest: ${SCORES[strongest]} ${value(strongest, [layer, head]).toFixed(4)}, below ${atlas.threshold})`;
+  const scores = document.createElement("dl");
+  for (const name of names()) {
+    const term = document.createElement("dt");
+    term.textContent = SCORES[name];
+    const detail = document.createElement("dd");
+    detail.textContent = value(name, [layer, head]).toFixed(4) + (name === "positional" ? ` at offset ${atlas.offset[layer][head]}` : "");
+    scores.append(term, detail);
+  }
+  const heading = document.createElement("h3");
+  heading.textContent = "Top examples: its strongest weight on a word in each sentence";
+  const list = document.createElement("ol");
+  list.className = "atlas-examples";
+  for (const example of atlas.examples[layer][head]) {
+    const item = document.createElement("li");
+    const anchor = document.createElement("a");
+    anchor.href = link(example, layer, head);
+    anchor.textContent = `“${example.query_token}” → “${example.key_token}” ${example.weight.toFixed(4)}`;
+    anchor.title = "Open this sentence in the lab at this block, head and token";
+    const sentence = document.createElement("span");
+    sentence.className = "atlas-sentence";
+    sentence.textContent = example.text;
+    item.append(anchor, " ", sentence);
+    list.append(item);
+  }
+  const colour = document.createElement("label");
+  colour.innerHTML = 'Queries and keys coloured by <select id="atlas-space-colour"><option value="kind">query or key</option><option value="position">position</option><option value="token">token (the 10 most frequent)</option></select>';
+  const space = Object.assign(document.createElement("div"), { id: "atlas-space", className: "atlas-plot atlas-space" });
+  $("atlas-head").replaceChildren(title, verdict, scores, heading, list, colour, space);
+  $("atlas-head").dataset.head = `${layer},${head}`;
+  $("atlas-space-colour").addEventListener("change", () => drawSpace(layer, head));
+  drawSpace(layer, head);
+}
+
+// Shapes: query and key are [token][2], in corpus order; sentence, position and token are [token].
+const spaces = new Map();
+const PALETTE = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf"];
+
+async function drawSpace(layer, head) {
+  const key = `${layer},${head}`;
+  if (!spaces.has(key)) {
+    spaces.set(key, fetch(`/api/atlas/${atlas.atlas_id}/layers/${layer}/heads/${head}/space`).then((r) => r.json()));
+  }
+  const [Plotly, found] = await Promise.all([loadPlotly(), spaces.get(key)]);
+  if ($("atlas-head").dataset.head !== key) return;
+  const by = $("atlas-space-colour").value;
+  const inSentence = found.token.map((token, i) => {
+    const words = found.token.slice(i - found.position[i], i - found.position[i] + 80).filter((_, j) => found.sentence[i - found.position[i] + j] === found.sentence[i]);
+    return words.map((word, j) => (j === found.position[i] ? `[${word}]` : word)).join(" ");
+  });
+  const common = Object.entries(found.token.reduce((counts, token) => ({ ...counts, [token]: (counts[token] ?? 0) + 1 }), {}))
+    .sort((a, b) => b[1] - a[1])
+    .slice(0, 10)
+    .map(([token]) => token);
+  const trace = (kind, points, symbol) => ({
+    type: "scatter",
+    mode: "markers",
+    name: kind,
+    x: points.map((point) => point[0]),
+    y: points.map((point) => point[1]),
+    customdata: found.token.map((token, i) => [token, found.position[i], inSentence[i]]),
+    hovertemplate: `${kind} of “%{customdata[0]}” (position %{customdata[1]})<br>%{customdata[2]}<extra></extra>`,
+    marker: {
+      size: 6,
+      symbol,
+      opacity: 0.75,
+      ...(by === "kind" ? { color: kind === "query" ? "#1f77b4" : "#d62728" } : {}),
+      ...(by === "position" ? { color: found.position, colorscale: "Viridis", colorbar: kind === "query" ? { title: { text: "position", side: "right" } } : undefined } : {}),
+      ...(by === "token" ? { color: found.token.map((token) => (common.includes(token) ? PALETTE[common.indexOf(token)] : "#d0d0d0")) } : {}),
+    },
+  });
+  const [first, second] = found.explained.map((share) => `${(100 * share).toFixed(1)}%`);
+  await Plotly.react(
+    $("atlas-space"),
+    [trace("query", found.query, "circle"), trace("key", found.key, "x")],
+    {
+      title: { text: `Block ${layer}, head ${head}: queries (●) and keys (×) in one space<br><sub>${found.method.replace("; keys", ";<br>keys")}</sub>`, font: { size: 14 } },
+      xaxis: { title: { text: `PC 1 (${first} of the variance)` } },
+      yaxis: { title: { text: `PC 2 (${second})` } },
+      margin: { l: 60, r: 20, t: 90, b: 50 },
+      legend: { orientation: "h", y: -0.2 },
+    },
+    { responsive: true, displaylogo: false },
+  );
+}
+
+$("atlas-run").addEventListener("click", run);
+$("atlas-cancel").addEventListener("click", () => running?.abort());
+$("atlas-grid-score").addEventListener("change", drawGrid);
+for (const id of ["atlas-x", "atlas-y", "atlas-colour"]) $(id).addEventListener("change", drawScatter);
+const shared = new URLSearchParams(location.search).get("id");
+if (shared) open(shared);

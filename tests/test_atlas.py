@@ -1,0 +1,305 @@
+"""The head atlas (app.engine.atlas): each score against NumPy on transformers' own output_attentions, one
+sentence at a time; induction on a model built to copy; ablation against the lab's own ablation runs."""
+
+import asyncio
+import shutil
+import time
+
+import httpx
+import numpy as np
+import pytest
+import torch
+from transformers import BertConfig, BertModel
+
+from app.engine import atlas
+from app.engine.model import load_model, packaged_model_path
+from app.engine.spec import AtlasSpec, from_canonical
+from tests.conftest import TOKENIZER_FILES, LabProcess, make_lab, run_async
+
+SENTENCES = (
+    "The cat sat on the mat.",
+    "A student asked the teacher why the sky is blue, and the teacher smiled.",
+    "Rain.",
+    "The bank raised its interest rate again this year.",
+    "We sat on the bank of the river and watched the boats go by slowly.",
+)
+
+
+def attentions(loaded, ids) -> list[np.ndarray]:
+    """transformers' own weights of one unpadded input: [head, query, key] per block."""
+    with torch.inference_mode():
+        out = loaded.model(input_ids=torch.tensor([ids]), output_attentions=True)
+    return [weights[0].double().numpy() for weights in out.attentions]
+
+
+def numpy_scores(loaded, spec: AtlasSpec) -> dict[str, np.ndarray]:
+    """Every score but ablation, from the formulas in app.engine.atlas's docstring."""
+    tokenizer = loaded.tokenizer
+    rows = [tokenizer(sentence)["input_ids"] for sentence in spec.sentences]
+    per = {name: [] for name in ("previous", "self", "sink", "entropy")}
+    offsets = {}
+    n_rows = 0
+    for ids in rows:
+        n = len(ids)
+        n_rows += n
+        for layer, a in enumerate(attentions(loaded, ids)):
+            per["self"].append((layer, np.einsum("hqq->h", a), n))
+            per["previous"].append((layer, sum(a[:, q, q - 1] for q in range(1, n)), n - 1))
+            per["sink"].append((layer, a[:, :, 0].sum(-1), n))
+            per["entropy"].append((layer, -(a * np.log(np.maximum(a, 1e-300))).sum((-2, -1)), n))
+            for d in range(1 - n, n):
+                total = sum(a[:, q, q + d] for q in range(n) if 0 <= q + d < n)
+                offsets[layer, d] = offsets.get((layer, d), 0) + total
+    layers, heads = len(attentions(loaded, rows[0])), loaded.model.config.num_attention_heads
+    scores = {}
+    for name, parts in per.items():
+        sums, counts = np.zeros((layers, heads)), np.zeros(layers)
+        for layer, value, count in parts:
+            sums[layer] += value
+            counts[layer] += count
+        scores[name] = sums / counts[:, None]
+    scores["positional"] = np.array(
+        [
+            np.max([offsets[layer, d] for d in range(-63, 64) if (layer, d) in offsets], axis=0) / n_rows
+            for layer in range(layers)
+        ]
+    )
+    return scores
+
+
+def numpy_examples(loaded, spec: AtlasSpec) -> dict[tuple[int, int], list[tuple[float, int, int, int]]]:
+    """Per head, (weight, sentence, query, key) of each sentence's strongest cell on a key the tokenizer did
+    not add, the five strongest."""
+    found = {}
+    for sentence, text in enumerate(spec.sentences):
+        ids = loaded.tokenizer(text)["input_ids"]
+        own = np.array([i not in loaded.tokenizer.all_special_ids for i in ids])
+        for layer, a in enumerate(attentions(loaded, ids)):
+            for head, weights in enumerate(a * own[None, :]):
+                query, key = np.unravel_index(weights.argmax(), weights.shape)
+                found.setdefault((layer, head), []).append((weights[query, key], sentence, query, key))
+    return {head: sorted(cells, reverse=True)[:5] for head, cells in found.items()}
+
+
+@pytest.fixture(scope="module")
+def lab(minilm, tmp_path_factory):
+    return make_lab(minilm, tmp_path_factory.mktemp("atlas"), max_runs=64, max_chars=20_000)
+
+
+def computed(lab, spec):
+    async def go():
+        await lab.start_atlas(spec)
+        return await lab.atlas(spec)
+
+    return run_async(go())
+
+
+def test_each_sentence_score_equals_numpy_on_transformers_attentions(lab, minilm):
+    spec = AtlasSpec(minilm.name, minilm.digest, SENTENCES, repeats=4, repeat_length=8, ablation_sentences=0)
+    found = computed(lab, spec)
+    expected = numpy_scores(minilm, spec)
+    for name, values in expected.items():
+        np.testing.assert_allclose(found.scores[name].numpy(), values, atol=1e-6, err_msg=name)
+    assert "ablation" not in found.scores
+    weights, sentences, queries, keys = found.examples
+    for (layer, head), cells in numpy_examples(minilm, spec).items():
+        np.testing.assert_allclose(weights[layer, head].numpy(), [cell[0] for cell in cells], atol=1e-6)
+        assert [cell[1:] for cell in cells] == list(
+            zip(sentences[layer, head].tolist(), queries[layer, head].tolist(), keys[layer, head].tolist(), strict=True)
+        )
+
+
+def test_induction_is_the_weight_on_the_token_after_the_first_occurrence(lab, minilm):
+    spec = AtlasSpec(minilm.name, minilm.digest, SENTENCES[:1], repeats=3, repeat_length=10, ablation_sentences=0)
+    found = computed(lab, spec)
+    tokenizer = minilm.tokenizer
+    vocab = minilm.model.config.vocab_size
+    expected = np.zeros(found.offset.shape)
+    generator = torch.Generator().manual_seed(spec.seed)
+    allowed = [i for i in range(vocab // 10, vocab) if i not in tokenizer.all_special_ids]
+    drawn = torch.randint(len(allowed), (3, 10), generator=generator)
+    for row in drawn.tolist():
+        copy = [allowed[i] for i in row]
+        ids = [tokenizer.cls_token_id, *copy, *copy, tokenizer.sep_token_id]
+        for layer, a in enumerate(attentions(minilm, ids)):
+            expected[layer] += sum(a[:, 1 + 10 + j, 1 + j + 1] for j in range(10)) / 30
+    np.testing.assert_allclose(found.scores["induction"].numpy(), expected, atol=1e-6)
+
+
+def test_ablation_effects_equal_the_labs_own_ablation_runs(lab, minilm):
+    spec = AtlasSpec(minilm.name, minilm.digest, SENTENCES, repeats=1, repeat_length=4, ablation_sentences=2)
+    found = computed(lab, spec)
+    for layer, head in [(0, 0), (2, 5), (5, 11)]:
+        changes = []
+        for text in SENTENCES[:2]:
+            plain = lab.analyze(lab.spec(text, prompt=""))
+            ablated = lab.analyze(lab.spec(text, prompt="", ablate=[(layer, head)]))
+            changes.append(
+                1 - torch.nn.functional.cosine_similarity(plain.embedding.double(), ablated.embedding.double(), dim=0)
+            )
+        assert float(found.scores["ablation"][layer, head]) == pytest.approx(float(np.mean(changes)), abs=1e-6)
+
+
+def test_an_atlas_is_named_by_its_spec_and_read_back_from_the_store(lab, minilm):
+    spec = AtlasSpec(minilm.name, minilm.digest, SENTENCES[:2], repeats=2, repeat_length=5, ablation_sentences=1)
+    assert from_canonical(spec.canonical()) == spec
+    run_async(lab.start_atlas(spec))
+    assert run_async(lab.atlas_spec(spec.run_id)) == spec
+
+
+def copying_bert(folder):
+    """A 2-block BERT built to copy: block 0's head 0 moves each token's word vector to the next position
+    (its query is the position one back, its key the position), block 1's head 0 looks for the token whose
+    previous token is the query's own. The hidden state is three 64-wide parts: word, position, previous word.
+    The feed-forward layers add nothing; the other heads are switched off by zero weights."""
+    width, heads = 64, 2
+    config = BertConfig(
+        vocab_size=30522,
+        hidden_size=3 * width,
+        num_hidden_layers=2,
+        num_attention_heads=heads,
+        intermediate_size=8,
+        max_position_embeddings=width,
+        hidden_dropout_prob=0,
+        attention_probs_dropout_prob=0,
+    )
+    model = BertModel(config)
+    generator = torch.Generator().manual_seed(1)
+    word, position, previous = slice(0, width), slice(width, 2 * width), slice(2 * width, 3 * width)
+    head = slice(0, 3 * width // heads)
+    with torch.no_grad():
+        for parameter in model.parameters():
+            parameter.zero_()
+        for norm in [model.embeddings.LayerNorm, *[m for m in model.modules() if type(m).__name__ == "LayerNorm"]]:
+            norm.weight.fill_(1)
+        embeddings = model.embeddings
+        embeddings.word_embeddings.weight[:, word] = torch.randn(30522, width, generator=generator)
+        positions = torch.linalg.qr(torch.randn(width, width, generator=generator))[0] * width**0.5
+        embeddings.position_embeddings.weight[:, position] = positions
+        first, second = (layer.attention for layer in model.encoder.layer)
+        # Block 0, head 0: query = the position before, key = the position; the value is the word, written
+        # into the previous-word part.
+        shift = torch.linalg.lstsq(positions[1:], positions[:-1]).solution  # positions[i] @ shift = positions[i - 1]
+        first.self.query.weight[head][:width, position] = 5 * shift.T
+        first.self.key.weight[head][:width, position] = torch.eye(width)
+        first.self.value.weight[head][:width, word] = torch.eye(width)
+        first.output.dense.weight[previous, :width] = torch.eye(width)
+        # Block 1, head 0: query = the word, key = the previous word.
+        second.self.query.weight[head][:width, word] = 5 * torch.eye(width)
+        second.self.key.weight[head][:width, previous] = torch.eye(width)
+    model.save_pretrained(folder)
+    for name in TOKENIZER_FILES:
+        shutil.copy(packaged_model_path() / name, folder / name)
+    return load_model(folder)
+
+
+def test_a_model_built_to_copy_has_an_induction_head_and_a_random_one_has_none(tiny, tmp_path):
+    """Read causally, as induction is defined: bidirectionally the copy's second half would match too."""
+    found = {}
+    for name, model in [("built", copying_bert(tmp_path / "copier")), ("control", tiny)]:
+        spec = AtlasSpec(model.name, model.digest, SENTENCES[:2], 8, 12, ablation_sentences=0, mask="causal")
+        found[name] = computed(make_lab(model, tmp_path / name), spec).scores
+    assert found["built"]["previous"][0, 0] > 0.9
+    assert found["built"]["induction"][1, 0] > 0.9
+    assert found["control"]["induction"].max() < 0.2
+
+
+@pytest.fixture(scope="module")
+def live(tmp_path_factory):
+    """The lab as a user runs it, for this module's HTTP tests."""
+    process = LabProcess(tmp_path_factory.mktemp("atlas-lab"))
+    process.start()
+    yield process
+    process.stop()
+
+
+def test_the_api_serves_the_numpy_scores_under_an_id_any_worker_reads(live, minilm, data_dir):
+    body = {"sentences": "\n".join(SENTENCES) + "\n\n", "repeats": 4, "repeat_length": 8, "ablation_sentences": 1}
+    started = httpx.post(f"{live.url}/api/atlas", json=body).json()
+    assert started["sentences"] == len(SENTENCES)
+    found = httpx.get(f"{live.url}/api/atlas/{started['atlas_id']}", timeout=60).json()
+    spec = AtlasSpec(minilm.name, minilm.digest, SENTENCES, 4, 8, ablation_sentences=1)
+    assert found["atlas_id"] == spec.run_id == started["atlas_id"]
+    for name, values in numpy_scores(minilm, spec).items():
+        np.testing.assert_allclose(found["scores"][name], values, atol=1e-6, err_msg=name)
+    for (layer, head), cells in numpy_examples(minilm, spec).items():
+        shown = found["examples"][layer][head]
+        np.testing.assert_allclose([e["weight"] for e in shown], [cell[0] for cell in cells], atol=1e-6)
+        assert [(e["sentence"], e["query"], e["key"]) for e in shown] == [cell[1:] for cell in cells]
+        assert all(e["text"] == SENTENCES[e["sentence"]] for e in shown)
+    assert httpx.get(f"{live.url}/api/atlas/{spec.run_id}/progress").json() == {"state": "done", "done": 0, "total": 0}
+    # Another worker on the same store reads the spec back, to recompute it.
+    assert run_async(make_lab(minilm, data_dir).atlas_spec(spec.run_id)) == spec
+
+
+def test_the_bounds_on_a_corpus(live):
+    too_many = "\n".join(f"Sentence number {n}." for n in range(1001))
+    answer = httpx.post(f"{live.url}/api/atlas", json={"sentences": too_many})
+    assert answer.status_code == 422 and "1,001 sentences; the limit is 1,000" in answer.text
+    assert httpx.post(f"{live.url}/api/atlas", json={"sentences": "\n \n"}).status_code == 422
+    assert httpx.get(f"{live.url}/api/atlas/{'a' * 26}").status_code == 404
+    long = {"sentences": "word " * 100, "repeats": 1, "repeat_length": 2, "ablation_sentences": 0}
+    atlas_id = httpx.post(f"{live.url}/api/atlas", json=long).json()["atlas_id"]
+    found = httpx.get(f"{live.url}/api/atlas/{atlas_id}", timeout=60).json()
+    assert (found["cut"], found["tokens"]) == (1, 64)
+    outside = httpx.get(f"{live.url}/api/atlas/{atlas_id}/layers/6/heads/0/space")
+    assert outside.status_code == 422 and "no head (6, 0)" in outside.text
+
+
+def test_a_corpus_run_reports_progress_and_stops_when_its_client_leaves(live):
+    lines = [f"{line} ({n})" for n in range(9) for line in atlas.shipped_sentences()]
+    atlas_id = httpx.post(f"{live.url}/api/atlas", json={"sentences": "\n".join(lines)}).json()["atlas_id"]
+    seen = live.log.stat().st_size
+
+    async def leave_midway():
+        async with httpx.AsyncClient(timeout=120) as client:
+            waiting = asyncio.ensure_future(client.get(f"{live.url}/api/atlas/{atlas_id}"))
+            while (progress := (await client.get(f"{live.url}/api/atlas/{atlas_id}/progress")).json())["done"] < 2:
+                assert not waiting.done()
+            waiting.cancel()
+            return progress
+
+    progress = run_async(leave_midway())
+    assert progress["state"] == "running" and 2 <= progress["done"] < progress["total"]
+    deadline = time.monotonic() + 30
+    while b"called off" not in live.log.read_bytes()[seen:]:
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    assert httpx.get(f"{live.url}/api/atlas/{atlas_id}/progress").json()["state"] == "not running"
+
+
+def test_a_heads_queries_and_keys_share_one_pca_space_as_numpy_makes_it(lab, minilm):
+    spec = AtlasSpec(minilm.name, minilm.digest, SENTENCES, 1, 2, ablation_sentences=0)
+    run_async(lab.start_atlas(spec))
+    found = run_async(lab.head_space(spec, 2, 5))
+    # q and k from transformers' own hidden states and the block's raw weights.
+    attention = minilm.model.encoder.layer[2].attention.self
+    columns = slice(5 * 32, 6 * 32)
+    qs, ks = [], []
+    for text in SENTENCES:
+        with torch.inference_mode():
+            hidden = minilm.model(**minilm.tokenizer(text, return_tensors="pt"), output_hidden_states=True)
+        x = hidden.hidden_states[2][0].double().numpy()
+        for rows, linear in ((qs, attention.query), (ks, attention.key)):
+            weight, bias = (
+                linear.weight.detach().double().numpy()[columns],
+                linear.bias.detach().double().numpy()[columns],
+            )
+            rows.append(x @ weight.T + bias)
+    q, k = np.concatenate(qs), np.concatenate(ks)
+    k = k - k.mean(0) + q.mean(0)
+    scale = np.sqrt(np.linalg.norm(k, axis=1).mean() / np.linalg.norm(q, axis=1).mean())
+    both = np.concatenate([q * scale, k / scale])
+    centred = both - both.mean(0)
+    _, singular, axes = np.linalg.svd(centred, full_matrices=False)
+    expected = centred @ axes[:2].T
+    points = np.concatenate([found["query"], found["key"]])
+    signs = np.sign((points * expected).sum(0))  # a component's sign is arbitrary
+    # The model computes q and k in float32; NumPy here in float64 from the same float32 weights and inputs.
+    np.testing.assert_allclose(points * signs, expected, atol=1e-5)
+    np.testing.assert_allclose(found["explained"], (singular**2 / (singular**2).sum())[:2], atol=1e-6)
+    assert found["scale"] == pytest.approx(scale, abs=1e-6)
+    assert found["token"][:3] == ["[CLS]", "the", "cat"] and found["position"][:3] == [0, 1, 2]
+    assert (
+        len(found["query"]) == len(found["sentence"]) == sum(len(minilm.tokenizer(t)["input_ids"]) for t in SENTENCES)
+    )
