@@ -501,7 +501,7 @@ class Engine:
         return sequence(spec, source)
 
     def _forward(self, specs: list[RunSpec], inputs: list[tuple[list[Token], bool]]) -> list[Run]:
-        """One padded pass of specs that switch off the same heads."""
+        """One padded pass of specs that switch off the same heads and take the same patch."""
         captured = self._capture(specs, [tokens for tokens, _ in inputs])
         config = self.loaded.model.config
         # What the pooling reads: the last block's output, normalised once more in a pre-norm model.

@@ -3,7 +3,7 @@ time, takes turns at the model through the gate, and recomputes from the shared 
 not hold. The numbers come from the engine (app.engine.runs).
 
 Heavy work takes turns in slices (in_turns), each a bounded amount of work: Integrated Gradients a batch of
-steps (app.engine.attribution), activation patching one padded pass of several cells (app.engine.patching), a
+steps (app.engine.attribution), activation patching one padded pass of several cells (app.engine.patches), a
 measure's block a few chunks of queries (norm and ALTI rollout one slice per block, app.engine.measures), a
 model's load its weights, then its digest 128 MB at a time (app.engine.model.load_steps). Between two slices
 the model goes to whoever's turn it is, so a learner's analyze waits for one slice at most, and work whose
