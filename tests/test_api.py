@@ -23,7 +23,7 @@ def bank(client):
 
 def test_analyze_contract(bank):
     fields = {"run_id", "model", "text_pair", "tokens", "truncated", "mask", "pooling", "prompt", "pooled", "ablated"}
-    assert set(bank) == {*fields, "attention"} and bank["attention"] is None
+    assert set(bank) == {*fields, "patch", "attention"} and bank["attention"] is None and bank["patch"] is None
     assert bank["text_pair"] is None
     assert bank["ablated"] == []
     expected = {

@@ -26,8 +26,9 @@ from app.engine.families.attention_only import reason
 from app.engine.families.base import Family
 from app.engine.model import LoadedModel
 from app.engine.notes import score_notes
+from app.engine.patching import SITES, Cell, patching
 from app.engine.sentence import SentencePipeline, Stage
-from app.engine.spec import RunSpec
+from app.engine.spec import Patch, RunSpec
 
 # Padded tokens per forward pass: a class's short prompts take one pass (48 of about 24 tokens), which for
 # MiniLM here costs about twice a 512-token input alone; longer inputs are not padded with short ones.
@@ -387,12 +388,15 @@ class Engine:
         pooling: str | None = None,
         ablate=(),
         prompt: str | None = None,
+        patch: Patch | None = None,
     ) -> RunSpec:
         """The run a request asks for, checked (its length, its mask, the heads it switches off), with the
         mask, pooling and prompt resolved and the heads sorted without repeats, so that equivalent requests
         name one run. `text_pair`: segment B, read with `text` as one input, [CLS] text [SEP] text_pair [SEP].
         `ablate`: (layer, head) pairs whose context is zeroed. `prompt`: one of the model's prompts by name,
-        put before the text (None: the model's default prompt, as sentence-transformers applies it; "": none)."""
+        put before the text (None: the model's default prompt, as sentence-transformers applies it; "": none).
+        `patch`: input B's activation put into the pass (app.engine.patching); its positions are checked
+        against the tokens when the run is read."""
         n_chars = len(text) + len(text_pair or "")
         if n_chars > self.max_chars:
             texts = "the text has" if text_pair is None else "text and text_pair have"
@@ -417,6 +421,8 @@ class Engine:
                     f"no head ({layer}, {head}) to switch off: layers are 0 to {info['layers'] - 1}, "
                     f"heads 0 to {info['heads'] - 1}"
                 )
+        if patch is not None:
+            self._check_patch(patch, text_pair, info)
         return RunSpec(
             model=self.loaded.name,
             model_digest=self.loaded.digest,
@@ -426,7 +432,30 @@ class Engine:
             pooling=pooling or self.loaded.default_pooling,
             ablated=tuple(sorted({(layer, head) for layer, head in ablate})),
             prompt=prompt,
+            patch=patch,
         )
+
+    def _check_patch(self, patch: Patch, text_pair: str | None, info: dict) -> None:
+        if info["attention_only"]:
+            raise NeedsAdapter(f"nothing can be patched: {info['attention_only']}")
+        if text_pair is not None:
+            raise InvalidInput("a patched run reads one text: give no text_pair")
+        if len(patch.source) > self.max_chars:
+            raise TextTooLong(
+                f"the patch's source has {len(patch.source):,} characters; the limit is {self.max_chars:,}"
+            )
+        if patch.site not in SITES:
+            raise InvalidInput(f"no site {patch.site!r}: the sites are {', '.join(SITES)}")
+        if not 0 <= patch.layer < info["layers"]:
+            raise InvalidInput(f"no block {patch.layer} to patch: blocks are 0 to {info['layers'] - 1}")
+        if (patch.site == "head") != (patch.head is not None) or not 0 <= (patch.head or 0) < info["heads"]:
+            raise InvalidInput(f"the head site, and it only, takes a head: 0 to {info['heads'] - 1}")
+        if (
+            not patch.positions
+            or len(patch.positions) != len(patch.sources)
+            or len(set(patch.positions)) < len(patch.positions)
+        ):
+            raise InvalidInput("a patch pairs positions with sources one to one: as many of each, no repeats")
 
     def run(self, spec: RunSpec) -> Run:
         """One forward pass of the spec, and the pooling's own where it reads a shorter input: a whole run."""
@@ -463,10 +492,10 @@ class Engine:
             except InvalidInput as error:
                 outcomes[index] = error
         # Sorted by length, so that a pass pads little; a long input does not drag short ones with it.
-        order = sorted(inputs, key=lambda index: (specs[index].ablated, len(inputs[index][0])))
-        for group in batches(
-            order, lambda index: specs[index].ablated, lambda index: len(inputs[index][0]), max_tokens
-        ):
+        # One pass per set of switched-off heads and patch: a patch's source rides along in its pass.
+        kind = lambda index: (specs[index].ablated, repr(specs[index].patch))  # noqa: E731
+        order = sorted(inputs, key=lambda index: (kind(index), len(inputs[index][0])))
+        for group in batches(order, kind, lambda index: len(inputs[index][0]), max_tokens):
             try:
                 runs = self._forward([specs[index] for index in group], [inputs[index] for index in group])
             except Exception as error:
@@ -492,10 +521,29 @@ class Engine:
         type_vocab_size = getattr(self.loaded.model.config, "type_vocab_size", 1)
         if self.loaded.family.token_types and max(token.token_type for token in tokens) >= type_vocab_size:
             raise InvalidInput("this model was trained without a segment B (one token type): analyze the text alone")
+        if spec.patch is not None:
+            self._source(spec, tokens)
         return tokens, truncated
 
+    def _source(self, spec: RunSpec, tokens: list[Token]) -> Sequence:
+        """A patched run's source, input B, as the model reads it; InvalidInput where the patch's positions
+        are not the run's and B's, or where the run's sentence vector would need a pass of its own."""
+        source, _ = self.tokenize(spec.patch.source, None, self.loaded.max_seq_length)
+        if len(tokens) > self.loaded.max_seq_length:
+            raise InvalidInput(f"a patched run reads at most {self.loaded.max_seq_length} tokens, its pooling's length")
+        if (
+            max(spec.patch.positions) >= len(tokens)
+            or max(spec.patch.sources) >= len(source)
+            or min((*spec.patch.positions, *spec.patch.sources)) < 0
+        ):
+            raise InvalidInput(
+                f"the patch's positions are outside the inputs: the run has {len(tokens)} tokens, its source "
+                f"{len(source)}"
+            )
+        return sequence(spec, source)
+
     def _forward(self, specs: list[RunSpec], inputs: list[tuple[list[Token], bool]]) -> list[Run]:
-        """One padded pass of specs that switch off the same heads."""
+        """One padded pass of specs that switch off the same heads and take the same patch."""
         captured = self._capture(specs, [tokens for tokens, _ in inputs])
         config = self.loaded.model.config
         # What the pooling reads: the last block's output, normalised once more in a pre-norm model.
@@ -527,7 +575,15 @@ class Engine:
         self, specs: list[RunSpec], inputs: list[list[Token]]
     ) -> list[tuple[dict[str, Tensor], Tensor | None]]:
         sequences = [sequence(spec, tokens) for spec, tokens in zip(specs, inputs, strict=True)]
-        return capture_batch(self.loaded.model, self.loaded.family, sequences, specs[0].ablated)
+        patch = specs[0].patch
+        if patch is None:
+            return capture_batch(self.loaded.model, self.loaded.family, sequences, specs[0].ablated)
+        # The source goes last in the pass; each row before it takes its value at the site (app.engine.patching).
+        cell = Cell(patch.site, patch.layer, patch.head, patch.positions, patch.sources)
+        source = self._source(specs[0], inputs[0])
+        with patching(self.loaded.model, self.loaded.family, [cell] * len(specs), 0, len(specs)):
+            captured = capture_batch(self.loaded.model, self.loaded.family, [*sequences, source], specs[0].ablated)
+        return captured[: len(specs)]
 
     def tokenize(
         self, text: str, text_pair: str | None = None, max_length: int | None = None, prompt: str | None = None

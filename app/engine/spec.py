@@ -12,6 +12,19 @@ RUN_ID = re.compile(r"[a-z2-7]{26}")
 
 
 @dataclass(frozen=True)
+class Patch:
+    """Input B's activation put into a run's pass (app.engine.patching): at `site` of block `layer` (head
+    `head` for the head site), at the run's `positions` from B's `sources`, pairwise."""
+
+    source: str  # input B's text, read as the run's text is (its pooling's length, no pair)
+    site: str
+    layer: int
+    head: int | None
+    positions: tuple[int, ...]
+    sources: tuple[int, ...]
+
+
+@dataclass(frozen=True)
 class RunSpec:
     """The only description of a run. Two requests with the same spec are the same run, on any worker,
     replica or restart: the lab recomputes the numbers from it whenever it does not hold them."""
@@ -24,10 +37,11 @@ class RunSpec:
     pooling: str = "mean"  # resolved: never "the model's default"
     ablated: tuple[tuple[int, int], ...] = ()  # (layer, head) pairs switched off, sorted, no repeats
     prompt: str | None = None  # the model's prompt (by name) put before `text`: resolved, as the pooling is
+    patch: Patch | None = None  # an activation of another input put into this run's pass
 
     # Fields added after runs were named: left out of the canonical text while unset, so that a run made
     # before them keeps its id.
-    LATER = ("prompt",)
+    LATER = ("prompt", "patch")
 
     @cached_property
     def run_id(self) -> str:
@@ -42,7 +56,10 @@ class RunSpec:
     @classmethod
     def from_canonical(cls, canonical: str) -> "RunSpec":
         fields = json.loads(canonical)
-        return cls(**{**fields, "ablated": tuple(tuple(pair) for pair in fields["ablated"])})
+        patch = fields.get("patch")
+        if patch is not None:
+            patch = Patch(**{**patch, "positions": tuple(patch["positions"]), "sources": tuple(patch["sources"])})
+        return cls(**{**fields, "ablated": tuple(tuple(pair) for pair in fields["ablated"]), "patch": patch})
 
 
 @dataclass(frozen=True)

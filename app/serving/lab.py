@@ -3,12 +3,13 @@ time, takes turns at the model through the gate, and recomputes from the shared 
 not hold. The numbers come from the engine (app.engine.runs).
 
 Heavy work takes turns in slices (in_turns), each a bounded amount of work: Integrated Gradients a batch of
-steps (app.engine.attribution), a measure's block a few chunks of queries (norm and ALTI rollout one slice
-per block, app.engine.measures), a model's load its weights, then its digest 128 MB at a time
-(app.engine.model.load_steps). Between two slices the model goes to whoever's turn it is, so a learner's
-analyze waits for one slice at most, and work whose requests have all gone (their clients disconnected)
-stops at its next slice. A measure's blocks are computed once however many ask for them at a time, and
-kept in the run cache beside the runs (by run id, measure and block), within its bound in bytes."""
+steps (app.engine.attribution), activation patching one padded pass of several cells (app.engine.patches), a
+measure's block a few chunks of queries (norm and ALTI rollout one slice per block, app.engine.measures), a
+model's load its weights, then its digest 128 MB at a time (app.engine.model.load_steps). Between two slices
+the model goes to whoever's turn it is, so a learner's analyze waits for one slice at most, and work whose
+requests have all gone (their clients disconnected) stops at its next slice. A measure's blocks are computed
+once however many ask for them at a time, and kept in the run cache beside the runs (by run id, measure and
+block), within its bound in bytes."""
 
 import asyncio
 import logging
@@ -20,7 +21,7 @@ from typing import TypeVar
 
 from torch import Tensor
 
-from app.engine import measures
+from app.engine import measures, patches
 from app.engine.atlas import Atlas, atlas_slices, check_atlas, space_slices
 from app.engine.blocks import BlockCache
 from app.engine.model import LoadedModel
@@ -98,6 +99,7 @@ class Lab:
         max_loaded_models: int = 3,
         max_batch_runs: int = 64,
         max_attribution_step_tokens: int | None = None,
+        max_patch_tokens: int | None = None,
         model_loads_per_hour: int = 20,
     ):
         """`loaded`: the default model; `folders`: more models, loaded when first asked for."""
@@ -107,6 +109,7 @@ class Lab:
         self.models = Models(loaded, list(folders), max_chars, max_tokens, max_loaded_models, self.blocks)
         self.loads = Loads(model_loads_per_hour)
         self.max_attribution_step_tokens = max_attribution_step_tokens
+        self.max_patch_tokens = max_patch_tokens
         self.specs = specs
         self.gate = gate
         self.model_threads = ModelThreads(gate.max_passes)  # the cores go to the passes (app.engine.threads)
@@ -318,6 +321,13 @@ class Lab:
             else "gradient × input"
         )
         return await self.in_turns(what, slices, client)
+
+    async def patch(self, model: str | None, client: Client = ANYONE, **ask) -> dict:
+        """Input A with activations of input B put in (app.engine.patches.patch_job's `ask`): checked at once
+        (its texts, its cells, its cost), then one padded pass of several cells per turn of the gate."""
+        engine = await self.engine_for(model, client)
+        slices = patches.patch_job(engine, **ask, max_cell_tokens=self.max_patch_tokens)
+        return await self.in_turns(f"patching of {len(slices) - 1} passes", slices, client)
 
     async def start_atlas(self, spec: AtlasSpec) -> None:
         """The atlas's spec checked and put in the shared store: its id names it on every worker."""

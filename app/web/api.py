@@ -16,6 +16,7 @@ from torch import Tensor
 from app.engine import lessons, measures
 from app.engine.capture import NEXT_TOKENS
 from app.engine.runs import InvalidInput, OutOfRange, Run, pick
+from app.engine.spec import Patch
 from app.serving.lab import Lab
 from app.web.compression import MIN_BYTES, chosen_encoding, compressed
 from app.web.deps import ClientDep, LabDep
@@ -37,6 +38,8 @@ from app.web.schemas import (
     ModelsResponse,
     NearestResponse,
     NextTokensResponse,
+    PatchRequest,
+    PatchResponse,
     Pooled,
     PoolingRequest,
     PoolingResponse,
@@ -138,7 +141,18 @@ async def models(lab: LabDep):
 )
 async def analyze(body: AnalyzeRequest, lab: LabDep, client: ClientDep):
     engine = await lab.engine_for(body.model, client)
-    spec = engine.spec(body.text, body.text_pair, body.mask, body.pooling, body.ablate, body.prompt)
+    patch = (
+        None
+        if body.patch is None
+        else Patch(
+            **{
+                **body.patch.model_dump(),
+                "positions": tuple(body.patch.positions),
+                "sources": tuple(body.patch.sources),
+            }
+        )
+    )
+    spec = engine.spec(body.text, body.text_pair, body.mask, body.pooling, body.ablate, body.prompt, patch)
     run = await lab.submit(spec, client)
     # The first view's matrices in the same answer: no second round trip before the first heatmap. Encoded
     # in a thread, as the attention endpoint's: a mean of heads or blocks is computed there.
@@ -159,6 +173,7 @@ async def analyze(body: AnalyzeRequest, lab: LabDep, client: ClientDep):
             "prompt": spec.prompt,
             "pooled": None if run.pooling_pass_due else sentence_vector(run),
             "ablated": spec.ablated,
+            "patch": spec.patch,
             "attention": attention,
         }
     )
@@ -302,6 +317,19 @@ async def attribution(body: AttributionRequest, lab: LabDep, client: ClientDep):
             "attributions": found["attributions"].numpy(),
         }
     )
+
+
+@router.post("/patch", response_model=PatchResponse)
+async def patch(body: PatchRequest, lab: LabDep, client: ClientDep):
+    """Activation patching: input A run again with one activation (a site, at one position or all) taken from
+    input B, or a sweep of such patches over every block × position or block × head; the effect on A's
+    sentence vector (encoder) or next-token target (decoder)."""
+    found = await lab.patch(body.model, client, **body.model_dump(exclude={"model"}))
+    return {
+        **found,
+        "a_tokens": [token.__dict__ for token in found["a_tokens"]],
+        "b_tokens": [token.__dict__ for token in found["b_tokens"]],
+    }
 
 
 @router.get("/runs/{run_id}/layers/{layer}/heads/{head}", response_model=HeadResponse, responses=NOT_FOUND)

@@ -67,6 +67,19 @@ class AttentionRequest(AttentionView):
     model_config = ConfigDict(extra="forbid")
 
 
+class PatchedFrom(BaseModel):
+    """Input B's activation put into the run's pass: one cell of POST /api/patch."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    source: PromptText = Field(description="Input B, whose activation the run receives")
+    site: Literal["resid_pre", "attention_output", "head", "ffn_output"]
+    layer: int = Field(ge=0)
+    head: int | None = Field(None, ge=0, description="The head site's head")
+    positions: list[int] = Field(min_length=1, max_length=4096, description="The run's positions that receive")
+    sources: list[int] = Field(min_length=1, max_length=4096, description="B's positions they take from, pairwise")
+
+
 class AnalyzeRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -93,6 +106,9 @@ class AnalyzeRequest(BaseModel):
         description="One of the model's prompts by name (GET /api/model's `prompts`), its text put before `text` "
         'as sentence-transformers puts it; default: the model\'s default prompt, if it has one; "": no prompt',
         examples=["query"],
+    )
+    patch: PatchedFrom | None = Field(
+        None, description="A patched run: input B's activation put into the pass at one site (POST /api/patch's cell)"
     )
     attention: AttentionRequest | None = Field(
         None,
@@ -260,6 +276,7 @@ class AnalyzeResponse(BaseModel):
         "vector is asked for (a pass of its own over the cut input): GET /api/runs/{run_id}/pooled"
     )
     ablated: list[tuple[int, int]] = Field(description="(layer, head) pairs switched off in this run")
+    patch: PatchedFrom | None = Field(None, description="Input B's activation put into this run's pass, if any")
     attention: "EmbeddedAttention | None" = Field(
         description="The attention matrices the request asked for; null if it asked for none, or for more than 1 MiB "
         "(GET /api/runs/{run_id}/attention sends those)"
@@ -527,6 +544,68 @@ class AttributionResponse(BaseModel):
     output: float = Field(description="The target at the input: the cosine, or the next token's logit")
     baseline_output: float = Field(description="The target with every word-embedding row zero")
     delta: float | None = Field(description="Integrated Gradients: Σ attributions − (output − baseline_output)")
+
+
+class PatchRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    text: PromptText = Field(description="Input A: the run that receives the patch")
+    source: PromptText = Field(description="Input B: the run the patched activation comes from")
+    site: Literal["resid_pre", "attention_output", "head", "ffn_output"] = Field(
+        description="resid_pre: the residual stream a block reads; attention_output: concat(heads) · W_O; head: one "
+        "head's context, its slice of W_O's input; ffn_output: the FFN's output projection"
+    )
+    layer: int | None = Field(None, ge=0, description="The block; none in a sweep")
+    head: int | None = Field(None, ge=0, description="The head, for the head site outside a sweep over heads")
+    position: int | None = Field(
+        None, ge=0, description="A's position to patch; none: every position (with a partner in B)"
+    )
+    sweep: Literal["blocks_positions", "blocks_heads"] | None = Field(
+        None, description="Every block × position (one position per cell), or every block × head (the head site)"
+    )
+    align: Literal["start", "end"] | None = Field(
+        None,
+        description="How positions pair when A and B have different lengths: from the start, or from the end (the "
+        "last tokens together); required then, and a 422 shows both token lists without it",
+    )
+    target_tokens: list[int] | None = Field(
+        None,
+        description="A decoder's target after A's last token: two ids, the first's logit minus the second's; one id, "
+        "its probability. Default: B's most likely next token's logit minus that of A's most likely other token",
+    )
+    model: ModelName = None
+
+
+class PatchTarget(BaseModel):
+    kind: Literal["cosine", "logit_difference", "probability"]
+    token_ids: list[int] | None = None
+    tokens: list[str] | None = None
+
+
+class PatchEffect(BaseModel):
+    value: float = Field(
+        description="cosine: the sentence vector's cosine with B's; logit_difference or probability: the target "
+        "after A's last token"
+    )
+    to_a: float | None = Field(None, description="cosine: the sentence vector's cosine with A's own")
+
+
+class PatchCell(PatchEffect):
+    site: str
+    layer: int
+    head: int | None
+    positions: list[int] = Field(description="A's positions that received B's values")
+    sources: list[int] = Field(description="B's positions they came from, pairwise")
+
+
+class PatchResponse(BaseModel):
+    a_tokens: list[TokenPublic]
+    b_tokens: list[TokenPublic]
+    align: str | None
+    target: PatchTarget
+    a: PatchEffect = Field(description="A unpatched")
+    b: PatchEffect = Field(description="B unpatched")
+    cells: list[PatchCell] = Field(description="One per patch: block by block, then position or head")
 
 
 AtlasScores = Annotated[list[list[float]], Field(description="[layer][head]")]

@@ -57,8 +57,8 @@ export function useModel(name) {
 
 // attention: the attention endpoint's options for matrices to answer with (decodeAttention reads them).
 // prompt: one of the model's prompts by name, "" for none; null: the model's default prompt.
-export function analyze({ text, textPair = null, mask, pooling, ablate = [], attention = null, prompt = null }) {
-  return post("/api/analyze", { text, text_pair: textPair || null, mask, pooling, ablate, model: pageModel, attention, prompt });
+export function analyze({ text, textPair = null, mask, pooling, ablate = [], attention = null, prompt = null, patch = null }) {
+  return post("/api/analyze", { text, text_pair: textPair || null, mask, pooling, ablate, model: pageModel, attention, prompt, patch });
 }
 
 export async function compare(a, b, tokenA, tokenB) {
@@ -144,4 +144,11 @@ function fromBase64(data) {
   const bytes = new Uint8Array(text.length);
   for (let i = 0; i < text.length; i += 1) bytes[i] = text.charCodeAt(i);
   return bytes;
+}
+
+// Activation patching (POST /api/patch): `text` (A) run again with B's activation at a site; a sweep over
+// blocks_positions or blocks_heads. Answers {a_tokens, b_tokens, target, a, b, cells: [{layer, head,
+// positions, sources, value, to_a}]}.
+export function patch(ask) {
+  return post("/api/patch", { ...ask, model: pageModel });
 }

@@ -152,10 +152,25 @@ function cutNotice(run, texts, model) {
   return `Cut to the first ${run.tokens.length} tokens (${whose}).${places.length ? ` ${places.join("; ")}.` : ""}`;
 }
 
+const SITE_WORDS = {
+  resid_pre: "the residual stream block {layer} reads",
+  attention_output: "block {layer}'s attention output",
+  head: "block {layer}, head {head}'s output",
+  ffn_output: "block {layer}'s FFN output",
+};
+
+// What a patched run is, in words: every view below shows this run, not A's own.
+export function patchNotice(run) {
+  const { patch } = run;
+  const site = SITE_WORDS[patch.site].replace("{layer}", patch.layer).replace("{head}", patch.head);
+  const where = patch.positions.length === run.tokens.length ? "every position" : patch.positions.map((p) => `“${run.tokens[p].text}” (${p})`).join(", ");
+  return `Patched run: ${site} at ${where} is taken from “${patch.source}”. Run the text again to see it unpatched.`;
+}
+
 let runCounter = 0;
 
 export async function runPrompt(lab) {
-  const { text, pair, mask, pooling, promptName } = lab.getState();
+  const { text, pair, mask, pooling, promptName, patch } = lab.getState();
   if (!text.trim()) {
     showError("Type some text first.");
     return;
@@ -166,7 +181,7 @@ export async function runPrompt(lab) {
   status("Running the model…");
   try {
     const first = firstView(lab.getState(), lab.model.layers);
-    const { attention, ...run } = await api.analyze({ text, textPair: pair, mask, pooling, prompt: promptName, attention: first?.options });
+    const { attention, ...run } = await api.analyze({ text, textPair: pair, mask, pooling, prompt: promptName, attention: first?.options, patch });
     first?.keep(run.run_id, attention);
     if (mine !== runCounter) return;
     document.body.dataset.run = run.run_id;
@@ -174,7 +189,7 @@ export async function runPrompt(lab) {
     const { token } = lab.getState();
     lab.setState({ run, token: token !== null && token < run.tokens.length ? token : firstContent });
     status("");
-    notice(run.truncated ? cutNotice(run, { text, pair }, lab.model) : "");
+    notice(run.truncated ? cutNotice(run, { text, pair }, lab.model) : run.patch ? patchNotice(run) : "");
   } catch (error) {
     if (mine !== runCounter) return;
     showError(error.message);
@@ -188,7 +203,7 @@ function bindPrompt(lab) {
   $("prompt-form").addEventListener("submit", (event) => {
     event.preventDefault();
     const promptName = $("prompt-name")?.value ?? lab.getState().promptName;
-    lab.setState({ text: $("prompt").value, pair: $("prompt-pair").value.trim() ? $("prompt-pair").value : "", mask: $("mask").value, pooling: $("pooling").value, promptName });
+    lab.setState({ text: $("prompt").value, pair: $("prompt-pair").value.trim() ? $("prompt-pair").value : "", mask: $("mask").value, pooling: $("pooling").value, promptName, patch: null });
     runPrompt(lab);
   });
   for (const id of ["prompt", "prompt-pair"]) {

@@ -8,7 +8,7 @@
 
 import { VIEW_MEASURES } from "./measures.js";
 
-const URL_KEYS = ["text", "promptName", "mask", "pooling", "layer", "head", "token", "present", "predict", "tour", "lesson", "sinks", "pair", "segments", "also", "heads", "blockMean", "panel", "scale", "classCode", "measure"];
+const URL_KEYS = ["text", "promptName", "mask", "pooling", "layer", "head", "token", "present", "predict", "tour", "lesson", "sinks", "pair", "segments", "also", "heads", "blockMean", "panel", "scale", "classCode", "measure", "patch"];
 const LONGEST_QUERY = 2000; // characters; a longer view is written compressed into the fragment
 const COMPRESSED = "#z=";
 // A link is read within bounds, so that any link opens or is refused at once: a compressed view is inflated
@@ -118,9 +118,31 @@ function readView(params, limits) {
   if (["hide", "renormalise"].includes(params.get("sinks"))) view.sinks = params.get("sinks");
   if (VIEW_MEASURES.includes(params.get("measure"))) view.measure = params.get("measure");
   if (/^[23456789A-Z]{6}$/.test(params.get("class") ?? "")) view.classCode = params.get("class");
+  const patch = patchOf(params.get("patch"), limits);
+  if (patch) view.patch = patch;
   const tour = wholeNumber(params.get("tour"));
   if (tour !== null && tour >= 1 && tour <= limits.tourSteps) view.tour = tour;
   return view;
+}
+
+const SITES = ["resid_pre", "attention_output", "head", "ffn_output"];
+
+// A patched run's patch (POST /api/analyze's `patch`) as a link writes it, JSON, checked as the server would
+// take it; anything else is left out of the view.
+function patchOf(value, limits) {
+  if (!value) return null;
+  let patch;
+  try {
+    patch = JSON.parse(value);
+  } catch {
+    return null;
+  }
+  const positions = (list) => Array.isArray(list) && list.length > 0 && list.length <= mostTokens && list.every((n) => Number.isInteger(n) && n >= 0);
+  const fits =
+    patch && typeof patch.source === "string" && SITES.includes(patch.site) && Number.isInteger(patch.layer) && patch.layer >= 0 && patch.layer < limits.layers &&
+    (patch.site === "head" ? Number.isInteger(patch.head) && patch.head >= 0 && patch.head < limits.heads : patch.head === null) &&
+    positions(patch.positions) && positions(patch.sources) && patch.positions.length === patch.sources.length;
+  return fits ? { source: patch.source, site: patch.site, layer: patch.layer, head: patch.head, positions: patch.positions, sources: patch.sources } : null;
 }
 
 function wholeNumber(value) {
@@ -185,6 +207,7 @@ function viewParams(state) {
   if (state.sinks !== "show") params.set("sinks", state.sinks);
   if (state.measure !== "weights") params.set("measure", state.measure);
   if (state.classCode) params.set("class", state.classCode);
+  if (state.patch) params.set("patch", JSON.stringify(state.patch));
   return params;
 }
 

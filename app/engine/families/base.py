@@ -35,6 +35,7 @@ class Hook:
     module: str  # inside the base model; "{block}" stands for each block's path
     read: Reader
     before: bool = False  # read the module's inputs before it runs (a forward pre-hook)
+    site: str | None = None  # the patching site whose value is this module's output (app.engine.patching)
 
 
 @dataclass(frozen=True)
@@ -151,7 +152,7 @@ def ffn_output(module: str) -> tuple[Hook, Hook]:
     """The FFN's last projection: its input is the inner activations, its output the FFN's output."""
     return (
         Hook(module, inputs(block(LAYER, "ffn_intermediate")), before=True),
-        Hook(module, output(block(LAYER, "ffn_output"))),
+        Hook(module, output(block(LAYER, "ffn_output")), site="ffn_output"),
     )
 
 

@@ -3,6 +3,7 @@
 
 import { blankNote } from "../blind.js";
 import { missing, unavailableNote } from "../capabilities.js";
+import { runPrompt } from "../controls.js";
 import { el } from "../format.js";
 import { renderAblation } from "./ablation.js";
 import { renderCompare } from "./compare.js";
@@ -11,6 +12,7 @@ import { renderExplain } from "./explain.js";
 import { renderHeads } from "./heads.js";
 import { renderMasks } from "./masks.js";
 import { renderNearest } from "./nearest.js";
+import { renderPatch } from "./patch.js";
 import { renderPooling } from "./pooling.js";
 
 // needs: what a lesson reads beyond the attention weights (capabilities.js): a token's rows at each stage
@@ -19,6 +21,7 @@ export const LESSONS = {
   compare: { title: "Same id, different meaning", render: renderCompare, follows: ["run"], needs: "pipeline" },
   masks: { title: "Bidirectional vs causal", render: renderMasks, follows: ["run", "token"], needs: "pipeline" },
   ablation: { title: "Switch heads off", render: renderAblation, follows: ["run", "token"], needs: "ablation" },
+  patch: { title: "Patch", render: renderPatch, follows: ["run", "token"], needs: "ablation" },
   heads: { title: "What each head does", render: renderHeads, follows: ["run", "token"] },
   nearest: { title: "Nearest vocabulary rows", render: renderNearest, follows: ["run", "token"], needs: "pipeline" },
   pooling: { title: "Pooling and prefixes", render: renderPooling, follows: ["run"] },
@@ -102,6 +105,15 @@ export const lessonsView = {
       current: lab.getState,
       model: lab.model,
       onOpen: (layer, head) => lab.setState({ layer, head }),
+      useText: (text) => {
+        lab.setState({ text, patch: null, pair: "" });
+        runPrompt(lab);
+      },
+      openPatched: (text, patch) => {
+        // What /api/patch reads: the text alone, with the model's own mask, pooling and no prompt.
+        lab.setState({ text, patch, pair: "", mask: lab.model.default_mask, pooling: lab.model.default_pooling, promptName: "" });
+        runPrompt(lab);
+      },
     });
   },
 };
