@@ -91,8 +91,8 @@ def keep_freed_memory() -> None:
     (130 MB each): 2.0-2.5 page faults per page a run kept by default, 1.0-1.15 with this, and a pass
     180-280 ms instead of 250-770 ms (on a virtual machine that backs memory lazily, where a fault is dear).
     Since a run keeps 61 MB (its weights computed when asked), the pass's own passing tensors dominate and
-    the two no longer differ by that measure; what the reserve gives the pass threads is tested. The process stays bounded all the
-    same: past the bound, trim_if_over gives the free pages back.
+    the two no longer differ by that measure; what the reserve gives the pass threads is tested. The
+    process stays bounded all the same: past the bound, trim_if_over gives the free pages back.
 
     One arena for every thread: by default glibc gives threads arenas of their own, and memory freed in
     one (a view's, an evicted run's) is not reused by a pass that runs on another thread. Called before
