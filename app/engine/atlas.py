@@ -30,7 +30,16 @@ MAX_SENTENCES = 1000
 MAX_TOKENS = 64  # a sentence is read up to this many tokens, the tokenizer's own included
 MAX_REPEATS = 256
 MAX_REPEAT_LENGTH = 30  # two copies and the added tokens stay within MAX_TOKENS
-SCORES = ("previous", "induction", "sink", "entropy", "positional", "self", "ablation")
+# Every score a head gets, by its name in the atlas and its name on the page (sent in the page's config).
+SCORES = {
+    "previous": "previous-token score",
+    "induction": "induction score",
+    "sink": "first-token sink",
+    "entropy": "mean entropy (nats)",
+    "positional": "positional score",
+    "self": "self score",
+    "ablation": "ablation effect (1 − cos)",
+}
 LABEL_THRESHOLD = 0.5
 LABELS = {
     "previous": "previous-token head",

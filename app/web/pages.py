@@ -147,7 +147,7 @@ async def atlas_page(request: Request, lab: LabDep):
         "atlas.html",
         {
             "model": info,
-            "config": {"model": info, "plotly": PLOTLY_URL},
+            "config": {"model": info, "plotly": PLOTLY_URL, "scores": atlas.SCORES, "labelled": list(atlas.LABELS)},
             "assets": ASSETS_URL,
             "stylesheet": STYLESHEET,
             "max_sentences": atlas.MAX_SENTENCES,

@@ -6,15 +6,8 @@
 import { ATLAS_KEY } from "./atlas-key.js";
 import { loadPlotly } from "./plotly.js";
 
-const SCORES = {
-  previous: "previous-token score",
-  induction: "induction score",
-  sink: "first-token sink",
-  entropy: "mean entropy (nats)",
-  positional: "positional score",
-  self: "self score",
-  ablation: "ablation effect (1 − cos)",
-};
+// The scores' page names and those a corpus label can name, as the engine declares them (app/engine/atlas.py).
+const { scores: SCORES, labelled: LABELLED } = JSON.parse(document.getElementById("lab-config").textContent);
 
 const $ = (id) => document.getElementById(id);
 const status = (text) => ($("atlas-status").textContent = text);
@@ -188,7 +181,7 @@ function link(example, layer, head) {
 
 function showHead(layer, head) {
   const label = atlas.labels[layer][head];
-  const strongest = ["previous", "induction", "sink", "self"].reduce((a, b) => (value(a, [layer, head]) >= value(b, [layer, head]) ? a : b));
+  const strongest = LABELLED.reduce((a, b) => (value(a, [layer, head]) >= value(b, [layer, head]) ? a : b));
   const title = document.createElement("h2");
   title.textContent = `Block ${layer}, head ${head}`;
   const verdict = document.createElement("p");
