@@ -164,18 +164,18 @@ def llama(folder: Path, family=(LlamaConfig, LlamaForCausalLM)) -> None:
     ).save_pretrained(folder)
 
 
-def long_llama(folder: Path, positions: int = 8192) -> None:
-    """A Llama-style decoder for long inputs: 4 blocks, 8 query heads over 4 K/V heads, hidden 256 and
-    `positions` positions, with the tests' byte-level tokenizer (about one token per character of text)."""
+def long_llama(folder: Path, positions: int = 8192, blocks: int = 4, heads: int = 8, hidden: int = 256) -> None:
+    """A Llama-style decoder for long inputs: by default 4 blocks, 8 query heads over 4 K/V heads, hidden 256
+    and `positions` positions, with the tests' byte-level tokenizer (a word of its corpus is a token)."""
     tokenizer = byte_level_bpe(["<s>", "</s>", "<unk>"])
     tokenizer.post_processor = processors.TemplateProcessing(single="<s> $A", special_tokens=[("<s>", 0)])
     config = LlamaConfig(
         vocab_size=tokenizer.get_vocab_size(),
-        hidden_size=256,
-        num_hidden_layers=4,
-        num_attention_heads=8,
-        num_key_value_heads=4,
-        intermediate_size=512,
+        hidden_size=hidden,
+        num_hidden_layers=blocks,
+        num_attention_heads=heads,
+        num_key_value_heads=heads // 2,
+        intermediate_size=2 * hidden,
         max_position_embeddings=positions,
         bos_token_id=0,
         eos_token_id=1,
