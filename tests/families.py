@@ -164,9 +164,13 @@ def llama(folder: Path, family=(LlamaConfig, LlamaForCausalLM)) -> None:
     ).save_pretrained(folder)
 
 
-def long_llama(folder: Path, positions: int = 8192, blocks: int = 4, heads: int = 8, hidden: int = 256) -> None:
+def long_llama(
+    folder: Path, positions: int = 8192, blocks: int = 4, heads: int = 8, hidden: int = 256, sharpness: float = 1.0
+) -> None:
     """A Llama-style decoder for long inputs: by default 4 blocks, 8 query heads over 4 K/V heads, hidden 256
-    and `positions` positions, with the tests' byte-level tokenizer (a word of its corpus is a token)."""
+    and `positions` positions, with the tests' byte-level tokenizer (about 2.5 characters a token).
+    `sharpness` scales W_Q and W_K: random weights attend almost evenly to thousands of keys, a picture of
+    nothing; scaled, each query picks a few keys, as a trained model's heads do."""
     tokenizer = byte_level_bpe(["<s>", "</s>", "<unk>"])
     tokenizer.post_processor = processors.TemplateProcessing(single="<s> $A", special_tokens=[("<s>", 0)])
     config = LlamaConfig(
@@ -181,7 +185,12 @@ def long_llama(folder: Path, positions: int = 8192, blocks: int = 4, heads: int 
         eos_token_id=1,
     )
     torch.manual_seed(0)
-    LlamaForCausalLM(config).save_pretrained(folder)
+    model = LlamaForCausalLM(config)
+    with torch.no_grad():
+        for layer in model.model.layers:
+            layer.self_attn.q_proj.weight *= sharpness
+            layer.self_attn.k_proj.weight *= sharpness
+    model.save_pretrained(folder)
     PreTrainedTokenizerFast(
         tokenizer_object=tokenizer, bos_token="<s>", eos_token="</s>", unk_token="<unk>", model_max_length=positions
     ).save_pretrained(folder)

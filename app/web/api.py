@@ -109,6 +109,7 @@ async def health(lab: LabDep):
         "models": lab.models.names,
         "server": f"{socket.gethostname()}:{os.getpid()}",
         "runs": len(lab.runs),
+        "run_bytes": lab.runs.nbytes + lab.blocks.nbytes,
         "store": store,
     }
 

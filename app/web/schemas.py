@@ -501,6 +501,10 @@ class Health(BaseModel):
     models: list[str] = Field(description="Every model this lab serves, the default first")
     server: str = Field(description="host:pid of the process that answered: which replica and worker")
     runs: int = Field(description="Runs this server process holds in memory")
+    run_bytes: int = Field(
+        description="The bytes those runs and what is computed from them keep, as the run cache counts them "
+        "(each tensor once), blocks of weights computed when asked included"
+    )
     store: StoreHealth
 
 
