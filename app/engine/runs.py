@@ -245,14 +245,40 @@ class Run:
         computed in whole chunks of ROW_CHUNK rows, as the block's own matrix product makes them: fewer rows
         at once take another kernel, whose sums differ in the last bit."""
         self._check(layer, max(heads))
+        n = len(self.tokens)
         first = queries.start // ROW_CHUNK * ROW_CHUNK
-        parts = []
+        last = min(n, -(-queries.stop // ROW_CHUNK) * ROW_CHUNK)
+        rows = torch.empty(len(heads), last - first, n)
+        hidden = 0.0 if softmax else torch.finfo(torch.float32).min  # a hidden key's weight, and its score
         with torch.inference_mode():
-            for start in range(first, queries.stop, ROW_CHUNK):
-                scores = self.scores(layer, heads, range(start, min(start + ROW_CHUNK, len(self.tokens))))
-                parts.append(scores.softmax(-1, dtype=torch.float32) if softmax else scores)
-            rows = torch.cat(parts, 1) if len(parts) > 1 else parts[0]
+            for start in range(first, last, ROW_CHUNK):
+                stop = min(start + ROW_CHUNK, n)
+                scores = self._chunk_scores(layer, heads, start, stop)
+                seen = scores.shape[-1]
+                out = rows[:, start - first : stop - first]
+                out[..., :seen] = scores.softmax(-1, dtype=torch.float32) if softmax else scores
+                out[..., seen:] = hidden
         return rows[:, queries.start - first : queries.stop - first]
+
+    def _chunk_scores(self, layer: int, heads: list[int], start: int, stop: int) -> Tensor:
+        """The scores of queries [start, stop) over the keys they may see at most, [head, query, key]. Under
+        the causal mask (no window, no position bias) only the keys before `stop`: the later ones are hidden,
+        their scores the float32 minimum and their weights exactly 0; and the mask is added only where it
+        hides something, since adding 0 changes no score: at 8,192 tokens building and adding the whole mask
+        took most of a row's time."""
+        scoring = self.scoring[layer]
+        if scoring.window is not None or names.attn(layer, "position_bias") in self.activations:
+            return self.scores(layer, heads, range(start, stop))
+        causal = self.spec.mask == "causal"
+        seen = stop if causal else len(self.tokens)
+        if heads == list(range(heads[0], heads[-1] + 1)):
+            heads = slice(heads[0], heads[-1] + 1)  # a view of consecutive heads, not a copy of their k
+        q = self.activations[names.attn(layer, "q")][:, start:stop][heads]
+        k = self.activations[names.attn(layer, "k")][:, :seen][heads]
+        scores = q @ k.transpose(-1, -2) * scoring.scale
+        if causal:
+            scores[..., start:stop] += additive_mask("causal", stop - start)  # the diagonal block's upper triangle
+        return scores
 
     def kept_weights(self, layer: int) -> Tensor | None:
         """Block `layer`'s weights if they need no computing now (Run.weights), else None."""
