@@ -8,7 +8,7 @@ For head h of block l and a query token i (or every query at once), each key j g
 - alti: ALTI's c_ij of block l (Ferrando et al. 2022), which measures a block as a whole: the same for every
   head of the block;
 - gradient: |∇F · α_ij v_j|, the output's gradient at the head's context (its slice of W_O's input) times
-  key j's part of that context (gradient × input, Shrikumar et al. 2017; Ancona et al. 2018): the first-order
+  key j's part of that context (gradient × input, Shrikumar et al. 2017, at the head's context): the first-order
   estimate of the intervention;
 - intervention: |F(A) − F(A with α_ij v_j taken out of head h's context at query i)|, the output run again
   without that one contribution (activation patching's "remove" variant, as app.engine.patching puts values
