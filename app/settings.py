@@ -66,6 +66,7 @@ class Settings(BaseSettings):
     # Activation patching runs A once per cell, beside A and B, in padded passes of the lab's batch size:
     # about (cells + 2) × the longer input's tokens. Past this product a request answers 422 (MiniLM's
     # 6 blocks × 12 heads at 64 tokens is 4,736; every block × position of a 128-token input is 98,560).
+    # The faithfulness scoreboard runs A once per head and key: (heads × keys + 1) × tokens, the same bound.
     max_patch_tokens: Annotated[int, between(64, 10_000_000)] = 131_072
     # Models one address may have loaded (a model let go, asked for again) in an hour; 429 past it.
     model_loads_per_hour: Annotated[int, between(1, 10_000)] = 20

@@ -300,3 +300,46 @@ def test_nothing_of_the_answer_shows_before_the_reveal(bert):
         assert all(set(choice) == {"index", "label", "token", "head"} for choice in state["choices"])
     revealed = bert.reveal()
     assert bert.client.get(f"/api/classes/{bert.code}").json()["question"]["answer"] == revealed["answer"]
+
+
+@pytest.mark.parametrize("by", ["position", "head"])
+def test_a_patch_question_is_answered_by_the_patch_that_moves_a_furthest_towards_b(bert, by):
+    """Each choice's value is its share of the way from A's output to B's, patched by hand with plain hooks on
+    the transformers model (tests/test_patching.py's Reference)."""
+    from tests.test_patching import Reference
+
+    text, source = "the bank of the river", "the bank raised rates"
+    run = bert.analyze(text=text)
+    reference = Reference(bert.loaded.model, "bert", bert.loaded.model.config.num_attention_heads)
+    a_ids = [token["id"] for token in run["tokens"]]
+    b_ids = bert.loaded.tokenizer(source)["input_ids"]
+    a, b = reference.output(a_ids), reference.output(b_ids)
+    if by == "head":
+        cells = [{"site": "head", "layer": 1, "head": h, "positions": [2], "sources": [2]} for h in range(4)]
+    else:
+        cells = [{"site": "resid_pre", "layer": 1, "head": None, "positions": [p], "sources": [p]} for p in range(6)]
+    shares = [float((reference.patched(a_ids, b_ids, cell) @ b - a @ b) / (b @ b - a @ b)) for cell in cells]
+    asked = bert.ask(
+        kind="patch", run_id=run["run_id"], source=source, layer=1, by=by, token=2 if by == "head" else None
+    )
+    assert asked.status_code == 201, asked.text
+    state = asked.json()
+    assert state["kind"] == "patch" and "the bank raised rates" in state["text"]
+    if by == "head":
+        assert [choice["head"] for choice in state["choices"]] == [0, 1, 2, 3]
+    else:
+        assert [choice["label"] for choice in state["choices"]] == ["[CLS]", "the #1", "bank", "of", "the #4", "river"]
+    answer = bert.reveal()["answer"]
+    assert answer["choice"] == int(np.argmax(shares))
+    assert answer["value"] == pytest.approx(max(shares), abs=1e-4)
+
+
+def test_a_patch_question_needs_a_plain_run_and_a_b_that_differs(bert):
+    plain = bert.analyze(text="the bank of the river")["run_id"]
+    paired = bert.analyze(text="the bank of the river", text_pair="x")["run_id"]
+    ask = {"kind": "patch", "source": "the bank raised rates", "layer": 0, "by": "position"}
+    refused = bert.ask(**ask, run_id=paired)
+    assert refused.status_code == 422 and "alone" in refused.json()["detail"]
+    same = bert.ask(**{**ask, "source": "the bank of the river"}, run_id=plain)
+    assert same.status_code == 422 and "same output" in same.json()["detail"]
+    assert bert.ask(**{**ask, "layer": 9}, run_id=plain).status_code == 404

@@ -26,6 +26,7 @@ from app.classroom.schemas import (
     Join,
     Joined,
     LearnerState,
+    PatchAsk,
     QuestionAsk,
     QuestionState,
     Score,
@@ -33,6 +34,7 @@ from app.classroom.schemas import (
     VoteTaken,
 )
 from app.engine import questions
+from app.engine.runs import InvalidInput
 from app.web.deps import ClientDep, LabDep
 
 router = APIRouter(prefix="/api/classes", tags=["class mode"])
@@ -143,11 +145,27 @@ async def ask(
         question = await run_in_threadpool(questions.attends, run, blocks, view, body.token)
     elif isinstance(body, HeadAsk):
         question = await run_in_threadpool(questions.head, run, body.layer, body.pattern)
+    elif isinstance(body, PatchAsk):
+        question = await patch_question(lab, run, engine, body, client)
     else:
         question = await run_in_threadpool(questions.next_token, run, engine.pieces, body.token)
     view = body.model_dump(exclude={"kind", "step", "text"})
     step = body.step.model_dump() if body.step else None
     return await classes.ask(code, question, view, step, body.text)
+
+
+async def patch_question(lab, run, engine, body: PatchAsk, client) -> questions.Question:
+    """A patch question's sweep, as POST /api/patch computes it, over the run's text as that endpoint reads it:
+    alone, with the model's own mask and pooling and no prompt."""
+    spec = run.spec
+    if spec != engine.spec(spec.text, prompt=""):
+        raise InvalidInput("a patch question reads the text alone, with the model's own mask and pooling: run it so")
+    if body.by == "head":
+        sweep = {"site": "head", "sweep": "blocks_heads", "position": body.token}
+    else:
+        sweep = {"site": "resid_pre", "sweep": "blocks_positions"}
+    answer = await lab.patch(spec.model, client, text=spec.text, source=body.source, align=body.align, **sweep)
+    return await run_in_threadpool(questions.patched, answer, body.layer, body.by, body.source)
 
 
 @router.post("/{code}/question/show", response_model=QuestionState)

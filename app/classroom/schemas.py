@@ -73,7 +73,20 @@ class NextTokenAsk(Ask):
     token: int = Field(ge=0)
 
 
-QuestionAsk = Annotated[AttendsAsk | HeadAsk | NextTokenAsk, Field(discriminator="kind")]
+class PatchAsk(Ask):
+    """Which head of block `layer` (by="head"), or which of the run's positions (by="position"), moves the run's
+    output furthest towards B's when its activation there is taken from B (POST /api/patch)? The run is input
+    A: a text read alone with the model's own mask, no heads switched off, not patched itself."""
+
+    kind: Literal["patch"]
+    source: str = Field(min_length=1, max_length=2_000, description="Input B, the source of the patches")
+    layer: int = Field(ge=0)
+    by: Literal["head", "position"]
+    token: int | None = Field(None, ge=0, description="by=head: the position patched; none: every position")
+    align: Literal["start", "end"] = Field("start", description="How positions pair when A and B differ in length")
+
+
+QuestionAsk = Annotated[AttendsAsk | HeadAsk | NextTokenAsk | PatchAsk, Field(discriminator="kind")]
 
 
 class MeasureInfo(BaseModel):
@@ -100,7 +113,7 @@ class QuestionState(BaseModel):
     """What every screen shows of a question: never the answer, nor a tally of a round still open."""
 
     id: str
-    kind: Literal["attends", "head", "next_token"]
+    kind: Literal["attends", "head", "next_token", "patch"]
     text: str
     step: Step | None
     view: dict[str, Any] = Field(description="What was asked about: the ask's fields but kind, step and text")

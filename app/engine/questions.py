@@ -221,3 +221,27 @@ def next_token(run: Run, pieces, token: int) -> Question:
     random.Random(f"{run.run_id}:{token}").shuffle(choices)
     query = token_labels(run.tokens)[token]
     return Question("next_token", f"Which token does the model write next, after “{query}”?", tuple(choices))
+
+
+def patched(answer: dict, layer: int, by: Literal["head", "position"], source: str) -> Question:
+    """Which head of block `layer` (its output taken from B), or which of A's positions (its residual before
+    block `layer` taken from B), moves A's output furthest towards B's? Choices: that block's cells of a
+    patching sweep (app.engine.patches.patch_job's answer); values: each cell's share of the way from A's
+    value to B's, (cell − A) / (B − A). `source`: B's text, for the wording."""
+    span = answer["b"]["value"] - answer["a"]["value"]
+    if span == 0:
+        raise InvalidInput("A and B give the same output: no patch can move A towards B")
+    cells = [cell for cell in answer["cells"] if cell["layer"] == layer]
+    if not cells:
+        raise OutOfRange(f"layer {layer} does not exist: layers are 0 to {answer['cells'][-1]['layer']}")
+    share = lambda cell: (cell["value"] - answer["a"]["value"]) / span  # noqa: E731
+    labels = token_labels(answer["a_tokens"])
+    if by == "head":
+        choices = tuple(Choice(f"head {cell['head']}", share(cell), head=cell["head"]) for cell in cells)
+        positions = cells[0]["positions"]
+        where = f" at “{labels[positions[0]]}”" if len(positions) == 1 else ""
+        what = f"Which head of block {layer}, its output{where} taken from B"
+    else:
+        choices = tuple(Choice(labels[cell["positions"][0]], share(cell), token=cell["positions"][0]) for cell in cells)
+        what = f"Which token, its residual before block {layer} taken from B"
+    return Question("patch", f"{what} (“{source}”), moves the output furthest towards B's?", choices)

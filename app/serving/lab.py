@@ -21,7 +21,7 @@ from typing import TypeVar
 
 from torch import Tensor
 
-from app.engine import cells, measures, patches
+from app.engine import cells, faithfulness, measures, patches
 from app.engine.atlas import Atlas, atlas_slices, check_atlas, space_slices
 from app.engine.blocks import BlockCache
 from app.engine.model import LoadedModel
@@ -346,6 +346,20 @@ class Lab:
         engine = await self.engine_for(model, client)
         slices = patches.patch_job(engine, **ask, max_cell_tokens=self.max_patch_tokens)
         return await self.in_turns(f"patching of {len(slices) - 1} passes", slices, client)
+
+    async def scoreboard(
+        self, model: str | None, client: Client = ANYONE, *, text: str, query: int | None, other: str | None
+    ) -> dict:
+        """The faithfulness scoreboard of a text (app.engine.faithfulness): checked at once (its query, its
+        target, its cost), then its run, the run's weights, norm and ALTI as any view gets them, and the
+        gradient and removal passes, one padded pass per turn of the gate."""
+        engine = await self.engine_for(model, client)
+        spec = engine.spec(text)
+        faithfulness.check(engine, spec, query, other, self.max_patch_tokens)
+        run = await self.submit(spec, client)
+        accounts = {measure: await self.measured(run, measure, None, client) for measure in ("weights", "norm", "alti")}
+        slices = faithfulness.scoreboard_slices(engine, run, accounts, query, other)
+        return await self.in_turns(f"the scoreboard of run {run.run_id} in {len(slices) - 2} passes", slices, client)
 
     async def start_atlas(self, spec: AtlasSpec) -> None:
         """The atlas's spec checked and put in the shared store: its id names it on every worker."""

@@ -45,6 +45,8 @@ from app.web.schemas import (
     PoolingResponse,
     QueryResponse,
     RolloutResponse,
+    ScoreboardRequest,
+    ScoreboardResponse,
     TokenTraceResponse,
     ValidationErrorResponse,
 )
@@ -331,6 +333,15 @@ async def patch(body: PatchRequest, lab: LabDep, client: ClientDep):
         "a_tokens": [token.__dict__ for token in found["a_tokens"]],
         "b_tokens": [token.__dict__ for token in found["b_tokens"]],
     }
+
+
+@router.post("/scoreboard", response_model=ScoreboardResponse)
+async def scoreboard(body: ScoreboardRequest, lab: LabDep, client: ClientDep):
+    """The faithfulness scoreboard: per block and head, the rank correlations of four accounts of which keys
+    a query draws on (weights, norm-weighted, ALTI, gradient × contribution) with each other and with an
+    intervention that takes one key's contribution out of the head and runs the model again."""
+    found = await lab.scoreboard(body.model, client, **body.model_dump(exclude={"model"}))
+    return {**found, "tokens": [token.__dict__ for token in found["tokens"]]}
 
 
 @router.get("/runs/{run_id}/layers/{layer}/heads/{head}", response_model=HeadResponse, responses=NOT_FOUND)

@@ -623,6 +623,56 @@ class PatchResponse(BaseModel):
     cells: list[PatchCell] = Field(description="One per patch: block by block, then position or head")
 
 
+class ScoreboardRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    text: PromptText = Field(description="The text whose heads are scored")
+    query: int | None = Field(
+        None, ge=0, description="The query token whose keys are ranked; none: every query, averaged"
+    )
+    other: PromptText | None = Field(
+        None,
+        description="An encoder's output F is its sentence vector's cosine with this sentence's (required for an "
+        "encoder, none for a decoder, whose F is the logit of its most likely next token)",
+    )
+    model: ModelName = None
+
+
+class ScoreboardTarget(BaseModel):
+    kind: Literal["similarity", "next_token"]
+    other: str | None = None
+    token_id: int | None = None
+    token: str | None = None
+    value: float = Field(description="F at the text, unchanged")
+
+
+class ScoreboardHead(BaseModel):
+    layer: int
+    head: int
+    values: dict[str, list[float]] = Field(
+        description="Per account (weights, norm, alti, gradient) and the intervention: one value per key of `keys`"
+    )
+    correlations: dict[str, float | None] = Field(
+        description="Spearman's ρ over the keys between two accounts, keyed 'a:b' (null where one is constant)"
+    )
+    agreement: dict[str, float | None] = Field(
+        description="Per account: Spearman's ρ with the intervention over the keys (null where one is constant)"
+    )
+
+
+class ScoreboardResponse(BaseModel):
+    run_id: str = Field(description="The text's run: its weights, norm and ALTI are this run's")
+    tokens: list[TokenPublic]
+    query: int | None
+    keys: list[int] = Field(description="The keys ranked: those the query can see, or every key")
+    target: ScoreboardTarget
+    accounts: list[str]
+    pairs: list[str] = Field(description="The keys of each head's correlations, in order")
+    gradient: str = Field(description="The gradient account in one line")
+    intervention: str = Field(description="The intervention in one line")
+    heads: list[ScoreboardHead] = Field(description="Block by block, head by head")
+
+
 AtlasScores = Annotated[list[list[float]], Field(description="[layer][head]")]
 
 

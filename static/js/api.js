@@ -155,3 +155,7 @@ function fromBase64(data) {
 export function patch(ask) {
   return post("/api/patch", { ...ask, model: pageModel });
 }
+
+export function scoreboard(ask) {
+  return post("/api/scoreboard", { ...ask, model: pageModel });
+}

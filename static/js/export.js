@@ -80,3 +80,9 @@ export function saveCSV(view, name) {
   ];
   download(`${lines.join("\n")}\n`, `${name}.csv`, "text/csv");
 }
+
+// A table of numbers as CSV: comment lines first (each one cell), then the rows, every cell as saveCSV's.
+export function saveRows(about, rows, name) {
+  const lines = [...about.map(csvCell), ...rows.map((row) => row.map(csvCell).join(","))];
+  download(`${lines.join("\n")}\n`, `${name}.csv`, "text/csv");
+}

@@ -429,6 +429,59 @@ def test_a_next_token_question_on_a_model_with_an_lm_head(browser, tmp_path_fact
         lab.stop()
 
 
+def test_a_patch_question_asks_which_head_matters_most_when_patched(browser, server):
+    """The teacher asks which head of block 3, its output at "bank" taken from B, moves A furthest towards B;
+    the learner votes blind, and the reveal is /api/patch's cell of that block with the largest share."""
+    query = "text=the+bank+of+the+river&layer=3&head=0&token=2"
+    with a_class(browser, server, server, query, sizes=[(390, 844)]) as (teacher, learners, started):
+        teacher.select_option("#class-kind", "patch-head")
+        assert teacher.locator("#class-source").input_value() == "the bank raised rates"
+        teacher.click("#class-ask")
+        offered = choice_labels(learners[0])
+        assert offered == [f"head {head}" for head in range(12)]
+        ask = {"text": "the bank of the river", "source": "the bank raised rates", "align": "start"}
+        answer = httpx.post(f"{server}/api/patch", json={**ask, "site": "head", "sweep": "blocks_heads", "position": 2})
+        body = answer.json()
+        a, b = body["a"]["value"], body["b"]["value"]
+        shares = [(cell["value"] - a) / (b - a) for cell in body["cells"] if cell["layer"] == 3]
+        vote_on(learners[0], "head 0")
+        counted(teacher, 1)
+        viewport_shot(learners[0], "class-patch-question-phone")
+        teacher.click("#class-reveal")
+        state = revealed(server, started["code"])
+        assert state["answer"]["choice"] == shares.index(max(shares))
+        assert abs(state["answer"]["value"] - max(shares)) < 1e-9
+        expect(learners[0].locator('#class-question [data-field="reveal"]')).to_contain_text("share of the way to B")
+        viewport_shot(learners[0], "class-patch-question-revealed-phone")
+
+
+def test_a_lesson_plan_step_asks_which_token_matters_most_when_patched(browser, server):
+    """A plan's patch question keeps its B: saved in the file, and played, it asks the class about the tokens."""
+    with a_class(browser, server, server, "text=the+bank+of+the+river&layer=2", sizes=[(390, 844)]) as (
+        teacher,
+        learners,
+        started,
+    ):
+        teacher.click("#plan-edit summary")
+        teacher.fill("#plan-step-title", "Which word decides?")
+        teacher.select_option("#plan-step-question", "patch:position")
+        expect(teacher.locator("#class-source")).to_be_visible()
+        teacher.fill("#class-source", "the bank raised rates")
+        teacher.click("#plan-add")
+        with teacher.expect_download() as download:
+            teacher.click("#plan-save")
+        saved = json.loads(download.value.path().read_text())
+        assert saved["steps"][0]["question"] == {"kind": "patch", "by": "position", "source": "the bank raised rates"}
+        teacher.click("#plan-next")
+        expect(teacher.locator("#plan-now")).to_have_text("Step 1 of 1: Which word decides?")
+        assert choice_labels(learners[0]) == ["[CLS]", "the #1", "bank", "of", "the #4", "river"]
+        vote_on(learners[0], "river")
+        counted(teacher, 1)
+        teacher.click("#class-reveal")
+        rows = [(row["step"], row["round 1"]) for row in answers_csv(server, started)]
+        assert rows == [("1", "river")]
+
+
 def test_a_model_without_an_lm_head_offers_no_next_token_question(page, server):
     page.goto(server)
     ready(page)

@@ -3,11 +3,15 @@
 
 // kind: "attends" (which token does the selected token attend to most, in this exact view: block or every
 // block's mean, head or head set, measure, filters), "head" (which head of this block does `pattern` most),
-// "next_token" (what the LM head writes after the selected token). step: {index, title} of a lesson plan's
-// step, or null; text: the teacher's own wording, or null for the server's.
-export function questionAsk(kind, state, { pattern = "previous", step = null, text = null } = {}) {
+// "next_token" (what the LM head writes after the selected token), "patch-head" and "patch-position" (which
+// head of this block, at the selected token or every token, or which token before this block, taken from
+// input B `source`, moves the output furthest towards B's). step: {index, title} of a lesson plan's step, or
+// null; text: the teacher's own wording, or null for the server's.
+export function questionAsk(kind, state, { pattern = "previous", source = "", step = null, text = null } = {}) {
   const run_id = state.run.run_id;
   if (kind === "head") return { kind, run_id, layer: state.layer, pattern, step, text };
+  if (kind === "patch-head") return { kind: "patch", by: "head", run_id, source, layer: state.layer, token: state.token, step, text };
+  if (kind === "patch-position") return { kind: "patch", by: "position", run_id, source, layer: state.layer, step, text };
   if (kind === "next_token") return { kind, run_id, token: state.token, step, text };
   return {
     kind,
@@ -30,5 +34,6 @@ export function cannotAsk(kind, state, model) {
   if (!state.run) return "Run a prompt first.";
   if (kind === "next_token" && !model.next_tokens) return `${model.name} has no language-model head: it predicts no next token.`;
   if ((kind === "attends" || kind === "next_token") && state.token === null) return "Select a token first: the question is about it.";
+  if (kind.startsWith("patch") && state.run.patch) return "This run is itself patched: run the text again unpatched first.";
   return null;
 }

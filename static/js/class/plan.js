@@ -11,7 +11,8 @@ const LINK = "#plan=";
 // The view's keys a step keeps (a link's parameter names): one person's own ones (presentation, colours,
 // predict-first, the tour, the class) are not part of a lesson's view.
 const STEP_KEYS = ["text", "pair", "segments", "mask", "pooling", "layer", "head", "heads", "token", "with", "blocks", "sinks", "measure", "panel", "lesson"];
-export const QUESTION_KINDS = ["attends", "head", "next_token"];
+export const QUESTION_KINDS = ["attends", "head", "next_token", "patch"];
+export const PATCH_BY = ["head", "position"];
 export const PATTERNS = ["previous", "cls", "sep", "period", "self", "next"];
 
 function words(value, limit) {
@@ -30,9 +31,11 @@ export function stepOf(state, { title, question, note }) {
 
 function readQuestion(question) {
   if (!question || !QUESTION_KINDS.includes(question.kind)) return null;
+  if (question.kind === "patch" && !words(question.source, 2000).trim()) return null; // a patch needs its input B
   return {
     kind: question.kind,
     ...(question.kind === "head" ? { pattern: PATTERNS.includes(question.pattern) ? question.pattern : "previous" } : {}),
+    ...(question.kind === "patch" ? { by: PATCH_BY.includes(question.by) ? question.by : "head", source: words(question.source, 2000) } : {}),
     ...(words(question.text, 200) ? { text: words(question.text, 200) } : {}),
   };
 }

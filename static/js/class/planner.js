@@ -16,17 +16,21 @@ const QUESTIONS = {
   "head:cls": "Head: the first special token",
   "head:period": "Head: the period",
   next_token: "Next token",
+  "patch:head": "Head that matters most when patched (B as above)",
+  "patch:position": "Token that matters most when patched (B as above)",
 };
 
+// A patch question takes its input B from the teacher's panel (#class-source) when the step is added.
 function questionOf(choice) {
   if (!choice) return null;
-  const [kind, pattern] = choice.split(":");
-  return pattern ? { kind, pattern } : { kind };
+  const [kind, detail] = choice.split(":");
+  if (kind === "patch") return { kind, by: detail, source: $("class-source").value };
+  return detail ? { kind, pattern: detail } : { kind };
 }
 
-function choiceOf(question) {
-  if (!question) return "";
-  return question.kind === "head" ? `head:${question.pattern}` : question.kind;
+// The teacher panel's kind for a step's question (a patch question's kind says by what it patches).
+function askedKind(question) {
+  return question.kind === "patch" ? `patch-${question.by}` : question.kind;
 }
 
 // lab: the page; teacher.ask(kind, {pattern, step, text}) asks the class (nothing without a live class);
@@ -58,6 +62,10 @@ export function initPlanner(lab, teacher) {
       .filter(([value]) => value !== "next_token" || lab.model.next_tokens)
       .map(([value, label]) => el("option", { value }, label)),
   );
+  // A patch question's B is typed in the ask row's B box: choosing one shows it.
+  stepQuestion.addEventListener("change", () => {
+    if (stepQuestion.value.startsWith("patch")) $("class-source-box").hidden = false;
+  });
   const stepNote = el("textarea", { id: "plan-step-note", rows: "2", maxlength: "2000", placeholder: "A note for you (not shown to the class)" });
   const add = el("button", { type: "button", id: "plan-add" }, "Add this view as a step");
   const file = el("input", { type: "file", id: "plan-file", accept: "application/json,.json", class: "visually-hidden", tabindex: "-1" });
@@ -132,7 +140,7 @@ export function initPlanner(lab, teacher) {
     try {
       if (!(await applyView(lab, stepView(step, lab.model)))) return; // another model's page opens instead
       if (step.question && lab.getState().run) {
-        await teacher.ask(step.question.kind, { pattern: step.question.pattern, text: step.question.text ?? null, step: { index: index + 1, title: step.title } });
+        await teacher.ask(askedKind(step.question), { pattern: step.question.pattern, source: step.question.source, text: step.question.text ?? null, step: { index: index + 1, title: step.title } });
       }
     } catch (error) {
       lab.showError(`Step ${index + 1}: ${error.message}.`);

@@ -12,6 +12,7 @@ import { measureOf } from "../measures.js";
 export function valueName(question) {
   if (question.kind === "head") return "share";
   if (question.kind === "next_token") return "probability";
+  if (question.kind === "patch") return "share of the way to B";
   return measureOf(question.measure.key).name;
 }
 

@@ -39,6 +39,7 @@ export function initTeacher(lab) {
   const kind = $("class-kind");
   const showKind = () => {
     $("class-pattern-box").hidden = kind.value !== "head";
+    $("class-source-box").hidden = !kind.value.startsWith("patch");
   };
   kind.addEventListener("change", showKind);
   showKind();
@@ -71,7 +72,7 @@ export function initTeacher(lab) {
     showFlow();
   };
   const planner = initPlanner(lab, { ask: (chosen, options) => (taught ? ask(chosen, options) : null), open: () => openPanel(true) });
-  $("class-ask").addEventListener("click", act(() => ask(kind.value, { pattern: $("class-pattern").value, step: planner.step() })));
+  $("class-ask").addEventListener("click", act(() => ask(kind.value, { pattern: $("class-pattern").value, source: $("class-source").value, step: planner.step() })));
   for (const move of ["show", "again", "reveal"]) {
     $(`class-${move}`).addEventListener(
       "click",
@@ -195,7 +196,7 @@ function showQuestion(question, lab) {
   phase.dataset.phase = question.phase;
   if (question.phase === "revealed") {
     phase.textContent = answerLine(question);
-    const head = question.kind === "head" ? question.choices[question.answer.choice].head : null;
+    const head = question.choices[question.answer.choice].head ?? null; // a head question's, or a patch question's by head
     const open = head === null || head === lab.getState().head ? [] : [button(`Show head ${head}`, () => lab.setState({ layer: question.view.layer, head, blockMean: false }))];
     tally.replaceChildren(rounds(question), ...open);
     return;

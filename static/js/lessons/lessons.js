@@ -14,6 +14,7 @@ import { renderMasks } from "./masks.js";
 import { renderNearest } from "./nearest.js";
 import { renderPatch } from "./patch.js";
 import { renderPooling } from "./pooling.js";
+import { renderScoreboard } from "./scoreboard.js";
 
 // needs: what a lesson reads beyond the attention weights (capabilities.js): a token's rows at each stage
 // (compare, masks, nearest), switched-off heads, or the measures.
@@ -27,6 +28,7 @@ export const LESSONS = {
   pooling: { title: "Pooling and prefixes", render: renderPooling, follows: ["run"] },
   difference: { title: "Difference A − B", render: renderDifference, follows: ["run"], move: moveDifference },
   explain: { title: "Is attention explanation?", render: renderExplain, follows: ["run", "token", "layer", "head"], needs: "measures" },
+  scoreboard: { title: "Do the accounts agree?", render: renderScoreboard, follows: ["run", "token"], needs: "measures" },
 };
 
 // The reason a lesson is not offered for this model, or null.

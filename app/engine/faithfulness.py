@@ -1,0 +1,266 @@
+"""The faithfulness scoreboard: for every head, how far four accounts of "which keys does this head's query
+draw on" agree with each other, and with an intervention that removes one key's contribution and measures
+what the output loses.
+
+For head h of block l and a query token i (or every query at once), each key j gets:
+- weights: α_ij, the attention weight;
+- norm: α_ij ‖f_h(x_j)‖, the norm-weighted attention (Kobayashi et al. 2020);
+- alti: ALTI's c_ij of block l (Ferrando et al. 2022), which measures a block as a whole: the same for every
+  head of the block;
+- gradient: |∇F · α_ij v_j|, the output's gradient at the head's context (its slice of W_O's input) times
+  key j's part of that context (gradient × input, Shrikumar et al. 2017, at the head's context): the first-order
+  estimate of the intervention;
+- intervention: |F(A) − F(A with α_ij v_j taken out of head h's context at query i)|, the output run again
+  without that one contribution (activation patching's "remove" variant, as app.engine.patching puts values
+  at the same site).
+Averaged over every query, the accounts are their means over the queries, and the intervention takes key j's
+contribution out at every query of the head at once (the gradient account: the sum of its first-order terms).
+
+The output F is the one Integrated Gradients explains (app.engine.attribution): an encoder's sentence vector's
+cosine with a second sentence's, a decoder's logit of A's most likely next token after its last token. Each
+head's accounts are compared by Spearman's ρ over the keys its query can see (every key when averaged).
+"""
+
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from itertools import combinations
+
+import torch
+from scipy.stats import rankdata
+from torch import Tensor
+
+from app.engine import names
+from app.engine.capture import model_inputs
+from app.engine.patching import site_module
+from app.engine.runs import BATCH_TOKENS, Engine, InvalidInput, Run, sequence
+from app.engine.spec import RunSpec
+
+ACCOUNTS = ("weights", "norm", "alti", "gradient")
+PAIRS = tuple(f"{a}:{b}" for a, b in combinations(ACCOUNTS, 2))
+GRADIENT = "|∇F · α_ij v_j|: the output's gradient at the head's context times key j's part of it (first order)"
+INTERVENTION = "|F(A) − F(A without α_ij v_j in head h's context at query i)|: what the output loses, run again"
+MIN_KEYS = 3  # a rank correlation over fewer keys says little
+
+
+@dataclass(frozen=True)
+class Removal:
+    """Key `key`'s contribution through head `head` of block `layer` taken out at A's `queries`: delta
+    [query, d_head] is subtracted from the head's context there."""
+
+    layer: int
+    head: int
+    key: int
+    queries: tuple[int, ...]
+    delta: Tensor
+
+
+def keys_of(spec: RunSpec, n: int, query: int | None) -> list[int]:
+    """The keys the query can see (every key for every query at once)."""
+    if query is None:
+        return list(range(n))
+    return list(range(query + 1)) if spec.mask == "causal" else list(range(n))
+
+
+def check(engine: Engine, spec: RunSpec, query: int | None, other: str | None, max_cost: int | None) -> None:
+    """The request checked before any pass: its query, its target and its cost, (rows + 1) × tokens with a
+    row per head and key."""
+    loaded = engine.loaded
+    if loaded.family.attention_only:
+        raise InvalidInput(f"no head's contributions can be taken out: {engine.info['attention_only']}")
+    if spec.text_pair is not None:
+        raise InvalidInput("the scoreboard reads one text, not a sentence pair")
+    if not loaded.family.decoder and other is None:
+        raise InvalidInput("an encoder's output here is its similarity to a second sentence: give `other`")
+    if loaded.family.decoder and other is not None:
+        raise InvalidInput("a decoder's output here is its next-token logit: give no `other`")
+    n = engine.length(spec)
+    if not loaded.family.decoder and n > loaded.max_seq_length:
+        raise InvalidInput(f"the text has {n} tokens and the model's pooling reads {loaded.max_seq_length}: shorten it")
+    if query is not None and not 0 <= query < n:
+        raise InvalidInput(f"token {query} does not exist: tokens are 0 to {n - 1}")
+    keys = keys_of(spec, n, query)
+    if len(keys) < MIN_KEYS:
+        raise InvalidInput(f"token {query} sees {len(keys)} keys: ranks need at least {MIN_KEYS}; ask a later token")
+    config = loaded.model.config
+    rows = config.num_hidden_layers * config.num_attention_heads * len(keys)
+    cost = (rows + 1) * n
+    if max_cost is not None and cost > max_cost:
+        raise InvalidInput(
+            f"the scoreboard runs A once per head and key: ({rows:,} + 1) × {n} tokens = {cost:,} is past this "
+            f"lab's bound of {max_cost:,}; ask one query token, or a shorter text"
+        )
+
+
+def spearman(a: Tensor, b: Tensor) -> float | None:
+    """Spearman's ρ (Pearson's correlation of the ranks, ties sharing their mean rank); None where either
+    side is constant."""
+    x, y = (torch.from_numpy(rankdata(values.double().numpy())) for values in (a, b))
+    x, y = x - x.mean(), y - y.mean()
+    scale = (x.norm() * y.norm()).item()
+    return None if scale == 0 else float((x @ y) / scale)
+
+
+@contextmanager
+def removing(model: torch.nn.Module, family, removals: list[Removal], first_row: int) -> Iterator[None]:
+    """Hooks at W_O's input that take removal i's delta out of row first_row + i, during passes of the thread
+    that set them; always removed."""
+    owner = threading.get_ident()
+    n_heads = model.config.num_attention_heads
+    by_layer: dict[int, list[tuple[int, Removal]]] = {}
+    for index, removal in enumerate(removals):
+        by_layer.setdefault(removal.layer, []).append((first_row + index, removal))
+
+    def take(value: Tensor, rows: list[tuple[int, Removal]]) -> Tensor:
+        heads = value.unflatten(-1, (n_heads, -1)).clone()  # [batch, pos, head, d_head]
+        for row, removal in rows:
+            heads[row, list(removal.queries), removal.head] -= removal.delta.to(heads.dtype)
+        return heads.flatten(-2)
+
+    handles = []
+    try:
+        for layer, rows in by_layer.items():
+
+            def before(module, args, kwargs, rows=rows):
+                if threading.get_ident() != owner:
+                    return None
+                if args:
+                    return (take(args[0], rows), *args[1:]), kwargs
+                return args, {**kwargs, "hidden_states": take(kwargs["hidden_states"], rows)}
+
+            module = site_module(model, family, "head", layer)
+            handles.append(module.register_forward_pre_hook(before, with_kwargs=True))
+        yield
+    finally:
+        for handle in handles:
+            handle.remove()
+
+
+def scoreboard_slices(
+    engine: Engine, run: Run, accounts: dict[str, list[Tensor]], query: int | None, other: str | None
+) -> list[Callable[[], dict | None]]:
+    """The scoreboard of a run in slices to run one after another, the last of which returns it: first the
+    output and its gradient at every head's context (one pass forward and back), then A run again without
+    each head's key's contribution, in padded passes of at most BATCH_TOKENS tokens.
+    accounts: the run's weights, norm and alti, [head (or 1), query, key] per block."""
+    loaded = engine.loaded
+    model, family = loaded.model, loaded.family
+    n_layers, n_heads, n = run.n_layers, run.n_heads, len(run.tokens)
+    keys = keys_of(run.spec, n, query)
+    a = sequence(run.spec, run.tokens)
+    work: dict = {}
+
+    def output(inputs: dict) -> Tensor:
+        """F for every row of a padded pass of A: [batch]."""
+        if family.decoder:
+            return model(**inputs).logits[:, n - 1, work["token"]]
+        hidden = model.base_model(**inputs).last_hidden_state
+        vectors = torch.stack([loaded.pipeline.stages(rows, run.spec.pooling)[-1].vector for rows in hidden])
+        return torch.nn.functional.cosine_similarity(vectors, work["other"][None], dim=-1)
+
+    def begin() -> None:
+        """F(A) and its gradient at each block's context, [pos, head, d_head], through zeros added there."""
+        if family.decoder:
+            work["token"] = int(run.next_tokens[0][n - 1, 0])
+        else:
+            others, _ = engine.tokenize(other, None, loaded.max_seq_length)
+            with torch.inference_mode():
+                hidden = model.base_model(**model_inputs(model, family, [sequence(run.spec, others)]))
+            work["other"] = loaded.pipeline.stages(hidden.last_hidden_state[0], run.spec.pooling)[-1].vector.clone()
+        zeros, handles = [], []
+        try:
+            for layer in range(n_layers):
+                module = site_module(model, family, "head", layer)
+                # W_O's input width: a Linear keeps [out, in], GPT-2's Conv1D [in, out].
+                width = module.in_features if isinstance(module, torch.nn.Linear) else module.weight.shape[0]
+                zero = torch.zeros(1, n, width, requires_grad=True)
+                zeros.append(zero)
+
+                def add(module, args, kwargs, zero=zero):
+                    if args:
+                        return (args[0] + zero, *args[1:]), kwargs
+                    return args, {**kwargs, "hidden_states": kwargs["hidden_states"] + zero}
+
+                handles.append(module.register_forward_pre_hook(add, with_kwargs=True))
+            with torch.enable_grad():
+                value = output(model_inputs(model, family, [a]))[0]
+                gradients = torch.autograd.grad(value, zeros)
+        finally:
+            for handle in handles:
+                handle.remove()
+        work["value"] = float(value.detach())
+        # [head, pos, d_head] per block
+        work["gradient"] = [g[0].unflatten(-1, (n_heads, -1)).transpose(0, 1).double() for g in gradients]
+
+    removals = []
+    for layer in range(n_layers):
+        weights = accounts["weights"][layer]  # [head, query, key]
+        values = run.activations[names.attn(layer, "v")]  # [head, pos, d_head]
+        for head in range(n_heads):
+            queries = tuple(range(n)) if query is None else (query,)
+            for key in keys:
+                delta = weights[head, list(queries), key, None] * values[head, key]  # [query, d_head]
+                removals.append(Removal(layer, head, key, queries, delta))
+    effects: list[float] = []
+    per_pass = max(1, BATCH_TOKENS // n - 1)
+
+    def remove(chunk: list[Removal]) -> Callable[[], None]:
+        @torch.inference_mode()
+        def compute() -> None:
+            with removing(model, family, chunk, first_row=1):
+                out = output(model_inputs(model, family, [a] * (len(chunk) + 1))).double()
+            effects.extend((out[0] - out[1:]).abs().tolist())
+
+        return compute
+
+    def answer() -> dict:
+        parts = []  # per removal, its first-order term |∇F · Σ_i α_ij v_j|
+        for removal in removals:
+            gradient = work["gradient"][removal.layer][removal.head, list(removal.queries)]  # [query, d_head]
+            parts.append(abs(float((gradient * removal.delta.double()).sum())))
+        index = torch.arange(len(removals)).view(n_layers, n_heads, len(keys))
+        effect, part = torch.tensor(effects, dtype=torch.float64), torch.tensor(parts, dtype=torch.float64)
+        rows = list(range(n)) if query is None else [query]
+        heads = []
+        for layer in range(n_layers):
+            alti = accounts["alti"][layer][0, rows][:, keys].double().mean(0)
+            for head in range(n_heads):
+                at = index[layer, head]
+                measured = {
+                    "weights": accounts["weights"][layer][head, rows][:, keys].double().mean(0),
+                    "norm": accounts["norm"][layer][head, rows][:, keys].double().mean(0),
+                    "alti": alti,
+                    "gradient": part[at],
+                }
+                heads.append(
+                    {
+                        "layer": layer,
+                        "head": head,
+                        "values": {name: v.tolist() for name, v in {**measured, "intervention": effect[at]}.items()},
+                        "correlations": {
+                            f"{x}:{y}": spearman(measured[x], measured[y]) for x, y in combinations(ACCOUNTS, 2)
+                        },
+                        "agreement": {name: spearman(measured[name], effect[at]) for name in ACCOUNTS},
+                    }
+                )
+        target = (
+            {"kind": "next_token", "token_id": work["token"], "token": engine.pieces([work["token"]])[0]}
+            if family.decoder
+            else {"kind": "similarity", "other": other}
+        )
+        return {
+            "run_id": run.run_id,
+            "tokens": run.tokens,
+            "query": query,
+            "keys": keys,
+            "target": {**target, "value": work["value"]},
+            "accounts": list(ACCOUNTS),
+            "pairs": list(PAIRS),
+            "gradient": GRADIENT,
+            "intervention": INTERVENTION,
+            "heads": heads,
+        }
+
+    chunks = [removals[start : start + per_pass] for start in range(0, len(removals), per_pass)]
+    return [begin, *(remove(chunk) for chunk in chunks), answer]
