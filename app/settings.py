@@ -73,14 +73,16 @@ class Settings(BaseSettings):
     # A request that gets its turn computes the runs waiting behind it (fair order, same model) in the same
     # padded passes, up to this many: a class pressing Enter at once costs a few passes, not one each. 1: off.
     max_batch_runs: Annotated[int, between(1, 1_000)] = 64
-    # Longer texts answer 413; the tokenizer truncates to the model's 512 positions anyway.
-    max_chars: Annotated[int, between(1, 1_000_000)] = 20_000
-    # The most tokens a run reads, whatever the model's positions (a longer input is cut, and says so). A run
-    # keeps what is linear in its tokens, but a view still asks for whole blocks of weights, heads × tokens²
-    # floats computed when asked: 2 GiB for 8 heads at 8,192 tokens. MiniLM reads 512 anyway.
-    max_tokens: Annotated[int, between(8, 100_000)] = 512
-    # Request bodies past this answer 413 before they are read whole (20,000 characters escaped as
-    # JSON \uXXXX pairs need 240 kB).
+    # Longer texts answer 413: enough for 8,192 tokens of English (about 4.5 characters a token in a decoder's
+    # BPE); the tokenizer cuts a text at max_tokens anyway.
+    max_chars: Annotated[int, between(1, 1_000_000)] = 40_000
+    # The most tokens a run reads, below the model's own positions (a longer input is cut, and says so). A run
+    # keeps what is linear in its tokens (the README's bytes per run), and its views compute attention a window
+    # of rows at a time (app.engine.cells), so the bound follows memory, not tokens²: a decoder reads up to its
+    # positions or this, whichever is less; MiniLM its 512.
+    max_tokens: Annotated[int, between(8, 100_000)] = 8192
+    # Request bodies past this answer 413 before they are read whole (40,000 characters escaped as
+    # JSON \uXXXX pairs need 480 kB).
     max_body_bytes: Annotated[int, between(1 * KIB, 64 * 1024**2)] = 512 * KIB
     # A client must take each 1 MiB piece of an answer within this, or it is dropped.
     slow_reader_seconds: Annotated[float, between(1, 600)] = 30.0

@@ -164,24 +164,33 @@ def llama(folder: Path, family=(LlamaConfig, LlamaForCausalLM)) -> None:
     ).save_pretrained(folder)
 
 
-def long_llama(folder: Path, positions: int = 8192) -> None:
-    """A Llama-style decoder for long inputs: 4 blocks, 8 query heads over 4 K/V heads, hidden 256 and
-    `positions` positions, with the tests' byte-level tokenizer (about one token per character of text)."""
+def long_llama(
+    folder: Path, positions: int = 8192, blocks: int = 4, heads: int = 8, hidden: int = 256, sharpness: float = 1.0
+) -> None:
+    """A Llama-style decoder for long inputs: by default 4 blocks, 8 query heads over 4 K/V heads, hidden 256
+    and `positions` positions, with the tests' byte-level tokenizer (about 2.5 characters a token).
+    `sharpness` scales W_Q and W_K: random weights attend almost evenly to thousands of keys, a picture of
+    nothing; scaled, each query picks a few keys, as a trained model's heads do."""
     tokenizer = byte_level_bpe(["<s>", "</s>", "<unk>"])
     tokenizer.post_processor = processors.TemplateProcessing(single="<s> $A", special_tokens=[("<s>", 0)])
     config = LlamaConfig(
         vocab_size=tokenizer.get_vocab_size(),
-        hidden_size=256,
-        num_hidden_layers=4,
-        num_attention_heads=8,
-        num_key_value_heads=4,
-        intermediate_size=512,
+        hidden_size=hidden,
+        num_hidden_layers=blocks,
+        num_attention_heads=heads,
+        num_key_value_heads=heads // 2,
+        intermediate_size=2 * hidden,
         max_position_embeddings=positions,
         bos_token_id=0,
         eos_token_id=1,
     )
     torch.manual_seed(0)
-    LlamaForCausalLM(config).save_pretrained(folder)
+    model = LlamaForCausalLM(config)
+    with torch.no_grad():
+        for layer in model.model.layers:
+            layer.self_attn.q_proj.weight *= sharpness
+            layer.self_attn.k_proj.weight *= sharpness
+    model.save_pretrained(folder)
     PreTrainedTokenizerFast(
         tokenizer_object=tokenizer, bos_token="<s>", eos_token="</s>", unk_token="<unk>", model_max_length=positions
     ).save_pretrained(folder)

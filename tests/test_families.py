@@ -483,3 +483,19 @@ def test_weights_computed_when_asked_equal_output_attentions_and_so_do_norm_and_
         else:
             assert torch.equal(run.weights(layer), eager.weights(layer)), f"block {layer}"
             assert torch.equal(*norms) and torch.equal(*alti)
+
+
+def test_rows_computed_alone_are_the_blocks_own_bits(family):
+    """A long run's views compute query rows alone (Run.score_rows: whole chunks of 64 queries, only the keys
+    a causal query may see, the mask added only where it hides a key): in every family, under each mask it
+    may be read with, the rows equal the block's weights and scores (Run.weights, bit for bit the model's)."""
+    name, loaded, _ = family
+    engine = Engine(loaded, max_chars=1000)
+    for mask in engine.info["masks"]:
+        run = engine.run(engine.spec(TEXT, mask=mask))
+        n = len(run.tokens)
+        for layer in range(run.n_layers):
+            rows = run.score_rows(layer, list(range(run.n_heads)), range(n), softmax=True)
+            assert torch.equal(rows, run.weights(layer)), f"{name}, {mask} mask, block {layer}"
+            scores = run.score_rows(layer, [1, 2], range(3, n))
+            assert torch.equal(scores, run.scores(layer, [1, 2])[:, 3:]), f"{name}, {mask} mask, block {layer}"

@@ -80,7 +80,7 @@ BAD_PAIRS = [
     ({"text": "ok", "text_pair": ["b"]}, 422, "text_pair: Input should be a valid string"),
     ({"text": "ok", "text_pair": "\x00\x01\u200b"}, 422, "text_pair has no characters"),
     ({"text": "\x00\x01\u200b", "text_pair": "ok"}, 422, "the text has no characters"),
-    ({"text": "a" * 10_001, "text_pair": "b" * 10_000}, 413, "text and text_pair have 20,001 characters"),
+    ({"text": "a" * 20_001, "text_pair": "b" * 20_000}, 413, "text and text_pair have 40,001 characters"),
 ]
 
 

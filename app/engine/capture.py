@@ -21,6 +21,8 @@ from app.engine.names import LAYER, attn
 
 Heads = tuple[tuple[int, int], ...]  # (layer, head) pairs
 NEXT_TOKENS = 20  # the next-token candidates kept per position, for a model with an LM head
+# The LM head's best next tokens after each position, best first: ids, logits and probabilities, [pos, NEXT_TOKENS].
+Candidates = tuple[Tensor, Tensor, Tensor]
 
 
 def hook_table(family: Family, config) -> list[tuple[str, str, Hook]]:
@@ -62,19 +64,20 @@ def hooked(model: torch.nn.Module, family: Family) -> list[tuple[torch.nn.Module
     return _HOOKED[model]
 
 
-def additive_mask(kind: str, n_tokens: int, window: int | None = None) -> Tensor:
+def additive_mask(kind: str, n_tokens: int, window: int | None = None, queries: range | None = None) -> Tensor:
     """What the model adds to QKᵀ/√d: 0 where a query may look, the float32 minimum where it may not.
     `window`: a sliding window's length (Scoring): a query sees the keys fewer than `window` positions
     away, before it under the causal mask (itself and the window − 1 tokens before it), on either side
-    under the bidirectional one.
+    under the bidirectional one. `queries`: only these rows (all by default). [query_pos, key_pos]
 
     exp(minimum - max) underflows to exactly 0, so masked weights are exactly 0, as in the model.
     """
-    everything = torch.ones(n_tokens, n_tokens, dtype=torch.bool)  # [query_pos, key_pos]
-    hidden = everything.triu(1) if kind == "causal" else ~everything
+    queries = range(n_tokens) if queries is None else queries
+    offset = torch.arange(n_tokens)[None, :] - torch.arange(queries.start, queries.stop)[:, None]  # key - query
+    hidden = offset > 0 if kind == "causal" else torch.zeros(offset.shape, dtype=torch.bool)
     if window is not None:
-        hidden |= everything.tril(-window) | everything.triu(window)
-    return torch.zeros(n_tokens, n_tokens).masked_fill(hidden, torch.finfo(torch.float32).min)
+        hidden |= (offset <= -window) | (offset >= window)
+    return torch.zeros(offset.shape).masked_fill(hidden, torch.finfo(torch.float32).min)
 
 
 @dataclass(frozen=True)
@@ -227,21 +230,23 @@ def capture(
     token_type_ids: Tensor,
     mask: str,
     ablate: Heads = (),
-) -> tuple[dict[str, Tensor], Tensor | None]:
-    """Runs the model once on one sequence ([pos] ids): every named activation, and the logits of the LM
-    head where the model has one ([pos, vocab]), else None. The weights are among the activations only for a
-    model without an adapter (capture_batch)."""
+) -> tuple[dict[str, Tensor], Candidates | None]:
+    """Runs the model once on one sequence ([pos] ids): every named activation, and the LM head's best next
+    tokens after each position where the model has one (next_tokens), else None. The weights are among the
+    activations only for a model without an adapter (capture_batch)."""
     return capture_batch(model, family, [Sequence(input_ids, token_type_ids, mask)], ablate)[0]
 
 
 def capture_batch(
     model: torch.nn.Module, family: Family, sequences: list[Sequence], ablate: Heads = ()
-) -> list[tuple[dict[str, Tensor], Tensor | None]]:
+) -> list[tuple[dict[str, Tensor], Candidates | None]]:
     """One forward pass of several sequences, padded on the right to the longest: each sequence's named
-    activations and logits, cut back to its own length. Padding changes nothing a real token computes: an
-    encoder's mask hides the padding keys (their weights are exactly 0), a decoder's causal mask keeps every
-    real token before them, and positions count from 0 either way. The same heads are switched off in all."""
+    activations and next-token candidates, cut back to its own length. Padding changes nothing a real token
+    computes: an encoder's mask hides the padding keys (their weights are exactly 0), a decoder's causal mask
+    keeps every real token before them, and positions count from 0 either way. The same heads are switched
+    off in all. A model with an LM head runs its trunk, and the head a few positions at a time (next_tokens)."""
     inputs = model_inputs(model, family, sequences)
+    head = model.get_output_embeddings()
     # Recording hooks go first: a switched-off head's context is recorded as it computed it (weights·V),
     # and only then zeroed for the rest of the model.
     with (
@@ -252,21 +257,48 @@ def capture_batch(
     ):
         # The weights grow with the square of the tokens: a run with an adapter keeps its q and k and
         # computes a block's weights when asked (Run.weights). A model without one is known by its weights.
-        out = model(**inputs, output_attentions=family.attention_only)
+        out = (model if head is None else model.base_model)(**inputs, output_attentions=family.attention_only)
     if family.attention_only:
         for layer, weights in enumerate(out.attentions):
             activations[attn(layer, "weights")] = weights  # [batch, head, query_pos, key_pos]
     if family.finish is not None:
         family.finish(activations, model)
-    logits = getattr(out, "logits", None)  # [batch, pos, vocab]
     lengths = [len(sequence.input_ids) for sequence in sequences]
     return [
         (
             {name: own_part(name, values, row, length) for name, values in activations.items()},
-            None if logits is None else own_part("logits", logits, row, length),
+            None if head is None else next_tokens(model, own_part("rows", out.last_hidden_state, row, length)),
         )
         for row, length in enumerate(lengths)
     ]
+
+
+# Positions whose logits are made at once: every position's at once would be positions × vocabulary floats,
+# 1.6 GB for 8,192 tokens of a 49,152-token vocabulary (SmolLM's), and twice that in float64 for the softmax.
+LOGIT_ROWS = 512
+
+
+@torch.inference_mode()
+def next_tokens(model: torch.nn.Module, hidden: Tensor) -> Candidates:
+    """The LM head's NEXT_TOKENS best tokens after each position of the last hidden states [pos, d_model], as
+    the model's head makes its logits (soft-capped where the config says, Gemma's final_logit_softcapping), a
+    chunk of LOGIT_ROWS positions at a time."""
+    head, cap = model.get_output_embeddings(), getattr(model.config, "final_logit_softcapping", None)
+    parts = []
+    for start in range(0, len(hidden), LOGIT_ROWS):
+        logits = head(hidden[start : start + LOGIT_ROWS])  # [pos, vocab]
+        if cap is not None:
+            logits = torch.tanh(logits / cap) * cap
+        parts.append(best_next(logits))
+    return tuple(torch.cat(part) for part in zip(*parts, strict=True))
+
+
+def best_next(logits: Tensor) -> Candidates:
+    """The NEXT_TOKENS best tokens of each row of logits: ids, logits, probabilities (softmax over the whole
+    vocabulary, in float64 so that tiny probabilities keep their digits)."""
+    top = logits.topk(min(NEXT_TOKENS, logits.shape[-1]), dim=-1)
+    probabilities = (top.values.double() - logits.double().logsumexp(-1, keepdim=True)).exp()
+    return top.indices, top.values, probabilities.float()
 
 
 def final_states(model: torch.nn.Module, family: Family, sequence: Sequence, ablate: Heads = ()) -> Tensor:

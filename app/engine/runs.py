@@ -12,7 +12,7 @@ from app.engine import names
 from app.engine.attribution import Target, attribution_slices, next_token_target, similarity_target
 from app.engine.blocks import BlockCache
 from app.engine.capture import (
-    NEXT_TOKENS,
+    Candidates,
     Scoring,
     Sequence,
     additive_mask,
@@ -35,6 +35,12 @@ from app.engine.spec import Patch, RunSpec
 BATCH_TOKENS = 2048
 # The blocks of weights an engine keeps computed (Run.weights), in bytes, where no lab gives it its own bound.
 BLOCK_BYTES = 512 * 1024**2
+# The largest block of weights a view may make whole (every head's every row): 8 heads at 4,096 tokens. Past
+# it, views read rows (Run.weight_rows): a window of cells, a pooled overview (app.engine.cells), a query's row.
+WHOLE_BLOCK_BYTES = 512 * 1024**2
+# Query rows computed at once: whole chunks of this many, as in the block's own matrix product, give the same
+# bits as the whole block (measured on this CPU's kernels: fewer rows at once differ in the last bit).
+ROW_CHUNK = 64
 
 
 class TextTooLong(ValueError):
@@ -63,6 +69,10 @@ class PassFailed(RuntimeError):
 
 class OutOfRange(LookupError):
     pass
+
+
+class BlockTooLarge(InvalidInput):
+    """A view needs whole blocks of weights, and the run is too long for them (Run.check_whole_block)."""
 
 
 @dataclass(frozen=True)
@@ -164,6 +174,7 @@ class Run:
         from it: the context, or zeros for a head switched off."""
         self.check_adapter()
         self._check(layer, head)
+        self.check_whole_block()
         attn = {name: self.activations[names.attn(layer, name)][head] for name in ("q", "k", "v")}
         context = self.activations[names.attn(layer, "context")][head]
         return {
@@ -174,30 +185,100 @@ class Run:
             "context_to_output": torch.zeros_like(context) if self.ablated(layer, head) else context,
         }
 
-    def scores(self, layer: int, head: int | slice = slice(None)) -> Tensor:
+    def scores(self, layer: int, head: int | slice | list[int] = slice(None), queries: range | None = None) -> Tensor:
         """What the block's softmax reads: QKᵀ · scale + the position bias where the model adds one + the
         mask, from the recorded q and k (rotated, grouped K/V heads repeated). [head, query, key], or
-        [query, key] for one head."""
-        q, k = (self.activations[names.attn(layer, name)][head] for name in ("q", "k"))
+        [query, key] for one head; `queries`: only these rows (every query by default)."""
+        rows = slice(None) if queries is None else slice(queries.start, queries.stop)
+        if isinstance(head, list) and head == list(range(head[0], head[-1] + 1)):
+            head = slice(head[0], head[-1] + 1)  # a view of consecutive heads, not a copy of their k
+        q = self.activations[names.attn(layer, "q")][:, rows][head]
+        k = self.activations[names.attn(layer, "k")][head]
         scoring = self.scoring[layer]
-        mask = additive_mask(self.spec.mask, len(self.tokens), scoring.window)
+        mask = additive_mask(self.spec.mask, len(self.tokens), scoring.window, queries)
         bias = self.activations.get(names.attn(layer, "position_bias"))
-        return attention_scores(q, k, mask, scoring.scale, None if bias is None else bias[head])
+        return attention_scores(q, k, mask, scoring.scale, None if bias is None else bias[:, rows][head])
 
     def weights(self, layer: int) -> Tensor:
         """Block `layer`'s attention weights, softmax(scores) in float32 as the model's eager attention
         computes them: kept in the engine's block cache, computed from q and k when it does not hold them.
-        A model without an adapter keeps its own output_attentions. [head, query, key]"""
+        A model without an adapter keeps its own output_attentions. A block past WHOLE_BLOCK_BYTES is not
+        made at all (BlockTooLarge): its views read rows (weight_rows). [head, query, key]"""
         kept = self.activations.get(names.attn(layer, "weights"))
         if kept is not None:
             return kept
         self._check(layer)
+        self.check_whole_block()
 
         @torch.inference_mode()
         def compute() -> Tensor:
             return self.scores(layer).softmax(-1, dtype=torch.float32)
 
         return self.blocks.get(self.run_id, layer, compute)
+
+    @property
+    def block_bytes(self) -> int:
+        """The bytes of one block of weights: heads × tokens² float32."""
+        return self.n_heads * len(self.tokens) ** 2 * 4
+
+    def check_whole_block(self) -> None:
+        """BlockTooLarge where a block of weights is past WHOLE_BLOCK_BYTES (a model without an adapter keeps
+        its own, whatever their size)."""
+        if self.block_bytes > WHOLE_BLOCK_BYTES and not self.family.attention_only:
+            raise BlockTooLarge(
+                f"this view needs whole blocks of attention, {self.n_heads} heads × {len(self.tokens):,}² tokens = "
+                f"{self.block_bytes / 1024**2:,.0f} MiB each, past the lab's {WHOLE_BLOCK_BYTES // 1024**2} MiB; "
+                f"at this length the heatmap, the attends view and the worked example read windows of rows"
+            )
+
+    def weight_rows(self, layer: int, heads: list[int], queries: range) -> Tensor:
+        """The weights of some heads' query rows, [head, query, key], as Run.weights has them (bit for bit):
+        cut from the kept block, or computed from q and k (score_rows)."""
+        self._check(layer, max(heads))
+        kept = self.kept_weights(layer)
+        if kept is not None:
+            return kept[heads, queries.start : queries.stop]
+        return self.score_rows(layer, heads, queries, softmax=True)
+
+    def score_rows(self, layer: int, heads: list[int], queries: range, softmax: bool = False) -> Tensor:
+        """Some heads' query rows of the scores (or, with `softmax`, of the weights), [head, query, key],
+        computed in whole chunks of ROW_CHUNK rows, as the block's own matrix product makes them: fewer rows
+        at once take another kernel, whose sums differ in the last bit."""
+        self._check(layer, max(heads))
+        n = len(self.tokens)
+        first = queries.start // ROW_CHUNK * ROW_CHUNK
+        last = min(n, -(-queries.stop // ROW_CHUNK) * ROW_CHUNK)
+        rows = torch.empty(len(heads), last - first, n)
+        hidden = 0.0 if softmax else torch.finfo(torch.float32).min  # a hidden key's weight, and its score
+        with torch.inference_mode():
+            for start in range(first, last, ROW_CHUNK):
+                stop = min(start + ROW_CHUNK, n)
+                scores = self._chunk_scores(layer, heads, start, stop)
+                seen = scores.shape[-1]
+                out = rows[:, start - first : stop - first]
+                out[..., :seen] = scores.softmax(-1, dtype=torch.float32) if softmax else scores
+                out[..., seen:] = hidden
+        return rows[:, queries.start - first : queries.stop - first]
+
+    def _chunk_scores(self, layer: int, heads: list[int], start: int, stop: int) -> Tensor:
+        """The scores of queries [start, stop) over the keys they may see at most, [head, query, key]. Under
+        the causal mask (no window, no position bias) only the keys before `stop`: the later ones are hidden,
+        their scores the float32 minimum and their weights exactly 0; and the mask is added only where it
+        hides something, since adding 0 changes no score: at 8,192 tokens building and adding the whole mask
+        took most of a row's time."""
+        scoring = self.scoring[layer]
+        if scoring.window is not None or names.attn(layer, "position_bias") in self.activations:
+            return self.scores(layer, heads, range(start, stop))
+        causal = self.spec.mask == "causal"
+        seen = stop if causal else len(self.tokens)
+        if heads == list(range(heads[0], heads[-1] + 1)):
+            heads = slice(heads[0], heads[-1] + 1)  # a view of consecutive heads, not a copy of their k
+        q = self.activations[names.attn(layer, "q")][:, start:stop][heads]
+        k = self.activations[names.attn(layer, "k")][:, :seen][heads]
+        scores = q @ k.transpose(-1, -2) * scoring.scale
+        if causal:
+            scores[..., start:stop] += additive_mask("causal", stop - start)  # the diagonal block's upper triangle
+        return scores
 
     def kept_weights(self, layer: int) -> Tensor | None:
         """Block `layer`'s weights if they need no computing now (Run.weights), else None."""
@@ -206,17 +287,20 @@ class Run:
 
     def query(self, layer: int, head: int, index: int) -> dict[str, Tensor]:
         """One query token's view of one head: its q, every k and v, its scores and weights rows, its context
-        and what of it reaches W_O."""
-        numbers = self.head(layer, head)
+        and what of it reaches W_O. Linear in the tokens: only this row of the scores is made."""
+        self.check_adapter()
+        self._check(layer, head)
         self.check_token(index)
+        q, k, v, context = (self.activations[names.attn(layer, name)][head] for name in ("q", "k", "v", "context"))
+        row = range(index, index + 1)
         return {
-            "q": numbers["q"][index],
-            "k": numbers["k"],
-            "v": numbers["v"],
-            "scores": numbers["scores"][index],
-            "weights": numbers["weights"][index],
-            "context": numbers["context"][index],
-            "context_to_output": numbers["context_to_output"][index],
+            "q": q[index],
+            "k": k,
+            "v": v,
+            "scores": self.score_rows(layer, [head], row)[0, 0],
+            "weights": self.weight_rows(layer, [head], row)[0, 0],
+            "context": context[index],
+            "context_to_output": torch.zeros_like(context[index]) if self.ablated(layer, head) else context[index],
         }
 
     def layer(self, layer: int) -> dict[str, Tensor]:
@@ -550,7 +634,7 @@ class Engine:
         final = names.block(config.num_hidden_layers - 1, "output")
         last = lambda found: names.FINAL if names.FINAL in found else final  # noqa: E731
         runs = []
-        for spec, (tokens, truncated), (activations, logits) in zip(specs, inputs, captured, strict=True):
+        for spec, (tokens, truncated), (activations, candidates) in zip(specs, inputs, captured, strict=True):
             pooled_whole = len(tokens) <= self.loaded.max_seq_length
             runs.append(
                 Run(
@@ -563,7 +647,7 @@ class Engine:
                     n_heads=config.num_attention_heads,
                     family=self.loaded.family,
                     scoring=self.scoring,
-                    next_tokens=None if logits is None else best_next(logits),
+                    next_tokens=candidates,
                     pipeline=self.loaded.pipeline,
                     prompt_tokens=self.prompt_length(spec.prompt),
                     blocks=self.blocks,
@@ -573,7 +657,7 @@ class Engine:
 
     def _capture(
         self, specs: list[RunSpec], inputs: list[list[Token]]
-    ) -> list[tuple[dict[str, Tensor], Tensor | None]]:
+    ) -> list[tuple[dict[str, Tensor], Candidates | None]]:
         sequences = [sequence(spec, tokens) for spec, tokens in zip(specs, inputs, strict=True)]
         patch = specs[0].patch
         if patch is None:
@@ -751,11 +835,3 @@ def batches(order: list, key, length, max_tokens: int) -> list[list]:
         else:
             groups.append([item])
     return groups
-
-
-def best_next(logits: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-    """The LM head's NEXT_TOKENS best tokens after each position: ids, logits, probabilities (softmax over
-    the whole vocabulary, in float64 so that tiny probabilities keep their digits)."""
-    top = logits.topk(min(NEXT_TOKENS, logits.shape[-1]), dim=-1)
-    probabilities = (top.values.double() - logits.double().logsumexp(-1, keepdim=True)).exp()
-    return top.indices, top.values, probabilities.float()

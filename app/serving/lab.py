@@ -21,7 +21,7 @@ from typing import TypeVar
 
 from torch import Tensor
 
-from app.engine import faithfulness, measures, patches
+from app.engine import cells, faithfulness, measures, patches
 from app.engine.atlas import Atlas, atlas_slices, check_atlas, space_slices
 from app.engine.blocks import BlockCache
 from app.engine.model import LoadedModel
@@ -181,6 +181,24 @@ class Lab:
         if measure == "weights":
             return [await self._weights(run, index, client) for index in layers]
         return [await self._block(run, measure, index, client) for index in layers]
+
+    async def cells(self, run: Run, plan: cells.Plan, window: cells.Window, client: Client = ANYONE) -> Tensor:
+        """A window of a view's cells, exact or pooled (app.engine.cells), [layer, head, query, key]. A row
+        measure of a run whose blocks are past cells.ROWS_FROM_BYTES is computed a chunk of rows at a time,
+        at turns of the gate, and not kept (the page asks for each window once); otherwise, and for ALTI, cut
+        from the measure's whole blocks (Lab.measured), kept as ever."""
+        if plan.measure in cells.ROW_MEASURES and run.block_bytes > cells.ROWS_FROM_BYTES:
+            if plan.measure != "weights":
+                run.check_adapter()
+            model = (await self.engine_for(run.spec.model, client)).loaded.model
+            source = cells.row_source(run, model, plan.measure)
+            what = f"{len(window.rows)} × {len(window.cols)} cells of run {run.run_id}"
+            return await self.in_turns(what, cells.window_slices(source, plan, window, len(run.tokens)), client)
+        one = plan.layers[0] if len(plan.layers) == 1 else None
+        blocks = await self.measured(run, plan.measure, one, client)
+        source = cells.block_source(dict(zip(range(run.n_layers) if one is None else [one], blocks, strict=True)))
+        slices = cells.window_slices(source, plan, window, len(run.tokens))
+        return await asyncio.to_thread(lambda: [piece() for piece in slices][-1])
 
     async def _weights(self, run: Run, layer: int, client: Client) -> Tensor:
         """Block `layer`'s weights: kept, or computed at a turn of the gate on the model's thread."""

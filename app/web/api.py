@@ -13,7 +13,7 @@ from fastapi.responses import StreamingResponse
 from starlette.concurrency import run_in_threadpool
 from torch import Tensor
 
-from app.engine import lessons, measures
+from app.engine import cells, lessons, measures
 from app.engine.capture import NEXT_TOKENS
 from app.engine.runs import InvalidInput, OutOfRange, Run, pick
 from app.engine.spec import Patch
@@ -111,6 +111,7 @@ async def health(lab: LabDep):
         "models": lab.models.names,
         "server": f"{socket.gethostname()}:{os.getpid()}",
         "runs": len(lab.runs),
+        "run_bytes": lab.runs.nbytes + lab.blocks.nbytes,
         "store": store,
     }
 
@@ -161,8 +162,8 @@ async def analyze(body: AnalyzeRequest, lab: LabDep, client: ClientDep):
     view = body.attention
     attention = None
     if view is not None:
-        matrices = await measured_view(run, lab, view, client)
-        attention = await run_in_threadpool(embedded_attention, matrices, view)
+        pieces, headers = await view_answer(run, lab, view, client)
+        attention = await run_in_threadpool(embedded_attention, pieces, headers, view)
     return NumbersResponse(
         {
             "run_id": run.run_id,
@@ -393,9 +394,9 @@ async def attention(
 ):
     """The attention matrices a view asks for, encoded (app.web.encoding) and compressed as the client
     accepts, in pieces as they are made where the body is larger than one. A measure other than the weights
-    is computed at turns of the model (Lab.measured) and kept; the encoding runs in a thread."""
-    matrices = await measured_view(run, lab, view, client)
-    pieces, headers = await run_in_threadpool(encoded_view, matrices, view)
+    is computed at turns of the model (Lab.measured) and kept; a window, or a long run's view, is computed a
+    chunk of rows at a time (Lab.cells); the encoding runs in a thread."""
+    pieces, headers = await view_answer(run, lab, view, client)
     headers["Vary"] = "Accept-Encoding"
     length = int(headers["Content-Length"])
     encoding = chosen_encoding(accept_encoding)
@@ -410,11 +411,10 @@ async def attention(
     return StreamingResponse(pieces, media_type=MEDIA_TYPE, headers=headers)
 
 
-def embedded_attention(matrices: list[Tensor], view: AttentionView) -> dict | None:
+def embedded_attention(pieces: Iterator[bytes], headers: dict[str, str], view: AttentionView) -> dict | None:
     """What the attention endpoint sends, as one JSON field: its headers' numbers and the body in base64.
     None past one piece (PIECE_BYTES), which the endpoint sends in pieces: the analysis is answered all the
-    same (a model reading more than 512 tokens makes a larger first heatmap)."""
-    pieces, headers = encoded_view(matrices, view)
+    same (a model reading more than 512 tokens makes a larger first heatmap, unless pooled by `size`)."""
     if int(headers["Content-Length"]) > PIECE_BYTES:
         return None
     return {
@@ -422,22 +422,69 @@ def embedded_attention(matrices: list[Tensor], view: AttentionView) -> dict | No
         "dtype": view.dtype,
         "scale": float(headers["X-Attention-Scale"]) if view.dtype == "uint8" else None,
         "measure": view.measure,
+        "window": [int(n) for n in headers["X-Attention-Window"].split(",")],
+        "pooling": headers.get("X-Attention-Pooling"),
         "data": base64.b64encode(b"".join(pieces)).decode("ascii"),
     }
 
 
-async def measured_view(run: Run, lab: Lab, view: AttentionView, client) -> list[Tensor]:
-    """The blocks of the measure a view reads ([head (or 1), query, key] each): all of them, or its layer's.
-    The view is checked first."""
+async def view_answer(run: Run, lab: Lab, view: AttentionView, client) -> tuple[Iterator[bytes], dict[str, str]]:
+    """The view's matrices encoded (encode_attention: pieces of the body, headers). Whole blocks of its
+    measure where the run's blocks are small and the view asks for every cell; else its window (every cell
+    by default), exact or pooled by `size`, a chunk of rows at a time (Lab.cells)."""
     if view.heads is not None and view.head is not None:
         raise InvalidInput("give `head` or `heads`, not both")
     if view.blocks is not None and view.layer is not None:
         raise InvalidInput("`blocks=mean` averages every block: give no `layer`")
-    return await lab.measured(run, view.measure, view.layer, client)
+    n = len(run.tokens)
+    if view.rows is None and view.cols is None and run.block_bytes <= cells.ROWS_FROM_BYTES:
+        matrices = await lab.measured(run, view.measure, view.layer, client)
+        pieces, headers = await run_in_threadpool(encoded_view, matrices, view)
+        headers["X-Attention-Window"] = f"0,{n},0,{n}"
+        if view.size is not None and n > view.size:
+            headers["X-Attention-Pooling"] = "max"
+        return pieces, headers
+    plan, window = cell_plan(run, view)
+    found = await lab.cells(run, plan, window, client)  # [layer, head, query, key]
+    top = float(found.max()) if view.measure == "norm" else 1.0
+    pieces, headers = await run_in_threadpool(encode_attention, list(found), view.dtype, None, top)
+    headers["X-Attention-Measure"] = view.measure
+    headers["X-Attention-Window"] = ",".join(
+        str(bound) for bound in (window.rows.start, window.rows.stop, window.cols.start, window.cols.stop)
+    )
+    if window.pooled:
+        headers["X-Attention-Pooling"] = "max"
+    return pieces, headers
+
+
+def cell_plan(run: Run, view: AttentionView) -> tuple[cells.Plan, cells.Window]:
+    """What a view reads (its blocks, heads and means) and which cells of it (its window and size), checked."""
+    n = len(run.tokens)
+    if view.layer is not None:
+        run.check_layer(view.layer)
+    layers = tuple(range(run.n_layers)) if view.layer is None else (view.layer,)
+    available = 1 if measures.MEASURES[view.measure].per_block else run.n_heads
+    if view.head is not None:
+        chosen = [view.head]
+    elif view.heads is not None:
+        chosen = sorted({int(h) for h in view.heads.split(",")})
+    else:
+        chosen = list(range(available))
+    if chosen[-1] >= available:
+        raise OutOfRange(f"head {chosen[-1]} does not exist: heads are 0 to {available - 1}")
+    mean = "blocks" if view.blocks == "mean" else "heads" if view.heads is not None else None
+    span = lambda text: range(*(int(bound) for bound in text.split(":"))) if text else range(n)  # noqa: E731
+    window = cells.Window(span(view.rows), span(view.cols), view.size)
+    plan = cells.Plan(view.measure, layers, tuple(chosen), mean)
+    try:
+        cells.check_window(window, plan, n)
+    except ValueError as error:
+        raise InvalidInput(str(error)) from None
+    return plan, window
 
 
 def encoded_view(matrices: list[Tensor], view: AttentionView) -> tuple[Iterator[bytes], dict[str, str]]:
-    """The matrices a view asks for, from its measure's blocks (measured_view), encoded as it asks
+    """The matrices a view asks for, from its measure's whole blocks (Lab.measured), encoded as it asks
     (encode_attention: pieces of the body, headers)."""
     layer, head, heads, blocks = view.layer, view.head, view.heads, view.blocks
     # The head asked for among the measure's own heads (ALTI has one per block).

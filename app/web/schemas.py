@@ -59,6 +59,13 @@ class AttentionView(BaseModel):
     blocks: Literal["mean"] | None = Field(
         None, description="mean: average over every block (of `heads`, or of `head`): shape [1, 1, query, key]"
     )
+    rows: str | None = Field(
+        None,
+        pattern=r"^\d{1,6}:\d{1,6}$",
+        description="Only these query rows, start:stop (e.g. 1024:1088), exact; with `size`, pooled to at most "
+        "size rows (each the largest of its bin)",
+    )
+    cols: str | None = Field(None, pattern=r"^\d{1,6}:\d{1,6}$", description="Only these key columns, start:stop")
 
 
 class AttentionRequest(AttentionView):
@@ -290,6 +297,10 @@ class EmbeddedAttention(BaseModel):
     dtype: AttentionDtype
     scale: float | None = Field(description="uint8 only: value = byte / scale")
     measure: Measure
+    window: list[int] = Field(
+        description="X-Attention-Window: the query rows and key columns held, [start, stop, start, stop]"
+    )
+    pooling: Literal["max"] | None = Field(description="X-Attention-Pooling: max where cells are pooled bins")
     data: str = Field(description="The little-endian C-order array, base64")
 
 
@@ -490,6 +501,10 @@ class Health(BaseModel):
     models: list[str] = Field(description="Every model this lab serves, the default first")
     server: str = Field(description="host:pid of the process that answered: which replica and worker")
     runs: int = Field(description="Runs this server process holds in memory")
+    run_bytes: int = Field(
+        description="The bytes those runs and what is computed from them keep, as the run cache counts them "
+        "(each tensor once), blocks of weights computed when asked included"
+    )
     store: StoreHealth
 
 

@@ -125,17 +125,20 @@ export async function attention(runId, options = {}) {
   for (const [name, value] of Object.entries(options)) if (value !== null && value !== undefined) params.set(name, String(value));
   const response = await request(`/api/runs/${runId}/attention?${params}`);
   const shape = response.headers.get("X-Attention-Shape").split(",").map(Number);
+  // The query rows and key columns the body covers, and whether its cells are pooled bins ("max") or exact.
+  const window = response.headers.get("X-Attention-Window").split(",").map(Number);
+  const pooling = response.headers.get("X-Attention-Pooling");
   const buffer = await response.arrayBuffer();
   if (response.headers.get("X-Attention-Dtype") === "uint8") {
-    return { shape, values: new Uint8Array(buffer), scale: Number(response.headers.get("X-Attention-Scale")) };
+    return { shape, window, pooling, values: new Uint8Array(buffer), scale: Number(response.headers.get("X-Attention-Scale")) };
   }
-  return { shape, values: new Float32Array(buffer), scale: 1 };
+  return { shape, window, pooling, values: new Float32Array(buffer), scale: 1 };
 }
 
 // Matrices an analyze answer holds (its `attention`), as attention() gives them.
-export function decodeAttention({ shape, dtype, scale, data }) {
+export function decodeAttention({ shape, dtype, scale, window, pooling, data }) {
   const bytes = fromBase64(data);
-  return { shape, values: dtype === "uint8" ? bytes : new Float32Array(bytes.buffer), scale: scale ?? 1 };
+  return { shape, window, pooling, values: dtype === "uint8" ? bytes : new Float32Array(bytes.buffer), scale: scale ?? 1 };
 }
 
 function fromBase64(data) {

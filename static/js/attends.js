@@ -3,9 +3,9 @@
 // their own colours.
 
 import { blankNote, revealedKey } from "./blind.js";
-import { HEAD_COLORS } from "./colors.js";
+import { HEAD_COLORS, rgb, sequential } from "./colors.js";
 import { el, fixed } from "./format.js";
-import { isSink, meanOf, meanRow, segmentRule, sinkNames, viewName } from "./matrix.js";
+import { isSink, meanRow, segmentRule, sinkNames, viewName } from "./matrix.js";
 import { measureOf } from "./measures.js";
 import { queries } from "./selection.js";
 
@@ -13,7 +13,8 @@ const ROW_REM = 1.45; // a token row's height, as lab.css sets it
 const MAX_ROWS = 64; // beyond this many keys only the largest are listed: 512 rows help nobody and cost a click
 
 // The rows the view draws: for each head shown, the mean of the selected queries' rows of the view's
-// matrix (matrix.js: the same numbers the heatmap draws), and their sink.
+// matrix (matrix.js: the same numbers the heatmap draws; a long run's rows fetched alone, data.js), and
+// their sink.
 async function attendRows(state, lab) {
   const chosen = queries(state);
   const n = state.run.tokens.length;
@@ -22,8 +23,11 @@ async function attendRows(state, lab) {
     : [{ name: state.head === "mean" ? "mean" : `head ${state.head}`, color: state.head === "mean" ? "currentColor" : HEAD_COLORS[state.head % HEAD_COLORS.length], view: state }];
   return Promise.all(
     views.map(async ({ name, color, view }) => {
-      const { matrix, sink } = await lab.numbers().matrix(view, state.run.tokens, lab.model.layers);
-      return { head: name, color, row: meanRow(matrix, n, chosen), sink: sink === null ? null : meanOf(sink, chosen) };
+      const rows = await Promise.all(chosen.map((query) => lab.numbers().row(view, state.run.tokens, lab.model.layers, query)));
+      const stacked = new Float32Array(rows.length * n);
+      rows.forEach(({ row }, index) => stacked.set(row, index * n));
+      const sink = rows[0].sink === null ? null : rows.reduce((sum, { sink: value }) => sum + value, 0) / rows.length;
+      return { head: name, color, row: meanRow(stacked, n, rows.map((_, index) => index)), sink };
     }),
   );
 }
@@ -159,18 +163,47 @@ export function renderAttends(container, { tokens, selected, rows, sinks: mode, 
     mode !== "show" ? sinkRow(shown, tokens, largest) : null,
   );
   const limited = long ? el("p", { class: "hint" }, `The ${listed.length} most attended of ${candidates.length} tokens, in text order.`) : null;
+  const strips = long ? wholeRows(shown, selected, tokens.length, largest, measure) : null;
   const legend =
     shown.length > 1
       ? el("p", { class: "legend" }, ...shown.map(({ head, color }) => el("span", { class: "legend-item", style: `--c:${color}` }, head)))
       : null;
   const hint = mode !== "show" ? sinkHint(tokens, mode, segments, rows[0].row, measure) : null;
   container.replaceChildren(
-    ...[el("p", { class: "caption" }, caption), limited, legend, el("div", { class: "attend-grid" }, left, svg, right), hint].filter(Boolean),
+    ...[el("p", { class: "caption" }, caption), limited, strips, legend, el("div", { class: "attend-grid" }, left, svg, right), hint].filter(Boolean),
   );
   // The query's line in sight: the view scrolls itself (never the page) when the query is below its fold.
   const line = left.querySelector(".selected");
   const [box, at] = [container.getBoundingClientRect(), line.getBoundingClientRect()];
   if (at.bottom > box.bottom || at.top < box.top) container.scrollTop += at.top - box.top - box.height / 3;
+}
+
+const STRIP_PX = 12; // a row's strip's height
+
+// A long text's whole row in sight, one strip per head shown: every key along the width, a pixel the largest
+// value of the keys it covers, the query marked; what the list of the most attended keys leaves out.
+function wholeRows(shown, selected, n, largest, measure) {
+  const width = 600; // canvas pixels; the strip is stretched to the view's width
+  const canvas = el("canvas", { class: "attend-strip", width, height: STRIP_PX * shown.length, style: `height:${STRIP_PX * shown.length}px` });
+  const context = canvas.getContext("2d");
+  shown.forEach(({ row }, index) => {
+    for (let x = 0; x < width; x += 1) {
+      const [from, to] = [Math.floor((x * n) / width), Math.max(Math.floor((x * n) / width) + 1, Math.ceil(((x + 1) * n) / width))];
+      let top = 0;
+      for (let key = from; key < to; key += 1) top = Math.max(top, row[key]);
+      context.fillStyle = rgb(sequential(top / largest, "blues"));
+      context.fillRect(x, index * STRIP_PX, 1, STRIP_PX - 1);
+    }
+  });
+  context.fillStyle = "#d00";
+  context.fillRect(Math.floor((selected * width) / n), 0, 2, STRIP_PX * shown.length);
+  const bin = Math.ceil(n / width);
+  return el(
+    "figure",
+    { class: "attend-strip-box", dataset: { field: "whole-row" } },
+    canvas,
+    el("figcaption", { class: "hint" }, `The whole row: ${n.toLocaleString("en")} keys left to right${bin > 1 ? `, each pixel the largest ${measure.name} among ${bin} keys` : ""}; the red mark is the query.`),
+  );
 }
 
 // The value taken off the hidden sink tokens, one bar per head shown, on the key bars' scale and baseline.

@@ -3,6 +3,7 @@
 
 import { revealedKey } from "./blind.js";
 import { count } from "./format.js";
+import { LONG_FROM } from "./data.js";
 import { Heatmap } from "./heatmap.js";
 import { maskName, sinkNames, viewLayers, viewName } from "./matrix.js";
 import { measureOf } from "./measures.js";
@@ -34,6 +35,29 @@ function markAnswer(heatmap, state) {
   heatmap.mark(key === null ? null : { row: state.token, col: key });
 }
 
+// A long run's heatmap reads its view's overview, max-pooled by the server, its windows' cells and its
+// queries' exact rows (data.js), before sinks and segments: the attends view applies those to a row.
+async function longSource(state, lab) {
+  const numbers = lab.numbers();
+  const { layers } = lab.model;
+  const n = state.run.tokens.length;
+  const overview = await numbers.pooledView(state, layers);
+  const zmax = overview.values.reduce((max, value) => Math.max(max, value), 1e-9);
+  return {
+    long: {
+      n,
+      overview,
+      zmax,
+      window: (window) => numbers.windowOf(state, layers, window),
+      row: (query) => numbers.rawRow(state, layers, n, query),
+    },
+  };
+}
+
+function filtered(state) {
+  return state.sinks !== "show" || state.segments !== "all";
+}
+
 export function createAttentionView(lab) {
   const heatmap = new Heatmap($("heatmap"), (index) => lab.setState({ token: index, also: [] }), {
     bounds: stageBounds,
@@ -49,8 +73,8 @@ export function createAttentionView(lab) {
     id: "heatmap",
     follows: ["run", "layer", "head", "heads", "blockMean", "segments", "sinks", "scale", "present", "measure", "question"],
     moves: ["token", "also", "preview"],
-    load: (state, lab) => lab.numbers().matrix(state, state.run.tokens, lab.model.layers),
-    render(state, { matrix, sink }) {
+    load: (state, lab) => (state.run.tokens.length > LONG_FROM ? longSource(state, lab) : lab.numbers().matrix(state, state.run.tokens, lab.model.layers)),
+    render(state, { matrix = null, sink = null, long = null }) {
       const { run } = state;
       const n = run.tokens.length;
       const measure = measureOf(state.measure);
@@ -59,12 +83,13 @@ export function createAttentionView(lab) {
       const [first = null, ...others] = queries(state);
       heatmap.draw({
         matrix,
+        long,
         sink,
         sinkNames: sinkNames(run.tokens),
         labels: run.tokens.map((token) => token.text),
         selected: first,
         also: others,
-        title: `${viewName(state, lab.model)} · ${maskName(run.mask, lab.model, viewLayers(state, lab.model))}`,
+        title: `${viewName(state, lab.model)} · ${maskName(run.mask, lab.model, viewLayers(state, lab.model))}${long && filtered(state) ? " · every key shown (the sink and segment filters apply to the attends view)" : ""}`,
         caption: `“${state.text}”${run.text_pair ? ` + “${run.text_pair}”` : ""} · ${lab.model.name}`,
         scale: state.scale,
         measure,

@@ -3,7 +3,7 @@
 
 import * as api from "./api.js";
 import { SCALES } from "./colors.js";
-import { firstView } from "./data.js";
+import { firstView, LONG_FROM } from "./data.js";
 import { exportedView, saveCSV, saveImage, saveJSON } from "./export.js";
 import { gridPNG, gridSVG, showShares } from "./grid.js";
 import { renderHeadSet } from "./headset.js";
@@ -19,7 +19,7 @@ export function initControls(lab, heatmap) {
   lab.subscribe((state, changed) => showControls(state, changed, lab));
   showControls(getState(), new Set(["text", "pair", "head"]), lab);
   bindPrompt(lab);
-  bindViewControls(lab);
+  bindViewControls(lab, heatmap);
   bindExports(lab, heatmap);
   bindKeys(lab);
   $("present").addEventListener("click", () => setState({ present: !getState().present }));
@@ -223,7 +223,7 @@ function bindPrompt(lab) {
   });
 }
 
-function bindViewControls(lab) {
+function bindViewControls(lab, heatmap) {
   const { getState, setState } = lab;
   $("layer").addEventListener("change", () => setState({ layer: Number($("layer").value) }));
   $("head").addEventListener("change", () => setState({ head: $("head").value === "mean" ? "mean" : Number($("head").value) }));
@@ -238,12 +238,13 @@ function bindViewControls(lab) {
   });
   $("token-search").addEventListener("submit", (event) => {
     event.preventDefault();
-    findToken($("token-query").value, lab);
+    findToken($("token-query").value, lab, heatmap);
   });
 }
 
-// The next token after the selected one whose piece contains the query (## and case ignored).
-function findToken(query, { getState, setState }) {
+// The next token after the selected one whose piece contains the query (## and case ignored); in a long run
+// the heatmap jumps to its passage.
+function findToken(query, { getState, setState }, heatmap) {
   const { run, token } = getState();
   const wanted = query.trim().toLowerCase();
   if (!run || !wanted) return;
@@ -253,11 +254,20 @@ function findToken(query, { getState, setState }) {
     const candidate = run.tokens[(start + step) % n];
     if (candidate.text.replace(/^##/, "").toLowerCase().includes(wanted)) {
       setState({ token: candidate.index, also: [] });
+      if (heatmap.long) heatmap.jump(candidate.index);
       $("token-search-status").textContent = `“${candidate.text}”, token ${candidate.index} of ${n}`;
       return;
     }
   }
   $("token-search-status").textContent = `No token contains “${query.trim()}”.`;
+}
+
+// A long run's numbers are its window's exact cells, as the heatmap shows them (every key: no filters).
+function longNumbers(heatmap, state, model, name, pooled) {
+  const shown = heatmap.picture;
+  if (!shown || shown.pooling) throw new Error(`This view is max-pooled: zoom in to at most ${LONG_FROM} tokens a side to save its exact numbers`);
+  const [row, , col] = shown.window;
+  return exportedView({ state, model, matrix: shown.values, sink: null, pooled, name, window: { row, col, size: shown.window[1] - row } });
 }
 
 // Saving what the heatmap draws: the picture as it is, the numbers from the same matrix (matrix.js).
@@ -267,8 +277,10 @@ function bindExports(lab, heatmap) {
   const numbers = async () => {
     const state = getState();
     const kept = lab.numbers();
+    const name = `${viewName(state, model)} · ${maskName(state.run.mask, model, viewLayers(state, model))}`;
+    if (heatmap.long) return longNumbers(heatmap, { ...state, sinks: "show", segments: "all" }, model, name, await kept.pooled(state.run.pooled));
     const [{ matrix, sink }, pooled] = await Promise.all([kept.matrix(state, state.run.tokens, model.layers), kept.pooled(state.run.pooled)]);
-    return exportedView({ state, model, matrix, sink, pooled, name: `${viewName(state, model)} · ${maskName(state.run.mask, model, viewLayers(state, model))}` });
+    return exportedView({ state, model, matrix, sink, pooled, name });
   };
   const menu = $("export-menu-box");
   // Esc closes the open menu wherever the focus is (before the page's own Esc clears the selection).

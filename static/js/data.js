@@ -2,11 +2,16 @@
 // (matrix.js) computed once per view.
 
 import * as api from "./api.js";
-import { viewMatrix, viewSources } from "./matrix.js";
+import { viewMatrix, viewRow, viewSources } from "./matrix.js";
 
 const OVERVIEW_SIZE = 64; // px per head in the 6×12 overview: the server shrinks larger matrices to this
 const KEPT_RUNS = 4; // the page's run and the runs a lesson compares it with
 const KEPT_VIEWS = 8; // computed matrices per run: at 512 tokens each is 1 MB
+// Past this many tokens a view's matrix is not fetched whole (8,192 tokens: 256 MB a head): the heatmap draws
+// it max-pooled to this many cells a side, and fetches the exact cells of the window it shows, at most this
+// many a side (1 MB in float32), and a query's exact row for the attends view, predict-first and the cursor.
+export const LONG_FROM = 512;
+const KEPT_CELLS = 24; // windows and rows of a long run kept per run: a row at 8,192 tokens is 32 KB
 
 const runs = new Map(); // run id → RunNumbers, least recently used first
 
@@ -39,10 +44,14 @@ export function firstView(view, nLayers) {
   const { key, options } = combinedRequest(view, nLayers);
   if (options.measure !== "weights") return null;
   return {
-    options,
+    // A run longer than LONG_FROM tokens answers with its overview, pooled to LONG_FROM cells a side.
+    options: { ...options, size: LONG_FROM },
     keep(runId, attention) {
-      // null past 1 MiB (a model reading more than 512 tokens): the view asks the attention endpoint.
-      if (attention) numbersOf(runId).once(key, async () => api.decodeAttention(attention).values);
+      if (!attention) return; // past 1 MiB: the view asks the attention endpoint
+      const decoded = api.decodeAttention(attention);
+      const numbers = numbersOf(runId);
+      if (attention.pooling) numbers.once(`overview:${key}`, async () => decoded);
+      else numbers.once(key, async () => decoded.values);
     },
   };
 }
@@ -93,6 +102,53 @@ export class RunNumbers {
     this.views.set(key, matrix);
     while (this.views.size > KEPT_VIEWS) this.views.delete(this.views.keys().next().value);
     return matrix;
+  }
+
+  // A long run's view ([query, key] of one head or a mean, before sinks and segments) pooled to LONG_FROM
+  // cells a side, each the largest of its bin: {values, shape, window, pooling}.
+  pooledView(view, nLayers) {
+    const { key, options } = combinedRequest(view, nLayers);
+    return this.once(`overview:${key}`, () => api.attention(this.runId, { ...options, size: LONG_FROM }));
+  }
+
+  // A window of a long run's view: rows [row, row + size) × cols [col, col + size), exact up to LONG_FROM a
+  // side, else pooled to it ({values, shape, window, pooling}).
+  windowOf(view, nLayers, { row, col, size }) {
+    const { key, options } = combinedRequest(view, nLayers);
+    const window = { rows: `${row}:${row + size}`, cols: `${col}:${col + size}`, size: LONG_FROM };
+    return this.kept(`window:${key}:${row}:${col}:${size}`, () => api.attention(this.runId, { ...options, ...window }));
+  }
+
+  // The exact row of one query in a view before sinks and segments: Float32Array over every key.
+  rawRow(view, nLayers, n, query) {
+    const { key, options } = combinedRequest(view, nLayers);
+    const fetched = () => api.attention(this.runId, { ...options, rows: `${query}:${query + 1}`, cols: `0:${n}` });
+    return this.kept(`row:${key}:${query}`, async () => (await fetched()).values);
+  }
+
+  // One query's row of a view as the heatmap shows it (sinks and segments applied, matrix.viewRow), and the
+  // weight on its hidden sinks: cut from the whole matrix, or fetched alone for a long run.
+  async row(view, tokens, nLayers, query) {
+    const n = tokens.length;
+    if (n <= LONG_FROM) {
+      const { matrix, sink } = await this.matrix(view, tokens, nLayers);
+      return { row: matrix.subarray(query * n, (query + 1) * n), sink: sink === null ? null : sink[query] };
+    }
+    return viewRow(await this.rawRow(view, nLayers, n, query), tokens, query, view);
+  }
+
+  // What is computed for a long run's windows and rows, least recently used first, at most KEPT_CELLS.
+  kept(key, load) {
+    this.cells ??= new Map();
+    let promise = this.cells.get(key);
+    if (promise) this.cells.delete(key);
+    else {
+      promise = load();
+      promise.catch(() => this.cells.delete(key));
+    }
+    this.cells.set(key, promise);
+    while (this.cells.size > KEPT_CELLS) this.cells.delete(this.cells.keys().next().value);
+    return promise;
   }
 
   // Every head of every block, quantised and shrunk to what the overview draws.

@@ -19,9 +19,12 @@ function download(content, name, type) {
 // Exactly what the heatmap draws, and what it is: the view (its measure, block or the mean of all blocks,
 // head or head set, sink and segment filters) in words and as fields, the prompt, the model, the matrix with
 // the cells the view leaves out as null, and the value on the hidden sink tokens per row when they are hidden.
-export function exportedView({ state, model, matrix, sink, pooled, name }) {
+// window: a long run's window the heatmap shows, {row, col, size}, whose exact cells `matrix` holds
+// ([size, size]); null: the whole matrix ([n, n]).
+export function exportedView({ state, model, matrix, sink, pooled, name, window = null }) {
   const { run } = state;
   const n = run.tokens.length;
+  const { row: row0, col: col0, size } = window ?? { row: 0, col: 0, size: n };
   const cell = (value) => (Number.isNaN(value) ? null : value);
   return {
     text: state.text,
@@ -41,7 +44,10 @@ export function exportedView({ state, model, matrix, sink, pooled, name }) {
       segments: state.segments,
     },
     tokens: run.tokens,
-    matrix: Array.from({ length: n }, (_, row) => Array.from(matrix.subarray(row * n, (row + 1) * n), cell)),
+    // The query rows and key columns the matrix holds: every token, or a long run's window.
+    rows: [row0, row0 + size],
+    cols: [col0, col0 + size],
+    matrix: Array.from({ length: size }, (_, row) => Array.from(matrix.subarray(row * size, (row + 1) * size), cell)),
     sink: sink === null ? null : Array.from(sink),
     pooled,
   };
@@ -66,10 +72,11 @@ export function saveCSV(view, name) {
   const lines = [
     csvCell(`# prompt: ${view.text.replace(/[\r\n]+/g, " ")}`),
     csvCell(`# model: ${view.model}; mask: ${view.mask}; view: ${view.view.name}; each cell: ${view.view.measure_name}; special tokens: ${view.view.sinks}; segments: ${view.view.segments}; rows are queries, columns keys`),
-    ["query \\ key", ...view.tokens.map((token) => `${token.index}:${token.text}`), ...sink].map(csvCell).join(","),
-    ...view.matrix.map((row, index) =>
-      [`${index}:${view.tokens[index].text}`, ...row.map((value) => value ?? ""), ...(view.sink === null ? [] : [view.sink[index]])].map(csvCell).join(","),
-    ),
+    ["query \\ key", ...view.tokens.slice(...view.cols).map((token) => `${token.index}:${token.text}`), ...sink].map(csvCell).join(","),
+    ...view.matrix.map((row, offset) => {
+      const index = view.rows[0] + offset;
+      return [`${index}:${view.tokens[index].text}`, ...row.map((value) => value ?? ""), ...(view.sink === null ? [] : [view.sink[index]])].map(csvCell).join(",");
+    }),
   ];
   download(`${lines.join("\n")}\n`, `${name}.csv`, "text/csv");
 }

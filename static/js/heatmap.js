@@ -3,6 +3,10 @@
 // on a projector or a phone. Selecting a token only moves the row outline. A long input zooms (wheel,
 // + / − buttons) and pans (drag). From the keyboard the plot is one tab stop: the arrows move a cursor
 // cell whose value is printed in the readout (a live region), Enter selects that row's token.
+// A long run (data.js's LONG_FROM) is never held whole: the heatmap draws its overview max-pooled by the
+// server, fetches the cells of each window it zooms or pans to (exact once the window is at most LONG_FROM
+// tokens a side), and shows only exact numbers: the tooltip and the cursor read a window's exact cells or
+// fetch the query's exact row.
 
 import { diverging, gradient, rgb, sequential } from "./colors.js";
 import { el, fixed } from "./format.js";
@@ -15,6 +19,10 @@ const MIN_WINDOW = 8; // tokens: the closest zoom
 const DRAG_PX = 4; // a press that moves further pans instead of clicking
 const PAGE_ROWS = 8; // PageUp / PageDown
 const BLANK = [225, 225, 225]; // a cell the view leaves out (a segment filter), distinct from a weight of 0
+const JUMP_WINDOW = 128; // tokens a side at most shown around a token jumped to in a long run: exact cells
+const JUMP_CELL = 4; // px a cell at least, there: a window fewer tokens a side on a small square
+const KEPT_ROWS = 64; // a long run's exact rows kept for the tooltip and the cursor
+const FETCH_DELAY = 60; // ms a long run's window waits while a drag pans it: the drag asks once it pauses
 
 export class Heatmap {
   // options.signed: the matrix holds differences; colours diverge from white at zero.
@@ -42,6 +50,16 @@ export class Heatmap {
     this.xLabels = el("div", { class: "hm-xlabels", "aria-hidden": "true" });
     this.colorbar = el("div", { class: "hm-colorbar", "aria-hidden": "true" });
     this.zoomLabel = el("span", { class: "hm-zoom-label" });
+    this.matrix = null; // [query, key] values of a run held whole
+    this.long = null; // a long run's source: {n, overview, zmax, window(win), row(r)} (attention.js)
+    this.picture = null; // what a long run's canvas shows: {values, shape, window, pooling}
+    this.rows = new Map(); // a long run's exact rows, fetched for the tooltip and the cursor
+    // Jump to a token's passage: a window of JUMP_WINDOW tokens around it (long runs).
+    this.goto = el("input", { type: "number", min: "0", class: "hm-goto", "aria-label": "Go to token", title: "Go to token: show its passage", placeholder: "token #" });
+    this.goto.addEventListener("change", () => {
+      const index = Number(this.goto.value);
+      if (this.goto.value !== "" && Number.isInteger(index) && index >= 0 && index < this.n) this.jump(index);
+    });
     const button = (label, name, action) => {
       const node = el("button", { type: "button", "aria-label": name, title: name, dataset: { zoom: label } }, label);
       node.addEventListener("click", action);
@@ -53,6 +71,7 @@ export class Heatmap {
       button("+", "Zoom in", () => this.zoom(2)),
       button("−", "Zoom out", () => this.zoom(0.5)),
       button("Reset", "Reset: show the whole matrix", () => this.reset()),
+      this.goto,
       this.zoomLabel,
     );
     this.extraOutlines = el("div", { class: "hm-extra-outlines" });
@@ -112,7 +131,7 @@ export class Heatmap {
     window.addEventListener("mouseup", () => setTimeout(() => (press = null)));
     this.canvas.addEventListener("mouseleave", () => (this.tooltip.hidden = true));
     this.canvas.addEventListener("click", (event) => {
-      const cell = this.matrix ? this.cellAt(event) : null;
+      const cell = this.ready ? this.cellAt(event) : null;
       if (!cell || press?.moved) return;
       this.onSelect(cell.row);
       this.cursor = cell; // after the selection, which starts the cursor afresh on its row
@@ -121,7 +140,7 @@ export class Heatmap {
     this.canvas.addEventListener(
       "wheel",
       (event) => {
-        const cell = this.matrix ? this.cellAt(event) : null;
+        const cell = this.ready ? this.cellAt(event) : null;
         if (!cell) return;
         event.preventDefault();
         this.zoom(event.deltaY < 0 ? 2 : 0.5, cell);
@@ -130,7 +149,7 @@ export class Heatmap {
     );
     this.plot.addEventListener("keydown", (event) => this.key(event));
     this.plot.addEventListener("focus", () => {
-      if (this.matrix && this.cursor === null) this.cursor = this.startCell();
+      if (this.ready && this.cursor === null) this.cursor = this.startCell();
       this.showCursor();
     });
     this.plot.addEventListener("blur", () => (this.cursorBox.hidden = true));
@@ -139,7 +158,7 @@ export class Heatmap {
   // The keyboard's cursor: arrows move it a cell, PageUp/PageDown a page of rows, Home/End to the row's
   // ends; Enter or Space selects its row's token.
   key(event) {
-    if (!this.matrix) return;
+    if (!this.ready) return;
     const { row, col } = this.cursor ?? this.startCell();
     const moves = {
       ArrowUp: [row - 1, col],
@@ -164,15 +183,47 @@ export class Heatmap {
     this.showCursor();
   }
 
-  // Where the cursor starts: the selected row, at the key it attends to most.
+  get ready() {
+    return this.matrix !== null || this.long !== null;
+  }
+
+  // Where the cursor starts: the selected row, at the key it attends to most (a long run's row once it has
+  // come: until then its first key).
   startCell() {
     const row = this.selected ?? 0;
+    if (this.long && !this.rows.has(row)) {
+      this.needRow(row, () => this.showCursor());
+      return { row, col: 0 };
+    }
     let col = 0;
     for (let key = 1; key < this.n; key += 1) {
-      const value = this.matrix[row * this.n + key];
-      if (!(this.matrix[row * this.n + col] >= value)) col = Number.isNaN(value) ? col : key;
+      const value = this.value(row, key);
+      if (!(this.value(row, col) >= value)) col = Number.isNaN(value) ? col : key;
     }
     return { row, col };
+  }
+
+  // A cell's exact value, or undefined where a long run has not fetched it yet (needRow).
+  value(row, col) {
+    if (this.matrix) return this.matrix[row * this.n + col];
+    const known = this.rows.get(row);
+    if (known) return known[col];
+    const shown = this.picture;
+    if (!shown || shown.pooling) return undefined;
+    const [row0, row1, col0, col1] = shown.window;
+    return row >= row0 && row < row1 && col >= col0 && col < col1 ? shown.values[(row - row0) * (col1 - col0) + col - col0] : undefined;
+  }
+
+  // A long run's exact row of one query, fetched once (the most recent KEPT_ROWS kept); then() once it is here.
+  needRow(row, then = () => {}) {
+    if (!this.long || this.rows.has(row)) return;
+    const source = this.long;
+    source.row(row).then((values) => {
+      if (this.long !== source) return;
+      this.rows.set(row, values);
+      while (this.rows.size > KEPT_ROWS) this.rows.delete(this.rows.keys().next().value);
+      then();
+    }, () => {});
   }
 
   // The cursor's (or, without one, the selected row's strongest) cell, boxed on the plot when the plot has
@@ -197,8 +248,12 @@ export class Heatmap {
   }
 
   describe({ row, col }) {
-    const value = this.matrix[row * this.n + col];
+    const value = this.value(row, col);
     const where = `“${this.labels[row]}” → “${this.labels[col]}”`;
+    if (value === undefined) {
+      this.needRow(row, () => this.showCursor());
+      return `${cellSymbol(this.measure, row, col)}: fetching the exact value, ${where}`;
+    }
     if (Number.isNaN(value)) return `${cellSymbol(this.measure, row, col)}: left out of this view, ${where}`;
     return `${cellSymbol(this.measure, row, col)} = ${fixed(value)}, ${where}`;
   }
@@ -209,7 +264,9 @@ export class Heatmap {
   // caption: a line under the title in exported pictures (the prompt); scale: a colors.js scale name.
   // sinkNames: what the sink holds, e.g. "[CLS]+[SEP]". measure: what the numbers are (measures.js): the
   // title, the numbers and their name change together, so no picture is ever shown under another's name.
-  draw({ matrix, labels, selected, also = [], title, sink = null, sinkNames = "", caption = "", scale = "blues", measure = this.measure }) {
+  // long: instead of `matrix`, a long run's source, {n, overview, zmax, window({row, col, size}), row(r)}:
+  // its overview pooled by the server, and the fetches of a window's cells and of a query's exact row.
+  draw({ matrix = null, long = null, labels, selected, also = [], title, sink = null, sinkNames = "", caption = "", scale = "blues", measure = this.measure }) {
     this.measure = measure;
     this.sinkColumn.title = `sink: the ${measure.name} on the hidden ${sinkNames}, per row`;
     this.also = also;
@@ -222,13 +279,20 @@ export class Heatmap {
       this.cursor = null;
     }
     this.matrix = matrix;
+    this.long = long;
+    this.picture = long ? long.overview : null;
+    this.rows = new Map();
+    this.goto.hidden = long === null;
+    this.container.classList.toggle("hm-long", long !== null);
+    this.goto.max = String(n - 1);
     this.labels = labels;
     this.n = n;
     this.selected = selected;
-    // Blanked cells (NaN: outside a segment filter) take no part in the scale.
-    this.zmax = matrix.reduce((max, value) => (Number.isNaN(value) ? max : Math.max(max, this.signed ? Math.abs(value) : value)), 1e-9);
-    this.title.textContent = title;
-    this.title.title = title; // the whole title, where a narrow column cuts it short
+    // Blanked cells (NaN: outside a segment filter) take no part in the scale. A long run's largest value is
+    // its max-pooled overview's.
+    this.zmax = long ? long.zmax : matrix.reduce((max, value) => (Number.isNaN(value) ? max : Math.max(max, this.signed ? Math.abs(value) : value)), 1e-9);
+    this.baseTitle = title;
+    this.retitle();
     this.side = null;
     this.fit();
     this.container.setAttribute("aria-label", `${title}: ${n} by ${n} cells, each the ${measure.name} of a query and a key (${measure.values}).`);
@@ -243,7 +307,7 @@ export class Heatmap {
     const side = Math.max(MIN_SIDE, room);
     if (side === this.side && window.devicePixelRatio === this.ratio) return;
     this.side = side;
-    if (this.matrix) this.render();
+    if (this.ready) this.render();
     else this.reserve(side);
   }
 
@@ -271,13 +335,66 @@ export class Heatmap {
     const room = this.side;
     this.cell = size <= room ? Math.floor(room / size) : room / size;
     const side = this.cell * size;
-    this.paint(side);
+    if (this.long) this.paintLong(side);
+    else this.paint(side);
     this.paintSink(side);
     this.drawColorbar(side);
     this.select(this.selected, this.also);
     this.mark(this.answer);
     this.zoomLabel.textContent = size === this.n ? "" : `tokens ${this.window.row}–${this.window.row + size - 1} × ${this.window.col}–${this.window.col + size - 1}`;
     this.container.dataset.window = `${this.window.row},${this.window.col},${size}`;
+  }
+
+  // The title, and for a long run what its cells are: exact, or the server's max-pooled bins.
+  retitle() {
+    const shown = this.long ? this.picture : null;
+    const rows = shown ? shown.window[1] - shown.window[0] : 0;
+    const bin = shown ? Math.ceil(rows / shown.shape[shown.shape.length - 2]) : 1;
+    const note = !shown ? "" : shown.pooling ? ` · max-pooled: a cell is the largest of ${bin}×${bin} (zoom in: exact)` : " · exact cells";
+    this.title.textContent = `${this.baseTitle}${note}`;
+    this.title.title = this.title.textContent; // the whole title, where a narrow column cuts it short
+    this.container.dataset.picture = shown ? (shown.pooling ?? "exact") : "";
+  }
+
+  // A long run's window: the picture that covers it (the overview for the whole matrix), or, until the
+  // window's cells have come, the picture before it, left as it is.
+  paintLong(side) {
+    const { row, col, size } = this.window;
+    const covers = (shown) => shown && shown.window.join(",") === `${row},${row + size},${col},${col + size}`;
+    if (covers(this.picture)) {
+      this.paintPicture(this.picture, side);
+      return;
+    }
+    if (size === this.n) {
+      this.picture = this.long.overview;
+      this.retitle();
+      this.paintPicture(this.picture, side);
+      return;
+    }
+    clearTimeout(this.fetching);
+    const source = this.long;
+    this.container.dataset.loading = "window";
+    const load = () => {
+      source.window(this.window).then(
+        (shown) => {
+          if (this.long !== source || !covers(shown) || shown.window.join(",") !== `${this.window.row},${this.window.row + this.window.size},${this.window.col},${this.window.col + this.window.size}`) return;
+          delete this.container.dataset.loading;
+          this.picture = shown;
+          this.retitle();
+          this.paintPicture(shown, this.cell * this.window.size);
+          this.showCursor();
+        },
+        () => delete this.container.dataset.loading,
+      );
+    };
+    if (this.panning) this.fetching = setTimeout(load, FETCH_DELAY);
+    else load();
+  }
+
+  // A picture's cells ([rows, cols] of its shape's last two) stretched over the square.
+  paintPicture(shown, side) {
+    const [rows, cols] = shown.shape.slice(-2);
+    this.paintValues((row, col) => shown.values[row * cols + col], rows, cols, side);
   }
 
   colour(value) {
@@ -287,14 +404,19 @@ export class Heatmap {
 
   paint(side) {
     const { row: row0, col: col0, size } = this.window;
-    const image = new ImageData(size, size);
-    for (let row = 0; row < size; row += 1) {
-      for (let col = 0; col < size; col += 1) {
-        const [r, g, b] = this.colour(this.matrix[(row0 + row) * this.n + col0 + col]);
-        image.data.set([r, g, b, 255], (row * size + col) * 4);
+    this.paintValues((row, col) => this.matrix[(row0 + row) * this.n + col0 + col], size, size, side);
+  }
+
+  // rows × cols values, value(row, col), drawn as cells over a side × side square.
+  paintValues(value, rows, cols, side) {
+    const image = new ImageData(cols, rows);
+    for (let row = 0; row < rows; row += 1) {
+      for (let col = 0; col < cols; col += 1) {
+        const [r, g, b] = this.colour(value(row, col));
+        image.data.set([r, g, b, 255], (row * cols + col) * 4);
       }
     }
-    const source = el("canvas", { width: size, height: size });
+    const source = el("canvas", { width: cols, height: rows });
     source.getContext("2d").putImageData(image, 0, 0);
     this.ratio = window.devicePixelRatio || 1;
     this.canvas.width = Math.round(side * this.ratio);
@@ -348,7 +470,7 @@ export class Heatmap {
   // Labels follow the selection and the cursor: the selected row's label and the readout's cell's column
   // are always there, even when only every k-th token gets one (a long input).
   drawLabels() {
-    if (!this.matrix) return;
+    if (!this.ready) return;
     const { row, col, size } = this.window;
     const side = this.cell * size;
     const cell = this.cursor ?? (this.selected === null ? null : this.startCell());
@@ -383,8 +505,9 @@ export class Heatmap {
   // row: the query outlined; also: more queries of a multi-selection, outlined thinner. A new selection
   // moves the cursor to that row's strongest key.
   select(row, also = []) {
-    if (!this.matrix) return;
+    if (!this.ready) return;
     if (row !== this.selected) this.cursor = null;
+    if (row !== null) this.needRow(row, () => this.showCursor()); // a long run's row, for the cursor's start
     this.selected = row;
     this.also = also;
     this.container.dataset.selectedRow = row === null ? "" : String(row);
@@ -400,7 +523,7 @@ export class Heatmap {
   mark(cell) {
     this.answer = cell;
     const { row: row0, col: col0, size } = this.window ?? { row: 0, col: 0, size: 0 };
-    this.answerBox.hidden = !this.matrix || !cell || cell.row < row0 || cell.row >= row0 + size || cell.col < col0 || cell.col >= col0 + size;
+    this.answerBox.hidden = !this.ready || !cell || cell.row < row0 || cell.row >= row0 + size || cell.col < col0 || cell.col >= col0 + size;
     this.container.dataset.answer = this.answerBox.hidden ? "" : `${cell.row},${cell.col}`;
     if (this.answerBox.hidden) return;
     Object.assign(this.answerBox.style, {
@@ -415,6 +538,8 @@ export class Heatmap {
   // outline, nothing in the readout. The next draw fills it again.
   blank() {
     this.matrix = null;
+    this.long = null;
+    this.picture = null;
     this.selected = null;
     this.cursor = null;
     const context = this.canvas.getContext("2d");
@@ -443,7 +568,7 @@ export class Heatmap {
 
   // Zoom by `factor` (2: in, 0.5: out) around a cell (default: the selected token, or the middle).
   zoom(factor, around = null) {
-    if (!this.matrix) return;
+    if (!this.ready) return;
     const { row, col, size } = this.window;
     const centre = around ?? (this.selected === null ? { row: row + size / 2, col: col + size / 2 } : { row: this.selected, col: this.selected });
     const next = Math.max(Math.min(MIN_WINDOW, this.n), Math.min(this.n, Math.round(size / factor)));
@@ -452,14 +577,16 @@ export class Heatmap {
   }
 
   pan(rows, cols) {
-    if (!this.matrix) return;
+    if (!this.ready) return;
     const { row, col, size } = this.window;
     this.window = { size, row: this.clamp(row + rows, size), col: this.clamp(col + cols, size) };
+    this.panning = true;
     this.render();
+    this.panning = false;
   }
 
   reset() {
-    if (!this.matrix) return;
+    if (!this.ready) return;
     this.window = { row: 0, col: 0, size: this.n };
     this.render();
   }
@@ -469,8 +596,18 @@ export class Heatmap {
     this.revealCell({ row: index, col: index });
   }
 
+  // A long run's passage around a token (a search hit, a token typed in "Go to token"): a window of
+  // JUMP_WINDOW tokens, its exact cells, with the token's row in its middle.
+  jump(index) {
+    if (!this.ready) return;
+    const fits = Math.max(MIN_WINDOW, Math.floor(this.side / JUMP_CELL));
+    const size = Math.min(this.n, this.long ? Math.min(JUMP_WINDOW, fits) : this.window.size);
+    this.window = { size, row: this.clamp(index - Math.floor(size / 2), size), col: this.clamp(index - Math.floor(size / 2), size) };
+    this.render();
+  }
+
   revealCell({ row: r, col: c }) {
-    if (!this.matrix) return;
+    if (!this.ready) return;
     const { row, col, size } = this.window;
     if (size === this.n || (r >= row && r < row + size && c >= col && c < col + size)) return;
     const start = (index, from) => (index >= from && index < from + size ? from : this.clamp(index - Math.floor(size / 2), size));
@@ -491,19 +628,28 @@ export class Heatmap {
   }
 
   hover(event) {
-    const cell = this.matrix ? this.cellAt(event) : null;
+    const cell = this.ready ? this.cellAt(event) : null;
     this.tooltip.hidden = !cell;
+    this.hovered = cell;
     if (!cell) return;
     const { row, col } = cell;
+    const value = this.value(row, col);
+    if (value === undefined) {
+      this.needRow(row, () => {
+        if (this.hovered?.row === row && this.hovered?.col === col && !this.tooltip.hidden) this.hover(event);
+      });
+    }
     this.tooltip.replaceChildren(
       el("span", {}, `query “${this.labels[row]}” (${row}) → key “${this.labels[col]}” (${col})`),
       el("br"),
       el(
         "strong",
         {},
-        Number.isNaN(this.matrix[row * this.n + col])
-          ? `left out of this view${this.sink ? `; sink for this row: ${fixed(this.sink[row])}` : ""}`
-          : `${cellSymbol(this.measure, row, col)} = ${fixed(this.matrix[row * this.n + col])}`,
+        value === undefined
+          ? `${cellSymbol(this.measure, row, col)}: fetching the exact value…`
+          : Number.isNaN(value)
+            ? `left out of this view${this.sink ? `; sink for this row: ${fixed(this.sink[row])}` : ""}`
+            : `${cellSymbol(this.measure, row, col)} = ${fixed(value)}`,
       ),
     );
     this.tooltip.style.left = `${(col - this.window.col + 1) * this.cell + 8}px`;

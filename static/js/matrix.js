@@ -75,20 +75,37 @@ export function withoutSinks(matrix, tokens, mode) {
   const kept = new Float32Array(n * n);
   const sink = new Float32Array(n);
   for (let row = 0; row < n; row += 1) {
-    let sinkSum = 0;
-    let keptSum = 0;
-    for (let col = 0; col < n; col += 1) {
-      const value = matrix[row * n + col];
-      if (hidden[col]) sinkSum += value;
-      else keptSum += value;
-    }
-    sink[row] = sinkSum;
-    const scale = mode === "renormalise" && keptSum > 0 ? 1 / keptSum : 1;
-    for (let col = 0; col < n; col += 1) {
-      kept[row * n + col] = hidden[col] ? NaN : matrix[row * n + col] * scale;
-    }
+    sink[row] = rowWithoutSinks(matrix.subarray(row * n, (row + 1) * n), hidden, mode, kept.subarray(row * n, (row + 1) * n));
   }
   return { matrix: kept, sink };
+}
+
+// One row of withoutSinks: the kept values written into `out`, the weight on the hidden keys returned.
+function rowWithoutSinks(values, hidden, mode, out) {
+  let sinkSum = 0;
+  let keptSum = 0;
+  values.forEach((value, col) => {
+    if (hidden[col]) sinkSum += value;
+    else keptSum += value;
+  });
+  const scale = mode === "renormalise" && keptSum > 0 ? 1 / keptSum : 1;
+  values.forEach((value, col) => (out[col] = hidden[col] ? NaN : value * scale));
+  return sinkSum;
+}
+
+// One query's row of a view as viewMatrix would show it, from that row of the combined matrix (before sinks
+// and segments): {row: Float32Array over every key with NaN where the view leaves a key out, sink: the weight
+// on the hidden sinks, or null}. What a long run's views read instead of its whole matrix.
+export function viewRow(values, tokens, query, view) {
+  let row = values;
+  let sink = null;
+  if (view.sinks !== "show") {
+    row = new Float32Array(values.length);
+    sink = rowWithoutSinks(values, tokens.map(isSink), view.sinks, row);
+  }
+  const rule = segmentRule(view.segments);
+  if (rule !== null) row = row.map((value, key) => (tokens[query].segment === rule.from && tokens[key].segment === rule.to ? value : NaN));
+  return { row, sink };
 }
 
 // Sentence pairs: "AB" keeps queries in segment A looking at keys in segment B (bertviz's sentence-A/B

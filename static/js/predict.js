@@ -5,7 +5,7 @@
 // question on screen is answered in its own view, which it names.
 
 import { el, fixed } from "./format.js";
-import { meanRow, viewLayers, viewName } from "./matrix.js";
+import { viewLayers, viewName } from "./matrix.js";
 import { measureOf } from "./measures.js";
 
 const $ = (id) => document.getElementById(id);
@@ -17,10 +17,9 @@ function questionKey({ predict, run, measure, layer, head, heads, blockMean, sin
   return [run.run_id, measure, blockMean ? "all" : layer, which, sinks, segments, token].join(":");
 }
 
-// The query's row as the heatmap shows it: NaN where the view leaves a key out.
+// The query's row as the heatmap shows it: NaN where the view leaves a key out (a long run's fetched alone).
 async function trueRow(state, lab) {
-  const { matrix } = await lab.numbers().matrix(state, state.run.tokens, lab.model.layers);
-  return meanRow(matrix, state.run.tokens.length, [state.token]);
+  return (await lab.numbers().row(state, state.run.tokens, lab.model.layers, state.token)).row;
 }
 
 // The largest value of a row, over the keys the view keeps.
