@@ -8,6 +8,7 @@ import re
 import httpx
 import numpy as np
 import pytest
+from playwright.sync_api import expect
 
 from app.web.encoding import decode_attention
 from tests.browser.conftest import screenshot, wait_until
@@ -131,3 +132,18 @@ def test_a_4096_token_heatmap_overview_zoom_cursor_and_search(long_page, long_la
     want = cells(long_lab, run_id, layer=layer, head=head, rows=f"{token}:{token + 1}", cols=f"{token}:{token + 1}")
     assert number(tooltip.inner_text()) == pytest.approx(float(want[0, 0]), abs=5e-5)
     screenshot(page, "82-long-context-search-jump")
+
+    # The token strip shows the page of 512 chips that holds the selected token, and turns pages.
+    chips = page.locator("#tokens .token")
+    assert chips.count() == 512 and page.locator("#tokens-page span").inner_text() == "0–511"
+    page.click("#tokens-page [aria-label='Next tokens']")
+    expect(page.locator("#tokens-page span")).to_have_text("512–1023")
+    assert chips.first.get_attribute("data-index") == "512"
+    page.click('#tokens .token[data-index="512"]')
+    wait_until(page, "document.getElementById('heatmap').dataset.selectedRow === '512'")
+    # ← from the page's first chip selects the token before it, on the page before.
+    page.locator("#tokens").focus()
+    page.keyboard.press("ArrowLeft")
+    expect(page.locator("#tokens-page span")).to_have_text("0–511")
+    expect(page.locator("#tokens .token[aria-selected='true']")).to_have_attribute("data-index", "511")
+    screenshot(page, "83-long-context-token-pages")
