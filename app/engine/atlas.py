@@ -13,6 +13,7 @@ Per head, over every query row of every sentence (each row counts once):
   (its context zeroed before W_O, as the lab's ablation runs do), on the first `ablation_sentences`.
 """
 
+import contextlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,7 +23,7 @@ from sklearn.decomposition import PCA
 from torch import Tensor
 
 from app.engine import names
-from app.engine.capture import Sequence, ablating, capture_batch, model_inputs
+from app.engine.capture import Sequence, ablating_rows, capture_batch, model_inputs
 from app.engine.runs import BATCH_TOKENS, Engine, InvalidInput, batches
 from app.engine.spec import AtlasSpec
 
@@ -229,13 +230,10 @@ def atlas_slices(engine: Engine, spec: AtlasSpec, progress: Callable[[int, int],
     repeat_groups = (
         [repeats[first : first + 1] for first in range(len(repeats))] if family.attention_only else [repeats]
     )
-    heads = (
-        []
-        if family.attention_only
-        else [(layer, head) for layer in range(config.num_hidden_layers) for head in range(config.num_attention_heads)]
-    )
-    sample = [torch.tensor(row) for row in ids[: spec.ablation_sentences]] if heads and spec.ablation_sentences else []
-    total = len(groups) + len(repeat_groups) + (len(heads) + 1 if sample else 0)
+    # A model without an adapter has no W_O input to switch a head off at.
+    ablates = not family.attention_only and spec.ablation_sentences > 0
+    sample = [torch.tensor(row) for row in ids[: spec.ablation_sentences]] if ablates else []
+    total = len(groups) + len(repeat_groups) + (config.num_hidden_layers + 1 if sample else 0)
     sums = Sums(config.num_hidden_layers, config.num_attention_heads)
     special = torch.tensor(loaded.tokenizer.all_special_ids)
     done = 0
@@ -275,13 +273,16 @@ def atlas_slices(engine: Engine, spec: AtlasSpec, progress: Callable[[int, int],
     effects = torch.zeros(config.num_hidden_layers, config.num_attention_heads, dtype=torch.float64)
     if sample:
         kept = {}
-        yield step(lambda: kept.update(base=sentence_vectors(engine, sample, spec.mask, ())))
-        for layer, head in heads:
+        yield step(lambda: kept.update(base=sentence_vectors(engine, sample, spec.mask)))
+        for layer in range(config.num_hidden_layers):
 
-            def ablated(layer=layer, head=head):
-                vectors = sentence_vectors(engine, sample, spec.mask, ((layer, head),))
-                cosines = torch.nn.functional.cosine_similarity(kept["base"], vectors, dim=-1)
-                effects[layer, head] = (1 - cosines).mean()
+            def ablated(layer=layer):
+                # One pass per block: the sample once for each of its heads, row by row that head switched off.
+                every = list(range(config.num_attention_heads))
+                off = [head for head in every for _ in sample]
+                vectors = sentence_vectors(engine, sample * len(every), spec.mask, (layer, off))
+                cosines = torch.nn.functional.cosine_similarity(kept["base"].repeat(len(every), 1), vectors, dim=-1)
+                effects[layer] = (1 - cosines).unflatten(0, (len(every), len(sample))).mean(-1)
 
             yield step(ablated)
 
@@ -296,12 +297,14 @@ def atlas_slices(engine: Engine, spec: AtlasSpec, progress: Callable[[int, int],
     yield finish
 
 
-def sentence_vectors(engine: Engine, rows: list[Tensor], mask: str, ablate: tuple[tuple[int, int], ...]) -> Tensor:
+def sentence_vectors(engine: Engine, rows: list[Tensor], mask: str, off: tuple[int, list[int]] | None = None) -> Tensor:
     """The sentence vector of each row of ids (the model's pipeline after its default pooling, no prompt),
-    read with `mask`, in one padded pass with `ablate` switched off: [row, size], float64."""
+    read with `mask`, in one padded pass; `off` = (layer, heads): that block's head heads[r] switched off in
+    row r (capture.ablating_rows). [row, size], float64."""
     loaded = engine.loaded
     sequences = [Sequence(row, torch.zeros_like(row), mask) for row in rows]
-    with torch.inference_mode(), ablating(loaded.model, loaded.family, ablate):
+    switched = ablating_rows(loaded.model, loaded.family, *off) if off else contextlib.nullcontext()
+    with torch.inference_mode(), switched:
         states = loaded.model.base_model(**model_inputs(loaded.model, loaded.family, sequences)).last_hidden_state
     return torch.stack(
         [

@@ -9,7 +9,7 @@ the modules sit is the family's business (app.engine.families); this file knows 
 
 import threading
 import weakref
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
@@ -195,21 +195,40 @@ def fused_attention(model: torch.nn.Module, family: Family, batch: int, tokens: 
 def ablating(model: torch.nn.Module, family: Family, heads: Heads) -> Iterator[None]:
     """Switches heads off: their context (their columns of W_O's input) is zeroed before W_O. Their
     attention weights are still computed and recorded; only what they pass on is gone."""
+    layers = sorted({layer for layer, _ in heads})
+    chosen = {layer: [head for chosen_layer, head in heads if chosen_layer == layer] for layer in layers}
+    with _zeroing_contexts(model, family, layers, lambda layer: (..., chosen[layer], slice(None))):
+        yield
+
+
+@contextmanager
+def ablating_rows(model: torch.nn.Module, family: Family, layer: int, heads: list[int]) -> Iterator[None]:
+    """Switches one head of block `layer` off in each row of a padded pass: head heads[r] in row r, as
+    ablating does for a whole pass, so that one pass holds a block's every head switched off in turn."""
+    rows = torch.arange(len(heads))
+    chosen = torch.tensor(heads)
+    with _zeroing_contexts(model, family, [layer], lambda _: (rows, slice(None), chosen)):
+        yield
+
+
+@contextmanager
+def _zeroing_contexts(model, family: Family, layers: list[int], part: Callable[[int], tuple]):
+    """Zeroes the cells `part(layer)` indexes of each block's context ([batch, pos, head, d]) before W_O, in
+    this thread's passes only (a hook on a shared model is seen by every thread)."""
     owner = threading.get_ident()
     handles = []
     try:
-        for layer in sorted({layer for layer, _ in heads}):
-            chosen = [head for chosen_layer, head in heads if chosen_layer == layer]
+        for layer in layers:
 
-            def zero_heads(module, args, chosen=chosen):
+            def zero(module, args, layer=layer):
                 if threading.get_ident() != owner:
                     return None
-                context = args[0].clone().unflatten(-1, (model.config.num_attention_heads, -1))  # [1, pos, head, d]
-                context[..., chosen, :] = 0
+                context = args[0].clone().unflatten(-1, (model.config.num_attention_heads, -1))
+                context[part(layer)] = 0
                 return (context.flatten(-2), *args[1:])
 
             w_o = model.base_model.get_submodule(f"{family.blocks}.{layer}.{family.attention_output}")
-            handles.append(w_o.register_forward_pre_hook(zero_heads))
+            handles.append(w_o.register_forward_pre_hook(zero))
         yield
     finally:
         for handle in handles:
