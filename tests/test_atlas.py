@@ -9,9 +9,11 @@ import httpx
 import numpy as np
 import pytest
 import torch
+from sklearn.manifold import TSNE
 from transformers import BertConfig, BertModel
 
 from app.engine import atlas
+from app.engine.atlas import Projection
 from app.engine.model import load_model, packaged_model_path
 from app.engine.spec import AtlasSpec, from_canonical
 from tests.conftest import TOKENIZER_FILES, LabProcess, make_lab, run_async
@@ -271,7 +273,7 @@ def test_a_corpus_run_reports_progress_and_stops_when_its_client_leaves(live):
 def test_a_heads_queries_and_keys_share_one_pca_space_as_numpy_makes_it(lab, minilm):
     spec = AtlasSpec(minilm.name, minilm.digest, SENTENCES, 1, 2, ablation_sentences=0)
     run_async(lab.start_atlas(spec))
-    found = run_async(lab.head_space(spec, 2, 5))
+    found = run_async(lab.head_space(spec, 2, 5, Projection()))
     # q and k from transformers' own hidden states and the block's raw weights.
     attention = minilm.model.encoder.layer[2].attention.self
     columns = slice(5 * 32, 6 * 32)
@@ -303,3 +305,29 @@ def test_a_heads_queries_and_keys_share_one_pca_space_as_numpy_makes_it(lab, min
     assert (
         len(found["query"]) == len(found["sentence"]) == sum(len(minilm.tokenizer(t)["input_ids"]) for t in SENTENCES)
     )
+
+
+def test_a_heads_queries_and_keys_in_tsne_are_sklearns_tsne_of_the_same_points(lab, minilm):
+    """t-SNE of the same translated and scaled points, with the same settings. t-SNE moves far on a change in
+    the last bits of its input (2e-6 in q turned a layout around), so q and k are made here as the lab reads
+    them: transformers' model on the sentences in one padded batch, block 2's query and key layers on its
+    input (the PCA test above checks them against single-sentence passes)."""
+    spec = AtlasSpec(minilm.name, minilm.digest, SENTENCES, 1, 2, ablation_sentences=0)
+    run_async(lab.start_atlas(spec))
+    found = run_async(lab.head_space(spec, 2, 5, Projection("tsne", perplexity=10, seed=3)))
+    attention = minilm.model.encoder.layer[2].attention.self
+    batch = minilm.tokenizer(list(SENTENCES), return_tensors="pt", padding=True)
+    with torch.inference_mode():
+        x = minilm.model(**batch, output_hidden_states=True).hidden_states[2]
+        q, k = (layer(x)[..., 5 * 32 : 6 * 32].double().numpy() for layer in (attention.query, attention.key))
+    lengths = batch["attention_mask"].sum(1).tolist()
+    q = np.concatenate([q[row, :length] for row, length in enumerate(lengths)])
+    k = np.concatenate([k[row, :length] for row, length in enumerate(lengths)])
+    k = k - k.mean(0) + q.mean(0)
+    scale = np.sqrt(np.linalg.norm(k, axis=1).mean() / np.linalg.norm(q, axis=1).mean())
+    expected = TSNE(n_components=2, perplexity=10, max_iter=500, init="pca", random_state=3).fit_transform(
+        np.concatenate([q * scale, k / scale])
+    )
+    points = np.concatenate([found["query"], found["key"]])
+    np.testing.assert_allclose(points, expected, atol=1e-6 * np.abs(expected).max())
+    assert found["explained"] == []

@@ -22,7 +22,7 @@ from typing import TypeVar
 from torch import Tensor
 
 from app.engine import cells, faithfulness, measures, patches
-from app.engine.atlas import Atlas, atlas_slices, check_atlas, space_slices
+from app.engine.atlas import Atlas, Projection, atlas_slices, check_atlas, project, space_slices
 from app.engine.blocks import BlockCache
 from app.engine.model import LoadedModel
 from app.engine.runs import BATCH_TOKENS, Engine, Run
@@ -405,16 +405,25 @@ class Lab:
         self.runs.put(key, found, counted=False)
         return found
 
-    async def head_space(self, spec: AtlasSpec, layer: int, head: int, client: Client = ANYONE) -> dict:
-        """One head's queries and keys over the atlas's first sentences in one 2-D space (atlas.space_slices),
+    async def head_space(
+        self, spec: AtlasSpec, layer: int, head: int, projection: Projection, client: Client = ANYONE
+    ) -> dict:
+        """One head's queries and keys over the atlas's first sentences in one 2-D space: read at turns of the
+        gate (atlas.space_slices), projected in a thread outside them (t-SNE takes seconds and no model),
         computed once however many ask at a time, and kept beside the runs."""
-        key = f"atlas/{spec.run_id}/space/{layer}/{head}"
+        key = f"atlas/{spec.run_id}/space/{layer}/{head}/{projection.method}/{projection.perplexity}/{projection.seed}"
         kept = self.runs.get(key)
         if kept is not None:
             return kept.points
         engine = await self.engine_for(spec.model, client)
         what = f"the queries and keys of head ({layer}, {head}) of atlas {spec.run_id}"
-        points = await self._once(key, lambda: self.in_turns(what, space_slices(engine, spec, layer, head), client))
+
+        async def compute() -> dict:
+            read = await self.in_turns(what, space_slices(engine, spec, layer, head, projection.max_tokens), client)
+            q, k = read.pop("q"), read.pop("k")
+            return {**read, **await asyncio.to_thread(project, q, k, projection)}
+
+        points = await self._once(key, compute)
         self.runs.put(key, Space(points), counted=False)
         return points
 

@@ -1,6 +1,8 @@
 """The head atlas's routes: a corpus run named by its spec, its progress, and its scores per head."""
 
-from fastapi import APIRouter
+from typing import Annotated, Literal
+
+from fastapi import APIRouter, Query
 
 from app.engine import atlas
 from app.engine.spec import AtlasSpec
@@ -69,14 +71,24 @@ async def head_atlas(atlas_id: str, lab: LabDep, client: ClientDep):
 
 
 @router.get("/{atlas_id}/layers/{layer}/heads/{head}/space", response_model=AtlasSpace, responses=NOT_FOUND)
-async def head_space(atlas_id: str, layer: int, head: int, lab: LabDep, client: ClientDep):
-    """One head's queries and keys of the corpus's first sentences (up to 4,096 tokens) in one PCA space, the
-    keys translated and scaled as AttentionViz does so that nearness reflects q·k."""
+async def head_space(
+    atlas_id: str,
+    layer: int,
+    head: int,
+    lab: LabDep,
+    client: ClientDep,
+    method: Annotated[Literal["pca", "tsne"], Query(description="PCA, or t-SNE (its first 1,024 tokens)")] = "pca",
+    perplexity: Annotated[float, Query(ge=5, le=50, description="t-SNE's perplexity")] = 30,
+    seed: Annotated[int, Query(ge=0, le=2**31 - 1, description="t-SNE's random seed")] = 0,
+):
+    """One head's queries and keys of the corpus's first sentences (up to 4,096 tokens for PCA, 1,024 for
+    t-SNE) in one 2-D space, the keys translated and scaled as AttentionViz does so that nearness reflects q·k."""
     spec = await lab.atlas_spec(atlas_id)
-    found = await lab.head_space(spec, layer, head, client)
+    projection = atlas.Projection(method, perplexity, seed)
+    found = await lab.head_space(spec, layer, head, projection, client)
     method = (
-        f"PCA (scikit-learn, 2 components) of {len(found['query'])} queries and {len(found['key'])} keys; keys "
-        f"translated to the queries' centroid, queries × {found['scale']:.3f}, keys ÷ {found['scale']:.3f}"
+        f"{projection.describe(len(found['query']), len(found['key']))}; keys translated to the queries' centroid, "
+        f"queries × {found['scale']:.3f}, keys ÷ {found['scale']:.3f}"
     )
     return {"method": method, **found}
 

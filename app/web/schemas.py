@@ -756,7 +756,7 @@ class AtlasSpace(BaseModel):
     query: list[tuple[float, float]] = Field(description="Each token's query, in corpus order")
     key: list[tuple[float, float]] = Field(description="Each token's key (translated and scaled), in corpus order")
     scale: float = Field(description="s: queries multiplied by it, keys divided by it (q·k unchanged)")
-    explained: list[float] = Field(description="The share of variance each axis explains")
+    explained: list[float] = Field(description="PCA: the share of variance each axis explains; t-SNE: none")
     sentence: list[int] = Field(description="Each token's sentence, by its index in the corpus")
     position: list[int]
     token: list[str]

@@ -213,12 +213,17 @@ function showHead(layer, head) {
     item.append(anchor, " ", sentence);
     list.append(item);
   }
-  const colour = document.createElement("label");
-  colour.innerHTML = 'Queries and keys coloured by <select id="atlas-space-colour"><option value="kind">query or key</option><option value="position">position</option><option value="token">token (the 10 most frequent)</option></select>';
+  const colour = document.createElement("div");
+  colour.className = "atlas-space-controls";
+  colour.innerHTML =
+    '<label>Queries and keys in <select id="atlas-space-method"><option value="pca">PCA (first 4,096 tokens)</option><option value="tsne">t-SNE (first 1,024 tokens; seconds)</option></select></label> ' +
+    '<label>coloured by <select id="atlas-space-colour"><option value="kind">query or key</option><option value="position">position</option><option value="token">token (the 10 most frequent)</option></select></label> ' +
+    '<span id="atlas-space-status" role="status" aria-live="polite"></span>';
   const space = Object.assign(document.createElement("div"), { id: "atlas-space", className: "atlas-plot atlas-space" });
   $("atlas-head").replaceChildren(title, verdict, scores, heading, list, colour, space);
   $("atlas-head").dataset.head = `${layer},${head}`;
   $("atlas-space-colour").addEventListener("change", () => drawSpace(layer, head));
+  $("atlas-space-method").addEventListener("change", () => drawSpace(layer, head));
   drawSpace(layer, head);
 }
 
@@ -227,12 +232,32 @@ const spaces = new Map();
 const PALETTE = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf"];
 
 async function drawSpace(layer, head) {
+  const method = $("atlas-space-method").value;
   const key = `${layer},${head}`;
-  if (!spaces.has(key)) {
-    spaces.set(key, fetch(`/api/atlas/${atlas.atlas_id}/layers/${layer}/heads/${head}/space`).then((r) => r.json()));
+  const asked = `${key},${method}`;
+  const status = $("atlas-space-status");
+  if (!spaces.has(asked)) {
+    const url = `/api/atlas/${atlas.atlas_id}/layers/${layer}/heads/${head}/space?method=${method}`;
+    spaces.set(
+      asked,
+      fetch(url).then(async (response) => {
+        const body = await response.json();
+        if (!response.ok) throw new Error(body.detail ?? response.statusText);
+        return body;
+      }),
+    );
   }
-  const [Plotly, found] = await Promise.all([loadPlotly(), spaces.get(key)]);
-  if ($("atlas-head").dataset.head !== key) return;
+  status.textContent = method === "tsne" ? "Projecting with t-SNE: a few seconds…" : "Projecting…";
+  let Plotly, found;
+  try {
+    [Plotly, found] = await Promise.all([loadPlotly(), spaces.get(asked)]);
+  } catch (error) {
+    spaces.delete(asked);
+    if ($("atlas-head").dataset.head === key) status.textContent = `The projection failed: ${error.message}`;
+    return;
+  }
+  if ($("atlas-head").dataset.head !== key || $("atlas-space-method").value !== method) return;
+  status.textContent = "";
   const by = $("atlas-space-colour").value;
   const inSentence = found.token.map((token, i) => {
     const words = found.token.slice(i - found.position[i], i - found.position[i] + 80).filter((_, j) => found.sentence[i - found.position[i] + j] === found.sentence[i]);
@@ -259,14 +284,16 @@ async function drawSpace(layer, head) {
       ...(by === "token" ? { color: found.token.map((token) => (common.includes(token) ? PALETTE[common.indexOf(token)] : "#d0d0d0")) } : {}),
     },
   });
+  // PCA's axes are components with their share of the variance; t-SNE's axes mean nothing in themselves.
   const [first, second] = found.explained.map((share) => `${(100 * share).toFixed(1)}%`);
+  const axis = (n, share) => (method === "pca" ? `PC ${n} (${share}${n === 1 ? " of the variance" : ""})` : `t-SNE ${n}`);
   await Plotly.react(
     $("atlas-space"),
     [trace("query", found.query, "circle"), trace("key", found.key, "x")],
     {
       title: { text: `Block ${layer}, head ${head}: queries (●) and keys (×) in one space<br><sub>${found.method.replace("; keys", ";<br>keys")}</sub>`, font: { size: 14 } },
-      xaxis: { title: { text: `PC 1 (${first} of the variance)` } },
-      yaxis: { title: { text: `PC 2 (${second})` } },
+      xaxis: { title: { text: axis(1, first) } },
+      yaxis: { title: { text: axis(2, second) } },
       margin: { l: 60, r: 20, t: 90, b: 50 },
       legend: { orientation: "h", y: -0.2 },
     },

@@ -3,6 +3,8 @@ its corpus label and top examples, and an example opens the lab at its block, he
 
 import time
 
+from playwright.sync_api import expect
+
 from tests.browser.conftest import screenshot, wait_until
 from tests.browser.test_lessons import open_lesson
 
@@ -71,6 +73,31 @@ def test_the_atlas_draws_the_apis_scores_and_an_example_opens_the_lab(page, serv
     page.select_option("#atlas-space-colour", "position")
     wait_until(page, "Array.isArray(document.getElementById('atlas-space').data[0].marker.color)")
     assert page.evaluate("() => document.getElementById('atlas-space').data[1].marker.color") == space["position"]
+    # The same head in t-SNE: said while it projects, then the API's points, its settings in the title, and
+    # a hover still names the token in its sentence.
+    page.select_option("#atlas-space-method", "tsne")
+    expect(page.locator("#atlas-space-status")).to_contain_text("t-SNE")
+    wait_until(page, "document.getElementById('atlas-space').layout.title.text.includes('t-SNE')")
+    tsne = api.get(f"/api/atlas/{atlas_id}/layers/0/heads/2/space", params={"method": "tsne"}).json()
+    drawn = page.evaluate("() => document.getElementById('atlas-space').data.map((t) => [t.x, t.y])")
+    assert drawn == [[[p[0] for p in tsne[kind]], [p[1] for p in tsne[kind]]] for kind in ("query", "key")]
+    title = page.evaluate("() => document.getElementById('atlas-space').layout.title.text")
+    assert "t-SNE (scikit-learn, perplexity 30, 500 iterations, seed 0, initialised by PCA)" in title
+    assert page.inner_text("#atlas-space-status") == ""
+    x, y = page.evaluate(
+        f"""() => {{
+        const plot = document.getElementById('atlas-space'), layout = plot._fullLayout;
+        const box = plot.querySelector('.nsewdrag').getBoundingClientRect();
+        const [x, y] = [plot.data[1].x[{point}], plot.data[1].y[{point}]];
+        return [box.left + layout.xaxis.l2p(x), box.top + layout.yaxis.l2p(y)];
+    }}"""
+    )
+    page.mouse.move(0, 0)
+    page.mouse.move(x, y)
+    wait_until(page, "document.querySelector('#atlas-space .hoverlayer .hovertext')?.textContent.includes('key of')")
+    hover = page.locator("#atlas-space .hoverlayer .hovertext").first.text_content()
+    assert "key of “sat” (position 3)" in hover and "the cat [sat] on" in hover
+    screenshot(page, "atlas-head-tsne", page.locator("#atlas-head"))
 
     first.click()
     page.wait_for_url(f"{server}/?*")
