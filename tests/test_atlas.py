@@ -270,6 +270,38 @@ def test_a_corpus_run_reports_progress_and_stops_when_its_client_leaves(live):
     assert httpx.get(f"{live.url}/api/atlas/{atlas_id}/progress").json()["state"] == "not running"
 
 
+def test_another_worker_on_the_same_store_says_how_far_a_corpus_run_is(tmp_path_factory):
+    """Two labs on one store, as two workers or replicas are: a progress request reaching the one that is not
+    computing the atlas reads its progress from the store, and after the run nobody says it is running."""
+    store = {"ATTENTION_LAB_DATA_DIR": str(tmp_path_factory.mktemp("shared-store"))}
+    running, other = (LabProcess(tmp_path_factory.mktemp(name), env=store) for name in ("running", "other"))
+    running.start()
+    other.start()
+    try:
+        lines = [f"{line} ({n})" for n in range(9) for line in atlas.shipped_sentences()]
+        atlas_id = httpx.post(f"{running.url}/api/atlas", json={"sentences": "\n".join(lines)}).json()["atlas_id"]
+
+        async def poll_the_other():
+            async with httpx.AsyncClient(timeout=120) as client:
+                computing = asyncio.ensure_future(client.get(f"{running.url}/api/atlas/{atlas_id}"))
+                said = []
+                while not computing.done():
+                    said.append((await client.get(f"{other.url}/api/atlas/{atlas_id}/progress")).json())
+                (await computing).raise_for_status()
+                return said
+
+        said = run_async(poll_the_other())
+        seen = [answer for answer in said if answer["state"] == "running"]
+        assert seen and max(answer["done"] for answer in seen) >= 2, said
+        assert all(0 <= answer["done"] <= answer["total"] for answer in seen)
+        assert [answer["done"] for answer in seen] == sorted(answer["done"] for answer in seen)
+        assert httpx.get(f"{other.url}/api/atlas/{atlas_id}/progress").json()["state"] == "not running"
+        assert httpx.get(f"{running.url}/api/atlas/{atlas_id}/progress").json()["state"] == "done"
+    finally:
+        running.stop()
+        other.stop()
+
+
 def test_a_heads_queries_and_keys_share_one_pca_space_as_numpy_makes_it(lab, minilm):
     spec = AtlasSpec(minilm.name, minilm.digest, SENTENCES, 1, 2, ablation_sentences=0)
     run_async(lab.start_atlas(spec))

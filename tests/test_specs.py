@@ -7,7 +7,7 @@ import pytest
 import redis
 
 from app.engine.spec import RunSpec
-from app.serving.specs import RedisSpecStore, SqliteSpecStore, StoreError, open_spec_store
+from app.serving.specs import PROGRESS_SECONDS, RedisSpecStore, SqliteSpecStore, StoreError, open_spec_store
 from app.settings import Settings
 from tests.conftest import RedisServer, free_port
 
@@ -43,7 +43,8 @@ def open_store(request, tmp_path):
 
     yield open_one
     if url is not None:
-        redis.Redis.from_url(url).delete(RedisSpecStore.SPECS, RedisSpecStore.ANALYZED)
+        server = redis.Redis.from_url(url)
+        server.delete(RedisSpecStore.SPECS, RedisSpecStore.ANALYZED, *server.keys(f"{RedisSpecStore.PROGRESS}:*"))
     for store in opened:
         store.close()
 
@@ -194,3 +195,21 @@ def test_several_specs_are_kept_in_one_write_within_the_bound(open_store):
     store.put(spec("a fourth"), spec("a fifth"))
     kept = [one for one in several if store.get(one.run_id) is not None]
     assert len(kept) == 1 and store.get(spec("a fifth").run_id) is not None
+
+
+def test_a_corpus_runs_progress_is_said_to_every_worker_until_it_ends_or_falls_silent(open_store):
+    """One worker says how far its run is; another reads it; once ended it is gone, and a worker that died
+    mid-run leaves no run that seems to go on past PROGRESS_SECONDS (SQLite: its clock; Redis: the key's TTL)."""
+    clock = Clock()
+    running, asking = open_store(clock=clock), open_store(clock=clock)
+    assert asking.progress("atlas-a") is None
+    running.put_progress("atlas-a", 3, 11)
+    running.put_progress("atlas-b", 1, 5)
+    assert asking.progress("atlas-a") == (3, 11)
+    running.put_progress("atlas-a", -1, -1)
+    assert asking.progress("atlas-a") is None and asking.progress("atlas-b") == (1, 5)
+    if isinstance(running, RedisSpecStore):
+        assert 0 < redis.Redis.from_url(running.name).ttl(f"{RedisSpecStore.PROGRESS}:atlas-b") <= PROGRESS_SECONDS
+    else:
+        clock.now += PROGRESS_SECONDS + 1
+        assert asking.progress("atlas-b") is None

@@ -13,6 +13,7 @@ block), within its bound in bytes."""
 
 import asyncio
 import logging
+import time
 from collections import Counter
 from collections.abc import Awaitable, Callable, Iterable, Iterator
 from dataclasses import dataclass, field
@@ -36,6 +37,7 @@ from app.serving.specs import SpecStore, StoreError
 
 Result = TypeVar("Result")
 log = logging.getLogger("uvicorn.error")  # uvicorn shows its INFO lines
+PROGRESS_EVERY = 0.2  # seconds between a corpus run's words to the shared store (a pass takes 10-100 ms)
 
 # The model, torch and the server besides the runs: about 0.45 GB measured, with room for a pass in flight.
 RUNTIME_BYTES = 1024**3
@@ -376,12 +378,15 @@ class Lab:
             raise ForeignRun(atlas_id, spec, self.loaded)
         return spec
 
-    def atlas_progress(self, atlas_id: str) -> dict:
-        """How far this worker's corpus run of the atlas is: its passes done and to do, or whether it is kept."""
+    async def atlas_progress(self, atlas_id: str) -> dict:
+        """How far the corpus run of the atlas is, on this worker or (through the shared store) another:
+        its passes done and to do, or whether this worker keeps it."""
         if self.runs.get(f"atlas/{atlas_id}") is not None:
             return {"state": "done"}
-        done, total = self._atlas_progress.get(atlas_id, (0, 0))
-        return {"state": "running" if atlas_id in self._atlas_progress else "not running", "done": done, "total": total}
+        said = self._atlas_progress.get(atlas_id) or await asyncio.to_thread(self.specs.progress, atlas_id)
+        if said is None:
+            return {"state": "not running", "done": 0, "total": 0}
+        return {"state": "running", "done": said[0], "total": said[1]}
 
     async def atlas(self, spec: AtlasSpec, client: Client = ANYONE) -> Atlas:
         """The atlas of a spec: kept, or computed once however many ask at a time, one padded pass per turn of
@@ -397,13 +402,29 @@ class Lab:
         if spec.model_digest != engine.loaded.digest:
             raise ForeignRun(spec.run_id, spec, engine.loaded)
         self._atlas_progress[spec.run_id] = (0, 0)
-        report = lambda done, total: self._atlas_progress.__setitem__(spec.run_id, (done, total))  # noqa: E731
+        said = 0.0  # when the shared store was last told: at most every PROGRESS_EVERY seconds
+
+        def report(done: int, total: int) -> None:  # in the thread of the pass just done
+            nonlocal said
+            self._atlas_progress[spec.run_id] = (done, total)
+            if time.monotonic() - said >= PROGRESS_EVERY:
+                said = time.monotonic()
+                self._tell_store(spec.run_id, done, total)
+
         try:
             found = await self.in_turns(f"the atlas {spec.run_id}", atlas_slices(engine, spec, report), client)
         finally:
             del self._atlas_progress[spec.run_id]
+            await asyncio.to_thread(self._tell_store, spec.run_id, -1, -1)
         self.runs.put(key, found, counted=False)
         return found
+
+    def _tell_store(self, run_id: str, done: int, total: int) -> None:
+        """Progress for the other workers: a store that does not answer costs them the figure, not the run."""
+        try:
+            self.specs.put_progress(run_id, done, total)
+        except StoreError as error:
+            log.warning("progress of %s not shared: %s", run_id, error)
 
     async def head_space(
         self, spec: AtlasSpec, layer: int, head: int, projection: Projection, client: Client = ANYONE

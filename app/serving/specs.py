@@ -4,7 +4,9 @@ install, shared safely by the workers of one machine; Redis for replicas on seve
 specs for a bounded time and count, evicting the ones analyzed longest ago.
 
 The store also keeps the lab's secret, which signs the browsers' cookies: made by whichever process asks
-first, then the same for every worker, replica and restart that shares the store."""
+first, then the same for every worker, replica and restart that shares the store; and how far each corpus
+run under way is, so that any worker can say it, for PROGRESS_SECONDS after its last word (a worker that
+died mid-run leaves no run that seems to go on)."""
 
 import re
 import secrets
@@ -25,6 +27,7 @@ from app.settings import Settings
 
 SQLITE_FILE = "runs.sqlite3"
 REDIS_SCHEMES = ("redis://", "rediss://", "unix://")
+PROGRESS_SECONDS = 60
 
 
 class StoreError(RuntimeError):
@@ -39,6 +42,12 @@ class SpecStore(Protocol):
 
     def get(self, run_id: str) -> RunSpec | AtlasSpec | None:
         """The spec of a run (or atlas) id, or None if it was never stored or was evicted."""
+
+    def put_progress(self, run_id: str, done: int, total: int) -> None:
+        """How far the run under way of `run_id` is, said now; (-1, -1): it is not under way any more."""
+
+    def progress(self, run_id: str) -> tuple[int, int] | None:
+        """(done, total) of the run under way of `run_id`, if one was said within PROGRESS_SECONDS."""
 
     def ping(self) -> None:
         """Raise StoreError unless the store answers."""
@@ -90,6 +99,10 @@ class SqliteSpecStore:
                 )
                 self._db.execute("CREATE INDEX IF NOT EXISTS specs_by_age ON specs (analyzed)")
                 self._db.execute("CREATE TABLE IF NOT EXISTS lab (name TEXT PRIMARY KEY, value TEXT NOT NULL)")
+                self._db.execute(
+                    "CREATE TABLE IF NOT EXISTS progress "
+                    "(run_id TEXT PRIMARY KEY, done INTEGER, total INTEGER, said REAL)"
+                )
 
     def put(self, *specs: RunSpec | AtlasSpec) -> None:
         now = self.clock()
@@ -113,6 +126,23 @@ class SqliteSpecStore:
                 (run_id, self.clock() - self.max_age_seconds),
             ).fetchone()
         return None if row is None else from_canonical(row[0])
+
+    def put_progress(self, run_id: str, done: int, total: int) -> None:
+        now = self.clock()
+        with self._lock, self._failing("written"), self._db:
+            if done < 0:
+                self._db.execute("DELETE FROM progress WHERE run_id = ?", (run_id,))
+            else:
+                self._db.execute("INSERT OR REPLACE INTO progress VALUES (?, ?, ?, ?)", (run_id, done, total, now))
+            self._db.execute("DELETE FROM progress WHERE said < ?", (now - PROGRESS_SECONDS,))
+
+    def progress(self, run_id: str) -> tuple[int, int] | None:
+        with self._lock, self._failing("read"):
+            row = self._db.execute(
+                "SELECT done, total FROM progress WHERE run_id = ? AND said >= ?",
+                (run_id, self.clock() - PROGRESS_SECONDS),
+            ).fetchone()
+        return None if row is None else tuple(row)
 
     def ping(self) -> None:
         with self._lock, self._failing("read"):
@@ -160,6 +190,7 @@ class RedisSpecStore:
     reconnected to on the next request."""
 
     SPECS, ANALYZED, SECRET = "attention-lab:specs", "attention-lab:analyzed", "attention-lab:secret"
+    PROGRESS = "attention-lab:progress"
 
     def __init__(self, url: str, *, max_specs: int, max_age_seconds: float, timeout_seconds: float, clock=time.time):
         self.name = re.sub(r"//[^/@]*@", "//", url)  # redis://:password@host -> redis://host
@@ -195,6 +226,18 @@ class RedisSpecStore:
         if canonical is None or analyzed < self.clock() - self.max_age_seconds:
             return None
         return from_canonical(canonical)
+
+    def put_progress(self, run_id: str, done: int, total: int) -> None:
+        with self._failing():
+            if done < 0:
+                self._redis.delete(f"{self.PROGRESS}:{run_id}")
+            else:
+                self._redis.set(f"{self.PROGRESS}:{run_id}", f"{done},{total}", ex=PROGRESS_SECONDS)
+
+    def progress(self, run_id: str) -> tuple[int, int] | None:
+        with self._failing():
+            said = self._redis.get(f"{self.PROGRESS}:{run_id}")
+        return None if said is None else tuple(int(part) for part in said.split(","))
 
     def ping(self) -> None:
         with self._failing():

@@ -37,8 +37,8 @@ async def start(body: AtlasRequest, lab: LabDep, client: ClientDep):
 
 @router.get("/{atlas_id}/progress", response_model=AtlasProgress, responses=NOT_FOUND)
 async def progress(atlas_id: str, lab: LabDep):
-    """How far this worker's corpus run is (the request computing it waits meanwhile)."""
-    return lab.atlas_progress(atlas_id)
+    """How far the corpus run is, on whichever worker runs it (the request computing it waits meanwhile)."""
+    return await lab.atlas_progress(atlas_id)
 
 
 @router.get("/{atlas_id}", response_model=AtlasResponse, responses=NOT_FOUND)

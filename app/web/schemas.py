@@ -703,7 +703,8 @@ class AtlasStarted(BaseModel):
 
 class AtlasProgress(BaseModel):
     state: Literal["running", "done", "not running"] = Field(
-        description="Of this worker's corpus run: a run stops when every client waiting for it has left"
+        description="Of the corpus run, on any worker sharing the store ('done': this worker keeps it); a run "
+        "stops when every client waiting for it has left"
     )
     done: int = Field(0, description="Padded passes done")
     total: int = Field(0, description="Padded passes in all")
