@@ -58,9 +58,9 @@ def test_a_batch_gives_every_run_its_numbers_alone(engine, monkeypatch):
     passes = []
     real = app.engine.runs.capture_batch
 
-    def counted(model, family, sequences, ablate=()):
+    def counted(model, family, sequences, ablate=(), weights_made=None):
         passes.append((len(sequences), ablate))
-        return real(model, family, sequences, ablate)
+        return real(model, family, sequences, ablate, weights_made)
 
     made = specs(engine, not engine.loaded.family.decoder)
     monkeypatch.setattr(app.engine.runs, "capture_batch", counted)
@@ -81,7 +81,7 @@ def test_a_pass_is_capped_by_padded_tokens_and_one_bad_input_fails_alone(tiny, m
     monkeypatch.setattr(
         app.engine.runs,
         "capture_batch",
-        lambda m, f, s, a=(): passes.append([len(x.input_ids) for x in s]) or real(m, f, s, a),
+        lambda m, f, s, *rest: passes.append([len(x.input_ids) for x in s]) or real(m, f, s, *rest),
     )
     long = " ".join(["word"] * 300)
     made = [engine.spec(text) for text in ("short one", long, "\u200b", "another short one")]

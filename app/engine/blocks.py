@@ -23,23 +23,26 @@ class BlockCache:
     def get(self, run_id: str, layer: int, compute: Callable[[], Tensor]) -> Tensor:
         """Block `layer` of the run: kept, or computed now and kept. Two threads asking at once for a block
         not kept may both compute it: the same numbers, kept once."""
-        key = (run_id, layer)
-        with self._lock:
-            block = self._blocks.get(key)
-            if block is not None:
-                self._blocks.move_to_end(key)
-                return block
+        block = self.kept(run_id, layer)
+        if block is not None:
+            return block
         block = compute()
         with self._lock:
             self.computed += 1
-            # A block larger than the whole bound is given to its caller and not kept.
+        self.put(run_id, layer, block)
+        return block
+
+    def put(self, run_id: str, layer: int, block: Tensor) -> None:
+        """Keeps a block made elsewhere (a pass's own eager weights, bit for bit what compute would make); one
+        larger than the whole bound is not kept."""
+        key = (run_id, layer)
+        with self._lock:
             if key not in self._blocks and block.nbytes <= self.max_bytes:
                 self._blocks[key] = block
                 self._bytes += block.nbytes
             while self._bytes > self.max_bytes:
                 _, oldest = self._blocks.popitem(last=False)
                 self._bytes -= oldest.nbytes
-        return block
 
     def kept(self, run_id: str, layer: int) -> Tensor | None:
         """The block if it is kept (then the most recently used), else None."""

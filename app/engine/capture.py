@@ -257,13 +257,20 @@ def capture(
 
 
 def capture_batch(
-    model: torch.nn.Module, family: Family, sequences: list[Sequence], ablate: Heads = ()
+    model: torch.nn.Module,
+    family: Family,
+    sequences: list[Sequence],
+    ablate: Heads = (),
+    weights_made: Callable[[int, int, Tensor], None] | None = None,
 ) -> list[tuple[dict[str, Tensor], Candidates | None]]:
     """One forward pass of several sequences, padded on the right to the longest: each sequence's named
     activations and next-token candidates, cut back to its own length. Padding changes nothing a real token
     computes: an encoder's mask hides the padding keys (their weights are exactly 0), a decoder's causal mask
     keeps every real token before them, and positions count from 0 either way. The same heads are switched
-    off in all. A model with an LM head runs its trunk, and the head a few positions at a time (next_tokens)."""
+    off in all. A model with an LM head runs its trunk, and the head a few positions at a time (next_tokens).
+    `weights_made(row, layer, [head, query, key])` is given the weights an eager pass made anyway, for each row
+    it did not pad: bit for bit what Run.weights computes from q and k (a padded row's differ in the last bit),
+    so that they need not be computed again."""
     inputs = model_inputs(model, family, sequences)
     head = model.get_output_embeddings()
     # Recording hooks go first: a switched-off head's context is recorded as it computed it (weights·V),
@@ -276,13 +283,22 @@ def capture_batch(
     ):
         # The weights grow with the square of the tokens: a run with an adapter keeps its q and k and
         # computes a block's weights when asked (Run.weights). A model without one is known by its weights.
-        out = (model if head is None else model.base_model)(**inputs, output_attentions=family.attention_only)
+        eager = model.config._attn_implementation == "eager"
+        wanted = family.attention_only or (eager and weights_made is not None)
+        out = (model if head is None else model.base_model)(**inputs, output_attentions=wanted)
+    lengths = [len(sequence.input_ids) for sequence in sequences]
     if family.attention_only:
         for layer, weights in enumerate(out.attentions):
             activations[attn(layer, "weights")] = weights  # [batch, head, query_pos, key_pos]
+    elif wanted:
+        for row, length in enumerate(lengths):
+            if length == max(lengths):
+                for layer, weights in enumerate(out.attentions):
+                    # A row of a batch is copied, or it would keep the whole batch's weights alive.
+                    made = weights[row] if len(lengths) == 1 else weights[row].clone()
+                    weights_made(row, layer, made)
     if family.finish is not None:
         family.finish(activations, model)
-    lengths = [len(sequence.input_ids) for sequence in sequences]
     return [
         (
             {name: own_part(name, values, row, length) for name, values in activations.items()},

@@ -660,13 +660,21 @@ class Engine:
     ) -> list[tuple[dict[str, Tensor], Candidates | None]]:
         sequences = [sequence(spec, tokens) for spec, tokens in zip(specs, inputs, strict=True)]
         patch = specs[0].patch
+
+        def made(row: int, layer: int, weights: Tensor) -> None:
+            """The weights an eager pass makes anyway go to the block cache (a patch's source row is no run)."""
+            if row < len(specs):
+                self.blocks.put(specs[row].run_id, layer, weights)
+
         if patch is None:
-            return capture_batch(self.loaded.model, self.loaded.family, sequences, specs[0].ablated)
+            return capture_batch(self.loaded.model, self.loaded.family, sequences, specs[0].ablated, made)
         # The source goes last in the pass; each row before it takes its value at the site (app.engine.patching).
         cell = Cell(patch.site, patch.layer, patch.head, patch.positions, patch.sources)
         source = self._source(specs[0], inputs[0])
         with patching(self.loaded.model, self.loaded.family, [cell] * len(specs), 0, len(specs)):
-            captured = capture_batch(self.loaded.model, self.loaded.family, [*sequences, source], specs[0].ablated)
+            captured = capture_batch(
+                self.loaded.model, self.loaded.family, [*sequences, source], specs[0].ablated, made
+            )
         return captured[: len(specs)]
 
     def tokenize(
