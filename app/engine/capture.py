@@ -157,6 +157,9 @@ _FUSED_LOCK = threading.Lock()
 
 # A pass whose eager attention would make a block's weights larger than this runs the fused attention.
 FUSED_FROM_BYTES = 64 * 1024**2
+# An eager pass hands its weights on (capture_batch's weights_made) only while all its blocks' take at most
+# this: MiniLM at 512 tokens takes 75 MB.
+MADE_WEIGHTS_BYTES = 128 * 1024**2
 
 
 @contextmanager
@@ -270,7 +273,8 @@ def capture_batch(
     off in all. A model with an LM head runs its trunk, and the head a few positions at a time (next_tokens).
     `weights_made(row, layer, [head, query, key])` is given the weights an eager pass made anyway, for each row
     it did not pad: bit for bit what Run.weights computes from q and k (a padded row's differ in the last bit),
-    so that they need not be computed again."""
+    so that they need not be computed again; only up to MADE_WEIGHTS_BYTES of them, since the pass then holds
+    every block's at once, where it would hold one block's."""
     inputs = model_inputs(model, family, sequences)
     head = model.get_output_embeddings()
     # Recording hooks go first: a switched-off head's context is recorded as it computed it (weights·V),
@@ -283,8 +287,10 @@ def capture_batch(
     ):
         # The weights grow with the square of the tokens: a run with an adapter keeps its q and k and
         # computes a block's weights when asked (Run.weights). A model without one is known by its weights.
+        batch, tokens = inputs["input_ids"].shape
+        every_block = batch * model.config.num_hidden_layers * model.config.num_attention_heads * tokens**2 * 4
         eager = model.config._attn_implementation == "eager"
-        wanted = family.attention_only or (eager and weights_made is not None)
+        wanted = family.attention_only or (eager and weights_made is not None and every_block <= MADE_WEIGHTS_BYTES)
         out = (model if head is None else model.base_model)(**inputs, output_attentions=wanted)
     lengths = [len(sequence.input_ids) for sequence in sequences]
     if family.attention_only:
