@@ -158,8 +158,8 @@ _FUSED_LOCK = threading.Lock()
 # A pass whose eager attention would make a block's weights larger than this runs the fused attention.
 FUSED_FROM_BYTES = 64 * 1024**2
 # An eager pass hands its weights on (capture_batch's weights_made) only while all its blocks' take at most
-# this: MiniLM at 512 tokens takes 75 MB.
-MADE_WEIGHTS_BYTES = 128 * 1024**2
+# this: MiniLM at 512 tokens takes 72 MiB, a class's 48 short prompts a few.
+MADE_WEIGHTS_BYTES = 80 * 1024**2
 
 
 @contextmanager
@@ -271,10 +271,10 @@ def capture_batch(
     computes: an encoder's mask hides the padding keys (their weights are exactly 0), a decoder's causal mask
     keeps every real token before them, and positions count from 0 either way. The same heads are switched
     off in all. A model with an LM head runs its trunk, and the head a few positions at a time (next_tokens).
-    `weights_made(row, layer, [head, query, key])` is given the weights an eager pass made anyway, for each row
-    it did not pad: bit for bit what Run.weights computes from q and k (a padded row's differ in the last bit),
-    so that they need not be computed again; only up to MADE_WEIGHTS_BYTES of them, since the pass then holds
-    every block's at once, where it would hold one block's."""
+    `weights_made(row, layer, [head, query, key])` is given the weights an eager pass made anyway, each row's
+    cut to its own tokens, so that they need not be computed again: bit for bit what Run.weights computes from
+    q and k for a row the pass did not pad, to float rounding (within 1e-6) for a padded one; only up to
+    MADE_WEIGHTS_BYTES of them, since the pass then holds every block's at once, where it holds one block's."""
     inputs = model_inputs(model, family, sequences)
     head = model.get_output_embeddings()
     # Recording hooks go first: a switched-off head's context is recorded as it computed it (weights·V),
@@ -298,11 +298,10 @@ def capture_batch(
             activations[attn(layer, "weights")] = weights  # [batch, head, query_pos, key_pos]
     elif wanted:
         for row, length in enumerate(lengths):
-            if length == max(lengths):
-                for layer, weights in enumerate(out.attentions):
-                    # A row of a batch is copied, or it would keep the whole batch's weights alive.
-                    made = weights[row] if len(lengths) == 1 else weights[row].clone()
-                    weights_made(row, layer, made)
+            for layer, weights in enumerate(out.attentions):
+                # A row of a batch is copied, or it would keep the whole batch's weights alive.
+                made = weights[row] if len(lengths) == 1 else weights[row, :, :length, :length].clone()
+                weights_made(row, layer, made)
     if family.finish is not None:
         family.finish(activations, model)
     return [
