@@ -33,6 +33,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -451,8 +452,11 @@ def path_of(url: str) -> str:
 
 
 def click_to_view(page, n: int) -> dict:
-    # Clicking the selected chip would clear the selection; click one that is not selected.
-    index = n // 2 if page.get_attribute("#heatmap", "data-selected-row") != str(n // 2) else n // 2 - 1
+    # Clicking the selected chip would clear the selection; click one that is not selected. The selection is
+    # the chip's (the heatmap's row may be a preview of the chip the mouse rests on, after the strip changed).
+    page.mouse.move(0, 0)
+    selected = page.locator('#tokens .token[aria-selected="true"]')
+    index = n // 2 if selected.count() == 0 or selected.first.get_attribute("data-index") != str(n // 2) else n // 2 - 1
     chip = page.locator(f'#tokens .token[data-index="{index}"]')
     chip.scroll_into_view_if_needed()  # scrolling is the test's doing, not the page's: keep it out of t0
     page.evaluate(ARM_CLICK_PROBE, index)
@@ -462,31 +466,38 @@ def click_to_view(page, n: int) -> dict:
     return {"click_to_view_ms": times["painted"], "clicked_index": index}
 
 
-def run_browser(base: str, texts: Texts, sizes: list[int], reps: int) -> dict[int, list[dict]]:
-    results = {}
+@contextmanager
+def lab_page(base: str, timeout_ms: int) -> Iterator[tuple]:
+    """The lab's page in chromium at 1280×720, loaded and settled: (page, its Network)."""
     with sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
         try:
             page = browser.new_page(viewport={"width": 1280, "height": 720})
-            page.set_default_timeout(120_000)
+            page.set_default_timeout(timeout_ms)
             network = Network(page)
             page.goto(f"{base}/")
             settle(page, network)
-            for n in sizes:
-                # The first run of a size warms the page's drawing code for that shape; it is not counted.
-                enter_to_heatmap(page, network, texts.unique(n), n)
-                settle(page, network)
-                samples = []
-                for _ in range(reps):
-                    sample = enter_to_heatmap(page, network, texts.unique(n), n)
-                    settle(page, network)
-                    sample.update(click_to_view(page, n))
-                    settle(page, network)
-                    samples.append(sample)
-                results[n] = samples
-                print(f"  browser N={n}: Enter→heatmap {median(samples, 'enter_to_heatmap_ms'):.0f} ms", flush=True)
+            yield page, network
         finally:
             browser.close()
+
+
+def run_browser(base: str, texts: Texts, sizes: list[int], reps: int) -> dict[int, list[dict]]:
+    results = {}
+    with lab_page(base, 120_000) as (page, network):
+        for n in sizes:
+            # The first run of a size warms the page's drawing code for that shape; it is not counted.
+            enter_to_heatmap(page, network, texts.unique(n), n)
+            settle(page, network)
+            samples = []
+            for _ in range(reps):
+                sample = enter_to_heatmap(page, network, texts.unique(n), n)
+                settle(page, network)
+                sample.update(click_to_view(page, n))
+                settle(page, network)
+                samples.append(sample)
+            results[n] = samples
+            print(f"  browser N={n}: Enter→heatmap {median(samples, 'enter_to_heatmap_ms'):.0f} ms", flush=True)
     return results
 
 
@@ -717,29 +728,20 @@ def run_bytes(client: httpx.Client) -> int:
 def long_browser(base: str, texts: LongTexts, sizes: tuple[int, ...], reps: int) -> dict[int, list[dict]]:
     """Enter → the first heatmap, and the zoom that reaches exact cells (from 1,024 tokens a side to 512)."""
     results = {}
-    with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        try:
-            page = browser.new_page(viewport={"width": 1280, "height": 720})
-            page.set_default_timeout(300_000)
-            network = Network(page)
-            page.goto(f"{base}/")
-            settle(page, network)
-            for n in sizes:
-                enter_to_heatmap_long(page, network, texts.unique(n), n)  # warm-up, untimed
-                samples = []
-                for _ in range(reps):
-                    sample = enter_to_heatmap_long(page, network, texts.unique(n), n)
-                    sample.update(zoom_to_exact(page))
-                    samples.append(sample)
-                results[n] = samples
-                print(
-                    f"  long browser N={n}: Enter→heatmap {median(samples, 'enter_to_heatmap_ms'):.0f} ms, "
-                    f"zoom→exact {median(samples, 'zoom_to_exact_ms'):.0f} ms",
-                    flush=True,
-                )
-        finally:
-            browser.close()
+    with lab_page(base, 300_000) as (page, network):
+        for n in sizes:
+            enter_to_heatmap_long(page, network, texts.unique(n), n)  # warm-up, untimed
+            samples = []
+            for _ in range(reps):
+                sample = enter_to_heatmap_long(page, network, texts.unique(n), n)
+                sample.update(zoom_to_exact(page))
+                samples.append(sample)
+            results[n] = samples
+            print(
+                f"  long browser N={n}: Enter→heatmap {median(samples, 'enter_to_heatmap_ms'):.0f} ms, "
+                f"zoom→exact {median(samples, 'zoom_to_exact_ms'):.0f} ms",
+                flush=True,
+            )
     return results
 
 

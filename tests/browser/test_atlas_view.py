@@ -20,6 +20,19 @@ CORPUS = "\n".join(
 )
 
 
+def on_screen(page, trace: int, point: int) -> tuple[float, float]:
+    """Where point `point` of the q/k plot's trace `trace` (0: queries, 1: keys) is drawn on the page."""
+    return page.evaluate(
+        """([trace, point]) => {
+        const plot = document.getElementById('atlas-space'), layout = plot._fullLayout;
+        const box = plot.querySelector('.nsewdrag').getBoundingClientRect();
+        const [x, y] = [plot.data[trace].x[point], plot.data[trace].y[point]];
+        return [box.left + layout.xaxis.l2p(x), box.top + layout.yaxis.l2p(y)];
+    }""",
+        [trace, point],
+    )
+
+
 def test_the_atlas_draws_the_apis_scores_and_an_example_opens_the_lab(page, server, api):
     page.goto(f"{server}/atlas")
     page.fill("#atlas-sentences", CORPUS)
@@ -57,15 +70,7 @@ def test_the_atlas_draws_the_apis_scores_and_an_example_opens_the_lab(page, serv
     assert "PCA (scikit-learn, 2 components)" in title and "keys translated to the queries' centroid" in title
     point = 3  # the fourth token of the first sentence: "sat"
     page.locator("#atlas-space").scroll_into_view_if_needed()
-    x, y = page.evaluate(
-        f"""() => {{
-        const plot = document.getElementById('atlas-space'), layout = plot._fullLayout;
-        const box = plot.querySelector('.nsewdrag').getBoundingClientRect();
-        const [x, y] = [plot.data[0].x[{point}], plot.data[0].y[{point}]];
-        return [box.left + layout.xaxis.l2p(x), box.top + layout.yaxis.l2p(y)];
-    }}"""
-    )
-    page.mouse.move(x, y)
+    page.mouse.move(*on_screen(page, 0, point))
     wait_until(page, "document.querySelector('#atlas-space .hoverlayer .hovertext')")
     hover = page.locator("#atlas-space .hoverlayer .hovertext").first.text_content()
     assert space["token"][point] == "sat" and "query of “sat” (position 3)" in hover and "the cat [sat] on" in hover
@@ -84,16 +89,8 @@ def test_the_atlas_draws_the_apis_scores_and_an_example_opens_the_lab(page, serv
     title = page.evaluate("() => document.getElementById('atlas-space').layout.title.text")
     assert "t-SNE (scikit-learn, perplexity 30, 500 iterations, seed 0, initialised by PCA)" in title
     assert page.inner_text("#atlas-space-status") == ""
-    x, y = page.evaluate(
-        f"""() => {{
-        const plot = document.getElementById('atlas-space'), layout = plot._fullLayout;
-        const box = plot.querySelector('.nsewdrag').getBoundingClientRect();
-        const [x, y] = [plot.data[1].x[{point}], plot.data[1].y[{point}]];
-        return [box.left + layout.xaxis.l2p(x), box.top + layout.yaxis.l2p(y)];
-    }}"""
-    )
     page.mouse.move(0, 0)
-    page.mouse.move(x, y)
+    page.mouse.move(*on_screen(page, 1, point))
     wait_until(page, "document.querySelector('#atlas-space .hoverlayer .hovertext')?.textContent.includes('key of')")
     hover = page.locator("#atlas-space .hoverlayer .hovertext").first.text_content()
     assert "key of “sat” (position 3)" in hover and "the cat [sat] on" in hover
