@@ -215,6 +215,76 @@ def ablating_rows(model: torch.nn.Module, family: Family, layer: int, heads: lis
 
 
 @contextmanager
+def block_outputs(model: torch.nn.Module, family: Family) -> Iterator[list]:
+    """Records what each block returns in this thread's passes (a tensor, or a tuple whose first part is
+    the hidden states [batch, pos, d_model]), block by block, for starting_at."""
+    owner = threading.get_ident()
+    outputs: list = []
+    handles = []
+    try:
+        for block in model.base_model.get_submodule(family.blocks):
+
+            def record(module, args, out):
+                if threading.get_ident() == owner:
+                    outputs.append(out)
+
+            handles.append(block.register_forward_hook(record))
+        yield outputs
+    finally:
+        for handle in handles:
+            handle.remove()
+
+
+# block -> {thread id: what the block returns in that thread's passes instead of computing} (starting_at)
+_SKIPPED: dict[torch.nn.Module, dict[int, object]] = {}
+_SKIPPED_LOCK = threading.Lock()
+
+
+@contextmanager
+def starting_at(model: torch.nn.Module, family: Family, outputs: list, times: int) -> Iterator[None]:
+    """This thread's passes skip the first len(outputs) blocks: block i returns outputs[i] (block_outputs of
+    a pass on the same padded inputs) with its rows repeated `times` times (row r of the pass is row
+    r mod batch of the recorded one), so that the model computes from block len(outputs) on. A switched-off
+    head changes nothing before its block: its ablated passes may start at the block's input."""
+    owner = threading.get_ident()
+    blocks = list(model.base_model.get_submodule(family.blocks))[: len(outputs)]
+    with _SKIPPED_LOCK:
+        for block, out in zip(blocks, outputs, strict=True):
+            if block not in _SKIPPED:
+                _SKIPPED[block] = {}
+                block.forward = _skipping(block)
+            _SKIPPED[block][owner] = _repeat_rows(out, times)
+    try:
+        yield
+    finally:
+        with _SKIPPED_LOCK:
+            for block in blocks:
+                del _SKIPPED[block][owner]
+                if not _SKIPPED[block]:
+                    del _SKIPPED[block]
+                    del block.forward  # the class's own forward again
+
+
+def _skipping(block: torch.nn.Module) -> Callable:
+    own = type(block).forward
+
+    def forward(*args, **kwargs):
+        skipped = _SKIPPED.get(block, {})
+        owner = threading.get_ident()
+        return skipped[owner] if owner in skipped else own(block, *args, **kwargs)
+
+    return forward
+
+
+def _repeat_rows(out, times: int):
+    if isinstance(out, Tensor):
+        return out.repeat(times, *[1] * (out.dim() - 1))
+    if isinstance(out, tuple):
+        return tuple(_repeat_rows(part, times) for part in out)
+    return out
+
+
+@contextmanager
 def _zeroing_contexts(model, family: Family, layers: list[int], part: Callable[[int], tuple]):
     """Zeroes the cells `part(layer)` indexes of each block's context ([batch, pos, head, d]) before W_O, in
     this thread's passes only (a hook on a shared model is seen by every thread)."""
