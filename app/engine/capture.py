@@ -235,8 +235,27 @@ def block_outputs(model: torch.nn.Module, family: Family) -> Iterator[list]:
             handle.remove()
 
 
-# block -> {thread id: what the block returns in that thread's passes instead of computing} (starting_at)
-_SKIPPED: dict[torch.nn.Module, dict[int, object]] = {}
+class _Skipped:
+    """A block's forward while some threads skip it: in those it returns what they gave, in the others it
+    computes as before."""
+
+    def __init__(self, block: torch.nn.Module):
+        self.block, self.own, self.before = block, block.forward, vars(block).get("forward")
+        self.outputs: dict[int, object] = {}  # thread id -> what the block returns in that thread's passes
+        block.forward = self
+
+    def __call__(self, *args, **kwargs):
+        owner = threading.get_ident()
+        return self.outputs[owner] if owner in self.outputs else self.own(*args, **kwargs)
+
+    def restore(self) -> None:
+        if self.before is None:
+            del self.block.forward  # the class's own forward again
+        else:
+            self.block.forward = self.before
+
+
+_SKIPPED: dict[torch.nn.Module, _Skipped] = {}
 _SKIPPED_LOCK = threading.Lock()
 
 
@@ -251,29 +270,16 @@ def starting_at(model: torch.nn.Module, family: Family, outputs: list, times: in
     with _SKIPPED_LOCK:
         for block, out in zip(blocks, outputs, strict=True):
             if block not in _SKIPPED:
-                _SKIPPED[block] = {}
-                block.forward = _skipping(block)
-            _SKIPPED[block][owner] = _repeat_rows(out, times)
+                _SKIPPED[block] = _Skipped(block)
+            _SKIPPED[block].outputs[owner] = _repeat_rows(out, times)
     try:
         yield
     finally:
         with _SKIPPED_LOCK:
             for block in blocks:
-                del _SKIPPED[block][owner]
-                if not _SKIPPED[block]:
-                    del _SKIPPED[block]
-                    del block.forward  # the class's own forward again
-
-
-def _skipping(block: torch.nn.Module) -> Callable:
-    own = type(block).forward
-
-    def forward(*args, **kwargs):
-        skipped = _SKIPPED.get(block, {})
-        owner = threading.get_ident()
-        return skipped[owner] if owner in skipped else own(block, *args, **kwargs)
-
-    return forward
+                del _SKIPPED[block].outputs[owner]
+                if not _SKIPPED[block].outputs:
+                    _SKIPPED.pop(block).restore()
 
 
 def _repeat_rows(out, times: int):
