@@ -4,6 +4,7 @@ sentence at a time; induction on a model built to copy; ablation against the lab
 import asyncio
 import shutil
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import httpx
 import numpy as np
@@ -11,12 +12,16 @@ import pytest
 import torch
 from sklearn.manifold import TSNE
 from transformers import BertConfig, BertModel
+from transformers.pytorch_utils import Conv1D
 
 from app.engine import atlas
 from app.engine.atlas import Projection
+from app.engine.capture import block_outputs, head_dim, starting_at
 from app.engine.model import load_model, packaged_model_path
+from app.engine.runs import Engine
 from app.engine.spec import AtlasSpec, from_canonical
 from tests.conftest import TOKENIZER_FILES, LabProcess, make_lab, run_async
+from tests.families import BUILDERS, build
 
 SENTENCES = (
     "The cat sat on the mat.",
@@ -140,6 +145,59 @@ def test_ablation_effects_equal_the_labs_own_ablation_runs(lab, minilm):
                 1 - torch.nn.functional.cosine_similarity(plain.embedding.double(), ablated.embedding.double(), dim=0)
             )
         assert float(found.scores["ablation"][layer, head]) == pytest.approx(float(np.mean(changes)), abs=1e-6)
+
+
+@pytest.mark.parametrize("name", list(BUILDERS))
+def test_an_ablated_pass_started_at_its_block_is_the_model_with_the_heads_columns_of_w_o_zeroed(name, tmp_path):
+    """The atlas's ablated passes skip the blocks before the switched-off head (their outputs kept from the
+    sample's own pass); the reference is a copy of the model whose W_O has the head's columns set to zero,
+    run whole, without hooks."""
+    loaded = load_model(build(name, tmp_path / name))
+    engine = Engine(loaded, 1000)
+    config, family = loaded.model.config, loaded.family
+    sample = [torch.tensor(ids) for ids in loaded.tokenizer(list(SENTENCES[:3]))["input_ids"]]
+    mask = family.native_mask
+    with block_outputs(loaded.model, family) as outputs:
+        atlas.sentence_vectors(engine, sample, mask)
+    layer = config.num_hidden_layers - 1
+    found = atlas.ablated_vectors(engine, sample, mask, layer, outputs[:layer])  # [head, sentence, size]
+    assert not any("forward" in vars(block) for block in loaded.model.base_model.get_submodule(family.blocks))
+    width = head_dim(config)
+    for head in (0, config.num_attention_heads - 1):
+        reference = load_model(loaded.path)
+        w_o = reference.model.base_model.get_submodule(f"{family.blocks}.{layer}.{family.attention_output}")
+        columns = slice(head * width, (head + 1) * width)
+        with torch.no_grad():  # GPT-2's Conv1D keeps W_O as [in, out]
+            w_o.weight[(columns, slice(None)) if isinstance(w_o, Conv1D) else (slice(None), columns)] = 0
+        expected = atlas.sentence_vectors(Engine(reference, 1000), sample, mask)
+        np.testing.assert_allclose(found[head].numpy(), expected.numpy(), atol=1e-5, err_msg=f"{name} head {head}")
+
+
+def test_blocks_are_skipped_in_the_thread_that_starts_at_a_block_only(minilm):
+    """Passes may run side by side (ATTENTION_LAB_MAX_CONCURRENT_PASSES): while this thread starts its passes
+    at block 3, another thread's plain pass and its ablated pass from block 2 of another sample compute what
+    they compute alone."""
+    engine = Engine(minilm, 1000)
+    family = minilm.family
+    first, second = (
+        [torch.tensor(ids) for ids in minilm.tokenizer(list(part))["input_ids"]]
+        for part in (SENTENCES[:2], SENTENCES[2:])
+    )
+    recorded = {}
+    for name, sample in (("first", first), ("second", second)):
+        with block_outputs(minilm.model, family) as outputs:
+            recorded[name] = atlas.sentence_vectors(engine, sample, "bidirectional"), outputs
+    alone = atlas.ablated_vectors(engine, second, "bidirectional", 2, recorded["second"][1][:2])
+    with ThreadPoolExecutor(1) as other, starting_at(minilm.model, family, recorded["first"][1][:3], 1):
+        plain = other.submit(atlas.sentence_vectors, engine, second, "bidirectional").result()
+        ablated = other.submit(atlas.ablated_vectors, engine, second, "bidirectional", 2, recorded["second"][1][:2])
+        np.testing.assert_allclose(ablated.result().numpy(), alone.numpy(), atol=1e-7)
+        np.testing.assert_allclose(plain.numpy(), recorded["second"][0].numpy(), atol=1e-7)
+        # This thread's own pass takes blocks 0-2's outputs recorded for the first sample and computes the rest.
+        np.testing.assert_allclose(
+            atlas.sentence_vectors(engine, first, "bidirectional").numpy(), recorded["first"][0].numpy(), atol=1e-7
+        )
+    assert not any("forward" in vars(block) for block in minilm.model.base_model.get_submodule(family.blocks))
 
 
 def test_an_atlas_is_named_by_its_spec_and_read_back_from_the_store(lab, minilm):

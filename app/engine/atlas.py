@@ -25,7 +25,7 @@ from sklearn.manifold import TSNE
 from torch import Tensor
 
 from app.engine import names
-from app.engine.capture import Sequence, ablating_rows, capture_batch, model_inputs
+from app.engine.capture import Sequence, ablating_rows, block_outputs, capture_batch, model_inputs, starting_at
 from app.engine.runs import BATCH_TOKENS, Engine, InvalidInput, batches
 from app.engine.spec import AtlasSpec
 
@@ -219,8 +219,9 @@ def check_atlas(spec: AtlasSpec) -> None:
 
 def atlas_slices(engine: Engine, spec: AtlasSpec, progress: Callable[[int, int], None]) -> Iterator[Callable]:
     """The atlas in slices of work, each one padded pass (Lab.in_turns runs one per turn at the gate): the
-    sentences in batches of at most BATCH_TOKENS padded tokens, the repeated sequences, then one pass per
-    head switched off. The last slice returns the Atlas. `progress(done, total)` is called after each."""
+    sentences in batches of at most BATCH_TOKENS padded tokens, the repeated sequences, the ablation sample,
+    then one pass per block with each of its heads switched off in turn, from the block's input on. The last
+    slice returns the Atlas. `progress(done, total)` is called after each."""
     check_atlas(spec)
     loaded = engine.loaded
     model, family, config = loaded.model, loaded.family, loaded.model.config
@@ -275,16 +276,18 @@ def atlas_slices(engine: Engine, spec: AtlasSpec, progress: Callable[[int, int],
     effects = torch.zeros(config.num_hidden_layers, config.num_attention_heads, dtype=torch.float64)
     if sample:
         kept = {}
-        yield step(lambda: kept.update(base=sentence_vectors(engine, sample, spec.mask)))
+
+        def base():
+            with block_outputs(model, family) as outputs:
+                kept.update(vectors=sentence_vectors(engine, sample, spec.mask), outputs=outputs)
+
+        yield step(base)
         for layer in range(config.num_hidden_layers):
 
             def ablated(layer=layer):
-                # One pass per block: the sample once for each of its heads, row by row that head switched off.
-                every = list(range(config.num_attention_heads))
-                off = [head for head in every for _ in sample]
-                vectors = sentence_vectors(engine, sample * len(every), spec.mask, (layer, off))
-                cosines = torch.nn.functional.cosine_similarity(kept["base"].repeat(len(every), 1), vectors, dim=-1)
-                effects[layer] = (1 - cosines).unflatten(0, (len(every), len(sample))).mean(-1)
+                vectors = ablated_vectors(engine, sample, spec.mask, layer, kept["outputs"][:layer])
+                cosines = torch.nn.functional.cosine_similarity(kept["vectors"][None], vectors, dim=-1)
+                effects[layer] = (1 - cosines).mean(-1)
 
             yield step(ablated)
 
@@ -299,14 +302,16 @@ def atlas_slices(engine: Engine, spec: AtlasSpec, progress: Callable[[int, int],
     yield finish
 
 
-def sentence_vectors(engine: Engine, rows: list[Tensor], mask: str, off: tuple[int, list[int]] | None = None) -> Tensor:
+def sentence_vectors(
+    engine: Engine, rows: list[Tensor], mask: str, *switched: contextlib.AbstractContextManager
+) -> Tensor:
     """The sentence vector of each row of ids (the model's pipeline after its default pooling, no prompt),
-    read with `mask`, in one padded pass; `off` = (layer, heads): that block's head heads[r] switched off in
-    row r (capture.ablating_rows). [row, size], float64."""
+    read with `mask`, in one padded pass under the `switched` contexts. [row, size], float64."""
     loaded = engine.loaded
     sequences = [Sequence(row, torch.zeros_like(row), mask) for row in rows]
-    switched = ablating_rows(loaded.model, loaded.family, *off) if off else contextlib.nullcontext()
-    with torch.inference_mode(), switched:
+    with torch.inference_mode(), contextlib.ExitStack() as stack:
+        for context in switched:
+            stack.enter_context(context)
         states = loaded.model.base_model(**model_inputs(loaded.model, loaded.family, sequences)).last_hidden_state
     return torch.stack(
         [
@@ -314,6 +319,24 @@ def sentence_vectors(engine: Engine, rows: list[Tensor], mask: str, off: tuple[i
             for index, row in enumerate(rows)
         ]
     )
+
+
+def ablated_vectors(engine: Engine, sample: list[Tensor], mask: str, layer: int, before: list) -> Tensor:
+    """The sample's sentence vectors with each head of block `layer` switched off in turn, in one padded pass
+    (the sample once per head, row by row that head off: capture.ablating_rows) that starts at the block's
+    input: the blocks before it return `before`, what they returned for the sample alone
+    (capture.starting_at), as a head changes nothing before its own block. [head, sentence, size]"""
+    model, family = engine.loaded.model, engine.loaded.family
+    heads = model.config.num_attention_heads
+    off = [head for head in range(heads) for _ in sample]
+    vectors = sentence_vectors(
+        engine,
+        sample * heads,
+        mask,
+        starting_at(model, family, before, heads),
+        ablating_rows(model, family, layer, off),
+    )
+    return vectors.unflatten(0, (heads, len(sample)))
 
 
 @dataclass(frozen=True)

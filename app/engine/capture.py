@@ -215,6 +215,82 @@ def ablating_rows(model: torch.nn.Module, family: Family, layer: int, heads: lis
 
 
 @contextmanager
+def block_outputs(model: torch.nn.Module, family: Family) -> Iterator[list]:
+    """Records what each block returns in this thread's passes (a tensor, or a tuple whose first part is
+    the hidden states [batch, pos, d_model]), block by block, for starting_at."""
+    owner = threading.get_ident()
+    outputs: list = []
+    handles = []
+    try:
+        for block in model.base_model.get_submodule(family.blocks):
+
+            def record(module, args, out):
+                if threading.get_ident() == owner:
+                    outputs.append(out)
+
+            handles.append(block.register_forward_hook(record))
+        yield outputs
+    finally:
+        for handle in handles:
+            handle.remove()
+
+
+class _Skipped:
+    """A block's forward while some threads skip it: in those it returns what they gave, in the others it
+    computes as before."""
+
+    def __init__(self, block: torch.nn.Module):
+        self.block, self.own, self.before = block, block.forward, vars(block).get("forward")
+        self.outputs: dict[int, object] = {}  # thread id -> what the block returns in that thread's passes
+        block.forward = self
+
+    def __call__(self, *args, **kwargs):
+        owner = threading.get_ident()
+        return self.outputs[owner] if owner in self.outputs else self.own(*args, **kwargs)
+
+    def restore(self) -> None:
+        if self.before is None:
+            del self.block.forward  # the class's own forward again
+        else:
+            self.block.forward = self.before
+
+
+_SKIPPED: dict[torch.nn.Module, _Skipped] = {}
+_SKIPPED_LOCK = threading.Lock()
+
+
+@contextmanager
+def starting_at(model: torch.nn.Module, family: Family, outputs: list, times: int) -> Iterator[None]:
+    """This thread's passes skip the first len(outputs) blocks: block i returns outputs[i] (block_outputs of
+    a pass on the same padded inputs) with its rows repeated `times` times (row r of the pass is row
+    r mod batch of the recorded one), so that the model computes from block len(outputs) on. A switched-off
+    head changes nothing before its block: its ablated passes may start at the block's input."""
+    owner = threading.get_ident()
+    blocks = list(model.base_model.get_submodule(family.blocks))[: len(outputs)]
+    with _SKIPPED_LOCK:
+        for block, out in zip(blocks, outputs, strict=True):
+            if block not in _SKIPPED:
+                _SKIPPED[block] = _Skipped(block)
+            _SKIPPED[block].outputs[owner] = _repeat_rows(out, times)
+    try:
+        yield
+    finally:
+        with _SKIPPED_LOCK:
+            for block in blocks:
+                del _SKIPPED[block].outputs[owner]
+                if not _SKIPPED[block].outputs:
+                    _SKIPPED.pop(block).restore()
+
+
+def _repeat_rows(out, times: int):
+    if isinstance(out, Tensor):
+        return out.repeat(times, *[1] * (out.dim() - 1))
+    if isinstance(out, tuple):
+        return tuple(_repeat_rows(part, times) for part in out)
+    return out
+
+
+@contextmanager
 def _zeroing_contexts(model, family: Family, layers: list[int], part: Callable[[int], tuple]):
     """Zeroes the cells `part(layer)` indexes of each block's context ([batch, pos, head, d]) before W_O, in
     this thread's passes only (a hook on a shared model is seen by every thread)."""
