@@ -326,6 +326,10 @@ def test_a_corpus_run_reports_progress_and_stops_when_its_client_leaves(live):
         assert time.monotonic() < deadline
         time.sleep(0.05)
     assert httpx.get(f"{live.url}/api/atlas/{atlas_id}/progress").json()["state"] == "not running"
+    # The pass under way when the run was called off ends after it, on the model's thread, before this one:
+    # it must not say the run is running again.
+    httpx.post(f"{live.url}/api/analyze", json={"text": "after the atlas"}, timeout=60).raise_for_status()
+    assert httpx.get(f"{live.url}/api/atlas/{atlas_id}/progress").json()["state"] == "not running"
 
 
 def test_another_worker_on_the_same_store_says_how_far_a_corpus_run_is(tmp_path_factory):

@@ -13,6 +13,7 @@ block), within its bound in bytes."""
 
 import asyncio
 import logging
+import threading
 import time
 from collections import Counter
 from collections.abc import Awaitable, Callable, Iterable, Iterator
@@ -403,19 +404,31 @@ class Lab:
             raise ForeignRun(spec.run_id, spec, engine.loaded)
         self._atlas_progress[spec.run_id] = (0, 0)
         said = 0.0  # when the shared store was last told: at most every PROGRESS_EVERY seconds
+        # A run called off leaves its slice under way to finish in the model's thread, after the run has
+        # said it is over: that slice must not say it is running again.
+        over, saying = False, threading.Lock()
 
         def report(done: int, total: int) -> None:  # in the thread of the pass just done
             nonlocal said
-            self._atlas_progress[spec.run_id] = (done, total)
-            if time.monotonic() - said >= PROGRESS_EVERY:
-                said = time.monotonic()
-                self._tell_store(spec.run_id, done, total)
+            with saying:
+                if over:
+                    return
+                self._atlas_progress[spec.run_id] = (done, total)
+                if time.monotonic() - said >= PROGRESS_EVERY:
+                    said = time.monotonic()
+                    self._tell_store(spec.run_id, done, total)
+
+        def end() -> None:
+            nonlocal over
+            with saying:
+                over = True
+                del self._atlas_progress[spec.run_id]
+                self._tell_store(spec.run_id, -1, -1)
 
         try:
             found = await self.in_turns(f"the atlas {spec.run_id}", atlas_slices(engine, spec, report), client)
         finally:
-            del self._atlas_progress[spec.run_id]
-            await asyncio.to_thread(self._tell_store, spec.run_id, -1, -1)
+            await asyncio.to_thread(end)
         self.runs.put(key, found, counted=False)
         return found
 

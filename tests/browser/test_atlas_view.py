@@ -151,6 +151,6 @@ def test_cancel_stops_the_corpus_run(page, server, api):
     wait_until(page, "document.getElementById('atlas-status').textContent.startsWith('Cancelled')")
     deadline = time.monotonic() + 30
     while api.get(f"/api/atlas/{atlas_id}/progress").json()["state"] != "not running":
-        assert time.monotonic() < deadline
+        assert time.monotonic() < deadline, api.get(f"/api/atlas/{atlas_id}/progress").json()
         time.sleep(0.05)
     assert page.locator("#atlas-run").is_enabled() and page.locator("#atlas-views").is_hidden()
