@@ -22,6 +22,7 @@ from starlette.responses import Response
 
 from app.engine import atlas
 from app.engine.measures import MEASURES, Measure
+from app.engine.spec import AtlasSpec
 from app.web.deps import LabDep
 from app.web.precompressed import CompressedFiles
 
@@ -153,6 +154,7 @@ async def atlas_page(request: Request, lab: LabDep):
             "max_sentences": atlas.MAX_SENTENCES,
             "max_tokens": atlas.MAX_TOKENS,
             "shipped": len(atlas.shipped_sentences()),
+            "ablation_sentences": AtlasSpec.ablation_sentences,
         },
         headers={"Cache-Control": "no-cache"},
     )

@@ -5,6 +5,7 @@ from typing import Annotated, Literal
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
 from app.engine.measures import Measure
+from app.engine.spec import AtlasSpec
 from app.web.encoding import AttentionDtype
 
 Matrix = list[list[float]]  # rows are tokens
@@ -691,7 +692,10 @@ class AtlasRequest(BaseModel):
     repeat_length: int = Field(24, ge=2, le=30, description="Tokens in one copy of a repeated sequence")
     seed: int = Field(0, ge=0, le=2**31 - 1, description="The random tokens' generator")
     ablation_sentences: int = Field(
-        8, ge=0, le=1000, description="Each head is switched off on the corpus's first this many sentences"
+        AtlasSpec.ablation_sentences,
+        ge=0,
+        le=1000,
+        description="Each head is switched off on the corpus's first this many sentences",
     )
     mask: Mask | None = Field(None, description="How the sentences are read; default: the model's own")
 

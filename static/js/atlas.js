@@ -32,7 +32,8 @@ async function errorText(response) {
 
 async function run() {
   const text = $("atlas-sentences").value;
-  const body = text.trim() ? { sentences: text } : {};
+  const body = { ablation_sentences: Number($("atlas-ablation").value) };
+  if (text.trim()) body.sentences = text;
   const started = await fetch("/api/atlas", {
     method: "POST",
     headers: { "content-type": "application/json" },

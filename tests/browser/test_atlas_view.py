@@ -36,12 +36,17 @@ def on_screen(page, trace: int, point: int) -> tuple[float, float]:
 def test_the_atlas_draws_the_apis_scores_and_an_example_opens_the_lab(page, server, api):
     page.goto(f"{server}/atlas")
     page.fill("#atlas-sentences", CORPUS)
+    # The page offers the API's own default sample for the ablation effect.
+    request = api.get("/openapi.json").json()["components"]["schemas"]["AtlasRequest"]
+    assert page.input_value("#atlas-ablation") == str(request["properties"]["ablation_sentences"]["default"])
+    page.fill("#atlas-ablation", "3")
     page.click("#atlas-run")
     wait_until(
         page, "document.querySelector('#atlas-grid .main-svg') && document.querySelector('#atlas-scatter .main-svg')"
     )
     atlas_id = page.evaluate("() => new URLSearchParams(location.search).get('id')")
     expected = api.get(f"/api/atlas/{atlas_id}").json()
+    assert expected["ablation_sentences"] == 3 and "ablation on 3 sentences" in page.inner_text("#atlas-status")
     assert page.evaluate("() => document.getElementById('atlas-grid').data[0].z") == expected["scores"]["previous"]
     scatter = page.evaluate(
         "() => { const t = document.getElementById('atlas-scatter').data[0]; return [t.x, t.y, t.marker.color]; }"
