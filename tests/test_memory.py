@@ -58,6 +58,26 @@ def test_runs_on_any_thread_write_to_the_reserved_pages():
     assert max(kept_run_faults(800 * 1024**2)) < 0.05
 
 
+# A reserve past glibc's largest trim threshold (2 GiB), in a fresh process set up as the server sets itself up.
+LARGE_RESERVE = """
+import sys
+from app.serving.memory import keep_freed_memory, reserve, resident_bytes
+keep_freed_memory()
+reserve(int(sys.argv[1]))
+print(resident_bytes())
+"""
+
+
+def test_a_reserve_past_the_trim_threshold_is_kept():
+    """Freed as one chunk at the heap's top, 2.25 GiB would go back to the system at once (M_TRIM_THRESHOLD
+    is at most 2 GiB): the reserve is kept in chunks glibc does not trim."""
+    nbytes = 2 * 1024**3 + 256 * 1024**2
+    found = subprocess.run(
+        [sys.executable, "-c", LARGE_RESERVE, str(nbytes)], capture_output=True, text=True, check=True
+    )
+    assert int(found.stdout) > nbytes
+
+
 def test_the_lab_as_started_holds_its_reserve_and_says_so(live_lab):
     """`python -m app` with the default settings: 1 GiB written at start and kept, and a line in its log."""
     with open(f"/proc/{live_lab.process.pid}/status") as status:

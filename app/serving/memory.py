@@ -118,15 +118,25 @@ def reserve(nbytes: int) -> None:
         return
     blocks = []
     try:
-        for _ in range(nbytes // RESERVE_BLOCK_BYTES):
+        for count in range(1, nbytes // RESERVE_BLOCK_BYTES + 1):
             block = LIBC.malloc(RESERVE_BLOCK_BYTES)
             if not block:
                 break
             ctypes.memset(block, 1, RESERVE_BLOCK_BYTES)
             blocks.append(block)
+            if count % PIN_EVERY == 0:
+                _PINS.append(LIBC.malloc(RESERVE_BLOCK_BYTES))  # never written: it costs no memory
     finally:
         for block in blocks:
             LIBC.free(block)
+
+
+# glibc gives the heap's free top back to the system once it passes M_TRIM_THRESHOLD, at most 2 GiB: freed
+# whole, a reserve that large would go back at once. A block kept allocated after every PIN_EVERY blocks
+# (as large as they are, so that it comes from the top, not from a free list) splits it into free chunks of
+# about 1 GiB, which glibc keeps (only malloc_trim gives them back).
+PIN_EVERY = 2**30 // RESERVE_BLOCK_BYTES
+_PINS: list[int] = []
 
 
 def _has_libc(function: str) -> bool:
