@@ -96,6 +96,28 @@ def test_rows_of_a_long_run_are_the_models_weights(llama, reference):
     assert np.array_equal(row["weights"].numpy(), reference[0][4, 777])
 
 
+def test_slices_and_their_pieces_put_together_the_same_cells(llama, reference, monkeypatch):
+    """A window computed in many slices, each in many pieces of rows pooled at once (here 64 rows a piece and
+    two pieces a slice), is the exact matrix max-pooled: pooled bins of uneven and of even widths, and exact
+    rows, each piece's boundary wherever the bins put it."""
+    monkeypatch.setattr(cells, "PIECE_CELLS", 1)  # the fewest rows a piece: one ROW_CHUNK
+    engine = Engine(llama, max_chars=100_000)
+    run = engine.run(engine.spec(TEXT))
+    n = len(run.tokens)
+    monkeypatch.setattr(cells, "ROWS_WORK", 2 * ROW_CHUNK * n)
+    source = cells.row_source(run, llama.model, "weights")
+    plan = cells.Plan("weights", (0,), (1,))
+    for window, want in (
+        (cells.Window(range(n), range(n), 300), max_pooled(reference[0][1], 300)),
+        (cells.Window(range(200, 1400), range(100, 1300), 300), max_pooled(reference[0][1, 200:1400, 100:1300], 300)),
+        (cells.Window(range(130, 400), range(0, n)), reference[0][1, 130:400]),
+    ):
+        slices = cells.window_slices(source, plan, window, n)
+        assert len(slices) > 1
+        *_, got = (compute() for compute in slices)
+        assert np.array_equal(got[0, 0].numpy(), want)
+
+
 def test_a_zoomed_window_holds_the_exact_cells(client, run_id, reference):
     got, headers = attention(client, run_id, layer=0, head=3, rows="640:704", cols="600:664")
     assert got.shape == (1, 1, 64, 64) and "X-Attention-Pooling" not in headers

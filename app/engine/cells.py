@@ -27,6 +27,7 @@ ROW_MEASURES = ("weights", "norm")  # the measures a row follows from alone (ALT
 # kept (app.engine.blocks), as the pass below it runs eager attention (capture.FUSED_FROM_BYTES).
 ROWS_FROM_BYTES = FUSED_FROM_BYTES
 ROWS_WORK = 2**24  # cells of a measure one slice computes: 16 Mi, about 0.05 s here
+PIECE_CELLS = 2**22  # cells a slice computes at once: 16 MiB in float32, under glibc's mmap threshold (32 MiB)
 # Past this many cells (all its matrices together), an answer is sent pooled or not at all: 64 MiB in float32.
 MAX_WINDOW_CELLS = 2**24
 
@@ -86,40 +87,61 @@ def combined_rows(source: Source, plan: Plan, queries: range) -> Tensor:
 
 def window_slices(source: Source, plan: Plan, window: Window, n_keys: int) -> list[Callable[[], Tensor | None]]:
     """The window's cells (pooled where it is larger than its size) in slices of about ROWS_WORK cells of the
-    measure each, whole chunks of ROW_CHUNK rows: the last slice returns them, [layer, head, query, key]."""
+    measure each, whole chunks of ROW_CHUNK rows: the last slice returns them, [layer, head, query, key].
+    A slice computes its rows a piece of about PIECE_CELLS at a time, pooled at once: its working memory
+    stays in the heap that glibc reuses, where a whole slice's rows (64 MiB at 8,192 keys) would be pages
+    mapped anew for every slice."""
     matrices = len(plan.layers) * len(plan.heads)
-    per_slice = max(ROW_CHUNK, ROWS_WORK // (matrices * n_keys) // ROW_CHUNK * ROW_CHUNK)
     out_rows, out_cols = window.shape()
     row_bins = bins(len(window.rows), out_rows)
+    pooled_rows = len(row_bins) != len(window.rows)
     col_bins = None if out_cols == len(window.cols) else out_cols
     out: list[Tensor] = []
-    # Consecutive bins whose rows fit one slice (a bin alone may pass it).
-    groups: list[list[tuple[int, int]]] = [[]]
-    for start, stop in row_bins:
-        if groups[-1] and stop - groups[-1][0][0] > per_slice:
-            groups.append([])
-        groups[-1].append((start, stop))
 
-    def group_of(group: list[tuple[int, int]], last: bool) -> Callable[[], Tensor | None]:
+    def rows_for(cells: int) -> int:
+        return max(ROW_CHUNK, cells // (matrices * n_keys) // ROW_CHUNK * ROW_CHUNK)
+
+    def piece(bins_: list[tuple[int, int]]) -> Tensor:
+        first, stop = bins_[0][0], bins_[-1][1]
+        offset = window.rows.start
+        rows = combined_rows(source, plan, range(offset + first, offset + stop))
+        rows = rows[..., window.cols.start : window.cols.stop]
+        if col_bins is not None:
+            rows = pool_columns(rows, col_bins)
+        if not pooled_rows:
+            return rows
+        return torch.stack([rows[..., a - first : b - first, :].amax(-2) for a, b in bins_], -2)
+
+    def slice_of(group: list[tuple[int, int]], last: bool) -> Callable[[], Tensor | None]:
         @torch.inference_mode()
         def compute() -> Tensor | None:
-            first, stop = group[0][0], group[-1][1]
-            offset = window.rows.start
-            rows = combined_rows(source, plan, range(offset + first, offset + stop))
-            rows = rows[..., window.cols.start : window.cols.stop]
-            if col_bins is not None:
-                shape = rows.shape
-                rows = torch.nn.functional.adaptive_max_pool1d(rows.reshape(-1, 1, shape[-1]), col_bins)
-                rows = rows.reshape(*shape[:-1], col_bins)
-            if len(row_bins) == len(window.rows):
-                out.append(rows)
-            else:
-                out.append(torch.stack([rows[..., a - first : b - first, :].amax(-2) for a, b in group], -2))
+            out.extend(piece(part) for part in spans(group, rows_for(PIECE_CELLS)))
             return torch.cat(out, -2) if last else None
 
         return compute
 
-    return [group_of(group, index == len(groups) - 1) for index, group in enumerate(groups)]
+    groups = spans(row_bins, rows_for(ROWS_WORK))
+    return [slice_of(group, index == len(groups) - 1) for index, group in enumerate(groups)]
+
+
+def spans(row_bins: list[tuple[int, int]], rows: int) -> list[list[tuple[int, int]]]:
+    """Consecutive bins in groups whose rows fit `rows` (a bin alone may pass it)."""
+    groups: list[list[tuple[int, int]]] = [[]]
+    for start, stop in row_bins:
+        if groups[-1] and stop - groups[-1][0][0] > rows:
+            groups.append([])
+        groups[-1].append((start, stop))
+    return groups
+
+
+def pool_columns(rows: Tensor, count: int) -> Tensor:
+    """[…, key] max-pooled into `count` bins (bins): where they are all one width, as one reshaped maximum,
+    several times faster than adaptive_max_pool1d, which also finds where each maximum lies."""
+    width = rows.shape[-1]
+    if width % count == 0:
+        return rows.unflatten(-1, (count, width // count)).amax(-1)
+    shape = rows.shape
+    return torch.nn.functional.adaptive_max_pool1d(rows.reshape(-1, 1, width), count).reshape(*shape[:-1], count)
 
 
 def row_source(run, model, measure: str) -> Source:
