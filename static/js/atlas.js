@@ -32,8 +32,10 @@ async function errorText(response) {
 
 async function run() {
   const text = $("atlas-sentences").value;
-  const body = { ablation_sentences: Number($("atlas-ablation").value) };
+  const body = {};
   if (text.trim()) body.sentences = text;
+  const ablation = $("atlas-ablation").value; // empty: the lab's default
+  if (ablation !== "") body.ablation_sentences = Number(ablation);
   const started = await fetch("/api/atlas", {
     method: "POST",
     headers: { "content-type": "application/json" },
