@@ -120,15 +120,16 @@ class Sums:
         real = torch.arange(longest)[None, :] < torch.tensor(lengths)[:, None]  # [batch, query]
         self.rows += sum(lengths)
         self.previous_rows += sum(length - 1 for length in lengths)
+        positions = torch.arange(longest)
+        offsets = (positions[None, :] - positions[:, None] + MAX_TOKENS - 1).flatten()  # cell (q, k) -> k − q
         for layer, weights in enumerate(attentions):
             weights = weights.double() * real[:, None, :, None]  # padding queries count for nothing
-            self.self[layer] += weights.diagonal(dim1=-2, dim2=-1).sum((0, -1))
-            self.previous[layer] += weights.diagonal(offset=-1, dim1=-2, dim2=-1).sum((0, -1))
-            self.sink[layer] += weights[..., 0].sum((0, -1))
-            self.entropy[layer] += -(weights * weights.clamp_min(1e-300).log()).sum((0, -2, -1))
-            for offset in range(1 - longest, longest):
-                diagonal = weights.diagonal(offset=offset, dim1=-2, dim2=-1)
-                self.offsets[layer, :, offset + MAX_TOKENS - 1] += diagonal.sum((0, -1))
+            summed = weights.sum(0)  # [head, query, key]: the batch's rows added cell by cell
+            self.self[layer] += summed.diagonal(dim1=-2, dim2=-1).sum(-1)
+            self.previous[layer] += summed.diagonal(offset=-1, dim1=-2, dim2=-1).sum(-1)
+            self.sink[layer] += summed[..., 0].sum(-1)
+            self.entropy[layer] -= torch.special.xlogy(weights, weights).sum((0, -2, -1))  # 0 log 0 = 0
+            self.offsets[layer].index_add_(-1, offsets, summed.flatten(-2))
             self._keep_top(layer, weights.masked_fill(added[:, None, None, :], 0), sentences)
 
     def _keep_top(self, layer: int, weights: Tensor, sentences: list[int]) -> None:
