@@ -52,8 +52,9 @@ from playwright.sync_api import sync_playwright  # noqa: E402
 from transformers import AutoModel, AutoModelForCausalLM, AutoTokenizer  # noqa: E402
 from transformers.utils import logging as transformers_logging  # noqa: E402
 
-from app.engine.atlas import shipped_sentences  # noqa: E402
+from app.engine.atlas import added_tokens, shipped_sentences  # noqa: E402
 from app.engine.runs import BATCH_TOKENS, batches  # noqa: E402
+from app.engine.spec import AtlasSpec  # noqa: E402
 from app.serving.memory import keep_freed_memory  # noqa: E402
 from tests.families import long_llama  # noqa: E402
 
@@ -578,7 +579,7 @@ def proc_status_mb(pid: int) -> dict:
 
 
 ATLAS_SENTENCES = 500
-ATLAS_REPEATS, ATLAS_REPEAT_LENGTH = 32, 24  # the lab's default repeated sequences, part of every corpus run
+ATLAS_REPEATS, ATLAS_REPEAT_LENGTH = AtlasSpec.repeats, AtlasSpec.repeat_length  # the lab's defaults, in every run
 
 
 def atlas_corpus() -> list[str]:
@@ -596,15 +597,8 @@ def time_raw_corpus(model, tokenizer, sentences: list[str]) -> tuple[float, floa
     order = sorted(range(len(ids)), key=lambda index: len(ids[index]))
     groups = batches(order, lambda _: 0, lambda index: len(ids[index]), BATCH_TOKENS)
     copies = torch.randint(tokenizer.vocab_size // 10, tokenizer.vocab_size, (ATLAS_REPEATS, ATLAS_REPEAT_LENGTH))
-    repeated = torch.cat(
-        [
-            torch.full((ATLAS_REPEATS, 1), tokenizer.cls_token_id),
-            copies,
-            copies,
-            torch.full((ATLAS_REPEATS, 1), tokenizer.sep_token_id),
-        ],
-        dim=1,
-    )
+    before, after = (torch.tensor(part).expand(ATLAS_REPEATS, -1) for part in added_tokens(tokenizer))
+    repeated = torch.cat([before, copies, copies, after], dim=1)
     start = time.perf_counter()
     with torch.inference_mode():
         for group in groups:

@@ -688,8 +688,12 @@ class AtlasRequest(BaseModel):
         examples=["The cat sat on the mat.\nRain fell all night."],
     )
     model: ModelName = None
-    repeats: int = Field(32, ge=1, le=256, description="Random-token sequences read twice, for the induction score")
-    repeat_length: int = Field(24, ge=2, le=30, description="Tokens in one copy of a repeated sequence")
+    repeats: int = Field(
+        AtlasSpec.repeats, ge=1, le=256, description="Random-token sequences read twice, for the induction score"
+    )
+    repeat_length: int = Field(
+        AtlasSpec.repeat_length, ge=2, le=30, description="Tokens in one copy of a repeated sequence"
+    )
     seed: int = Field(0, ge=0, le=2**31 - 1, description="The random tokens' generator")
     ablation_sentences: int = Field(
         AtlasSpec.ablation_sentences,
