@@ -8,8 +8,9 @@ N=8. For each N, interleaved, medians of --reps:
   (bench/replay_server.py) that answers from memory with the lab's own answers for a text of N tokens,
   byte for byte as the lab sent them (compressed as this client accepts), so the client reads and
   decodes exactly what it reads from the lab;
-- making: the attention body made from the raw pass's own weights, as the lab makes it (uint8, then
-  compressed as this client accepts, on one thread), in this process.
+- making: the attention body made from the raw pass's own weights, as the lab makes it for this client
+  (uint8, then compressed as the lab's answer was: the lab sends it uncompressed to a client on its own
+  machine, as this one is), on one thread, in this process.
 What the target leaves for the lab's own work is target × raw − raw − transport: the hooks' share of its
 pass, making its answers (the attention body among them), and its server's part of each request. Where
 that is below making the body alone, the target cannot be met on this machine by this stack.
@@ -32,7 +33,7 @@ import httpx  # noqa: E402
 import torch  # noqa: E402
 from transformers import AutoTokenizer  # noqa: E402
 
-from app.web.compression import chosen_encoding, compressed  # noqa: E402
+from app.web.compression import compressed  # noqa: E402
 from app.web.encoding import encode_attention  # noqa: E402
 from bench import (  # noqa: E402
     BENCH_DIR,
@@ -60,8 +61,8 @@ def as_sent(response: httpx.Response) -> tuple[bytes, dict[str, str]]:
     return body, {name: value for name, value in response.headers.items() if name in REPLAYED_HEADERS}
 
 
-def record(lab: httpx.Client, replay: httpx.Client, text: str, n: int) -> None:
-    """The lab's answers for `text`, kept by the replay server under N."""
+def record(lab: httpx.Client, replay: httpx.Client, text: str, n: int) -> str | None:
+    """The lab's answers for `text`, kept by the replay server under N; the attention body's encoding."""
     with lab.stream("POST", "/api/analyze", json={"text": text}) as analyzed:
         analyzed.raise_for_status()
         answers = {"analyze": as_sent(analyzed)}
@@ -72,6 +73,7 @@ def record(lab: httpx.Client, replay: httpx.Client, text: str, n: int) -> None:
     for kind, (body, headers) in answers.items():
         kept = replay.put(f"/answers/{kind}/{n}", content=body, headers={"X-Replay-Headers": json.dumps(headers)})
         kept.raise_for_status()
+    return answers["attention"][1].get("content-encoding")
 
 
 def time_transport(client: httpx.Client, text: str, n: int) -> float:
@@ -87,14 +89,15 @@ def time_transport(client: httpx.Client, text: str, n: int) -> float:
     return ms_since(start)
 
 
-def time_making(model, tokenizer, text: str, accept_encoding: str) -> float:
-    """The all-heads body made from the raw pass's weights, as the attention endpoint makes it."""
+def time_making(model, tokenizer, text: str, encoding: str | None) -> float:
+    """The all-heads body made from the raw pass's weights, as the attention endpoint made it (encoding:
+    the compression its answer came with, None for none)."""
     ids = tokenizer(text, return_tensors="pt")["input_ids"]
     with torch.inference_mode():
         weights = [block[0] for block in model(input_ids=ids, output_attentions=True).attentions]
     start = time.perf_counter()
     pieces, _ = encode_attention(weights, "uint8")
-    body = b"".join(compressed(pieces, chosen_encoding(accept_encoding)))
+    body = b"".join(pieces if encoding is None else compressed(pieces, encoding))
     assert body
     return ms_since(start)
 
@@ -151,18 +154,17 @@ def main() -> None:
             httpx.Client(base_url=replay_base, timeout=120) as replay,
         ):
             for n, target in TARGETS.items():
-                record(lab, replay, texts.unique(n), n)
+                encoding = record(lab, replay, texts.unique(n), n)
                 time_raw_forward(model, tokenizer, texts.unique(n))  # untimed: each side's first call of a shape
                 time_lab(lab, texts.unique(n), n)
                 time_transport(replay, texts.unique(n), n)
-                accept_encoding = lab.headers["Accept-Encoding"]
-                time_making(model, tokenizer, texts.unique(n), accept_encoding)
+                time_making(model, tokenizer, texts.unique(n), encoding)
                 samples = {"raw": [], "lab": [], "transport": [], "making": []}
                 for _ in range(args.reps):
                     samples["raw"].append({"ms": time_raw_floor(model, tokenizer, texts, n)})
                     samples["lab"].append({"ms": time_lab(lab, texts.unique(n), n)["total_ms"]})
                     samples["transport"].append({"ms": time_transport(replay, texts.unique(n), n)})
-                    samples["making"].append({"ms": time_making(model, tokenizer, texts.unique(n), accept_encoding)})
+                    samples["making"].append({"ms": time_making(model, tokenizer, texts.unique(n), encoding)})
                 raw, lab_ms, transport, making = (median(samples[side], "ms") for side in samples)
                 rows.append({
                     "n": n, "target": target, "raw_ms": raw, "transport_ms": transport, "making_ms": making,

@@ -6,7 +6,10 @@ import gzip
 import brotli
 import pytest
 import zstandard
+from fastapi.testclient import TestClient
 
+from app.main import create_app
+from app.settings import get_settings
 from app.web.encoding import PIECE_BYTES
 
 SHORT = "The animal didn't cross the street because it was too tired."
@@ -56,3 +59,39 @@ def test_an_answer_too_small_to_gain_goes_as_it_is(client):
     run_id = client.post("/api/analyze", json={"text": "hi"}).json()["run_id"]
     headers, one_head = attention(client, run_id, "zstd", layer=0, head=0)  # 3 × 3 bytes
     assert "content-encoding" not in headers and len(one_head) == 9
+
+
+@pytest.fixture(scope="module")
+def behind_proxy(minilm):
+    """The lab behind a trusted proxy at 127.0.0.9: each request names its client in X-Forwarded-For."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("ATTENTION_LAB_TRUSTED_PROXIES", "127.0.0.9")
+        patch.setenv("ATTENTION_LAB_RESERVE_BYTES", "0")
+        get_settings.cache_clear()
+        with TestClient(create_app(minilm), client=("127.0.0.9", 40000)) as test_client:
+            yield test_client
+    get_settings.cache_clear()
+
+
+@pytest.mark.parametrize("address", ["127.0.0.1", "127.0.0.7", "::1", "::ffff:127.0.0.1"])
+def test_a_client_on_the_labs_own_machine_gets_the_body_as_it_is(behind_proxy, address):
+    """Over loopback compressing costs more than the bytes it saves (app.web.compression)."""
+    forwarded = {"X-Forwarded-For": address}
+    run_id = behind_proxy.post("/api/analyze", json={"text": LONG}, headers=forwarded).json()["run_id"]
+    headers = {"Accept-Encoding": "zstd, br, gzip", **forwarded}
+    with behind_proxy.stream("GET", f"/api/runs/{run_id}/attention", headers=headers) as response:
+        body = b"".join(response.iter_raw())
+    assert "content-encoding" not in response.headers
+    assert int(response.headers["content-length"]) == len(body) > PIECE_BYTES
+    assert response.headers["vary"] == "Accept-Encoding"
+
+
+def test_a_client_elsewhere_behind_the_proxy_gets_it_compressed(behind_proxy):
+    forwarded = {"X-Forwarded-For": "192.0.2.7"}
+    run_id = behind_proxy.post("/api/analyze", json={"text": LONG}, headers=forwarded).json()["run_id"]
+    headers = {"Accept-Encoding": "zstd", **forwarded}
+    with behind_proxy.stream("GET", f"/api/runs/{run_id}/attention", headers=headers) as response:
+        packed = b"".join(response.iter_raw())
+    assert response.headers["content-encoding"] == "zstd"
+    plain = behind_proxy.get(f"/api/runs/{run_id}/attention", headers={**forwarded, "Accept-Encoding": "identity"})
+    assert DECODERS["zstd"](packed) == plain.content

@@ -4,7 +4,6 @@ in app.classroom.classes; a question's choices and answer come from the run's nu
 (app.engine.questions), from the measures as the attention endpoint has them (at the model's turns, kept)."""
 
 import io
-import ipaddress
 import json
 import socket
 from typing import Annotated
@@ -35,6 +34,7 @@ from app.classroom.schemas import (
 )
 from app.engine import questions
 from app.engine.runs import InvalidInput
+from app.serving.server import is_loopback
 from app.web.deps import ClientDep, LabDep
 
 router = APIRouter(prefix="/api/classes", tags=["class mode"])
@@ -64,15 +64,6 @@ def join_url(request: Request, code: str) -> tuple[str, bool]:
         base = base.replace(hostname=network_address())
     reachable = not is_loopback(base.hostname or "")
     return f"{str(base).rstrip('/')}/?class={code}", reachable
-
-
-def is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 def network_address() -> str:

@@ -141,6 +141,17 @@ def is_trusted(address: str, networks) -> bool:
     return any(ip in network for network in networks)
 
 
+def is_loopback(host: str) -> bool:
+    """Whether a host name or address is this machine's own loopback (an IPv4 one written as IPv6 too)."""
+    if host == "localhost":
+        return True
+    try:
+        ip = ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    return (getattr(ip, "ipv4_mapped", None) or ip).is_loopback
+
+
 _connections: Connections | None = None
 
 

@@ -18,6 +18,7 @@ from app.engine.capture import NEXT_TOKENS
 from app.engine.runs import InvalidInput, OutOfRange, Run, pick
 from app.engine.spec import Patch
 from app.serving.lab import Lab
+from app.serving.server import is_loopback
 from app.web.compression import MIN_BYTES, chosen_encoding, compressed
 from app.web.deps import ClientDep, LabDep
 from app.web.encoding import MEDIA_TYPE, PIECE_BYTES, encode_attention
@@ -390,16 +391,19 @@ async def attention(
     lab: LabDep,
     client: ClientDep,
     view: Annotated[AttentionView, Query()],
-    accept_encoding: Annotated[str, Header(description="zstd, br or gzip: the body comes compressed")] = "",
+    accept_encoding: Annotated[
+        str, Header(description="zstd, br or gzip: the body comes compressed (not to a client on this machine)")
+    ] = "",
 ):
     """The attention matrices a view asks for, encoded (app.web.encoding) and compressed as the client
-    accepts, in pieces as they are made where the body is larger than one. A measure other than the weights
-    is computed at turns of the model (Lab.measured) and kept; a window, or a long run's view, is computed a
-    chunk of rows at a time (Lab.cells); the encoding runs in a thread."""
+    accepts (unless it is on this machine: app.web.compression), in pieces as they are made where the body
+    is larger than one. A measure other than the weights is computed at turns of the model (Lab.measured)
+    and kept; a window, or a long run's view, is computed a chunk of rows at a time (Lab.cells); the
+    encoding runs in a thread."""
     pieces, headers = await view_answer(run, lab, view, client)
     headers["Vary"] = "Accept-Encoding"
     length = int(headers["Content-Length"])
-    encoding = chosen_encoding(accept_encoding)
+    encoding = None if is_loopback(client.address) else chosen_encoding(accept_encoding)
     if encoding is not None and length >= MIN_BYTES:
         # Compressed by the threads that encode, not by the middleware on the event loop (app.web.compression).
         pieces = compressed(pieces, encoding)
