@@ -304,10 +304,30 @@ def time_lab(client: httpx.Client, text: str, n: int) -> dict:
         "attention_ms": attention_ms,
         "total_ms": analyze_ms + attention_ms,
         "attention_bytes": len(attention.content),
-        "attention_wire_bytes": attention.num_bytes_downloaded,  # compressed, as httpx accepts zstd
         "attention_shape": shape,
         "attention_dtype": attention.headers["X-Attention-Dtype"],
     }
+
+
+# A client on another machine, as a proxy the lab trusts names it (the only one sending from PROXY_ADDRESS): it
+# gets the attention matrices compressed, as a phone does; a client on the lab's own machine gets them as they
+# are (app.web.compression).
+PROXY_ADDRESS = "127.0.0.2"
+ELSEWHERE = {"X-Forwarded-For": "192.0.2.10"}  # a documentation address (RFC 5737)
+
+
+def elsewhere_client(base: str) -> httpx.Client:
+    transport = httpx.HTTPTransport(local_address=PROXY_ADDRESS)
+    return httpx.Client(base_url=base, timeout=120, headers=ELSEWHERE, transport=transport)
+
+
+def wire_bytes(elsewhere: httpx.Client, text: str) -> int:
+    """The all-heads body's bytes as sent to a client on another machine that accepts zstd (as httpx does)."""
+    run_id = elsewhere.post("/api/analyze", json={"text": text}).json()["run_id"]
+    attention = elsewhere.get(f"/api/runs/{run_id}/attention")
+    attention.raise_for_status()
+    assert attention.headers.get("content-encoding") == "zstd", "the lab did not take the client as elsewhere"
+    return attention.num_bytes_downloaded
 
 
 # ---- bertviz --------------------------------------------------------------------------------------
@@ -914,7 +934,7 @@ def lab_version() -> dict:
     return {"commit": commit or "unknown", "lab_uncommitted_changes": bool(changed.stdout.strip())}
 
 
-def summarize(n: int, raw: list[dict], lab: list[dict], bertviz: list[dict], browser: list[dict]) -> dict:
+def summarize(n: int, raw: list[dict], lab: list[dict], wire: int, bertviz: list[dict], browser: list[dict]) -> dict:
     row = {
         "n": n,
         "raw_forward_ms": median(raw, "ms"),
@@ -922,7 +942,7 @@ def summarize(n: int, raw: list[dict], lab: list[dict], bertviz: list[dict], bro
         "lab_attention_ms": median(lab, "attention_ms"),
         "lab_total_ms": median(lab, "total_ms"),
         "all_heads_bytes": lab[0]["attention_bytes"],
-        "all_heads_wire_bytes": lab[0]["attention_wire_bytes"],
+        "all_heads_wire_bytes": wire,
         "all_heads_dtype": lab[0]["attention_dtype"],
         "overview_bytes": lab[0]["overview_bytes"],
     }
@@ -1012,10 +1032,12 @@ def write_markdown(
     notes = (
         "raw forward: transformers alone, `output_attentions=True`, in a process that keeps freed memory as "
         "the lab's server does, the faster of two passes in a row. lab: `POST /api/analyze` + "
-        '`GET /api/runs/{id}/attention` over HTTP on loopback. bertviz: `head_view(..., html_action="return")` '
+        "`GET /api/runs/{id}/attention` over HTTP on loopback (so the matrices come uncompressed). bertviz: "
+        '`head_view(..., html_action="return")` '
         "after the forward pass (at most 3 runs, one at N=512). all-heads bytes: the attention endpoint's "
         "body (6 blocks × 12 heads, default dtype uint8, full resolution); on the wire: the same body as sent to "
-        "a client accepting zstd (httpx). page's all-heads bytes: what the "
+        "a client on another machine accepting zstd (httpx, named by a proxy the lab trusts; a client on the lab's "
+        "own machine gets it uncompressed). page's all-heads bytes: what the "
         f"page downloads for its 72-head overview (`?size={OVERVIEW_SIZE}`: each head shrunk to at most "
         f"{OVERVIEW_SIZE}×{OVERVIEW_SIZE} by block maxima). first-heatmap bytes, Enter→heatmap, click→view: Debian's "
         "chromium, 1280×720, timed in the page with `performance.now()` up to the frame after the view updates."
@@ -1073,7 +1095,12 @@ def main() -> None:
             print(burst_line(measure_burst(model, tokenizer, {"lab": base, "lab, batching off": unbatched})))
         return
 
-    with lab_server() as (base, process), httpx.Client(base_url=base, timeout=120) as client:
+    wire = {}
+    with (
+        lab_server({"ATTENTION_LAB_TRUSTED_PROXIES": PROXY_ADDRESS}) as (base, process),
+        httpx.Client(base_url=base, timeout=120) as client,
+        elsewhere_client(base) as elsewhere,
+    ):
         for n in args.sizes:
             # One untimed pass each first: the first call of a shape pays allocation and warm-up.
             time_raw_forward(model, tokenizer, texts.unique(n))
@@ -1084,6 +1111,7 @@ def main() -> None:
                 raw[n].append({"ms": time_raw_floor(model, tokenizer, texts, n)})
                 lab[n].append(time_lab(client, texts.unique(n), n))
             print(f"  N={n}: raw {median(raw[n], 'ms'):.1f} ms, lab {median(lab[n], 'total_ms'):.1f} ms", flush=True)
+            wire[n] = wire_bytes(elsewhere, texts.unique(n))
 
         if not args.no_bertviz:
             for n in args.sizes:
@@ -1107,7 +1135,7 @@ def main() -> None:
     print(f"  {atlas_line(atlas)}", flush=True)
     long = measure_long(args.reps, not args.no_browser)
 
-    rows = [summarize(n, raw[n], lab[n], bertviz.get(n, []), browser.get(n, [])) for n in args.sizes]
+    rows = [summarize(n, raw[n], lab[n], wire[n], bertviz.get(n, []), browser.get(n, [])) for n in args.sizes]
     machine = machine_info(load_at_start)
     print()
     print(text_table(rows))
