@@ -186,10 +186,15 @@ class LabProcess:
         self.process.wait(timeout=60)
 
 
+# A proxy the live lab trusts: a test that sends from this address, naming a client in X-Forwarded-For, is a
+# client on another machine (as phones are). No other test sends from it.
+LIVE_LAB_PROXY = "127.0.0.254"
+
+
 @pytest.fixture(scope="session")
 def live_lab(tmp_path_factory):
-    """The lab as a user runs it, `python -m app`, on a free 127.0.0.1 port."""
-    lab = LabProcess(tmp_path_factory.mktemp("live-lab"))
+    """The lab as a user runs it, `python -m app`, on a free 127.0.0.1 port, behind LIVE_LAB_PROXY too."""
+    lab = LabProcess(tmp_path_factory.mktemp("live-lab"), env={"ATTENTION_LAB_TRUSTED_PROXIES": LIVE_LAB_PROXY})
     lab.start()
     yield lab
     lab.stop()

@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from app.web.encoding import decode_attention
+from tests.conftest import LIVE_LAB_PROXY
 
 BANK = {"text": "the river bank"}
 
@@ -328,15 +329,26 @@ def test_an_evicted_run_is_recomputed_with_the_same_numbers(client):
 
 
 @pytest.mark.parametrize("encoding", ["zstd", "br", "gzip"])
-def test_attention_goes_out_compressed_to_a_client_that_accepts_it(live_lab, encoding):
+def test_attention_goes_out_compressed_to_a_client_elsewhere_that_accepts_it(live_lab, encoding):
+    """A phone, as the proxy names it, gets the matrices compressed; the lab's own machine gets them as
+    they are (app.web.compression), whatever it accepts."""
     long = " ".join(["the old river ran past quiet green fields"] * 12)
-    with httpx.Client(base_url=live_lab.url, timeout=60) as lab:
-        run = lab.post("/api/analyze", json={"text": long}).json()["run_id"]
-        plain = lab.get(f"/api/runs/{run}/attention", headers={"Accept-Encoding": "identity"})
-        packed = lab.get(f"/api/runs/{run}/attention", headers={"Accept-Encoding": encoding})
+    accepts = {"Accept-Encoding": encoding}
+    phone = httpx.Client(
+        base_url=live_lab.url,
+        timeout=60,
+        headers={"X-Forwarded-For": "192.0.2.7"},
+        transport=httpx.HTTPTransport(local_address=LIVE_LAB_PROXY),
+    )
+    with phone, httpx.Client(base_url=live_lab.url, timeout=60) as here:
+        run = phone.post("/api/analyze", json={"text": long}).json()["run_id"]
+        plain = phone.get(f"/api/runs/{run}/attention", headers={"Accept-Encoding": "identity"})
+        packed = phone.get(f"/api/runs/{run}/attention", headers=accepts)
+        local = here.get(f"/api/runs/{run}/attention", headers=accepts)
     assert "content-encoding" not in plain.headers and packed.headers["content-encoding"] == encoding
     assert packed.content == plain.content  # decoded by httpx: the same bytes
     assert packed.num_bytes_downloaded < plain.num_bytes_downloaded / 3
+    assert "content-encoding" not in local.headers and local.content == plain.content
 
 
 def test_the_server_averages_heads_and_blocks_in_one_matrix(client, bank):
