@@ -2,6 +2,8 @@
 
 import subprocess
 import sys
+import time
+from pathlib import Path
 
 import pytest
 import redis
@@ -107,23 +109,40 @@ def test_many_at_once_past_the_bound_leave_in_one_write(open_store):
     assert all(store.get(spec(f"text {i}").run_id) is None for i in range(0, 2500, 250))
 
 
-def test_sqlite_workers_on_one_machine_write_at_once(tmp_path):
-    """Three processes writing the same file: WAL and the busy timeout let every write through."""
+def test_sqlite_workers_on_one_machine_open_a_new_file_and_write_at_once(tmp_path):
+    """Workers of a first start: five processes open the same new file at the same moment (each waits,
+    imported, for the go file) and write. Switching the new file to WAL together had failed one or more
+    of them ("database is locked" at once) in a third of such starts; WAL and the busy timeout then let
+    every write through."""
     script = (
-        "import sys; from pathlib import Path; from app.engine.spec import RunSpec\n"
+        "import os, sys; from pathlib import Path; from app.engine.spec import RunSpec\n"
         "from app.serving.specs import SqliteSpecStore\n"
+        "Path(sys.argv[3] + '.ready').touch()\n"
+        "while not os.path.exists(sys.argv[4]): pass\n"
         "store = SqliteSpecStore(Path(sys.argv[1]), max_specs=10_000, max_age_seconds=3600, timeout_seconds=10)\n"
-        "for i in range(200): store.put(RunSpec('m', 'd', f'{sys.argv[2]} {i}'))\n"
+        "for i in range(100): store.put(RunSpec('m', 'd', f'{sys.argv[2]} {i}'))\n"
     )
-    path = tmp_path / "runs.sqlite3"
-    writers = [
-        subprocess.Popen([sys.executable, "-c", script, str(path), f"worker {n}"], stderr=subprocess.PIPE)
-        for n in range(3)
-    ]
-    assert [writer.wait(timeout=120) for writer in writers] == [0, 0, 0], [w.stderr.read() for w in writers]
-    store = SqliteSpecStore(path, max_specs=10_000, max_age_seconds=3600, timeout_seconds=2)
-    assert all(store.get(RunSpec("m", "d", f"worker {n} {i}").run_id) for n in range(3) for i in range(200))
-    assert store._db.execute("PRAGMA journal_mode").fetchone() == ("wal",)
+    workers, go = 5, tmp_path / "go"
+    for start in range(3):
+        path = tmp_path / f"runs-{start}.sqlite3"
+        names = [tmp_path / f"start-{start}-worker-{n}" for n in range(workers)]
+        writers = [
+            subprocess.Popen(
+                [sys.executable, "-c", script, str(path), f"worker {n}", str(name), str(go)], stderr=subprocess.PIPE
+            )
+            for n, name in enumerate(names)
+        ]
+        deadline = time.monotonic() + 60
+        while not all(Path(f"{name}.ready").exists() for name in names):
+            assert time.monotonic() < deadline, "the workers did not start"
+            time.sleep(0.01)
+        go.touch()
+        errors = [writer.stderr.read() for writer in writers]
+        assert [writer.wait(timeout=120) for writer in writers] == [0] * workers, errors
+        go.unlink()
+        store = SqliteSpecStore(path, max_specs=10_000, max_age_seconds=3600, timeout_seconds=2)
+        assert all(store.get(RunSpec("m", "d", f"worker {n} {i}").run_id) for n in range(workers) for i in range(100))
+        assert store._db.execute("PRAGMA journal_mode").fetchone() == ("wal",)
 
 
 def damaged_pages(path):

@@ -87,7 +87,7 @@ class SqliteSpecStore:
             self._db = sqlite3.connect(
                 path, timeout=timeout_seconds, isolation_level="IMMEDIATE", check_same_thread=False
             )
-            self._db.execute("PRAGMA journal_mode=WAL")
+            self._switch_to_wal(timeout_seconds)
             self._db.execute("PRAGMA synchronous=NORMAL")  # a power cut may lose the last specs, never the file
             report = self._db.execute("PRAGMA quick_check").fetchone()[0]
             if report != "ok":
@@ -103,6 +103,20 @@ class SqliteSpecStore:
                     "CREATE TABLE IF NOT EXISTS progress "
                     "(run_id TEXT PRIMARY KEY, done INTEGER, total INTEGER, said REAL)"
                 )
+
+    def _switch_to_wal(self, timeout_seconds: float) -> None:
+        """WAL mode, which the file keeps once set. While another process switches a new file too (the
+        workers of a first start), SQLite may answer "locked" at once, without waiting its busy timeout: the
+        switch is tried again until that timeout (at the same start, 11 of 150 workers failed here)."""
+        deadline = time.monotonic() + timeout_seconds
+        while True:
+            try:
+                self._db.execute("PRAGMA journal_mode=WAL")
+                return
+            except sqlite3.OperationalError as error:
+                if "locked" not in str(error) or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.005)
 
     def put(self, *specs: RunSpec | AtlasSpec) -> None:
         now = self.clock()
