@@ -1,5 +1,7 @@
 """The hooked capture on a tiny random BERT, checked against the model's own outputs."""
 
+from concurrent.futures import ThreadPoolExecutor
+
 import pytest
 import torch
 
@@ -9,6 +11,7 @@ from app.engine.capture import (
     capture,
     hook_table,
     recording,
+    thread_hooks,
 )
 from app.engine.runs import Engine
 
@@ -120,3 +123,25 @@ def test_causal_matches_a_decoder_configured_model(tiny):
         tiny.model.config.is_decoder = False
     for layer, weights in enumerate(reference.attentions):
         torch.testing.assert_close(run.weights(layer), weights[0], atol=1e-6, rtol=0)
+
+
+def test_thread_hooks_act_in_their_own_threads_passes_only_and_are_gone_after(tiny):
+    """What recording, the zeroing of heads, patching and the scoreboard's removals stand on: a pass on
+    another thread at the same time is not touched."""
+    block = tiny.model.base_model.get_submodule(f"{tiny.family.blocks}.0")
+    ids, _ = encode(tiny)
+
+    def forward():
+        with torch.inference_mode():
+            tiny.model(ids[None])
+
+    seen = []
+    with thread_hooks() as hook, ThreadPoolExecutor(1) as other:
+        hook(block, lambda module, args, out: seen.append("after"))
+        hook(block, lambda module, args, kwargs: seen.append("before"), before=True, with_kwargs=True)
+        other.submit(forward).result()
+        assert seen == []
+        forward()
+        assert seen == ["before", "after"]
+    forward()
+    assert seen == ["before", "after"] and not block._forward_hooks and not block._forward_pre_hooks

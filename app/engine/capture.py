@@ -125,29 +125,44 @@ def block_scoring(model: torch.nn.Module, family: Family) -> tuple[Scoring, ...]
 
 
 @contextmanager
-def recording(model: torch.nn.Module, family: Family) -> Iterator[dict[str, Tensor]]:
-    """Hooks every module of the family's table for the duration of the block, and always removes them.
+def thread_hooks() -> Iterator[Callable[..., None]]:
+    """Yields `hook(module, fn, before=False, with_kwargs=False)`, which puts fn on the module as a forward
+    hook (a pre-hook with `before`) acting only in the passes of this thread; all are removed at the end.
 
-    Hooks are global to the model, so each records only the pass of the thread that set it: two passes
-    may run at once on one model without recording into each other.
+    Hooks are global to a model, so two passes may run at once on one model (the model's threads, a view's,
+    the atlas's) without one's recording, zeroing or patching reaching into the other.
     """
-    activations: dict[str, Tensor] = {}
     owner = threading.get_ident()
     handles = []
-    try:
-        for module, layer, hook in hooked(model, family):
-            # No copies: in eval mode nothing the model computes is modified in place after its module
-            # returns (the output_attentions tests would see it), so keeping the tensors is enough.
-            def record(module, args, out=None, layer=layer, read=hook.read):
-                if threading.get_ident() == owner:
-                    activations.update({name.replace(LAYER, layer): value for name, value in read(args, out).items()})
 
-            register = module.register_forward_pre_hook if hook.before else module.register_forward_hook
-            handles.append(register(record))
-        yield activations
+    def hook(module: torch.nn.Module, fn: Callable, before: bool = False, with_kwargs: bool = False) -> None:
+        def in_this_thread(*args):
+            return fn(*args) if threading.get_ident() == owner else None
+
+        register = module.register_forward_pre_hook if before else module.register_forward_hook
+        handles.append(register(in_this_thread, with_kwargs=with_kwargs))
+
+    try:
+        yield hook
     finally:
         for handle in handles:
             handle.remove()
+
+
+@contextmanager
+def recording(model: torch.nn.Module, family: Family) -> Iterator[dict[str, Tensor]]:
+    """Hooks every module of the family's table for the duration of the block, recording this thread's
+    passes (thread_hooks), and always removes them."""
+    activations: dict[str, Tensor] = {}
+    with thread_hooks() as hook:
+        for module, layer, table_hook in hooked(model, family):
+            # No copies: in eval mode nothing the model computes is modified in place after its module
+            # returns (the output_attentions tests would see it), so keeping the tensors is enough.
+            def record(module, args, out=None, layer=layer, read=table_hook.read):
+                activations.update({name.replace(LAYER, layer): value for name, value in read(args, out).items()})
+
+            hook(module, record, before=table_hook.before)
+        yield activations
 
 
 # model -> passes under way with its fused attention (fused_attention), and whether it has one at all.
@@ -218,21 +233,11 @@ def ablating_rows(model: torch.nn.Module, family: Family, layer: int, heads: lis
 def block_outputs(model: torch.nn.Module, family: Family) -> Iterator[list]:
     """Records what each block returns in this thread's passes (a tensor, or a tuple whose first part is
     the hidden states [batch, pos, d_model]), block by block, for starting_at."""
-    owner = threading.get_ident()
     outputs: list = []
-    handles = []
-    try:
+    with thread_hooks() as hook:
         for block in model.base_model.get_submodule(family.blocks):
-
-            def record(module, args, out):
-                if threading.get_ident() == owner:
-                    outputs.append(out)
-
-            handles.append(block.register_forward_hook(record))
+            hook(block, lambda module, args, out: outputs.append(out))
         yield outputs
-    finally:
-        for handle in handles:
-            handle.remove()
 
 
 class _Skipped:
@@ -293,25 +298,18 @@ def _repeat_rows(out, times: int):
 @contextmanager
 def _zeroing_contexts(model, family: Family, layers: list[int], part: Callable[[int], tuple]):
     """Zeroes the cells `part(layer)` indexes of each block's context ([batch, pos, head, d]) before W_O, in
-    this thread's passes only (a hook on a shared model is seen by every thread)."""
-    owner = threading.get_ident()
-    handles = []
-    try:
+    this thread's passes only (thread_hooks)."""
+    with thread_hooks() as hook:
         for layer in layers:
 
             def zero(module, args, layer=layer):
-                if threading.get_ident() != owner:
-                    return None
                 context = args[0].clone().unflatten(-1, (model.config.num_attention_heads, -1))
                 context[part(layer)] = 0
                 return (context.flatten(-2), *args[1:])
 
             w_o = model.base_model.get_submodule(f"{family.blocks}.{layer}.{family.attention_output}")
-            handles.append(w_o.register_forward_pre_hook(zero))
+            hook(w_o, zero, before=True)
         yield
-    finally:
-        for handle in handles:
-            handle.remove()
 
 
 @dataclass(frozen=True)

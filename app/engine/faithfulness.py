@@ -21,7 +21,6 @@ cosine with a second sentence's, a decoder's logit of A's most likely next token
 head's accounts are compared by Spearman's ρ over the keys its query can see (every key when averaged).
 """
 
-import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -32,7 +31,7 @@ from scipy.stats import rankdata
 from torch import Tensor
 
 from app.engine import names
-from app.engine.capture import model_inputs
+from app.engine.capture import model_inputs, thread_hooks
 from app.engine.patching import site_module
 from app.engine.runs import BATCH_TOKENS, Engine, InvalidInput, Run, sequence
 from app.engine.spec import RunSpec
@@ -106,7 +105,6 @@ def spearman(a: Tensor, b: Tensor) -> float | None:
 def removing(model: torch.nn.Module, family, removals: list[Removal], first_row: int) -> Iterator[None]:
     """Hooks at W_O's input that take removal i's delta out of row first_row + i, during passes of the thread
     that set them; always removed."""
-    owner = threading.get_ident()
     n_heads = model.config.num_attention_heads
     by_layer: dict[int, list[tuple[int, Removal]]] = {}
     for index, removal in enumerate(removals):
@@ -118,23 +116,16 @@ def removing(model: torch.nn.Module, family, removals: list[Removal], first_row:
             heads[row, list(removal.queries), removal.head] -= removal.delta.to(heads.dtype)
         return heads.flatten(-2)
 
-    handles = []
-    try:
+    with thread_hooks() as hook:
         for layer, rows in by_layer.items():
 
             def before(module, args, kwargs, rows=rows):
-                if threading.get_ident() != owner:
-                    return None
                 if args:
                     return (take(args[0], rows), *args[1:]), kwargs
                 return args, {**kwargs, "hidden_states": take(kwargs["hidden_states"], rows)}
 
-            module = site_module(model, family, "head", layer)
-            handles.append(module.register_forward_pre_hook(before, with_kwargs=True))
+            hook(site_module(model, family, "head", layer), before, before=True, with_kwargs=True)
         yield
-    finally:
-        for handle in handles:
-            handle.remove()
 
 
 def scoreboard_slices(

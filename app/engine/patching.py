@@ -16,7 +16,6 @@ B's values need no pass of their own. The effect is read from each row's output:
   probability of one.
 """
 
-import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -24,7 +23,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from app.engine.capture import Sequence, model_inputs
+from app.engine.capture import Sequence, model_inputs, thread_hooks
 
 SITES = ("resid_pre", "attention_output", "head", "ffn_output")
 
@@ -66,7 +65,6 @@ def site_module(model: torch.nn.Module, family, site: str, layer: int) -> torch.
 def patching(model: torch.nn.Module, family, cells: list[Cell], first_row: int, source_row: int) -> Iterator[None]:
     """Hooks that put the source row's value at each cell's site into row first_row + i for cell i, during
     passes of the thread that set them; always removed."""
-    owner = threading.get_ident()
     n_heads = model.config.num_attention_heads
     by_module: dict[tuple[str, int], list[tuple[int, Cell]]] = {}
     for index, cell in enumerate(cells):
@@ -81,34 +79,26 @@ def patching(model: torch.nn.Module, family, cells: list[Cell], first_row: int, 
             patched[(row, *at)] = patched[(source_row, list(cell.sources), *at[1:])]
         return patched.flatten(-2) if heads else patched
 
-    handles = []
-    try:
+    with thread_hooks() as hook:
         for (site, layer), rows in by_module.items():
             module = site_module(model, family, site, layer)
             if site in ("resid_pre", "head"):
 
                 def before(module, args, kwargs, rows=rows, heads=site == "head"):
-                    if threading.get_ident() != owner:
-                        return None
                     if args:
                         return (put(args[0], rows, heads), *args[1:]), kwargs
                     return args, {**kwargs, "hidden_states": put(kwargs["hidden_states"], rows, heads)}
 
-                handles.append(module.register_forward_pre_hook(before, with_kwargs=True))
+                hook(module, before, before=True, with_kwargs=True)
             else:
 
                 def after(module, args, out, rows=rows):
-                    if threading.get_ident() != owner:
-                        return None
                     if isinstance(out, tuple):
                         return (put(out[0], rows, False), *out[1:])
                     return put(out, rows, False)
 
-                handles.append(module.register_forward_hook(after))
+                hook(module, after)
         yield
-    finally:
-        for handle in handles:
-            handle.remove()
 
 
 def patched_outputs(
