@@ -135,6 +135,8 @@ def test_thread_hooks_act_in_their_own_threads_passes_only_and_are_gone_after(ti
         with torch.inference_mode():
             tiny.model(ids[None])
 
+    # transformers may keep hooks of its own on a block (output capturing): ours must leave exactly those.
+    others = (dict(block._forward_hooks), dict(block._forward_pre_hooks))
     seen = []
     with thread_hooks() as hook, ThreadPoolExecutor(1) as other:
         hook(block, lambda module, args, out: seen.append("after"))
@@ -144,4 +146,4 @@ def test_thread_hooks_act_in_their_own_threads_passes_only_and_are_gone_after(ti
         forward()
         assert seen == ["before", "after"]
     forward()
-    assert seen == ["before", "after"] and not block._forward_hooks and not block._forward_pre_hooks
+    assert seen == ["before", "after"] and (dict(block._forward_hooks), dict(block._forward_pre_hooks)) == others
