@@ -9,6 +9,7 @@ from transformers import AutoModel, AutoModelForCausalLM
 
 from app.engine import patches
 from app.engine.model import load_model, packaged_model_path
+from app.engine.patching import changing_input
 from app.engine.runs import Engine
 from app.main import create_app
 from tests.families import BUILDERS, build
@@ -316,3 +317,14 @@ def test_every_family_patches_b_into_b_exactly_and_turns_a_into_b(family, tmp_pa
     whole = answer(A, B, "resid_pre", layer=0)
     assert len(whole["a_tokens"]) == len(whole["b_tokens"])
     assert whole["cells"][0]["value"] == pytest.approx(whole["b"]["value"], abs=1e-5)
+
+
+def test_a_site_modules_input_is_changed_whether_it_comes_by_position_or_by_name():
+    """Patching and the scoreboard's removals change a site module's input hidden states: a caller may pass
+    them by position or as `hidden_states` (the families tested here all pass them by position)."""
+    states, mask = torch.zeros(1, 2, 4), torch.ones(1, 2)
+    before = changing_input(lambda hidden: hidden + 1)
+    args, kwargs = before(None, (states, mask), {"position_ids": None})
+    assert torch.equal(args[0], states + 1) and args[1] is mask and kwargs == {"position_ids": None}
+    args, kwargs = before(None, (), {"hidden_states": states, "attention_mask": mask})
+    assert args == () and torch.equal(kwargs["hidden_states"], states + 1) and kwargs["attention_mask"] is mask

@@ -21,6 +21,7 @@ cosine with a second sentence's, a decoder's logit of A's most likely next token
 head's accounts are compared by Spearman's ρ over the keys its query can see (every key when averaged).
 """
 
+import functools
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -32,7 +33,7 @@ from torch import Tensor
 
 from app.engine import names
 from app.engine.capture import model_inputs, thread_hooks
-from app.engine.patching import site_module
+from app.engine.patching import changing_input, site_module
 from app.engine.runs import BATCH_TOKENS, Engine, InvalidInput, Run, sequence
 from app.engine.spec import RunSpec
 
@@ -118,13 +119,8 @@ def removing(model: torch.nn.Module, family, removals: list[Removal], first_row:
 
     with thread_hooks() as hook:
         for layer, rows in by_layer.items():
-
-            def before(module, args, kwargs, rows=rows):
-                if args:
-                    return (take(args[0], rows), *args[1:]), kwargs
-                return args, {**kwargs, "hidden_states": take(kwargs["hidden_states"], rows)}
-
-            hook(site_module(model, family, "head", layer), before, before=True, with_kwargs=True)
+            change = functools.partial(take, rows=rows)
+            hook(site_module(model, family, "head", layer), changing_input(change), before=True, with_kwargs=True)
         yield
 
 

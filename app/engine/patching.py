@@ -16,6 +16,7 @@ B's values need no pass of their own. The effect is read from each row's output:
   probability of one.
 """
 
+import functools
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -61,6 +62,18 @@ def site_module(model: torch.nn.Module, family, site: str, layer: int) -> torch.
     return model.base_model.get_submodule(path)
 
 
+def changing_input(change: Callable[[Tensor], Tensor]) -> Callable:
+    """A pre-hook (with_kwargs) that gives a site module change(its input hidden states), whether its
+    caller passed them by position or as `hidden_states` (transformers' blocks and W_O take either)."""
+
+    def before(module, args, kwargs):
+        if args:
+            return (change(args[0]), *args[1:]), kwargs
+        return args, {**kwargs, "hidden_states": change(kwargs["hidden_states"])}
+
+    return before
+
+
 @contextmanager
 def patching(model: torch.nn.Module, family, cells: list[Cell], first_row: int, source_row: int) -> Iterator[None]:
     """Hooks that put the source row's value at each cell's site into row first_row + i for cell i, during
@@ -83,13 +96,8 @@ def patching(model: torch.nn.Module, family, cells: list[Cell], first_row: int, 
         for (site, layer), rows in by_module.items():
             module = site_module(model, family, site, layer)
             if site in ("resid_pre", "head"):
-
-                def before(module, args, kwargs, rows=rows, heads=site == "head"):
-                    if args:
-                        return (put(args[0], rows, heads), *args[1:]), kwargs
-                    return args, {**kwargs, "hidden_states": put(kwargs["hidden_states"], rows, heads)}
-
-                hook(module, before, before=True, with_kwargs=True)
+                change = functools.partial(put, rows=rows, heads=site == "head")
+                hook(module, changing_input(change), before=True, with_kwargs=True)
             else:
 
                 def after(module, args, out, rows=rows):
