@@ -9,7 +9,6 @@ import { isSink, meanRow, segmentRule, sinkNames, viewName } from "./matrix.js";
 import { measureOf } from "./measures.js";
 import { queries } from "./selection.js";
 
-const ROW_REM = 1.45; // a token row's height, as lab.css sets it
 const MAX_ROWS = 64; // beyond this many keys only the largest are listed: 512 rows help nobody and cost a click
 
 // The rows the view draws: for each head shown, the mean of the selected queries' rows of the view's
@@ -45,7 +44,10 @@ function caption(state, chosen, model) {
       ? `${chosen.length} tokens (${chosen.map((index) => `“${run.tokens[index].text}”`).join(", ")}), rows averaged,`
       : `“${run.tokens[token].text}” (token ${token})${state.preview !== null ? " (preview: click to lock)" : ""}`;
   const where = everyHead(state) ? viewName({ ...state, head: 0 }, model).replace(/head 0$/, "every head") : viewName(state, model);
-  return `${who} in ${where}: line width and bar length show the ${measureOf(state.measure).name} on each token.`;
+  // What the lines and bars are: presentation mode leaves it to the teacher's words (lab.css), so that the
+  // rows keep the room.
+  const how = el("span", { class: "caption-how" }, `: line width and bar length show the ${measureOf(state.measure).name} on each token.`);
+  return el("p", { class: "caption" }, `${who} in ${where}`, how);
 }
 
 export const attendsView = {
@@ -60,7 +62,7 @@ export const attendsView = {
       rows,
       sinks: state.sinks,
       segments: segmentRule(state.segments),
-      caption: chosen.length ? caption(state, chosen, lab.model) : "",
+      caption: chosen.length ? caption(state, chosen, lab.model) : null,
       answer: revealedKey(state),
       measure: measureOf(state.measure),
     });
@@ -71,7 +73,8 @@ export const attendsView = {
 // rows: [{head, color, row, sink}] with row = the view's values of the selected query over all keys (NaN
 // where the view leaves a key out) and sink = the value on the hidden sink tokens, or null. measure: what
 // the values are (measures.js). segments: a segment rule (matrix.js) or null: with one, only queries of its
-// first segment have a row. answer: a key outlined as a class question's revealed answer, or null.
+// first segment have a row. answer: a key outlined as a class question's revealed answer, or null. caption:
+// the element that says whose row it is and in which view.
 // Both columns list the same tokens in the same order, line by line: a key the view leaves out is listed
 // as left out (hidden, or outside the segment filter), never dropped from one side only. A long text lists
 // its most attended keys and, on the left, the query alone, at the top where it stays in sight. Every bar
@@ -95,14 +98,14 @@ export function renderAttends(container, { tokens, selected, rows, sinks: mode, 
   const listed = long ? [...candidates].sort((a, b) => strength(b) - strength(a)).slice(0, MAX_ROWS).sort((a, b) => a.index - b.index) : tokens;
   const queries = long ? [tokens[selected]] : listed;
   const queryRow = long ? 0 : selected;
-  const ROW = ROW_REM * parseFloat(getComputedStyle(document.documentElement).fontSize);
-  const height = Math.max(listed.length, 1) * ROW;
+  // The lines are drawn in rows (one unit a row) and stretched to the lists' height, whatever lab.css makes a row.
+  const rowCount = Math.max(listed.length, 1);
   const svg = document.createElementNS("http://www.w3.org/2000/svg", "svg");
   svg.setAttribute("class", "attend-lines");
-  svg.setAttribute("viewBox", `0 0 100 ${height}`);
+  svg.setAttribute("viewBox", `0 0 100 ${rowCount}`);
   svg.setAttribute("preserveAspectRatio", "none");
   svg.setAttribute("aria-hidden", "true");
-  svg.style.height = `${height}px`;
+  svg.style.height = `calc(${rowCount} * var(--attend-row))`;
   const largest = Math.max(...shown.flatMap(({ row }) => row), 1e-9);
   for (const { color, row } of shown) {
     listed.forEach((token, position) => {
@@ -110,9 +113,9 @@ export function renderAttends(container, { tokens, selected, rows, sinks: mode, 
       if (!kept(token) || value < 0.005 * largest) return;
       const line = document.createElementNS("http://www.w3.org/2000/svg", "line");
       line.setAttribute("x1", "0");
-      line.setAttribute("y1", String(queryRow * ROW + ROW / 2));
+      line.setAttribute("y1", String(queryRow + 0.5));
       line.setAttribute("x2", "100");
-      line.setAttribute("y2", String(position * ROW + ROW / 2));
+      line.setAttribute("y2", String(position + 0.5));
       line.setAttribute("stroke", color);
       line.setAttribute("stroke-opacity", String(Math.min(1, 0.15 + value / largest)));
       line.setAttribute("stroke-width", String(0.5 + 5 * (value / largest)));
@@ -170,7 +173,7 @@ export function renderAttends(container, { tokens, selected, rows, sinks: mode, 
       : null;
   const hint = mode !== "show" ? sinkHint(tokens, mode, segments, rows[0].row, measure) : null;
   container.replaceChildren(
-    ...[el("p", { class: "caption" }, caption), limited, strips, legend, el("div", { class: "attend-grid" }, left, svg, right), hint].filter(Boolean),
+    ...[caption, limited, strips, legend, el("div", { class: "attend-grid" }, left, svg, right), hint].filter(Boolean),
   );
   // The query's line in sight: the view scrolls itself (never the page) when the query is below its fold.
   const line = left.querySelector(".selected");

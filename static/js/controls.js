@@ -9,6 +9,7 @@ import { gridPNG, gridSVG, showShares } from "./grid.js";
 import { renderHeadSet } from "./headset.js";
 import { maskName, viewFileName, viewLayers, viewName } from "./matrix.js";
 import { measureOf } from "./measures.js";
+import { bindPopup } from "./popup.js";
 
 const $ = (id) => document.getElementById(id);
 
@@ -23,9 +24,9 @@ export function initControls(lab, heatmap) {
   bindExports(lab, heatmap);
   bindKeys(lab);
   $("present").addEventListener("click", () => setState({ present: !getState().present }));
-  bindPopup("options-toggle", "prompt-options");
-  bindPopup("toolbar-more-toggle", "toolbar-more");
-  bindPopup("measure-help", "measure-about");
+  bindPopup($("options-toggle"), $("prompt-options"));
+  bindPopup($("toolbar-more-toggle"), $("toolbar-more"));
+  bindPopup($("measure-help"), $("measure-about"));
   $("share").addEventListener("click", async () => {
     try {
       await navigator.clipboard.writeText(window.location.href);
@@ -93,27 +94,6 @@ function showMeasure(state) {
 
 // "Options…" and "More…" (presentation mode), and "What is this?" beside the measure: a group opened under
 // its toggle; Esc or a click elsewhere closes it.
-function bindPopup(toggleId, groupId) {
-  const toggle = $(toggleId);
-  const group = $(groupId);
-  const show = (open) => {
-    group.classList.toggle("open", open);
-    toggle.setAttribute("aria-expanded", String(open));
-  };
-  toggle.addEventListener("click", () => show(!group.classList.contains("open")));
-  const escape = (event) => {
-    if (event.key !== "Escape" || !group.classList.contains("open")) return;
-    event.stopPropagation();
-    show(false);
-    toggle.focus();
-  };
-  group.addEventListener("keydown", escape);
-  toggle.addEventListener("keydown", escape);
-  document.addEventListener("click", (event) => {
-    if (group.classList.contains("open") && !group.contains(event.target) && event.target !== toggle) show(false);
-  });
-}
-
 function setBusy(busy) {
   document.body.dataset.busy = String(busy);
   $("run").disabled = busy;

@@ -4,6 +4,7 @@
 
 import { missing } from "./capabilities.js";
 import { el } from "./format.js";
+import { bindPopup } from "./popup.js";
 
 export const PANELS = {
   dissection: "Worked example",
@@ -14,12 +15,6 @@ export const PANELS = {
 };
 // The panels a model without an adapter cannot fill (capabilities.js): their tabs say so, their panels why.
 const NEEDS = { dissection: "worked_example", pipeline: "pipeline" };
-
-// The open tab, scrolled into a tab row that scrolls (presentation mode keeps the tabs on one row).
-function inView(tabs, tab) {
-  const [row, box] = [tabs.getBoundingClientRect(), tab.getBoundingClientRect()];
-  if (box.left < row.left || box.right > row.right) tabs.scrollLeft += box.left - row.left - (row.width - box.width) / 2;
-}
 
 // lab: {getState, setState, subscribe}
 export function initPanels(lab) {
@@ -32,9 +27,14 @@ export function initPanels(lab) {
       return el("button", { type: "button", role: "tab", id: `panel-tab-${name}`, "aria-controls": `panel-${name}`, dataset: { panel: name }, ...unavailable }, PANELS[name]);
     }),
   );
+  // A narrow side column lists the tabs under one button (lab.css): choosing one closes the list.
+  const menu = document.getElementById("panel-menu");
+  const showMenu = bindPopup(menu, tabs);
   tabs.addEventListener("click", (event) => {
     const tab = event.target.closest("[role=tab]");
-    if (tab) lab.setState({ panel: lab.getState().panel === tab.dataset.panel ? null : tab.dataset.panel });
+    if (!tab) return;
+    lab.setState({ panel: lab.getState().panel === tab.dataset.panel ? null : tab.dataset.panel });
+    showMenu(false);
   });
   // Arrow keys move between tabs (and open them), as in any tab list; only the current tab is a tab stop.
   tabs.addEventListener("keydown", (event) => {
@@ -57,13 +57,13 @@ export function initPanels(lab) {
   });
   const show = ({ panel }) => {
     document.querySelector(".panels").classList.toggle("open", panel !== null);
+    menu.textContent = panel === null ? "More views" : `${PANELS[panel]} ▾`;
     enlarge.hidden = panel === null;
     if (panel === null && views.classList.contains("enlarged")) enlarge.click();
     names.forEach((name, index) => {
       const tab = document.getElementById(`panel-tab-${name}`);
       tab.setAttribute("aria-selected", String(name === panel));
       tab.tabIndex = name === panel || (panel === null && index === 0) ? 0 : -1;
-      if (name === panel) inView(tabs, tab);
       document.getElementById(`panel-${name}`).hidden = name !== panel;
     });
   };
