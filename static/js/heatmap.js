@@ -301,14 +301,39 @@ export class Heatmap {
   // The largest square the bounds leave once the frame (title, labels, colour bar) is taken off. Drawn
   // again only when that changes: a ResizeObserver calls this on every resize.
   fit() {
-    const frame = this.frame();
     const { width, height } = this.bounds();
+    this.sizeLabels(width);
+    const frame = this.frame();
     const room = Math.floor(Math.min(width - frame.width, height - frame.height, Number.isFinite(height) ? Infinity : MAX_SIDE));
     const side = Math.max(MIN_SIDE, room);
     if (side === this.side && window.devicePixelRatio === this.ratio) return;
     this.side = side;
     if (this.ready) this.render();
     else this.reserve(side);
+  }
+
+  // The label columns as wide as the widest label, so that no tick label is cut: the y labels' column, and
+  // the height the x labels take turned 60°. At most a third of the width a side: past that a label ends
+  // in "…" (a piece longer than any word). Measured in the labels' own (bold, for a pinned one) type.
+  sizeLabels(width) {
+    if (!this.labels) return;
+    const style = getComputedStyle(this.yLabels);
+    const font = `${style.fontSize} ${style.fontFamily}`;
+    if (this.labelFont !== font || this.labelsMeasured !== this.labels) {
+      // One hidden column of every label, laid out once: its width is the widest.
+      const probe = el("div", { style: `position:absolute;visibility:hidden;display:grid;width:max-content;white-space:pre;font:700 ${font}` });
+      probe.append(...[...new Set(this.labels)].map((label) => el("span", {}, label)));
+      this.container.append(probe);
+      this.widestLabel = probe.getBoundingClientRect().width;
+      probe.remove();
+      [this.labelFont, this.labelsMeasured] = [font, this.labels];
+    }
+    const rem = parseFloat(getComputedStyle(document.documentElement).fontSize);
+    const longest = Math.min(Math.ceil(this.widestLabel) + 1, Math.max(3 * rem, width / 3));
+    const line = parseFloat(style.fontSize) * 1.2;
+    this.body.style.setProperty("--hm-label", `${longest}px`);
+    this.body.style.setProperty("--hm-ylabels", `${Math.max(longest + 0.7 * rem, 3.2 * rem)}px`);
+    this.body.style.setProperty("--hm-xlabels", `${Math.max(Math.ceil(longest * Math.sin(Math.PI / 3) + line / 2 + 0.5 * rem), 2 * rem)}px`);
   }
 
   // Before there is a matrix, the frame takes its place already, so drawing it shifts nothing.

@@ -54,9 +54,10 @@ export function showSelection(container, selected, also = []) {
   const chip = selected === null ? null : container.querySelector(`.token[data-index="${selected}"]`);
   if (!chip) return;
   chip.setAttribute("aria-selected", "true");
+  // Scrolled a whole row at a time: the chip's row at the top, never half a row of chips in sight.
   const top = chip.offsetTop; // the strip is the chips' offset parent
   if (top < container.scrollTop || top + chip.offsetHeight > container.scrollTop + container.clientHeight) {
-    container.scrollTop = top - container.clientHeight / 2;
+    container.scrollTop = top - parseFloat(getComputedStyle(container).paddingTop);
   }
 }
 

@@ -180,6 +180,7 @@ const NEEDS = { dissection: "worked_example", pipeline: "pipeline", lessons: "me
 
 const $ = (id) => document.getElementById(id);
 const GAP = 8; // px between the box and the views around it
+const PANEL_KEPT = 8; // rem of a step's panel kept in sight below the box
 
 // What the step texts may use: the real shapes of the current run, or "N" before there is one.
 function facts(state, model) {
@@ -220,14 +221,17 @@ function outlined(step) {
 
 // On the stage, the box takes the largest place beside the heatmap that does not hold the step's view:
 // the whole side column, or the attends view when the view is a panel below it. It is as tall as its text:
-// the attends view's place takes that height (--tour-room, at most 60% of the column), the panel the rest.
-// On a phone the box stands in the page's flow, above the views, and is scrolled to.
+// the attends view's place takes that height (--tour-room), the panel the rest (at least PANEL_KEPT).
+// On a phone the box is a sheet along the bottom (lab.css), and the page scrolls the step's view to the top
+// of the screen, above it.
+const PHONE = window.matchMedia("(max-width: 899px)");
+
 function place(dialog, step) {
   const target = $(STEPS[step - 1].target);
-  if (getComputedStyle(dialog).position !== "fixed") {
+  if (PHONE.matches) {
     dialog.removeAttribute("style");
     document.body.classList.remove("tour-room");
-    dialog.scrollIntoView({ block: "start" });
+    document.body.style.setProperty("--tour-sheet", `${dialog.offsetHeight}px`);
     return;
   }
   const avoid = [document.querySelector(".heatmap-column").getBoundingClientRect(), outlined(step).getBoundingClientRect(), target.getBoundingClientRect()];
@@ -240,8 +244,18 @@ function place(dialog, step) {
   const needed = dialog.scrollHeight + 2 * parseFloat(getComputedStyle(dialog).borderTopWidth);
   const grows = room?.selector === ".attends-panel" && rooms[0].box.height > box.height + 1; // the side column stacks it over the panel
   document.body.classList.toggle("tour-room", grows); // the attends view's place is the box's, the panel takes the rest
-  if (grows) document.documentElement.style.setProperty("--tour-room", `${Math.min(needed + GAP, rooms[0].box.height * 0.6)}px`);
-  dialog.style.maxHeight = `${(grows ? Math.min(needed + GAP, rooms[0].box.height * 0.6) : box.height) - GAP}px`;
+  // The panel keeps 40% of the column, or PANEL_KEPT where that is less; the box takes the rest it needs.
+  const most = Math.max(rooms[0].box.height * 0.6, rooms[0].box.height - PANEL_KEPT * parseFloat(getComputedStyle(document.documentElement).fontSize));
+  if (grows) document.documentElement.style.setProperty("--tour-room", `${Math.min(needed + GAP, most)}px`);
+  dialog.style.maxHeight = `${(grows ? Math.min(needed + GAP, most) : box.height) - GAP}px`;
+}
+
+// A phone's page scrolled so that the step's view starts at the top of the screen, above the sheet; done when
+// the step changes and when its view fills in, never on a mere resize (a phone's bar sliding away is one).
+function bringIntoSight(step) {
+  if (!PHONE.matches) return;
+  const view = outlined(step);
+  window.scrollTo({ top: view.getBoundingClientRect().top + window.scrollY - GAP, behavior: "instant" });
 }
 
 // The step's part of a tall panel, scrolled to the top of the panel's visible area.
@@ -303,11 +317,15 @@ export function initTour(lab) {
       if (open && !wasOpen) dialog.focus({ preventScroll: true });
       if (!open && hadFocus) opener.focus({ preventScroll: true }); // the page stays where the tour left it
     }
+    document.body.classList.toggle("touring", open);
     if (!open) document.body.classList.remove("tour-room");
     if (open) {
       render(state, model);
       place(dialog, state.tour);
-      if (changed.has("tour") || changed.has("panel")) scrollToPart(state.tour);
+      if (changed.has("tour") || changed.has("panel")) {
+        bringIntoSight(state.tour);
+        scrollToPart(state.tour);
+      }
     }
     // A button disabled under the keyboard's focus would drop the focus to the page.
     if (open && document.activeElement?.disabled) dialog.focus({ preventScroll: true });
@@ -319,7 +337,12 @@ export function initTour(lab) {
   const observer = new ResizeObserver(() => getState().tour !== null && place(dialog, getState().tour));
   for (const selector of [".side", ".attends-panel", ".panels"]) observer.observe(document.querySelector(selector));
   // A panel filling in (or drawn again) is scrolled to the step's part once it is there.
-  const filled = new ResizeObserver(() => getState().tour !== null && scrollToPart(getState().tour));
+  const filled = new ResizeObserver((entries) => {
+    const step = getState().tour;
+    if (step === null || !entries.some((entry) => entry.target === $(STEPS[step - 1].target))) return;
+    bringIntoSight(step);
+    scrollToPart(step);
+  });
   for (const target of new Set(STEPS.map((step) => step.target))) filled.observe($(target));
   window.addEventListener("resize", () => getState().tour !== null && place(dialog, getState().tour));
   show(getState(), new Set(["tour"]));
