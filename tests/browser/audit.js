@@ -1,13 +1,13 @@
 // What a class reads, audited on screen (tests/browser/audit.py reads these two functions): every visible
 // text and control in `scope`, whether it is cut (its own box clips it: scrollWidth past clientWidth with
 // overflow not visible; an ancestor that clips hides part of it; an ancestor that scrolls hides it sideways,
-// but for the views made to scroll so, a long input's grids), ellipsised, past the window, or under the type
+// but for the views made to scroll so: a long input's grids, a table wider than a phone), ellipsised, past the window, or under the type
 // floor (`labelFloor` for labels, ids, tick labels and numbers, `floor` for the rest). Scrolled away up or down
 // inside a scroller is how a long panel reads: the reader scrolls to it. `pageScrolls`: a phone's page scrolls
 // down, so only sideways is off-screen there.
 ({ floor, labelFloor, scope, pageScrolls = false }) => {
   const problems = [];
-  const SIDEWAYS = ".scroll-x, .patch-grid, .head-roles, .hm-plot";
+  const SIDEWAYS = ".scroll-x, .patch-grid, .head-roles, .ablation-grid, .hm-plot, .numbers-table, .softmax";
   const LABELS = [
     ".hm-ylabels", ".hm-xlabels", ".token", ".attend-queries", ".attend-keys", ".attend-weight", ".tally-count",
     ".hm-colorbar", ".hm-zoom-label", ".tally-label", ".readout", ".round-share", ".token-id",
@@ -93,6 +93,10 @@
     if (node.tagName === "SELECT") {
       const cut = selectCut(node, style);
       if (cut) problems.push(cut);
+    } else if (node.tagName === "TEXTAREA") {
+      if (node.scrollHeight > node.clientHeight + 1) problems.push(`cut: ${say(node)} shows part of its text`);
+    } else if (node.tagName === "INPUT") {
+      // a one-line field scrolls its text as it is typed: its box is what a reader needs in sight
     } else if (style.overflowX !== "visible" && !["auto", "scroll"].includes(style.overflowX) && overflows(node, style)) {
       problems.push(`${style.textOverflow === "ellipsis" ? "ellipsised" : "cut"}: ${say(node)}`);
     }
