@@ -1,0 +1,199 @@
+"""Issue #44, the lesson at any projector: at 1024×768, 1280×720, 1280×800, 1366×768 and 1920×1080, in
+presentation mode, with the class panel open and folded, at every phase of a question (asked, votes shown, a
+second round, revealed) and at a lesson plan's step, nothing that carries a number, a token or a control is
+cut, ellipsised or past the window (tests/browser/audit.js), every text is at or above the floor (18 px body
+and 16 px labels and numbers from 1280×720 up, 16 px everything at 1024×768), the attends view shows every
+row of a 16-token prompt, the revealed answer's row is in sight without scrolling inside a view, and the
+panel never covers the prompt, the tokens, the heatmap or the attends view. On phones (360 and 390 wide) the
+page never scrolls sideways, Present included. The tour never cuts its own text and scrolls each step's view
+into sight at every size."""
+
+import httpx
+import pytest
+from playwright.sync_api import expect
+
+from tests.browser import audit
+from tests.browser.conftest import wait_until
+from tests.browser.test_classroom import Learners, counted, end_class, start_class, viewport_shot
+from tests.browser.test_projector import TOUR
+from tests.browser.test_stage import lab_page, open_stage, settle
+from tests.conftest import LabProcess
+
+pytestmark = pytest.mark.slow
+
+PROJECTORS = [(1024, 768), (1280, 720), (1280, 800), (1366, 768), (1920, 1080)]
+PHONES = [(360, 740), (390, 844)]
+TEXT = "a dog saw a cat and a bird near a tree by the barn"  # 16 tokens with [CLS] and [SEP]; "a" four times
+TOKENS = 16
+SCOPE = "header.topbar, main.stage, #class-panel"
+STAGE = ["#prompt", "#tokens", "#heatmap", "#attends"]
+
+
+@pytest.fixture(scope="module")
+def lab(tmp_path_factory):
+    """A lab of this module's own: a teacher on 127.0.0.1 starts a class at every size, past the 12 an hour that
+    the lab allows an address by default."""
+    process = LabProcess(tmp_path_factory.mktemp("projectors"), env={"ATTENTION_LAB_CLASS_STARTS_PER_HOUR": "1000"})
+    process.start()
+    yield process.url
+    process.stop()
+
+
+def floor(width: int) -> int:
+    """The type floor in presentation mode: 16 px for everything at 1024×768, 18 px for body text above."""
+    return 16 if width < 1280 else 18
+
+
+COVERED = """(parts) => {
+  const box = (selector) => {
+    const b = document.querySelector(selector)?.getBoundingClientRect();
+    return b && b.width ? b : null;
+  };
+  const panel = box('#class-panel');
+  const meets = (a, b) =>
+    a.left < b.right - 0.5 && b.left < a.right - 0.5 && a.top < b.bottom - 0.5 && b.top < a.bottom - 0.5;
+  return parts.filter((part) => panel && box(part) && meets(panel, box(part)));
+}"""
+
+ANSWER_IN_SIGHT = """() => {
+  const row = document.querySelector('#attends .attend-row.answer');
+  if (!row) return 'no answer row';
+  const view = document.getElementById('attends').getBoundingClientRect();
+  const b = row.getBoundingClientRect();
+  const weight = row.querySelector('.attend-weight').getBoundingClientRect();
+  const inside = (r) => r.top >= view.top - 0.5 && r.bottom <= Math.min(view.bottom, innerHeight) + 0.5
+    && r.left >= view.left - 0.5 && r.right <= view.right + 0.5;
+  if (inside(b) && inside(weight)) return null;
+  const at = (r) => `${Math.round(r.top)}–${Math.round(r.bottom)} px`;
+  return `the answer's row at ${at(b)}, the view at ${at(view)}`;
+}"""
+
+
+def read(page, label: str, width: int) -> list[str]:
+    """Everything a class could not read on this screen, in words."""
+    problems = audit.problems(page, floor(width), 16, SCOPE)
+    rows = page.evaluate(audit.ATTENDS_ROWS)
+    if rows["rows"] and rows["seen"] < rows["rows"]:
+        problems.append(f"the attends view shows {rows['seen']} of {rows['rows']} rows")
+    problems += [f"the class panel covers {part}" for part in page.evaluate(COVERED, STAGE)]
+    return [f"{label}: {problem}" for problem in problems]
+
+
+@pytest.mark.parametrize(("width", "height"), PROJECTORS, ids=[f"{w}x{h}" for w, h in PROJECTORS])
+def test_a_lesson_in_present_is_whole_at_every_phase_panel_open_and_folded(browser, lab, width, height):
+    problems = []
+    with lab_page(browser, width, height) as page:
+        open_stage(page, lab, "present=1", f"text={TEXT}", "token=5")
+        assert page.locator("#tokens .token").count() == TOKENS
+        problems += read(page, "the stage", width)
+        started = start_class(page)
+        learners = Learners(lab, started["code"], 3)
+        try:
+            expect(page.locator("#class-panel")).to_be_visible()
+            problems += read(page, "the class panel open", width)
+            for folded in (False, True):
+                if folded:
+                    page.click("#class-fold")
+                    expect(page.locator("#class-body")).to_be_hidden()
+                where = "folded" if folded else "open"
+                # The flow's buttons are in the panel; folded, the teacher unfolds to press one, as in class.
+                press = lambda button: page.evaluate(f"document.getElementById('{button}').click()")  # noqa: E731
+                press("class-ask")
+                wait_until(page, "document.getElementById('class-stage').dataset.phase === 'open'")
+                question = httpx.get(f"{lab}/api/classes/{started['code']}").json()["question"]["id"]
+                learners.vote(question, 1, [0, 5, 5])
+                counted(page, 3)
+                problems += read(page, f"asked, panel {where}", width)
+                press("class-show")
+                wait_until(page, "document.getElementById('class-stage').dataset.phase === 'shown'")
+                problems += read(page, f"votes shown, panel {where}", width)
+                press("class-again")
+                wait_until(page, "document.getElementById('class-stage').dataset.round === '2'")
+                learners.vote(question, 2, [0, 0, 5])
+                problems += read(page, f"round 2, panel {where}", width)
+                press("class-reveal")
+                wait_until(page, "document.getElementById('class-stage').hidden")
+                wait_until(page, "document.querySelector('#attends .attend-row.answer')")
+                settle(page, ["#attends", "#heatmap .hm-canvas"])
+                problems += read(page, f"revealed, panel {where}", width)
+                if (seen := page.evaluate(ANSWER_IN_SIGHT)) is not None:
+                    problems.append(f"revealed, panel {where}: {seen}")
+                if (width, height) == (1024, 768) and not folded:
+                    viewport_shot(page, "class-revealed-present-1024x768")
+            page.click("#class-fold")  # unfolded again
+            # A lesson plan's step: the sample plan's first, played.
+            page.click("#plan-edit summary")
+            page.click("#plan-sample")
+            wait_until(page, "document.getElementById('plan-said').textContent.startsWith('Opened')")
+            page.click("#plan-next")
+            wait_until(page, "document.getElementById('plan-now').dataset.step === '1'")
+            wait_until(
+                page, "document.body.dataset.busy === 'false' && document.getElementById('heatmap').dataset.view"
+            )
+            settle(page, ["#attends", "#heatmap .hm-canvas"])
+            problems += read(page, "a plan's step", width)
+        finally:
+            learners.close()
+            end_class(lab, started)
+    assert not problems, "\n".join(problems)
+
+
+@pytest.mark.parametrize(("width", "height"), PHONES, ids=[f"{w}x{h}" for w, h in PHONES])
+def test_present_on_a_phone_fits_its_width(browser, server, width, height):
+    with lab_page(browser, width, height, is_mobile=True, has_touch=True, device_scale_factor=3) as page:
+        open_stage(page, server, "present=1", f"text={TEXT}", "token=5")
+        settle(page, ["#prompt", "#attends"])
+        seen = page.evaluate(
+            "[document.scrollingElement.scrollWidth, innerWidth, document.getElementById('prompt').clientWidth]"
+        )
+        assert seen[0] <= seen[1], f"the page scrolls sideways: {seen[0]} px in {seen[1]}"
+        assert seen[2] >= 0.4 * width, f"the prompt is {seen[2]} px wide"
+        assert audit.problems(page, 16, 16, "header.topbar, main.stage", page_scrolls=True) == []
+        viewport_shot(page, f"present-phone-{width}")
+
+
+# --- the tour ---------------------------------------------------------------------------------------------------
+
+SHEET = """() => {
+  // A phone's sheet along the bottom: its text whole, and the step's view in sight above it.
+  const box = document.getElementById('tour').getBoundingClientRect();
+  const view = document.querySelector('.tour-focus').getBoundingClientRect();
+  const tour = document.getElementById('tour');
+  const seen = Math.min(view.bottom, box.top) - Math.max(view.top, 0);
+  return { scrolls: tour.scrollHeight > tour.clientHeight + 1, seen, need: Math.min(view.height, 100),
+    sideways: document.scrollingElement.scrollWidth > innerWidth, atBottom: Math.abs(box.bottom - innerHeight) < 1 };
+}"""
+
+TOURS = [(w, h, True) for w, h in PROJECTORS] + [(1024, 768, False), (360, 740, False), (390, 844, False)]
+
+
+@pytest.mark.parametrize(
+    ("width", "height", "present"), TOURS, ids=[f"{w}x{h}{'-present' if p else ''}" for w, h, p in TOURS]
+)
+def test_the_tour_keeps_its_text_whole_and_each_view_in_sight(browser, server, width, height, present):
+    phone = width < 900
+    options = {"is_mobile": True, "has_touch": True} if phone else {}
+    problems = []
+    with lab_page(browser, width, height, **options) as page:
+        open_stage(page, server, "present=1" if present else "", "tour=1", "token=5")
+        for step in range(1, 17):
+            expect(page.locator("#tour-counter")).to_have_text(f"Step {step} of 16")
+            settle(page, ["#tour", ".tour-focus"])
+            label = f"{width}×{height}{' present' if present else ''} step {step}"
+            if phone:
+                seen = page.evaluate(SHEET)
+                if seen["scrolls"] or seen["sideways"] or not seen["atBottom"]:
+                    problems.append(f"{label}: the sheet's text is cut or the page scrolls sideways: {seen}")
+                if seen["seen"] < seen["need"] - 1:
+                    problems.append(f"{label}: {seen['seen']:.0f} px of the step's view in sight above the sheet")
+            else:
+                seen = page.evaluate(TOUR, None)
+                if seen["cut"] or seen["scrolls"] or not seen["inWindow"]:
+                    problems.append(f"{label}: text cut {seen['cut']}, box scrolls {seen['scrolls']}")
+                if not seen["visible"] or seen["covers"]:
+                    problems.append(f"{label}: the view is out of sight ({seen['visible']}) or covered")
+            if phone and step == 8:
+                viewport_shot(page, f"tour-step-8-phone-{width}")
+            if step < 16:
+                page.click("#tour-next")
+    assert not problems, "\n".join(problems)
