@@ -36,6 +36,34 @@ Measure = Literal["weights", "norm", "alti", "alti_rollout"]
 
 
 @dataclass(frozen=True)
+class Wording:
+    """What a view's cells are called once its measure has been transformed; today one transformation, the
+    page's "hide and renormalise" (sinks=renormalise), which divides each row's kept cells by their sum: the
+    cells are then shares of the kept tokens' total, whatever the measure was, and the hidden tokens' column
+    (the sink) is their share of the row's total before that division, so that it is in the cells' unit."""
+
+    symbol: str
+    name: str
+    short: str
+    values: str
+    meaning: str
+    sink: str  # what the sink column holds, for its header, tooltip and an export's field
+
+
+def shares(symbol: str, name: str, short: str) -> Wording:
+    """A measure's words under sinks=renormalise, by one rule for every measure."""
+    return Wording(
+        symbol=f"share of {symbol}",
+        name=f"share of the kept tokens' {name}",
+        short=f"{short}, renormalised" if short else "renormalised",
+        values="0 to 1, a share of the row's total over the kept tokens; each row sums to 1",
+        meaning=f"The {name} of token j divided by the sum of row i's {name} over the tokens kept: "
+        "the special tokens hidden, a cell is its share of what is left.",
+        sink="the hidden special tokens' share of the row's total before renormalising, 0 to 1",
+    )
+
+
+@dataclass(frozen=True)
 class MeasureName:
     """What a measure's numbers are called, declared once: every label, readout, title, hint, verdict and
     export of the page (sent in its config) and every question the class is asked reads it from here."""
@@ -47,12 +75,39 @@ class MeasureName:
     values: str  # its unit or range, for a colour bar and a hint
     meaning: str  # one line a learner can read
     per_block: bool  # one picture per block, not per head
+    sink: str  # what the sink column holds with the special tokens hidden (sinks=hide)
+    renormalised: Wording  # its words with the special tokens hidden and each row rescaled (sinks=renormalise)
+
+
+def declared(
+    key: str,
+    symbol: str,
+    name: str,
+    short: str,
+    values: str,
+    meaning: str,
+    per_block: bool,
+    renormalised: Wording | None = None,
+) -> MeasureName:
+    """One measure, its words with the special tokens hidden derived from its own by one rule (a difference
+    of two runs states its renormalised words itself: a difference of shares is not a share)."""
+    return MeasureName(
+        key=key,
+        symbol=symbol,
+        name=name,
+        short=short,
+        values=values,
+        meaning=meaning,
+        per_block=per_block,
+        sink=f"the {name} on the hidden special tokens, summed",
+        renormalised=renormalised or shares(symbol, name, short),
+    )
 
 
 MEASURES: dict[str, MeasureName] = {
     measure.key: measure
     for measure in (
-        MeasureName(
+        declared(
             key="weights",
             symbol="A[i,j]",
             name="attention weight",
@@ -61,7 +116,7 @@ MEASURES: dict[str, MeasureName] = {
             meaning="softmax(QKᵀ/√d): how much query token i reads key token j.",
             per_block=False,
         ),
-        MeasureName(
+        declared(
             key="norm",
             symbol="‖α·f(x)‖[i,j]",
             name="norm-weighted attention",
@@ -71,7 +126,7 @@ MEASURES: dict[str, MeasureName] = {
             "(Kobayashi et al. 2020).",
             per_block=False,
         ),
-        MeasureName(
+        declared(
             key="alti",
             symbol="ALTI[i,j]",
             name="ALTI contribution",
@@ -81,7 +136,7 @@ MEASURES: dict[str, MeasureName] = {
             "(Ferrando et al. 2022).",
             per_block=True,
         ),
-        MeasureName(
+        declared(
             key="alti_rollout",
             symbol="R[i,j]",
             name="ALTI rollout",
@@ -91,7 +146,7 @@ MEASURES: dict[str, MeasureName] = {
             "after this block.",
             per_block=True,
         ),
-        MeasureName(
+        declared(
             key="difference",
             symbol="ΔA[i,j]",
             name="difference A − B",
@@ -99,6 +154,16 @@ MEASURES: dict[str, MeasureName] = {
             values="−1 to 1",
             meaning="The same measure in two runs, the second subtracted from the first.",
             per_block=False,
+            renormalised=Wording(
+                symbol="Δ share[i,j]",
+                name="difference A − B of the kept tokens' shares",
+                short="A − B, renormalised",
+                values="−1 to 1, a difference of two shares of the kept tokens' total",
+                meaning="Each run's row rescaled to sum to 1 over the tokens kept, the second subtracted from "
+                "the first.",
+                sink="the difference A − B of the hidden special tokens' shares of the row's total before "
+                "renormalising",
+            ),
         ),
     )
 }

@@ -45,7 +45,7 @@ function caption(state, chosen, model) {
       ? `${chosen.length} tokens (${chosen.map((index) => `“${run.tokens[index].text}”`).join(", ")}), rows averaged,`
       : `“${run.tokens[token].text}” (token ${token})${state.preview !== null ? " (preview: click to lock)" : ""}`;
   const where = everyHead(state) ? viewName({ ...state, head: 0 }, model).replace(/head 0$/, "every head") : viewName(state, model);
-  return `${who} in ${where}: line width and bar length show the ${measureOf(state.measure).name} on each token.`;
+  return `${who} in ${where}: line width and bar length show the ${measureOf(state.measure, state.sinks).name} on each token.`;
 }
 
 export const attendsView = {
@@ -62,7 +62,7 @@ export const attendsView = {
       segments: segmentRule(state.segments),
       caption: chosen.length ? caption(state, chosen, lab.model) : "",
       answer: revealedKey(state),
-      measure: measureOf(state.measure),
+      measure: measureOf(state.measure, state.sinks),
     });
   },
   blank: blankNote("attends"),
@@ -160,7 +160,7 @@ export function renderAttends(container, { tokens, selected, rows, sinks: mode, 
         el("span", { class: "attend-weight" }, single === null ? "" : fixed(single)),
       );
     }),
-    mode !== "show" ? sinkRow(shown, tokens, largest) : null,
+    mode !== "show" ? sinkRow(shown, tokens, largest, measure) : null,
   );
   const limited = long ? el("p", { class: "hint" }, `The ${listed.length} most attended of ${candidates.length} tokens, in text order.`) : null;
   const strips = long ? wholeRows(shown, selected, tokens.length, largest, measure) : null;
@@ -206,11 +206,11 @@ function wholeRows(shown, selected, n, largest, measure) {
   );
 }
 
-// The value taken off the hidden sink tokens, one bar per head shown, on the key bars' scale and baseline.
-function sinkRow(shown, tokens, largest) {
+// What the hidden sink tokens held (measure.sink), one bar per head shown, on the key bars' scale and baseline.
+function sinkRow(shown, tokens, largest, measure) {
   return el(
     "li",
-    { class: "sink", dataset: { field: "sink" } },
+    { class: "sink", dataset: { field: "sink" }, title: `sink: ${measure.sink}` },
     el("span", { class: "attend-token" }, `sink: ${sinkNames(tokens)}`),
     el(
       "span",
@@ -223,8 +223,9 @@ function sinkRow(shown, tokens, largest) {
   );
 }
 
-// What the values beside a hidden sink are. Renormalised, a row sums to 1 over every token it keeps; a
-// segment filter then shows part of that row, and the hint says what the part shown sums to.
+// What the values beside a hidden sink are. Renormalised, a row sums to 1 over every token it keeps, each value
+// a share and the sink in the same unit; a segment filter then shows part of that row, and the hint says what
+// the part shown sums to.
 function sinkHint(tokens, mode, segments, row, measure) {
   const names = sinkNames(tokens);
   const shownSum = row.reduce((sum, value) => (Number.isNaN(value) ? sum : sum + value), 0);
@@ -232,7 +233,7 @@ function sinkHint(tokens, mode, segments, row, measure) {
     mode === "hide"
       ? `${names} hidden: the sink holds their ${measure.name}; every other value is as computed, not rescaled.`
       : segments
-        ? `${names} hidden, and each row rescaled to sum to 1 over every token it keeps; the ${segments.from} → ${segments.to} filter shows part of this row: the values shown sum to ${fixed(shownSum)}.`
-        : `${names} hidden, and each row's other values rescaled to sum to 1 (the values shown sum to ${fixed(shownSum)}).`;
+        ? `${names} hidden, and each row rescaled to sum to 1 over every token it keeps: each value is a ${measure.name}, and the sink ${measure.sink}; the ${segments.from} → ${segments.to} filter shows part of this row: the values shown sum to ${fixed(shownSum)}.`
+        : `${names} hidden, and each row's other values rescaled to sum to 1: each value is a ${measure.name}, and the sink ${measure.sink} (the values shown sum to ${fixed(shownSum)}).`;
   return el("p", { class: "hint sink-hint", dataset: { field: "sink-hint", sum: String(shownSum) } }, text);
 }

@@ -8,7 +8,7 @@ import { exportedView, saveCSV, saveImage, saveJSON } from "./export.js";
 import { gridPNG, gridSVG, showShares } from "./grid.js";
 import { renderHeadSet } from "./headset.js";
 import { maskName, viewFileName, viewLayers, viewName } from "./matrix.js";
-import { measureOf } from "./measures.js";
+import { measureOf, noHead } from "./measures.js";
 
 const $ = (id) => document.getElementById(id);
 
@@ -79,7 +79,7 @@ function showMeasure(state) {
   $("measure").value = state.measure;
   $("measure-meaning").textContent = measure.meaning;
   for (const line of document.querySelectorAll(".measure-line")) line.classList.toggle("current", line.dataset.measure === state.measure);
-  const why = measure.per_block ? `${measure.name} has one picture per block: it measures the block as a whole, not a head` : "";
+  const why = noHead(measure) ?? "";
   for (const id of ["head", "all-heads"]) {
     const label = $(id).closest("label");
     label.dataset.title ??= label.title; // its own title, when the measure gives no reason
