@@ -659,6 +659,20 @@ class ScoreboardHead(BaseModel):
     agreement: dict[str, float | None] = Field(
         description="Per account: Spearman's ρ with the intervention over the keys (null where one is constant)"
     )
+    float64: list[int] = Field(
+        description="The keys (positions in `keys`) whose intervention was under float32's resolution of F and was "
+        "run again in float64: their effects are the float64 ones"
+    )
+
+
+class ScoreboardResolution(BaseModel):
+    least_float32_effect: float = Field(
+        description="roundings·|F|·ε₃₂: an effect under it is what a float32 pass cannot tell from rounding"
+    )
+    roundings: int = Field(description="The factor over |F|·ε₃₂ (ε₃₂ = 2⁻²³)")
+    float64: int = Field(description="How many removals were run again in float64")
+    removals: int = Field(description="How many removals there were, every head's keys")
+    method: str = Field(description="What is done below the resolution, in one line")
 
 
 class ScoreboardResponse(BaseModel):
@@ -671,6 +685,7 @@ class ScoreboardResponse(BaseModel):
     pairs: list[str] = Field(description="The keys of each head's correlations, in order")
     gradient: str = Field(description="The gradient account in one line")
     intervention: str = Field(description="The intervention in one line")
+    resolution: ScoreboardResolution = Field(description="Where the intervention's float32 effects are rounding")
     heads: list[ScoreboardHead] = Field(description="Block by block, head by head")
 
 
