@@ -47,14 +47,15 @@ class Words(HTMLParser):
         return tag + (f"#{found['id']}" if found.get("id") else "")
 
 
+def leaked(words: list[tuple[str, str]]) -> list[tuple[str, str]]:
+    """The (where, what) pairs whose words hold a repr, a placeholder or a None where a value belongs."""
+    return [(where, what) for where, what in words if any(leak in what for leak in LEAKS) or NONE_AS_VALUE.search(what)]
+
+
 def leaks(html: str) -> list[tuple[str, str]]:
     parser = Words()
     parser.feed(html)
-    return [
-        (where, what)
-        for where, what in parser.words
-        if any(leak in what for leak in LEAKS) or NONE_AS_VALUE.search(what)
-    ]
+    return leaked(parser.words)
 
 
 def test_the_check_finds_each_kind_of_leak():

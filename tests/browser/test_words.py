@@ -19,6 +19,7 @@ from tests.browser.conftest import ARTIFACTS, save, screenshot, wait_until
 from tests.browser.test_classroom import new_page, ready, start_class
 from tests.browser.test_page import cell_centre, run_id, wait_view
 from tests.browser.test_stage import DESKTOPS, MODES, PHONES
+from tests.test_page_words import leaked
 
 pytestmark = pytest.mark.slow
 
@@ -311,6 +312,69 @@ def test_a_per_block_measures_export_names_no_head(page, server, api):
     about = next(csv.reader(io.StringIO(download.value.path().read_text().splitlines()[1])))[0]
     assert f"view: ALTI · block 2 · bidirectional mask ({why}); each cell: ALTI contribution" in about
     assert "head" not in about.replace(why, "")
+
+
+# Every word a page says now, as the browser has it: the text of every element (hidden ones too) outside
+# scripts and styles, option texts included, every spoken attribute, and what the inputs hold.
+SAID = """() => {
+  const found = [];
+  const walker = document.createTreeWalker(document.documentElement, NodeFilter.SHOW_TEXT);
+  for (let node = walker.nextNode(); node; node = walker.nextNode()) {
+    const parent = node.parentElement;
+    if (!parent.closest('script, style, template') && node.textContent.trim())
+      found.push([parent.id || parent.className || parent.tagName, node.textContent]);
+  }
+  const spoken = ['title', 'aria-label', 'placeholder', 'alt', 'aria-description', 'aria-valuetext'];
+  for (const element of document.querySelectorAll(spoken.map((name) => `[${name}]`).join(',')))
+    for (const name of spoken.filter((name) => element.hasAttribute(name)))
+      found.push([`${element.id || element.tagName}[${name}]`, element.getAttribute(name)]);
+  for (const input of document.querySelectorAll('input:not([type=checkbox]):not([type=radio]), textarea'))
+    found.push([`${input.id}.value`, input.value]);
+  return found;
+}"""
+
+
+def test_no_word_on_the_page_is_a_repr_or_a_placeholder(page, server):
+    """Issue #44 item 10, in the browser: the lab with its Measure help open, each panel and experiment, the
+    presentation mode's Options… and More…, the class panel, and the atlas page, under the renormalised
+    norm-weighted measure, whose words the scripts fill in."""
+    said = []
+    page.goto(f"{server}/?token=3&layer=2&head=5&measure=norm&sinks=renormalise")
+    wait_view(page, "heatmap", 2, 5, 3)
+    wait_view(page, "attends", 2, 5, 3)
+    page.click("#measure-help")
+    expect(page.locator("#measure-about")).to_be_visible()
+    said += page.evaluate(SAID)
+    for tab in page.locator("#panel-tabs [role=tab]:not([disabled])").all():
+        name = tab.get_attribute("data-panel")
+        tab.click()
+        if name == "lessons":
+            for lesson in page.locator("#lesson-tabs [role=tab]:not([disabled])").all():
+                key = lesson.get_attribute("id").removeprefix("lesson-tab-")
+                lesson.click()
+                wait_until(page, f"document.getElementById('lesson-panel').dataset.view?.startsWith('{key}:')")
+                said += page.evaluate(SAID)
+        else:
+            drawn = f"document.querySelector('#panel-{name} [data-view]')?.getAttribute('aria-busy') === 'false'"
+            wait_until(page, drawn)
+            said += page.evaluate(SAID)
+    page.click("#present")
+    page.click("#options-toggle")
+    expect(page.locator("#prompt-options")).to_be_visible()
+    said += page.evaluate(SAID)
+    page.click("#options-toggle")  # open, the options cover More…
+    page.click("#toolbar-more-toggle")
+    expect(page.locator("#toolbar-more")).to_be_visible()
+    said += page.evaluate(SAID)
+    page.click("#class-start")
+    expect(page.locator("#class-panel")).to_be_visible()
+    said += page.evaluate(SAID)
+    assert len(said) > 500 and any("share of the kept tokens'" in what for _, what in said)
+    page.goto(f"{server}/atlas")
+    wait_until(page, "document.readyState === 'complete' && document.getElementById('atlas-run')")
+    atlas = page.evaluate(SAID)
+    assert any("atlas" in what.lower() for _, what in atlas)
+    assert leaked(said + atlas) == []
 
 
 # --- views that cannot pair the wrong tokens -----------------------------------------------------------------------
