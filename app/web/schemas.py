@@ -227,6 +227,12 @@ class TokenPublic(BaseModel):
         description="The subword piece: WordPiece's own (`##` marks a continuation), or the text a byte-level or "
         'SentencePiece piece stands for (" cat")'
     )
+    label: str = Field(
+        description="How the lab names the token everywhere: its text (a byte-level piece's leading space left out, "
+        '"␣" for a blank one), and its index where the same text appears more than once in the run ("a #1", '
+        '"a #4")',
+        examples=["a #4"],
+    )
     id: int = Field(description="Row of the embedding table this token reads")
     special: bool = Field(description="Any of the tokenizer's special ids, typed ones and [UNK] included")
     added: bool = Field(
