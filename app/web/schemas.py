@@ -735,8 +735,8 @@ class AtlasExample(BaseModel):
     text: str
     query: int = Field(description="The query's token index, added tokens counted")
     key: int
-    query_token: str
-    key_token: str
+    query_token: str = Field(description="The query's label in its sentence, as a token's `label` (the #1, the #7)")
+    key_token: str = Field(description="The key's label in its sentence")
     weight: float
 
 
