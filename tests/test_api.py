@@ -3,12 +3,16 @@
 import base64
 import os
 import socket
+from collections import Counter
 
 import httpx
 import numpy as np
 import pytest
 import torch
+from transformers import AutoTokenizer
 
+from app.engine.labels import token_labels
+from app.engine.model import packaged_model_path
 from app.web.encoding import decode_attention
 from tests.conftest import LIVE_LAB_PROXY
 
@@ -105,6 +109,38 @@ def test_analyze_contract(bank):
         ("Normalize", "L2 normalisation"),
     ]
     np.testing.assert_allclose(pooled["embedding"], pooled["normalized"], atol=1e-7)
+
+
+REPEATED = "a dog saw a cat and a bird near a tree"
+
+
+def test_a_label_tells_repeated_pieces_apart_by_their_position():
+    assert token_labels(["[CLS]", "a", " a", "dog", " ", "a", "[SEP]"]) == [
+        "[CLS]", "a #1", "a #2", "dog", "␣", "a #5", "[SEP]",
+    ]  # fmt: skip
+
+
+def test_every_token_list_names_a_repeated_word_by_its_position(client):
+    """The run's tokens, a patch's A and B and an attribution's tokens each carry the label of each token,
+    against the tokenizer's own pieces counted here."""
+    tokenizer = AutoTokenizer.from_pretrained(packaged_model_path())
+    pieces = tokenizer.convert_ids_to_tokens(tokenizer(REPEATED)["input_ids"])
+    counts = Counter(pieces)
+    expected = [piece if counts[piece] == 1 else f"{piece} #{index}" for index, piece in enumerate(pieces)]
+    assert [label for label in expected if label.startswith("a #")] == ["a #1", "a #4", "a #7", "a #10"]
+    run = client.post("/api/analyze", json={"text": REPEATED})
+    assert run.status_code == 200, run.text
+    assert [token["label"] for token in run.json()["tokens"]] == expected
+    other = "a cat"
+    patch = client.post(
+        "/api/patch", json={"text": REPEATED, "source": other, "site": "resid_pre", "layer": 0, "align": "end"}
+    )
+    assert patch.status_code == 200, patch.text
+    assert [token["label"] for token in patch.json()["a_tokens"]] == expected
+    assert [token["label"] for token in patch.json()["b_tokens"]] == ["[CLS]", "a", "cat", "[SEP]"]
+    attribution = client.post("/api/attribution", json={"text": REPEATED, "other": other, "method": "gradient_x_input"})
+    assert attribution.status_code == 200, attribution.text
+    assert [token["label"] for token in attribution.json()["tokens"]] == expected
 
 
 def test_head_numbers_are_consistent(client, bank):

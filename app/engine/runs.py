@@ -24,6 +24,7 @@ from app.engine.capture import (
 )
 from app.engine.families.attention_only import reason
 from app.engine.families.base import Family
+from app.engine.labels import token_labels
 from app.engine.model import LoadedModel
 from app.engine.notes import score_notes
 from app.engine.patching import SITES, Cell, patching
@@ -79,6 +80,7 @@ class BlockTooLarge(InvalidInput):
 class Token:
     index: int
     text: str
+    label: str  # how every view names it (app.engine.labels): the text, and its position where the text repeats
     id: int
     special: bool  # any of the tokenizer's special ids, typed ones ([SEP], [MASK]) and [UNK] included
     added: bool  # put in by the tokenizer around the text ([CLS]/[SEP], <s>/</s>), not read from it
@@ -703,10 +705,12 @@ class Engine:
         special_ids = set(tokenizer.all_special_ids)
         sequence_ids = encoding.sequence_ids(0)  # None for the tokens the tokenizer added around the texts
         # Offsets of B tokens index text_pair: the fast tokenizer gives offsets per sequence.
+        pieces = self.pieces(ids)
         tokens = []
-        for index, (piece, token_id, sequence_id, (start, end), token_type, segment) in enumerate(
+        for index, (piece, label, token_id, sequence_id, (start, end), token_type, segment) in enumerate(
             zip(
-                self.pieces(ids),
+                pieces,
+                token_labels(pieces),
                 ids,
                 sequence_ids,
                 encoding["offset_mapping"][0],
@@ -721,7 +725,17 @@ class Engine:
             added = sequence_id is None
             tokens.append(
                 Token(
-                    index, piece, token_id, token_id in special_ids, added, start, end, token_type, segment, from_prompt
+                    index,
+                    piece,
+                    label,
+                    token_id,
+                    token_id in special_ids,
+                    added,
+                    start,
+                    end,
+                    token_type,
+                    segment,
+                    from_prompt,
                 )
             )
         return tokens, len(encoding["input_ids"]) > 1

@@ -5,6 +5,7 @@ from typing import Annotated, Literal
 from fastapi import APIRouter, Query
 
 from app.engine import atlas
+from app.engine.labels import token_labels
 from app.engine.spec import AtlasSpec
 from app.web.deps import ClientDep, LabDep
 from app.web.schemas import AtlasProgress, AtlasRequest, AtlasResponse, AtlasSpace, AtlasStarted, ErrorResponse
@@ -99,15 +100,15 @@ def examples(found: atlas.Atlas, layer: int, head: int, pieces, spec: AtlasSpec)
     for weight, sentence, query, key in zip(*(values[layer, head].tolist() for values in found.examples), strict=True):
         if sentence < 0:
             continue
-        tokens = pieces(found.ids[sentence])
+        labels = token_labels(pieces(found.ids[sentence]))
         shown.append(
             {
                 "sentence": sentence,
                 "text": spec.sentences[sentence],
                 "query": query,
                 "key": key,
-                "query_token": tokens[query],
-                "key_token": tokens[key],
+                "query_token": labels[query],
+                "key_token": labels[key],
                 "weight": weight,
             }
         )

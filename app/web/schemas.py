@@ -227,6 +227,12 @@ class TokenPublic(BaseModel):
         description="The subword piece: WordPiece's own (`##` marks a continuation), or the text a byte-level or "
         'SentencePiece piece stands for (" cat")'
     )
+    label: str = Field(
+        description="How the lab names the token everywhere: its text (a byte-level piece's leading space left out, "
+        '"␣" for a blank one), and its index where the same text appears more than once in the run ("a #1", '
+        '"a #4")',
+        examples=["a #4"],
+    )
     id: int = Field(description="Row of the embedding table this token reads")
     special: bool = Field(description="Any of the tokenizer's special ids, typed ones and [UNK] included")
     added: bool = Field(
@@ -744,8 +750,8 @@ class AtlasExample(BaseModel):
     text: str
     query: int = Field(description="The query's token index, added tokens counted")
     key: int
-    query_token: str
-    key_token: str
+    query_token: str = Field(description="The query's label in its sentence, as a token's `label` (the #1, the #7)")
+    key_token: str = Field(description="The key's label in its sentence")
     weight: float
 
 

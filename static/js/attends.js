@@ -42,8 +42,8 @@ function caption(state, chosen, model) {
   const token = chosen[0];
   const who =
     chosen.length > 1
-      ? `${chosen.length} tokens (${chosen.map((index) => `“${run.tokens[index].text}”`).join(", ")}), rows averaged,`
-      : `“${run.tokens[token].text}” (token ${token})${state.preview !== null ? " (preview: click to lock)" : ""}`;
+      ? `${chosen.length} tokens (${chosen.map((index) => `“${run.tokens[index].label}”`).join(", ")}), rows averaged,`
+      : `“${run.tokens[token].label}” (token ${token})${state.preview !== null ? " (preview: click to lock)" : ""}`;
   const where = everyHead(state) ? viewName({ ...state, head: 0 }, model).replace(/head 0$/, "every head") : viewName(state, model);
   return `${who} in ${where}: line width and bar length show the ${measureOf(state.measure, state.sinks).name} on each token.`;
 }
@@ -124,7 +124,7 @@ export function renderAttends(container, { tokens, selected, rows, sinks: mode, 
     "ol",
     { class: "attend-queries" },
     ...queries.map((token) =>
-      el("li", { class: `${token.index === selected ? "selected" : ""}${token.special ? " special" : ""}`, dataset: { index: String(token.index) } }, token.text),
+      el("li", { class: `${token.index === selected ? "selected" : ""}${token.special ? " special" : ""}`, dataset: { index: String(token.index) } }, token.label),
     ),
   );
   const why = (token) => (mode !== "show" && isSink(token) ? "hidden" : segments ? `outside ${segments.from} → ${segments.to}` : "left out");
@@ -135,8 +135,8 @@ export function renderAttends(container, { tokens, selected, rows, sinks: mode, 
       if (!kept(token)) {
         return el(
           "li",
-          { class: `attend-hidden${token.special ? " special" : ""}`, dataset: { index: String(token.index) }, title: `“${token.text}” is left out of this view` },
-          el("span", { class: "attend-token" }, token.text),
+          { class: `attend-hidden${token.special ? " special" : ""}`, dataset: { index: String(token.index) }, title: `“${token.label}” is left out of this view` },
+          el("span", { class: "attend-token" }, token.label),
           el("span", { class: "attend-why" }, why(token)),
         );
       }
@@ -155,7 +155,7 @@ export function renderAttends(container, { tokens, selected, rows, sinks: mode, 
           dataset: { index: String(token.index), ...(single === null ? {} : { weight: String(single) }) },
           title: `${measure.name}: ${single === null ? "one bar per head" : fixed(single)}`,
         },
-        el("span", { class: "attend-token" }, token.text),
+        el("span", { class: "attend-token" }, token.label),
         el("span", { class: "bars" }, ...bars),
         el("span", { class: "attend-weight" }, single === null ? "" : fixed(single)),
       );

@@ -88,7 +88,7 @@ export function createAttentionView(lab) {
         long,
         sink,
         sinkNames: sinkNames(run.tokens),
-        labels: run.tokens.map((token) => token.text),
+        labels: run.tokens.map((token) => token.label),
         selected: first,
         also: others,
         title: `${viewName(drawn, lab.model)} · ${maskName(run.mask, lab.model, viewLayers(state, lab.model))}${long && filtered(state) ? " · every key shown (the sink and segment filters apply to the attends view)" : ""}`,

@@ -147,7 +147,7 @@ function cutNotice(run, texts, model) {
     const last = read.at(-1);
     const length = [...text.trimEnd()].length;
     if (!last || last.end >= length) return [];
-    return [`${name} stops after “${last.text}” (token ${last.index}), at character ${last.end.toLocaleString("en")} of ${length.toLocaleString("en")}`];
+    return [`${name} stops after “${last.label}” (token ${last.index}), at character ${last.end.toLocaleString("en")} of ${length.toLocaleString("en")}`];
   });
   return `Cut to the first ${run.tokens.length} tokens (${whose}).${places.length ? ` ${places.join("; ")}.` : ""}`;
 }
@@ -163,7 +163,7 @@ const SITE_WORDS = {
 export function patchNotice(run) {
   const { patch } = run;
   const site = SITE_WORDS[patch.site].replace("{layer}", patch.layer).replace("{head}", patch.head);
-  const where = patch.positions.length === run.tokens.length ? "every position" : patch.positions.map((p) => `“${run.tokens[p].text}” (${p})`).join(", ");
+  const where = patch.positions.length === run.tokens.length ? "every position" : patch.positions.map((p) => `“${run.tokens[p].label}” (${p})`).join(", ");
   return `Patched run: ${site} at ${where} is taken from “${patch.source}”. Run the text again to see it unpatched.`;
 }
 
@@ -255,7 +255,7 @@ function findToken(query, { getState, setState }, heatmap) {
     if (candidate.text.replace(/^##/, "").toLowerCase().includes(wanted)) {
       setState({ token: candidate.index, also: [] });
       if (heatmap.long) heatmap.jump(candidate.index);
-      $("token-search-status").textContent = `“${candidate.text}”, token ${candidate.index} of ${n}`;
+      $("token-search-status").textContent = `“${candidate.label}”, token ${candidate.index} of ${n}`;
       return;
     }
   }

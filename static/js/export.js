@@ -77,11 +77,11 @@ export function saveCSV(view, name) {
   const perBlock = view.view.no_head ? ` (${view.view.no_head})` : "";
   const lines = [
     csvCell(`# prompt: ${view.text.replace(/[\r\n]+/g, " ")}`),
-    csvCell(`# model: ${view.model}; mask: ${view.mask}; view: ${view.view.name}${perBlock}; each cell: ${view.view.measure_name} (${view.view.values}); special tokens: ${view.view.sinks}; segments: ${view.view.segments}; rows are queries, columns keys`),
-    ["query \\ key", ...view.tokens.slice(...view.cols).map((token) => `${token.index}:${token.text}`), ...sink].map(csvCell).join(","),
+    csvCell(`# model: ${view.model}; mask: ${view.mask}; view: ${view.view.name}${perBlock}; each cell: ${view.view.measure_name} (${view.view.values}); special tokens: ${view.view.sinks}; segments: ${view.view.segments}; rows are queries ${view.rows[0]}–${view.rows[1] - 1}, columns keys ${view.cols[0]}–${view.cols[1] - 1}`),
+    ["query \\ key", ...view.tokens.slice(...view.cols).map((token) => token.label), ...sink].map(csvCell).join(","),
     ...view.matrix.map((row, offset) => {
       const index = view.rows[0] + offset;
-      return [`${index}:${view.tokens[index].text}`, ...row.map((value) => value ?? ""), ...(view.sink === null ? [] : [view.sink[index]])].map(csvCell).join(",");
+      return [view.tokens[index].label, ...row.map((value) => value ?? ""), ...(view.sink === null ? [] : [view.sink[index]])].map(csvCell).join(",");
     }),
   ];
   download(`${lines.join("\n")}\n`, `${name}.csv`, "text/csv");

@@ -7,6 +7,7 @@
 import { el, fixed } from "./format.js";
 import { viewLayers, viewName } from "./matrix.js";
 import { measureOf } from "./measures.js";
+import { chipText } from "./tokens.js";
 
 const $ = (id) => document.getElementById(id);
 
@@ -32,7 +33,7 @@ function strongest(row) {
 }
 
 function quoted(tokens, index) {
-  return `“${tokens[index].text}” (token ${index})`;
+  return `“${tokens[index].label}” (token ${index})`;
 }
 
 function renderQuestion(container, state, row, model, onAnswer) {
@@ -47,7 +48,7 @@ function renderQuestion(container, state, row, model, onAnswer) {
   const measure = measureOf(state.measure, state.sinks);
   container.dataset.measure = state.measure;
   container.replaceChildren(
-    el("h3", { id: "predict-title" }, `Which token will “${run.tokens[token].text}” attend to most in ${viewName(state, model)}?`),
+    el("h3", { id: "predict-title" }, `Which token will “${run.tokens[token].label}” attend to most in ${viewName(state, model)}?`),
     el(
       "p",
       { class: "hint", dataset: { field: "asked-under" } },
@@ -66,7 +67,7 @@ function renderQuestion(container, state, row, model, onAnswer) {
             dataset: { index: String(candidate.index) },
             ...(hidden(candidate.index) ? { disabled: "", title: "this view leaves this token out (the causal mask or its window, or a filter)" } : {}),
           },
-          el("span", { class: "token-text" }, candidate.text),
+          chipText(candidate),
           el("span", { class: "token-id" }, `#${candidate.index}`),
         ),
       ),
@@ -85,7 +86,7 @@ function isRight(guess) {
 
 function showOutcome(result, guess, tokens, query) {
   const right = isRight(guess);
-  const who = `“${tokens[query].text}”`;
+  const who = `“${tokens[query].label}”`;
   const { name } = measureOf(guess.measure, guess.sinks);
   result.dataset.outcome = right ? "right" : "wrong";
   result.dataset.measure = guess.measure;

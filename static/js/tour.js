@@ -61,7 +61,7 @@ const STEPS = [
     target: "tokens",
     title: () => "Token ids",
     text: ({ m, example }) =>
-      `Each piece is a number: its entry in a vocabulary of ${m.vocab_size.toLocaleString("en")}. The small number under each chip is that id${example ? `; “${example.text}” is ${example.id}` : ""}.`,
+      `Each piece is a number: its entry in a vocabulary of ${m.vocab_size.toLocaleString("en")}. The small number under each chip is that id${example ? `; “${example.label}” is ${example.id}` : ""}.`,
     shape: ({ n }) => `${n} ids`,
   },
   {
@@ -220,7 +220,7 @@ function outlined(step) {
 
 // On the stage, the box takes the largest place beside the heatmap that does not hold the step's view:
 // the whole side column, or the attends view when the view is a panel below it. It is as tall as its text:
-// the attends view's place takes that height (--tour-room, at most 60% of the column), the panel the rest.
+// the attends view's place takes that height (--tour-room, at most two thirds of the column), the panel the rest.
 // On a phone the box stands in the page's flow, above the views, and is scrolled to.
 function place(dialog, step) {
   const target = $(STEPS[step - 1].target);
@@ -240,8 +240,8 @@ function place(dialog, step) {
   const needed = dialog.scrollHeight + 2 * parseFloat(getComputedStyle(dialog).borderTopWidth);
   const grows = room?.selector === ".attends-panel" && rooms[0].box.height > box.height + 1; // the side column stacks it over the panel
   document.body.classList.toggle("tour-room", grows); // the attends view's place is the box's, the panel takes the rest
-  if (grows) document.documentElement.style.setProperty("--tour-room", `${Math.min(needed + GAP, rooms[0].box.height * 0.6)}px`);
-  dialog.style.maxHeight = `${(grows ? Math.min(needed + GAP, rooms[0].box.height * 0.6) : box.height) - GAP}px`;
+  if (grows) document.documentElement.style.setProperty("--tour-room", `${Math.min(needed + GAP, (rooms[0].box.height * 2) / 3)}px`);
+  dialog.style.maxHeight = `${(grows ? Math.min(needed + GAP, (rooms[0].box.height * 2) / 3) : box.height) - GAP}px`;
 }
 
 // The step's part of a tall panel, scrolled to the top of the panel's visible area.

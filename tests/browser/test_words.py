@@ -498,7 +498,7 @@ def test_a_long_input_says_where_it_was_cut(page, server, api):
     last = [t for t in tokens if not t["added"]][-1]
     notice = page.locator("#notice")
     expect(notice).to_be_visible()
-    expected = f"stops after “{last['text']}” (token {last['index']}), at character {last['end']:,} of {len(LONG):,}"
+    expected = f"stops after “{last['label']}” (token {last['index']}), at character {last['end']:,} of {len(LONG):,}"
     assert expected in notice.inner_text()
     assert notice.evaluate("n => n.scrollWidth <= n.clientWidth + 1")  # said whole
 

@@ -79,7 +79,7 @@ async function show(result, a, b, view, model) {
     el("p", { class: "caption", dataset: { field: "largest", value: String(largest) } }, `Largest |A − B| in this view: `, el("strong", {}, fixed(largest))),
     box,
   );
-  const labels = a.tokens.map((token, index) => (token.text === b.tokens[index].text ? token.text : `${token.text}/${b.tokens[index].text}`));
+  const labels = a.tokens.map((token, index) => (token.label === b.tokens[index].label ? token.label : `${token.label}/${b.tokens[index].label}`));
   const subtracted = measureOf("difference", view.sinks);
   new Heatmap(box, () => {}, { signed: true, measure: subtracted }).draw({
     matrix: difference,

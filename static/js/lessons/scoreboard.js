@@ -6,7 +6,6 @@
 import * as api from "../api.js";
 import { saveRows } from "../export.js";
 import { el, fixed } from "../format.js";
-import { tokenLabels } from "../labels.js";
 import { measureOf } from "../measures.js";
 import { fillResult } from "./result.js";
 
@@ -30,7 +29,7 @@ export function renderScoreboard(container, { run, text, token, model, onOpen })
   const over = el(
     "select",
     { id: "scoreboard-query", "aria-label": "Which query's keys are ranked" },
-    el("option", { value: "token", ...(averaged ? {} : { selected: "" }) }, token === null ? "the selected token (select one)" : `“${run.tokens[token].text}” (${token})`),
+    el("option", { value: "token", ...(averaged ? {} : { selected: "" }) }, token === null ? "the selected token (select one)" : `“${run.tokens[token].label}” (${token})`),
     el("option", { value: "all", ...(averaged ? { selected: "" } : {}) }, "every token, averaged"),
   );
   over.addEventListener("change", () => {
@@ -69,7 +68,7 @@ function keyWords(key) {
 }
 
 function draw(result, board, model, onOpen) {
-  const labels = tokenLabels(board.tokens);
+  const labels = board.tokens.map((token) => token.label);
   const choices = [...board.accounts.map((account) => `agreement:${account}`), ...board.pairs.map((pair) => `correlation:${pair}`)];
   const colour = el("select", { id: "scoreboard-colour", "aria-label": "What each cell shows" }, ...choices.map((key) => el("option", { value: key, ...(key === shown ? { selected: "" } : {}) }, keyWords(key))));
   const gridBox = el("div");
@@ -202,7 +201,7 @@ function saveCSV(board) {
   const header = ["block", "head", ...board.accounts.map((account) => `agreement ${account}`), ...board.pairs.map((pair) => `rho ${pair}`)];
   const rows = board.heads.map((head) => [head.layer, head.head, ...board.accounts.map((account) => head.agreement[account] ?? ""), ...board.pairs.map((pair) => head.correlations[pair] ?? "")]);
   const about = [
-    `# scoreboard of run ${board.run_id}; ${board.query === null ? "every query averaged" : `query ${board.query}`}; ${targetWords(board)}`,
+    `# scoreboard of run ${board.run_id}; ${board.query === null ? "every query averaged" : `query “${board.tokens[board.query].label}” (${board.query})`}; ${targetWords(board)}`,
     `# agreement: Spearman's rho of an account with the intervention: ${board.intervention}`,
     `# ${resolutionWords(board)}`,
   ];
