@@ -138,11 +138,18 @@ class Rate:
             self._moments = {key: times for key, times in self._moments.items() if times and now - times[-1] < 1}
 
 
-def csv_cell(value) -> str:
-    """A spreadsheet never runs a cell as a formula: a leading = + - @ is defused as the page's CSV export
-    does (static/js/export.js)."""
+FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
+
+
+def csv_cell(value) -> str | int | float:
+    """Every CSV the lab writes, here and in the page (static/js/export.js csvCell, the same rule): a number
+    goes out as a number; a text cell whose first character, after any leading spaces, is = + - @, a tab or
+    a carriage return gets a ' in front, so that a spreadsheet shows it as text and never runs it as a
+    formula (OWASP, "CSV Injection"). A negative number stays a number: only text is defused."""
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return value
     text = "" if value is None else str(value)
-    return f"'{text}" if text[:1] in ("=", "+", "-", "@") else text
+    return f"'{text}" if text.lstrip(" ")[:1] in FORMULA_STARTS else text
 
 
 class Classes:
