@@ -557,6 +557,56 @@ def test_a_lesson_plan_is_saved_opened_from_its_link_and_played(browser, server,
         assert rows == [("1", "Which bank?", "river"), ("2", "A sink", "head 7")]
 
 
+def test_the_plan_editor_offers_every_question_the_plan_format_takes_and_wraps_long_titles(page, server):
+    """plan.js's kinds, head patterns, patch sites and tests, each a choice of the editor (a next-token question
+    only where the model has an LM head: MiniLM has none); a long step title wraps, never cut."""
+    page.goto(server)
+    ready(page)
+    page.click("#class-start")
+    page.click("#plan-edit summary")
+    declared = page.evaluate(
+        """async () => {
+             const plan = await import('/static/js/class/plan.js');
+             return { kinds: plan.QUESTION_KINDS, patterns: plan.PATTERNS, by: plan.PATCH_BY, tests: plan.TESTS };
+           }"""
+    )
+    options = page.locator("#plan-step-question option")
+    values = [options.nth(n).get_attribute("value") for n in range(options.count())]
+    expected = [""]
+    for kind in declared["kinds"]:
+        if kind == "head":
+            expected += [f"head:{pattern}" for pattern in declared["patterns"]]
+        elif kind == "patch":
+            expected += [f"patch:{by}" for by in declared["by"]]
+        elif kind != "next_token":
+            expected.append(kind)
+    assert values == expected
+    assert {"head:sep", "head:self", "head:next"} <= set(values)
+    assert all(label.strip() and "undefined" not in label for label in options.all_inner_texts())
+    tests = page.locator("#plan-step-test option")
+    assert [tests.nth(n).get_attribute("value") for n in range(tests.count())] == ["", *declared["tests"]]
+    patterns = page.locator("#class-pattern option")  # the panel's own ask row offers them too
+    assert [patterns.nth(n).get_attribute("value") for n in range(patterns.count())] == declared["patterns"]
+
+    title = "Which “the” does the second “bank” attend to most, and why not the river?"  # 74 of 80
+    page.fill("#plan-step-title", title)
+    page.select_option("#plan-step-question", "head:next")
+    page.select_option("#plan-step-test", "pre")
+    page.click("#plan-add")
+    go = page.locator("#plan-steps .plan-go").first
+    expect(go).to_have_text(f"1. {title} · pre-test")
+    box = go.evaluate(
+        "(node) => ({ scroll: node.scrollWidth, client: node.clientWidth, height: node.clientHeight,"
+        " line: parseFloat(getComputedStyle(node).lineHeight) || 20 })"
+    )
+    assert box["scroll"] <= box["client"], box  # nothing cut off at the side
+    assert box["height"] > 1.5 * box["line"], box  # the title goes on over more lines
+    with page.expect_download() as download:
+        page.click("#plan-save")
+    saved = json.loads(download.value.path().read_text())
+    assert saved["steps"][0]["question"] == {"kind": "head", "pattern": "next", "test": "pre"}
+
+
 def test_the_sample_lesson_is_served_and_its_answers_are_the_readmes(api, server):
     """The sample plan as the README tells it: each step's answer, from NumPy on the API's float32 weights."""
     plan = api.get("/static/lessons/sample.json").json()
