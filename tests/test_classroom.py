@@ -117,18 +117,26 @@ def test_a_teacher_and_three_learners_through_both_rounds(lab):
             assert seen["question"]["answer"] == revealed["answer"]
         # A learner's answer is its round-2 vote where it voted again, else its round-1 vote.
         scores = [learners[n].get(f"{classes}/learners/{ids[n]}/score").json() for n in range(3)]
-        assert scores == [{"right": 0, "asked": 1}, {"right": 1, "asked": 1}, {"right": 0, "asked": 1}]
+        assert [(score["right"], score["asked"]) for score in scores] == [(0, 1), (1, 1), (0, 1)]
+        assert all(score["gain"] is None for score in scores)  # no pre-test nor post-test in this class
 
         answers = teacher.get(f"{classes}/answers.csv", headers=secret)
         assert answers.status_code == 200 and answers.headers["content-type"].startswith("text/csv")
         labels = {choice["index"]: choice["label"] for choice in question["choices"]}
-        rows = list(csv.reader(io.StringIO(answers.text)))[1:]
-        assert [row[4:] for row in rows] == [
+        rows = list(csv.DictReader(io.StringIO(answers.text, newline="")))
+        votes = ["round 1", "round 2", "answer", "right in round 1", "right in round 2"]
+        assert [[row["learner"], *(row[column] for column in votes)] for row in rows if row["row"] == "learner"] == [
             ["Ada", labels[right], labels[wrong], labels[right], "yes", "no"],
             ["learner 2", labels[wrong], labels[right], labels[right], "no", "yes"],
             ["'=SUM(A1)", labels[other], "", labels[right], "no", ""],  # defused for spreadsheets
         ]
-        assert all(row[:3] == ["0", "Banks", question["id"]] for row in rows) and "127.0" not in answers.text
+        # The class on the question, and on the lesson (this one question): 1 of 3 right, then 1 of 2.
+        shares = ["share right in round 1", "share right in round 2", "change in points"]
+        summary = {row["row"]: [float(row[column]) for column in shares] for row in rows if row["row"] != "learner"}
+        assert summary["question"] == summary["lesson"] == [0.3333, 0.5, 16.7]
+        assert all(row["step"] == "0" and row["step title"] == "Banks" for row in rows if row["row"] != "lesson")
+        assert {row["question id"] for row in rows if row["row"] != "lesson"} == {question["id"]}
+        assert "127.0" not in answers.text
         assert teacher.get(f"{classes}/answers.csv").status_code == 200  # the teacher's cookie, as a link
         assert learners[0].get(f"{classes}/answers.csv").status_code == 403
     finally:
