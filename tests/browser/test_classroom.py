@@ -120,6 +120,7 @@ def a_class(browser, teacher_lab, learner_lab, query: str, sizes=LEARNER_SIZES, 
             learner = new_page(browser, width, height, errors)
             learner.goto(join)
             ready(learner)
+            learner.click("#class-name-skip")  # the name asked as it joins: one tap skips it
             learners.append(learner)
         wait_until(teacher, f"document.getElementById('class-presence').dataset.following === '{len(sizes)}'")
         yield teacher, learners, started

@@ -8,7 +8,11 @@ import { applyView } from "./shared.js";
 
 const $ = (id) => document.getElementById(id);
 const PLAN_KEY = "attention-lab-plan"; // sessionStorage: the plan this tab holds, and the step it is at
-const SAMPLE = new URL("../../lessons/sample.json", import.meta.url);
+// The plans that come with the lab (static/lessons/), each a button of the editor: [id, file, label].
+const READY = [
+  ["plan-sample", "sample.json", "Sample lesson"],
+  ["plan-vector", "ids-to-sentence-vector.json", "Ids to a sentence vector (pre/post-test)"],
+];
 const KINDS = { attends: "Token it attends to most", next_token: "Next token" };
 const PATTERN_WORDS = {
   previous: "the previous token",
@@ -89,7 +93,18 @@ export function initPlanner(lab, teacher) {
   const add = el("button", { type: "button", id: "plan-add" }, "Add this view as a step");
   const file = el("input", { type: "file", id: "plan-file", accept: "application/json,.json", class: "visually-hidden", tabindex: "-1" });
   const open = el("button", { type: "button", id: "plan-open" }, "Open…");
-  const sample = el("button", { type: "button", id: "plan-sample" }, "Sample lesson");
+  const ready = READY.map(([id, file, label]) => {
+    const button = el("button", { type: "button", id }, label);
+    button.addEventListener("click", async () => {
+      try {
+        const response = await fetch(new URL(`../../lessons/${file}`, import.meta.url));
+        load(readPlan(await response.json()), `“${label}”`);
+      } catch (error) {
+        failed(error);
+      }
+    });
+    return button;
+  });
   const save = el("button", { type: "button", id: "plan-save" }, "Save file");
   const link = el("button", { type: "button", id: "plan-link" }, "Copy link");
   const said = el("p", { id: "plan-said", class: "hint", "aria-live": "polite" });
@@ -100,7 +115,7 @@ export function initPlanner(lab, teacher) {
     title,
     steps,
     el("fieldset", { class: "plan-new" }, el("legend", {}, "A new step: the view on screen"), stepTitle, el("label", {}, "Question ", stepQuestion), el("label", {}, "Asked ", stepTest), stepNote, add),
-    el("div", { class: "class-actions" }, sample, open, save, link, file),
+    el("div", { class: "class-actions" }, ...ready, open, save, link, file),
     said,
   );
   section.replaceChildren(el("h3", { id: "class-plan-title" }, "Lesson plan"), now, note, el("div", { class: "class-actions" }, back, next), editor);
@@ -195,14 +210,6 @@ export function initPlanner(lab, teacher) {
     if (!chosen) return;
     try {
       load(readPlan(JSON.parse(await chosen.text())), chosen.name);
-    } catch (error) {
-      failed(error);
-    }
-  });
-  sample.addEventListener("click", async () => {
-    try {
-      const response = await fetch(SAMPLE);
-      load(readPlan(await response.json()), "the sample lesson");
     } catch (error) {
       failed(error);
     }
