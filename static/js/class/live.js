@@ -18,8 +18,9 @@ export function listen(lab, code, role, on) {
   let over = false;
   const setQuestion = (next) => {
     question = next;
-    // The views go blind for a question only while it hides something: a closed test hides nothing more.
-    lab.setState({ question: next?.phase === "closed" ? null : next });
+    // A closed pre-test hides nothing more: the lesson goes on with the views drawn. A closed post-test keeps
+    // them blind until its reveal.
+    lab.setState({ question: next?.phase === "closed" && next.test === "pre" ? null : next });
     showStage(next, role);
     on.question?.(next);
   };

@@ -58,7 +58,7 @@ export function initTeacher(lab) {
     const before = phaseShown;
     phaseShown = question ? `${question.id}:${question.phase}:${question.round}` : null;
     showQuestion(question, lab);
-    if (question && phaseShown !== before) reveal(panel, $("class-phase"));
+    if (question && phaseShown !== before) reveal(panel, $("class-gain").hidden ? $("class-phase") : $("class-gain"));
   };
 
   const act = (action) => async () => {
@@ -193,8 +193,10 @@ function showPresence({ learners, following, connected }) {
 // What the class's pre-tests and post-tests measured, once one of each is closed (the server's ClassGain).
 function showGain(gain) {
   const box = $("class-gain");
+  const shown = !box.hidden;
   box.hidden = !gain;
   box.replaceChildren(...(gain ? [gainLine(gain, "class")] : []));
+  if (gain && !shown) reveal($("class-panel"), box);
 }
 
 // The question in the teacher's panel: where it stands, and once revealed, the answer, what the second round
