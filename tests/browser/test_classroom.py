@@ -866,6 +866,73 @@ def test_a_lesson_with_a_pre_test_two_questions_in_rounds_and_a_post_test_measur
 
 
 @pytest.mark.parametrize(("width", "height"), [(360, 740), (390, 844)])
+def test_a_joining_phone_asks_the_name_up_front_one_tap_skips_it_and_the_bar_changes_it(browser, server, width, height):
+    errors = []
+    teacher = new_page(browser, 1280, 720, errors)
+    teacher.goto(f"{server}/?text=the+river+bank")
+    ready(teacher)
+    started = start_class(teacher)
+    phones = [new_page(browser, width, height, errors) for _ in range(2)]
+    try:
+        for phone in phones:
+            phone.goto(started["join_url"])
+            ready(phone)
+            form = phone.locator("#class-name")
+            expect(form).to_be_visible()
+            seen = phone.evaluate(
+                """() => {
+                     const box = (s) => document.querySelector(s).getBoundingClientRect();
+                     const parts = ['#class-name label', '#class-nickname', '#class-name-ok', '#class-name-skip'];
+                     return { parts: parts.map((s) => { const b = box(s); return [b.left, b.right, b.top, b.bottom]; }),
+                              wide: document.documentElement.scrollWidth, focused: document.activeElement.id };
+                   }"""
+            )
+            for left, right, top, bottom in seen["parts"]:  # the whole form on the first screen, nothing cut
+                assert left >= 0 and right <= width and top >= 0 and bottom <= height, seen
+            assert seen["wide"] <= width and seen["focused"] == "class-nickname", seen
+        viewport_shot(phones[1], f"class-join-name-{width}")
+        # One names itself; the other skips with one tap and adds a name later from the class bar.
+        phones[0].fill("#class-nickname", "Ada")
+        phones[0].click("#class-name-ok")
+        expect(phones[0].locator("#class-name")).to_be_hidden()
+        expect(phones[0].locator("#class-name-edit")).to_have_text("Name: Ada")
+        phones[1].click("#class-name-skip")
+        expect(phones[1].locator("#class-name")).to_be_hidden()
+        edit = phones[1].locator("#class-name-edit")
+        expect(edit).to_have_text("Add your name")
+        box = edit.bounding_box()
+        assert box["x"] >= 0 and box["x"] + box["width"] <= width and box["y"] + box["height"] <= height
+        wait_until(teacher, "document.getElementById('class-presence').dataset.learners === '2'")
+        secret = {"X-Class-Secret": started["secret"]}
+        run = teacher.evaluate("document.body.dataset.run")
+        ask = {"kind": "head", "run_id": run, "layer": 0, "pattern": "previous"}
+        assert httpx.post(f"{server}/api/classes/{started['code']}/question", json=ask, headers=secret).is_success
+
+        def names() -> list[str]:
+            return [row["learner"] for row in answers_csv(server, started) if row["row"] == "learner"]
+
+        assert names() == ["Ada", "learner 2"]
+        edit.click()
+        expect(phones[1].locator("#class-name")).to_be_visible()
+        phones[1].fill("#class-nickname", "Bo")
+        phones[1].press("#class-nickname", "Enter")
+        expect(edit).to_have_text("Name: Bo")
+        deadline = time.monotonic() + 10
+        while names() != ["Ada", "Bo"] and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert names() == ["Ada", "Bo"]
+        phones[0].reload()  # a reload rejoins as the same learner: the name is not asked again
+        ready(phones[0])
+        expect(phones[0].locator("#class-name-edit")).to_have_text("Name: Ada")
+        expect(phones[0].locator("#class-name")).to_be_hidden()
+        assert errors == [], errors
+    finally:
+        for page in [*phones, teacher]:
+            page.context.close()
+        end_class(server, started)
+
+
+@pytest.mark.parametrize(("width", "height"), [(360, 740), (390, 844)])
 def test_a_following_phone_shows_the_views_first(browser, server, width, height):
     with a_class(browser, server, server, "layer=3&head=2&token=4", sizes=[(width, height)]) as (teacher, learners, _):
         phone = learners[0]
