@@ -11,7 +11,7 @@ const PLAN_KEY = "attention-lab-plan"; // sessionStorage: the plan this tab hold
 // The plans that come with the lab (static/lessons/), each a button of the editor: [id, file, label].
 const READY = [
   ["plan-sample", "sample.json", "Sample lesson"],
-  ["plan-vector", "ids-to-sentence-vector.json", "Ids to a sentence vector (pre/post-test)"],
+  ["plan-vector", "ids-to-sentence-vector.json", "Ids to a sentence vector"],
 ];
 const KINDS = { attends: "Token it attends to most", next_token: "Next token" };
 const PATTERN_WORDS = {
