@@ -62,11 +62,12 @@ export function saveJSON(view, name) {
   download(JSON.stringify(view, null, 1), `${name}.json`, "application/json");
 }
 
-// Numbers go out as they are; text is quoted, and a leading = + - @ is defused so a spreadsheet never
-// runs a token as a formula.
-function csvCell(value) {
+// One cell of every CSV the page writes, by the rule of the class's answers (app/classroom/classes.py,
+// csv_cell, where it is explained): numbers as they are; text with a ' before a leading = + - @, tab or
+// carriage return (after any spaces), so a spreadsheet never runs it as a formula; quoted where it must be.
+export function csvCell(value) {
   if (typeof value === "number") return String(value);
-  const text = /^[=+\-@]/.test(value) ? `'${value}` : value;
+  const text = /^ *[=+\-@\t\r]/.test(value) ? `'${value}` : value;
   return /[",\n\r]/.test(text) ? `"${text.replaceAll('"', '""')}"` : text;
 }
 
