@@ -24,6 +24,8 @@ head or a missing 1/√d moves weights by 1e-2 and more.
 
 import math
 
+import numpy as np
+
 UNIT_ROUNDOFF = 2.0**-24
 # 1 - 2·exp(-λ²/2) = 1 - 3e-8: a comparison of thousands of numbers fails by chance about once in 10⁴ runs.
 LAMBDA = 6
@@ -46,3 +48,15 @@ def pass_terms(config, blocks: int | None = None) -> int:
 def pass_tolerance(config, magnitude: float = 1.0, blocks: int | None = None) -> float:
     """tolerance() for a number at the end of a model's pass: an attention weight by default."""
     return tolerance(pass_terms(config, blocks), magnitude)
+
+
+def product_tolerance(a, b) -> float:
+    """tolerance() for each entry of a float32 product a @ b ([..., n] @ [n, ...]) computed elsewhere, in
+    another order or in float64: sums of n terms, the largest Σ|terms| of them."""
+    a, b = np.abs(np.asarray(a, dtype=np.float64)), np.abs(np.asarray(b, dtype=np.float64))
+    return tolerance(a.shape[-1], float((a @ b).max()))
+
+
+def largest(values) -> float:
+    """The magnitude of numbers compared: their largest |value|."""
+    return float(np.abs(np.asarray(values, dtype=np.float64)).max())
