@@ -124,7 +124,9 @@ def test_integrated_gradients_of_a_chosen_next_token_is_complete(decoder):
     assert body["target"]["token_id"] == 7
     with torch.no_grad():
         zero = own_logit(loaded, torch.zeros(1, len(body["tokens"]), loaded.model.config.hidden_size), 7)
-    assert body["baseline_output"] == pytest.approx(float(zero), abs=pass_tolerance(loaded.model.config, abs(float(zero))))
+    assert body["baseline_output"] == pytest.approx(
+        float(zero), abs=pass_tolerance(loaded.model.config, abs(float(zero)))
+    )
     total = sum(body["attributions"])
     assert total - (body["output"] - body["baseline_output"]) == pytest.approx(
         body["delta"], abs=completeness_tolerance(body)
