@@ -60,3 +60,9 @@ def product_tolerance(a, b) -> float:
 def largest(values) -> float:
     """The magnitude of numbers compared: their largest |value|."""
     return float(np.abs(np.asarray(values, dtype=np.float64)).max())
+
+
+def sum_tolerance(terms) -> float:
+    """tolerance() for a float32 sum of exactly these terms."""
+    terms = np.asarray(terms, dtype=np.float64)
+    return tolerance(terms.size, float(np.abs(terms).sum()))

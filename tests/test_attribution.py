@@ -8,7 +8,7 @@ import torch
 from sentence_transformers import SentenceTransformer
 
 from app.engine.model import packaged_model_path
-from tests.float32 import largest, pass_terms, pass_tolerance, tolerance
+from tests.float32 import largest, pass_terms, pass_tolerance, sum_tolerance, tolerance
 
 pytestmark = pytest.mark.slow
 
@@ -30,8 +30,7 @@ def own_cosine(minilm, rows, other_vector):
 
 def completeness_tolerance(body) -> float:
     """The lab's delta is Σ attributions - (output - baseline output), a float32 sum of these terms."""
-    terms = [*body["attributions"], body["output"], body["baseline_output"]]
-    return tolerance(len(terms), float(np.abs(terms).sum()))
+    return sum_tolerance([*body["attributions"], body["output"], body["baseline_output"]])
 
 
 def backward_tolerance(config, grad, rows) -> float:
