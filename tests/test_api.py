@@ -327,8 +327,12 @@ def test_an_evicted_run_is_recomputed_with_the_same_numbers(client):
     assert lab.runs.get(first) is None
     after = client.get(f"/api/runs/{first}/layers/0/heads/0")
     assert after.status_code == 200
+    config = lab.loaded.model.config  # computed again alone, or in a padded pass
     for name, value in before.items():
-        np.testing.assert_allclose(after.json()[name], value, atol=1e-5)
+        if isinstance(value, list):
+            np.testing.assert_allclose(after.json()[name], value, atol=pass_tolerance(config, largest(value)))
+        else:
+            assert after.json()[name] == value, name
 
 
 @pytest.mark.parametrize("encoding", ["zstd", "br", "gzip"])
