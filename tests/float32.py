@@ -11,15 +11,18 @@ with probability at least 1 - 2·exp(-λ²/2) (Higham and Mary, "A new approach 
 error analysis", SIAM J. Sci. Comput. 2019). Two orders of the same sum differ by at most their two errors.
 
 A number a model computes is the end of a chain of such sums. Layer norm divides a block's output and its
-error by the same spread, and softmax's Jacobian diag(w) - w·wᵀ has ∞-norm at most ½, so neither grows an
-error relative to the size of what it outputs: a number after L blocks carries the errors of L blocks,
-each of them about that of its longest sum (the MLP's down projection, `intermediate_size` terms), as one
-sum of L·intermediate_size terms would. Its magnitude is the size of the numbers compared: 1 for attention
-weights and other shares of 1, the largest |value| for hidden states and pooled vectors.
+error by the same spread, so a block passes its input's relative error on without growing it, and softmax
+moves a weight by at most half its scores' error (its Jacobian diag(w) - w·wᵀ has ∞-norm at most ½). So a
+number after L blocks carries the errors of L blocks, each about that of its longest sum (the MLP's down
+projection, `intermediate_size` terms), as one sum of L·intermediate_size terms would. Its magnitude is the
+size of the numbers compared: 1 for attention weights and other shares of 1, the largest |value| for
+hidden states and pooled vectors. This is the typical size of the errors, with λ's room for what it leaves
+out (scores reach 30 in MiniLM's first block), not a bound for adversarial inputs, which would be too wide
+to catch a bug.
 
 So a lone pass of MiniLM and a padded batch's (6 blocks of 1,536) may put an attention weight
-2·6·√9,216·u ≈ 6.9e-5 apart: measured 1.1e-6 on an AMD EPYC and 2.3e-6 on an Intel Xeon, where a wrong
-head or a missing 1/√d moves weights by 1e-2 and more.
+2·6·√9,216·u ≈ 6.9e-5 apart: 1.3e-6 at most here (an AMD EPYC), 2.25e-6 reported on an Intel Xeon (#45),
+while a wrong head, a missing 1/√d or a shifted key move weights by 0.69 and more (tests/test_float32.py).
 """
 
 import math
