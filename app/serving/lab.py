@@ -31,7 +31,7 @@ from app.engine.runs import BATCH_TOKENS, Engine, Run
 from app.engine.spec import RUN_ID, AtlasSpec, RunSpec
 from app.engine.threads import ModelThreads
 from app.serving.cache import RunCache
-from app.serving.gate import ANYONE, Client, PassGate
+from app.serving.gate import ANYONE, Client, PassGate, Stopping
 from app.serving.memory import trim_if_over
 from app.serving.models import Loads, Models
 from app.serving.specs import SpecStore, StoreError
@@ -171,6 +171,9 @@ class Lab:
                 done += 1
         except asyncio.CancelledError:
             log.info("%s called off after %d slices: nobody waits for it any more", what, done)
+            raise
+        except Stopping:
+            log.info("%s stopped after %d slices: the server is stopping", what, done)
             raise
         return result
 
