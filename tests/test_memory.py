@@ -1,9 +1,13 @@
+import asyncio
 import subprocess
 import sys
 
 import numpy as np
+import pytest
 
-from app.serving.memory import resident_bytes, trim_if_over
+from app.serving.gate import Busy, Client
+from app.serving.memory import Budget, MemoryTooLarge, resident_bytes, trim_if_over
+from tests.conftest import run_async
 
 
 def test_trimming_gives_freed_pages_back():
@@ -84,3 +88,76 @@ def test_the_lab_as_started_holds_its_reserve_and_says_so(live_lab):
         resident = dict(line.split(":", 1) for line in status)["VmRSS"]
     assert int(resident.split()[0]) * 1024 > 1024**3
     assert "Kept 1.00 GiB free for runs" in live_lab.log.read_text()
+
+
+class Kept:
+    """A cache of entries of given sizes, oldest first, for the budget to let go of."""
+
+    def __init__(self, *sizes: int):
+        self.sizes = list(sizes)
+
+    @property
+    def held_bytes(self) -> int:
+        return sum(self.sizes)
+
+    def let_go_oldest(self) -> bool:
+        return bool(self.sizes) and self.sizes.pop(0) >= 0
+
+
+def test_the_budget_grants_what_fits_and_lets_cached_entries_go_for_it():
+    async def scenario():
+        budget = Budget(100)
+        cache = Kept(30, 30)
+        budget.caches.append(cache)
+        async with budget.take(20, Client("a")):
+            assert budget.held == 80 and cache.sizes == [30, 30]
+            async with budget.take(30, Client("b")):  # 110 would pass 100: the oldest entry goes
+                assert cache.sizes == [30] and budget.held == 80
+        assert budget.granted == 0 and budget.held == 30
+
+    run_async(scenario())
+
+
+def test_a_computation_past_one_clients_share_is_refused_naming_the_setting():
+    budget = Budget(100)
+    with pytest.raises(MemoryTooLarge, match="ATTENTION_LAB_MAX_STORE_BYTES"):
+        budget.check(51, "ALTI of block 0")
+
+
+def test_past_the_budget_a_computation_waits_its_turn_round_the_clients():
+    """Four computations of 40 from one address, one from another: the other's goes second, not fifth; an
+    address never holds more than half."""
+
+    async def scenario():
+        budget = Budget(100)
+        order, release = [], asyncio.Event()
+
+        async def work(name: str, client: Client):
+            async with budget.take(40, client):
+                order.append(name)
+                assert budget._by_address[client.address] <= 50
+                await release.wait()
+
+        tasks = [asyncio.create_task(work(f"a{n}", Client("a", str(n)))) for n in range(4)]
+        await asyncio.sleep(0)
+        tasks.append(asyncio.create_task(work("b", Client("b"))))
+        await asyncio.sleep(0.01)
+        assert order == ["a0", "b"] and budget.waiting == 3  # a's second would pass its half
+        release.set()
+        await asyncio.gather(*tasks)
+        assert order == ["a0", "b", "a1", "a2", "a3"] and budget.granted == 0 and budget.waiting == 0
+
+    run_async(scenario())
+
+
+def test_a_wait_past_the_longest_answers_busy_and_leaves_the_queue():
+    async def scenario():
+        budget = Budget(100, max_wait_seconds=0.05)
+        async with budget.take(50, Client("a")):
+            async with budget.take(50, Client("b")):
+                with pytest.raises(Busy, match="waited 0.05 s for memory") as busy:
+                    async with budget.take(10, Client("c")):
+                        pass
+        assert busy.value.retry_after > 0 and budget.waiting == 0 and budget.granted == 0
+
+    run_async(scenario())

@@ -1,11 +1,19 @@
 """Keeping the process's memory near what the run store holds, and the memory settings within the
-machine's."""
+machine's: the budget every computation asks before it starts (Budget), and glibc's handling of the pages."""
 
+import asyncio
 import ctypes
 import ctypes.util
 import os
+from collections import Counter, deque
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Protocol
 
+from app.engine.runs import InvalidInput
+from app.serving.gate import ANYONE, Busy, Client
 from app.settings import ENV_PREFIX, GIB, Settings, SettingsError
 
 PAGE_BYTES = os.sysconf("SC_PAGE_SIZE")
@@ -150,3 +158,172 @@ def trim_if_over(limit_bytes: int) -> None:
     extra. Elsewhere than Linux with glibc this does nothing."""
     if _has_libc("malloc_trim") and os.path.exists("/proc/self/statm") and resident_bytes() > limit_bytes:
         LIBC.malloc_trim(0)
+
+
+MIB = 1024**2
+CLIENT_SHARE = 2  # one client address holds at most 1/CLIENT_SHARE of the budget at once
+
+
+class MemoryTooLarge(InvalidInput):
+    """A computation that could never be granted its memory: past what one client may hold (422)."""
+
+
+class Held(Protocol):
+    """Memory held between computations (a cache), which the budget may ask to let go of."""
+
+    @property
+    def held_bytes(self) -> int:
+        """The bytes its entries hold now: those it keeps, and those it let go that are still in use."""
+
+    def let_go_oldest(self) -> bool:
+        """Lets its least recently used entry go; False when it keeps none."""
+
+
+@dataclass(eq=False)
+class Ask:
+    """A computation waiting for its memory: resolved when granted."""
+
+    client: Client
+    nbytes: int
+    ready: asyncio.Future = field(default_factory=lambda: asyncio.get_running_loop().create_future())
+
+
+class Budget:
+    """One process's memory for everything that grows with its input, granted before the work starts (as
+    Spark's unified memory manager grants execution memory, and PostgreSQL's work_mem bounds a sort): the
+    caches' bytes (Held: runs, blocks, measures, kept even while still in use) and the computations under
+    way, together at most `max_bytes` (ATTENTION_LAB_MAX_STORE_BYTES). A computation states its peak from its
+    shapes and takes it (take); where the caches' bytes leave too little room, their least recently used
+    entries go first; where the work under way does, it waits its turn, round the client addresses and the
+    browsers within each, as passes do (app.serving.gate). One address holds at most 1/CLIENT_SHARE of the
+    budget, so that no client can shut the others out; a computation past that answers 422 naming the setting,
+    a wait past `max_wait_seconds` (or past `max_waiting` others) 503 with Retry-After.
+
+    All bookkeeping is on the event loop, with no lock: a take that fits costs a few additions."""
+
+    def __init__(self, max_bytes: int, max_waiting: int = 64, max_wait_seconds: float = 30.0, setting: str = ""):
+        self.max_bytes = max_bytes
+        self.max_per_client = max_bytes // CLIENT_SHARE
+        self.max_waiting = max_waiting
+        self.max_wait_seconds = max_wait_seconds
+        self.setting = setting or f"{ENV_PREFIX}MAX_STORE_BYTES"
+        self.granted = 0  # bytes granted to computations under way
+        self.peak_granted = 0
+        self.caches: list[Held] = []  # let go of in this order where room is needed
+        self._by_address: Counter[str] = Counter()  # bytes granted per address
+        self._asks: dict[str, dict[str, deque[Ask]]] = {}  # waiting, by address then browser, in turn order
+        self.waiting = 0
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    @property
+    def held(self) -> int:
+        """Every byte the budget counts: the caches' and the computations'."""
+        return self.granted + sum(cache.held_bytes for cache in self.caches)
+
+    def check(self, nbytes: int, what: str) -> None:
+        """MemoryTooLarge where `what` could never be granted `nbytes`."""
+        if nbytes > self.max_per_client:
+            raise MemoryTooLarge(
+                f"{what} needs {nbytes / MIB:,.0f} MiB at once, past the {self.max_per_client / MIB:,.0f} MiB one "
+                f"client may hold (1/{CLIENT_SHARE} of {self.setting}={self.max_bytes:,}): ask for less (a shorter "
+                f"input, a window, a view pooled by size), or raise {self.setting}"
+            )
+
+    @asynccontextmanager
+    async def take(self, nbytes: int, client: Client = ANYONE, what: str = "this computation") -> AsyncIterator[None]:
+        """`nbytes` held by the caller until it leaves the block: at once where they fit, else when its turn
+        comes and they do."""
+        self.check(nbytes, what)
+        if not self.waiting and self._fits(client.address, nbytes):
+            self._grant(client.address, nbytes)
+        else:
+            await self._wait(Ask(client, nbytes), what)
+        try:
+            yield
+        finally:
+            self.granted -= nbytes
+            self._by_address[client.address] -= nbytes
+            if not self._by_address[client.address]:
+                del self._by_address[client.address]
+            if self.waiting:
+                self._serve()
+
+    def freed(self) -> None:
+        """Memory went back outside a take (a cache's entry let go, no longer in use): waiting asks are served,
+        from any thread."""
+        if self.waiting and self._loop is not None:
+            self._loop.call_soon_threadsafe(self._serve)
+
+    def _fits(self, address: str, nbytes: int) -> bool:
+        if self._by_address[address] + nbytes > self.max_per_client:
+            return False
+        held = self.held
+        for cache in self.caches:
+            while held + nbytes > self.max_bytes and cache.let_go_oldest():
+                held = self.held
+        return held + nbytes <= self.max_bytes
+
+    def _grant(self, address: str, nbytes: int) -> None:
+        self.granted += nbytes
+        self.peak_granted = max(self.peak_granted, self.granted)
+        self._by_address[address] += nbytes
+
+    async def _wait(self, ask: Ask, what: str) -> None:
+        if self.waiting >= self.max_waiting:
+            raise Busy(f"{self.waiting} computations already wait for memory: try again in a moment", 2)
+        self._loop = asyncio.get_running_loop()
+        address, cookie = ask.client.address, ask.client.cookie
+        self._asks.setdefault(address, {}).setdefault(cookie, deque()).append(ask)
+        self.waiting += 1
+        self._serve()  # it may fit now: the asks before it may be waiting for their own address's work
+        try:
+            async with asyncio.timeout(self.max_wait_seconds):
+                await asyncio.shield(ask.ready)
+        except BaseException as error:
+            if ask.ready.done():  # granted as the wait ended: given back at once
+                self.granted -= ask.nbytes
+                self._by_address[address] -= ask.nbytes
+                if not self._by_address[address]:
+                    del self._by_address[address]
+                self._serve()
+            else:
+                ask.ready.cancel()
+                self._leave(ask)
+            if isinstance(error, TimeoutError):
+                raise Busy(
+                    f"{what} waited {self.max_wait_seconds:g} s for memory: the work under way and the runs kept "
+                    f"hold the lab's {self.setting} ({self.max_bytes / MIB:,.0f} MiB); try again in a moment",
+                    5,
+                ) from None
+            raise
+
+    def _leave(self, ask: Ask) -> None:
+        address, cookie = ask.client.address, ask.client.cookie
+        browsers = self._asks[address]
+        browsers[cookie].remove(ask)
+        if not browsers[cookie]:
+            del browsers[cookie]
+        if not browsers:
+            del self._asks[address]
+        self.waiting -= 1
+
+    def _serve(self) -> None:
+        """Grants the waiting asks whose turn it is, round the addresses and each one's browsers, while they fit.
+        An address at its share is passed over (its own work must end first); an ask too large for the room
+        left stops the round, so that small asks behind it cannot starve it."""
+        for address in list(self._asks):
+            browsers = self._asks[address]
+            cookie = next(iter(browsers))
+            ask = browsers[cookie][0]
+            if self._by_address[address] + ask.nbytes > self.max_per_client:
+                continue
+            if not self._fits(address, ask.nbytes):
+                return
+            self._leave(ask)
+            self._grant(address, ask.nbytes)
+            ask.ready.set_result(None)
+            # This address and browser go to the back of the round.
+            if address in self._asks:
+                self._asks[address] = self._asks.pop(address)
+                if cookie in self._asks[address]:
+                    self._asks[address][cookie] = self._asks[address].pop(cookie)
