@@ -234,19 +234,27 @@ class Budget:
         """`nbytes` held by the caller until it leaves the block: at once where they fit, else when its turn
         comes and they do."""
         self.check(nbytes, what)
-        if not self.waiting and self._fits(client.address, nbytes):
-            self._grant(client.address, nbytes)
-        else:
+        if not self.try_take(nbytes, client):
             await self._wait(Ask(client, nbytes), what)
         try:
             yield
         finally:
-            self.granted -= nbytes
-            self._by_address[client.address] -= nbytes
-            if not self._by_address[client.address]:
-                del self._by_address[client.address]
-            if self.waiting:
-                self._serve()
+            self.give_back(nbytes, client)
+
+    def try_take(self, nbytes: int, client: Client = ANYONE) -> bool:
+        """`nbytes` granted now if they fit with nobody waiting before them (then give_back them), else False."""
+        if self.waiting or not self._fits(client.address, nbytes):
+            return False
+        self._grant(client.address, nbytes)
+        return True
+
+    def give_back(self, nbytes: int, client: Client = ANYONE) -> None:
+        self.granted -= nbytes
+        self._by_address[client.address] -= nbytes
+        if not self._by_address[client.address]:
+            del self._by_address[client.address]
+        if self.waiting:
+            self._serve()
 
     def freed(self) -> None:
         """Memory went back outside a take (a cache's entry let go, no longer in use): waiting asks are served,
@@ -281,11 +289,7 @@ class Budget:
                 await asyncio.shield(ask.ready)
         except BaseException as error:
             if ask.ready.done():  # granted as the wait ended: given back at once
-                self.granted -= ask.nbytes
-                self._by_address[address] -= ask.nbytes
-                if not self._by_address[address]:
-                    del self._by_address[address]
-                self._serve()
+                self.give_back(ask.nbytes, ask.client)
             else:
                 ask.ready.cancel()
                 self._leave(ask)
