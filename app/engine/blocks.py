@@ -3,13 +3,9 @@
 A run keeps what grows linearly with its tokens (q, k, v and the rest, app.engine.runs.Run); a block's
 weights, [head, query, key], grow with their square: 8 heads at 8,192 tokens are 2 GiB of float32. They
 are recomputed from the run's q and k as the model computes them, so a block here is only a cache entry,
-named by what it follows from: the run's id (content-addressed) and the block's index.
-
-A block let go while a view still reads it stays in memory until the view is done: held_bytes counts it
-until then, for the lab's memory budget (app.serving.memory.Budget)."""
+named by what it follows from: the run's id (content-addressed) and the block's index."""
 
 import threading
-import weakref
 from collections import OrderedDict
 from collections.abc import Callable
 
@@ -21,10 +17,8 @@ class BlockCache:
         self.max_bytes = max_bytes
         self._blocks: OrderedDict[tuple[str, int], Tensor] = OrderedDict()
         self._bytes = 0
-        self._held = 0  # the bytes of the blocks kept, and of those let go that are still read
         self.computed = 0  # blocks computed since the start: a block kept is not computed again
-        self.freed: Callable[[], None] = lambda: None  # called when a block let go is no longer read
-        self._lock = threading.RLock()  # a block let go may be freed, and counted out, in the same thread
+        self._lock = threading.Lock()
 
     def get(self, run_id: str, layer: int, compute: Callable[[], Tensor]) -> Tensor:
         """Block `layer` of the run: kept, or computed now and kept. Two threads asking at once for a block
@@ -46,10 +40,9 @@ class BlockCache:
             if key not in self._blocks and block.nbytes <= self.max_bytes:
                 self._blocks[key] = block
                 self._bytes += block.nbytes
-                self._held += block.nbytes
-                weakref.finalize(block, self._gone, block.nbytes)
             while self._bytes > self.max_bytes:
-                self.let_go_oldest()
+                _, oldest = self._blocks.popitem(last=False)
+                self._bytes -= oldest.nbytes
 
     def let_go_oldest(self) -> bool:
         """Lets the least recently used block go (also for the memory budget); False when none is kept."""
@@ -59,15 +52,6 @@ class BlockCache:
             _, oldest = self._blocks.popitem(last=False)
             self._bytes -= oldest.nbytes
             return True
-
-    def _gone(self, nbytes: int) -> None:
-        with self._lock:
-            self._held -= nbytes
-        self.freed()
-
-    @property
-    def held_bytes(self) -> int:
-        return self._held
 
     def kept(self, run_id: str, layer: int) -> Tensor | None:
         """The block if it is kept (then the most recently used), else None."""
@@ -81,6 +65,8 @@ class BlockCache:
     def nbytes(self) -> int:
         with self._lock:
             return self._bytes
+
+    held_bytes = nbytes  # what it holds for the memory budget
 
     def __len__(self) -> int:
         return len(self._blocks)

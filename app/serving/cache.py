@@ -7,13 +7,11 @@ once, however many kept runs hold a part of it, and until the last of them goes.
 What is computed from a run (a block of a measure, app.serving.lab) is kept in the same cache under its own
 key, uncounted: it counts against the bound in bytes, not against the bound in runs.
 
-An entry let go while a request still reads it holds its memory until that request ends: the memory budget
-(app.serving.memory.Budget) counts it until then (held_bytes), as memory is what it bounds."""
+Its bytes are part of the lab's memory budget (app.serving.memory.Budget), which lets its oldest entries go
+where work needs room; what a request reads is counted by the request (Budget.hold) until it ends."""
 
 import threading
-import weakref
 from collections import Counter, OrderedDict
-from collections.abc import Callable
 from typing import Generic, Protocol, TypeVar
 
 
@@ -25,21 +23,14 @@ T = TypeVar("T", bound=Holding)
 
 
 class RunCache(Generic[T]):
-    def __init__(self, max_runs: int, max_bytes: int, freed: Callable[[], None] = lambda: None):
-        """`freed`: called (from any thread) when an entry let go while in use is no longer in use."""
+    def __init__(self, max_runs: int, max_bytes: int):
         self.max_runs = max_runs
         self.max_bytes = max_bytes
-        self.freed = freed
         self._runs: OrderedDict[str, T] = OrderedDict()
         self._uncounted: set[str] = set()  # keys that are not runs: outside the bound in runs
         self._holders: Counter[int] = Counter()  # storage -> kept runs holding it
         self._bytes = 0
-        # Every entry ever kept and still alive (kept, or let go but in use), by id: each storage's holders
-        # among them and their bytes, until the last of them is gone.
-        self._alive: dict[int, weakref.finalize] = {}
-        self._alive_holders: Counter[int] = Counter()
-        self._held = 0
-        self._lock = threading.RLock()  # an entry let go may be freed, and counted out, in the same thread
+        self._lock = threading.Lock()
 
     def put(self, run_id: str, run: T, counted: bool = True) -> None:
         """Keeps `run` under `run_id`; counted=False for what is not a run (bounded in bytes only)."""
@@ -53,7 +44,6 @@ class RunCache(Generic[T]):
                 self._holders[storage] += 1
                 if self._holders[storage] == 1:
                     self._bytes += nbytes
-            self._count_alive(run)
             # The newest entry always stays, even alone over the byte bound: it was just asked for.
             while len(self._runs) > 1 and self._bytes > self.max_bytes:
                 self._let_go(next(iter(self._runs)))
@@ -73,14 +63,10 @@ class RunCache(Generic[T]):
 
     @property
     def nbytes(self) -> int:
-        """The bytes of what it keeps."""
         with self._lock:
             return self._bytes
 
-    @property
-    def held_bytes(self) -> int:
-        """The bytes of what it keeps and of what it let go that is still in use."""
-        return self._held
+    held_bytes = nbytes  # what it holds for the memory budget
 
     def let_go_oldest(self) -> bool:
         """Lets the least recently used entry go (for the memory budget); False when it keeps none."""
@@ -98,22 +84,3 @@ class RunCache(Generic[T]):
             if not self._holders[storage]:
                 del self._holders[storage]
                 self._bytes -= nbytes
-
-    def _count_alive(self, run: T) -> None:
-        if not run.storages or id(run) in self._alive:
-            return
-        for storage, nbytes in run.storages.items():
-            self._alive_holders[storage] += 1
-            if self._alive_holders[storage] == 1:
-                self._held += nbytes
-        self._alive[id(run)] = weakref.finalize(run, self._gone, id(run), dict(run.storages))
-
-    def _gone(self, key: int, storages: dict[int, int]) -> None:
-        with self._lock:
-            del self._alive[key]
-            for storage, nbytes in storages.items():
-                self._alive_holders[storage] -= 1
-                if not self._alive_holders[storage]:
-                    del self._alive_holders[storage]
-                    self._held -= nbytes
-        self.freed()
