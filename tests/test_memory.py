@@ -1,12 +1,13 @@
 import asyncio
 import subprocess
 import sys
+from contextlib import AsyncExitStack
 
 import numpy as np
 import pytest
 
 from app.serving.gate import Busy, Client
-from app.serving.memory import Budget, MemoryTooLarge, resident_bytes, trim_if_over
+from app.serving.memory import HOLDS, Budget, MemoryTooLarge, resident_bytes, trim_if_over
 from tests.conftest import run_async
 
 
@@ -135,7 +136,7 @@ def test_past_the_budget_a_computation_waits_its_turn_round_the_clients():
         async def work(name: str, client: Client):
             async with budget.take(40, client):
                 order.append(name)
-                assert budget._by_address[client.address] <= 50
+                assert budget._by_address[False][client.address] <= 50
                 await release.wait()
 
         tasks = [asyncio.create_task(work(f"a{n}", Client("a", str(n)))) for n in range(4)]
@@ -159,5 +160,32 @@ def test_a_wait_past_the_longest_answers_busy_and_leaves_the_queue():
                     async with budget.take(10, Client("c")):
                         pass
         assert busy.value.retry_after > 0 and budget.waiting == 0 and budget.granted == 0
+
+    run_async(scenario())
+
+
+def test_reads_hold_at_most_half_and_work_never_waits_for_them():
+    """Four requests each hold the 25 bytes of the run they read, then ask 40 for their computation: reads
+    take at most half the budget, so the requests holding them get their work's memory in turn, and the two
+    others read once they have answered. Without a request counting its reads, a hold is nothing."""
+
+    async def scenario():
+        budget = Budget(100)
+        order = []
+        assert (await budget.hold(25, Client("x"), "a run")) is None and budget.reading == 0
+
+        async def request(name: str):
+            async with AsyncExitStack() as holds:
+                HOLDS.set(holds)
+                await budget.hold(25, Client(name), "its run")
+                order.append(f"read {name}")
+                async with budget.take(40, Client(name)):
+                    order.append(f"work {name}")
+                    await asyncio.sleep(0.01)
+                    assert budget.held <= 100 and budget.reading <= 50
+
+        await asyncio.gather(*(request(name) for name in "abcd"))
+        assert len(order) == 8 and order.index("read c") > order.index("work a")  # c read once a had answered
+        assert budget.reading == budget.granted == budget.waiting == 0
 
     run_async(scenario())

@@ -24,7 +24,16 @@ from typing import TypeVar
 from torch import Tensor
 
 from app.engine import cells, faithfulness, measures, patches
-from app.engine.atlas import Atlas, Projection, atlas_slices, check_atlas, project, space_slices
+from app.engine.atlas import (
+    Atlas,
+    Projection,
+    atlas_bytes,
+    atlas_slices,
+    check_ablation,
+    check_atlas,
+    project,
+    space_slices,
+)
 from app.engine.blocks import BlockCache
 from app.engine.model import LoadedModel
 from app.engine.runs import BATCH_TOKENS, Engine, Run
@@ -132,6 +141,7 @@ class Lab:
         max_batch_runs: int = 64,
         max_attribution_step_tokens: int | None = None,
         max_patch_tokens: int | None = None,
+        max_ablation_tokens: int | None = None,
         model_loads_per_hour: int = 20,
     ):
         """`loaded`: the default model; `folders`: more models, loaded when first asked for."""
@@ -141,16 +151,16 @@ class Lab:
         # other measures' blocks; work under way lets the least recently used of them go where it needs room.
         self.budget = Budget(max_cache_bytes, gate.max_waiting, gate.max_wait_seconds)
         self.blocks = BlockCache(max_cache_bytes // BLOCK_SHARE)
-        self.blocks.freed = self.budget.freed
         self.models = Models(loaded, list(folders), max_chars, max_tokens, max_loaded_models, self.blocks)
         self.loads = Loads(model_loads_per_hour)
         self.max_attribution_step_tokens = max_attribution_step_tokens
         self.max_patch_tokens = max_patch_tokens
+        self.max_ablation_tokens = max_ablation_tokens
         self.specs = specs
         self.gate = gate
         self.model_threads = ModelThreads(gate.max_passes)  # the cores go to the passes (app.engine.threads)
         self.max_batch_runs = max_batch_runs  # runs one turn at the model may compute together
-        self.runs: RunCache[Run] = RunCache(max_runs, max_cache_bytes - self.blocks.max_bytes, self.budget.freed)
+        self.runs: RunCache[Run] = RunCache(max_runs, max_cache_bytes - self.blocks.max_bytes)
         self.budget.caches = [self.blocks, self.runs]
         # Passes under way, by run id: a request for the same run meanwhile awaits that pass. A pass whose
         # waiters have all gone (their clients disconnected) before it started is called off.
@@ -307,9 +317,16 @@ class Lab:
         """analyze() for the server: the run (kept, or computed once however many ask for it at a time),
         then its spec in the shared store, so that every worker can serve the id the client receives.
         `client` is whose turn at the gate this request takes."""
+        engine = await self.engine_for(spec.model, client)
+        await self._read(engine, spec, client)
         run = await self._computed(spec, client)
         await self._stored(spec)
         return run
+
+    async def _read(self, engine: Engine, spec: RunSpec, client: Client) -> None:
+        """The bytes of the spec's run held for the request that reads it (Budget.hold), before it is read."""
+        length = await self._length(engine, spec)
+        await self.budget.hold(engine.run_bytes(length), client, f"reading a run of {length:,} tokens")
 
     async def _stored(self, spec: RunSpec) -> None:
         """The spec put in the shared store, in one write with every other spec put at the same moment:
@@ -337,10 +354,17 @@ class Lab:
                     stored.set_result(None)
 
     async def run(self, run_id: str, client: Client = ANYONE) -> Run:
-        """A run by id: from this worker's cache, or recomputed from the spec in the shared store."""
-        run = self.runs.get(run_id)
-        if run is not None:
-            return run
+        """A run by id: from this worker's cache, or recomputed from the spec in the shared store; its bytes held
+        for the request before it reads it (Budget.hold)."""
+        kept = self.runs.get(run_id)
+        held = kept is not None
+        if held:
+            nbytes = sum(kept.storages.values())
+            del kept  # not held by this request while it waits for its memory
+            await self.budget.hold(nbytes, client, f"reading run {run_id}")
+            run = self.runs.get(run_id)
+            if run is not None:
+                return run
         spec = await asyncio.to_thread(self.specs.get, run_id) if RUN_ID.fullmatch(run_id) else None
         if not isinstance(spec, RunSpec):
             raise RunNotFound(run_id)
@@ -349,6 +373,8 @@ class Lab:
         engine = await self.engine_for(spec.model, client)
         if spec.model_digest != engine.loaded.digest:
             raise ForeignRun(run_id, spec, engine.loaded)
+        if not held:
+            await self._read(engine, spec, client)
         return await self._computed(spec, client)
 
     async def pooled(self, run: Run, client: Client = ANYONE) -> Run:
@@ -409,9 +435,11 @@ class Lab:
         slices = faithfulness.scoreboard_slices(engine, run, accounts, query, other)
         return await self.in_turns(f"the scoreboard of run {run.run_id} in {len(slices) - 2} passes", slices, client)
 
-    async def start_atlas(self, spec: AtlasSpec) -> None:
-        """The atlas's spec checked and put in the shared store: its id names it on every worker."""
+    async def start_atlas(self, spec: AtlasSpec, client: Client = ANYONE) -> None:
+        """The atlas's spec checked (its corpus, and its ablation sample's cost in its model) and put in the
+        shared store: its id names it on every worker."""
         check_atlas(spec)
+        check_ablation(await self.engine_for(spec.model, client), spec, self.max_ablation_tokens)
         await self._stored(spec)
 
     async def atlas_spec(self, atlas_id: str) -> AtlasSpec:
@@ -471,7 +499,8 @@ class Lab:
                 self._tell_store(spec.run_id, -1, -1)
 
         try:
-            found = await self.in_turns(f"the atlas {spec.run_id}", atlas_slices(engine, spec, report), client)
+            slices = atlas_slices(engine, spec, report, self.max_ablation_tokens)
+            found = await self.in_turns(f"the atlas {spec.run_id}", slices, client, atlas_bytes(engine, spec))
         finally:
             await asyncio.to_thread(end)
         self.runs.put(key, found, counted=False)

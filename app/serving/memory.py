@@ -7,7 +7,8 @@ import ctypes.util
 import os
 from collections import Counter, deque
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import AsyncExitStack, asynccontextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
@@ -161,7 +162,12 @@ def trim_if_over(limit_bytes: int) -> None:
 
 
 MIB = 1024**2
-CLIENT_SHARE = 2  # one client address holds at most 1/CLIENT_SHARE of the budget at once
+# One address's share of the budget for work under way, and of what requests read: at most 1/WORK_SHARE and
+# 1/READ_SHARE of it at once. What all requests read is at most 1/READS of it, so that work always has the rest.
+WORK_SHARE = 2
+READ_SHARE = 4
+READS = 2
+HOLDS: ContextVar[AsyncExitStack | None] = ContextVar("holds", default=None)  # the request's reads (Budget.hold)
 
 
 class MemoryTooLarge(InvalidInput):
@@ -169,11 +175,10 @@ class MemoryTooLarge(InvalidInput):
 
 
 class Held(Protocol):
-    """Memory held between computations (a cache), which the budget may ask to let go of."""
+    """Memory kept between computations (a cache), which the budget may ask to let go of."""
 
     @property
-    def held_bytes(self) -> int:
-        """The bytes its entries hold now: those it keeps, and those it let go that are still in use."""
+    def held_bytes(self) -> int: ...
 
     def let_go_oldest(self) -> bool:
         """Lets its least recently used entry go; False when it keeps none."""
@@ -181,89 +186,113 @@ class Held(Protocol):
 
 @dataclass(eq=False)
 class Ask:
-    """A computation waiting for its memory: resolved when granted."""
+    """A computation (or a read) waiting for its memory: resolved when granted."""
 
     client: Client
     nbytes: int
+    reads: bool  # a request's read of a run, held until the request ends (Budget.hold)
     ready: asyncio.Future = field(default_factory=lambda: asyncio.get_running_loop().create_future())
 
 
 class Budget:
     """One process's memory for everything that grows with its input, granted before the work starts (as
     Spark's unified memory manager grants execution memory, and PostgreSQL's work_mem bounds a sort): the
-    caches' bytes (Held: runs, blocks, measures, kept even while still in use) and the computations under
-    way, together at most `max_bytes` (ATTENTION_LAB_MAX_STORE_BYTES). A computation states its peak from its
-    shapes and takes it (take); where the caches' bytes leave too little room, their least recently used
-    entries go first; where the work under way does, it waits its turn, round the client addresses and the
-    browsers within each, as passes do (app.serving.gate). One address holds at most 1/CLIENT_SHARE of the
-    budget, so that no client can shut the others out; a computation past that answers 422 naming the setting,
-    a wait past `max_wait_seconds` (or past `max_waiting` others) 503 with Retry-After.
+    caches' bytes (Held: runs, blocks, measures), the runs requests read (hold), and the computations under
+    way (take), together at most `max_bytes` (ATTENTION_LAB_MAX_STORE_BYTES). A computation states its peak
+    from its shapes and takes it before it starts; a request holds a run's bytes before it reads it, until it
+    ends (a run the cache lets go meanwhile stays in memory for it). Where the caches leave too little room,
+    their least recently used entries go first; where work or reads do, an ask waits its turn, round the
+    client addresses and the browsers within each, as passes do (app.serving.gate).
 
-    All bookkeeping is on the event loop, with no lock: a take that fits costs a few additions."""
+    Reads together hold at most 1/READS of the budget, and a computation never waits for a read: work always
+    has the rest, so a request that holds its run and waits for its computation's memory waits only for other
+    computations, which end. One address holds at most 1/WORK_SHARE of the budget in work and 1/READ_SHARE in
+    reads, so that no client can shut the others out; an ask past that answers 422 naming the setting, a wait
+    past `max_wait_seconds` (or past `max_waiting` others) 503 with Retry-After.
 
-    def __init__(self, max_bytes: int, max_waiting: int = 64, max_wait_seconds: float = 30.0, setting: str = ""):
+    All bookkeeping is on the event loop, with no lock: an ask that fits costs a few additions."""
+
+    def __init__(self, max_bytes: int, max_waiting: int = 64, max_wait_seconds: float = 30.0):
         self.max_bytes = max_bytes
-        self.max_per_client = max_bytes // CLIENT_SHARE
         self.max_waiting = max_waiting
         self.max_wait_seconds = max_wait_seconds
-        self.setting = setting or f"{ENV_PREFIX}MAX_STORE_BYTES"
+        self.setting = f"{ENV_PREFIX}MAX_STORE_BYTES"
         self.granted = 0  # bytes granted to computations under way
-        self.peak_granted = 0
+        self.reading = 0  # bytes of the runs requests hold
         self.caches: list[Held] = []  # let go of in this order where room is needed
-        self._by_address: Counter[str] = Counter()  # bytes granted per address
+        self._by_address: dict[bool, Counter[str]] = {False: Counter(), True: Counter()}  # work, reads
         self._asks: dict[str, dict[str, deque[Ask]]] = {}  # waiting, by address then browser, in turn order
         self.waiting = 0
-        self._loop: asyncio.AbstractEventLoop | None = None
 
     @property
     def held(self) -> int:
-        """Every byte the budget counts: the caches' and the computations'."""
-        return self.granted + sum(cache.held_bytes for cache in self.caches)
+        """Every byte the budget counts: the caches', the reads' and the computations'."""
+        return self.granted + self.reading + sum(cache.held_bytes for cache in self.caches)
 
-    def check(self, nbytes: int, what: str) -> None:
+    def check(self, nbytes: int, what: str, reads: bool = False) -> None:
         """MemoryTooLarge where `what` could never be granted `nbytes`."""
-        if nbytes > self.max_per_client:
+        share = READ_SHARE if reads else WORK_SHARE
+        if nbytes > self.max_bytes // share:
             raise MemoryTooLarge(
-                f"{what} needs {nbytes / MIB:,.0f} MiB at once, past the {self.max_per_client / MIB:,.0f} MiB one "
-                f"client may hold (1/{CLIENT_SHARE} of {self.setting}={self.max_bytes:,}): ask for less (a shorter "
-                f"input, a window, a view pooled by size), or raise {self.setting}"
+                f"{what} needs {nbytes / MIB:,.0f} MiB at once, past the {self.max_bytes // share / MIB:,.0f} MiB "
+                f"one client may {'read' if reads else 'use'} at once (1/{share} of {self.setting}="
+                f"{self.max_bytes:,}): ask for less (a shorter input, a window, a view pooled by size), or raise "
+                f"{self.setting}"
             )
 
     @asynccontextmanager
     async def take(self, nbytes: int, client: Client = ANYONE, what: str = "this computation") -> AsyncIterator[None]:
-        """`nbytes` held by the caller until it leaves the block: at once where they fit, else when its turn
-        comes and they do."""
-        self.check(nbytes, what)
-        if not self.try_take(nbytes, client):
-            await self._wait(Ask(client, nbytes), what)
+        """`nbytes` for a computation until the caller leaves the block: at once where they fit, else when its
+        turn comes and they do."""
+        await self._ask(nbytes, client, what, reads=False)
         try:
             yield
         finally:
             self.give_back(nbytes, client)
 
-    def try_take(self, nbytes: int, client: Client = ANYONE) -> bool:
+    async def hold(self, nbytes: int, client: Client, what: str) -> None:
+        """`nbytes` of a run the request reads, held until the request ends (HOLDS, app.web.deps); nothing where
+        no request counts its reads (the engine used directly)."""
+        holds = HOLDS.get()
+        if holds is None:
+            return
+        await self._ask(nbytes, client, what, reads=True)
+        holds.callback(self.give_back, nbytes, client, True)
+
+    def try_take(self, nbytes: int, client: Client = ANYONE, reads: bool = False) -> bool:
         """`nbytes` granted now if they fit with nobody waiting before them (then give_back them), else False."""
-        if self.waiting or not self._fits(client.address, nbytes):
+        if self.waiting or not self._fits(client.address, nbytes, reads):
             return False
-        self._grant(client.address, nbytes)
+        self._grant(client.address, nbytes, reads)
         return True
 
-    def give_back(self, nbytes: int, client: Client = ANYONE) -> None:
-        self.granted -= nbytes
-        self._by_address[client.address] -= nbytes
-        if not self._by_address[client.address]:
-            del self._by_address[client.address]
+    def give_back(self, nbytes: int, client: Client = ANYONE, reads: bool = False) -> None:
+        if reads:
+            self.reading -= nbytes
+        else:
+            self.granted -= nbytes
+        counts = self._by_address[reads]
+        counts[client.address] -= nbytes
+        if not counts[client.address]:
+            del counts[client.address]
         if self.waiting:
             self._serve()
 
-    def freed(self) -> None:
-        """Memory went back outside a take (a cache's entry let go, no longer in use): waiting asks are served,
-        from any thread."""
-        if self.waiting and self._loop is not None:
-            self._loop.call_soon_threadsafe(self._serve)
+    async def _ask(self, nbytes: int, client: Client, what: str, reads: bool) -> None:
+        self.check(nbytes, what, reads)
+        if not self.try_take(nbytes, client, reads):
+            await self._wait(Ask(client, nbytes, reads), what)
 
-    def _fits(self, address: str, nbytes: int) -> bool:
-        if self._by_address[address] + nbytes > self.max_per_client:
+    def _within_share(self, address: str, nbytes: int, reads: bool) -> bool:
+        if reads:
+            return (
+                self._by_address[True][address] + nbytes <= self.max_bytes // READ_SHARE
+                and self.reading + nbytes <= self.max_bytes // READS
+            )
+        return self._by_address[False][address] + nbytes <= self.max_bytes // WORK_SHARE
+
+    def _fits(self, address: str, nbytes: int, reads: bool) -> bool:
+        if not self._within_share(address, nbytes, reads):
             return False
         held = self.held
         for cache in self.caches:
@@ -271,15 +300,16 @@ class Budget:
                 held = self.held
         return held + nbytes <= self.max_bytes
 
-    def _grant(self, address: str, nbytes: int) -> None:
-        self.granted += nbytes
-        self.peak_granted = max(self.peak_granted, self.granted)
-        self._by_address[address] += nbytes
+    def _grant(self, address: str, nbytes: int, reads: bool) -> None:
+        if reads:
+            self.reading += nbytes
+        else:
+            self.granted += nbytes
+        self._by_address[reads][address] += nbytes
 
     async def _wait(self, ask: Ask, what: str) -> None:
         if self.waiting >= self.max_waiting:
-            raise Busy(f"{self.waiting} computations already wait for memory: try again in a moment", 2)
-        self._loop = asyncio.get_running_loop()
+            raise Busy(f"{self.waiting} requests already wait for memory: try again in a moment", 2)
         address, cookie = ask.client.address, ask.client.cookie
         self._asks.setdefault(address, {}).setdefault(cookie, deque()).append(ask)
         self.waiting += 1
@@ -289,7 +319,7 @@ class Budget:
                 await asyncio.shield(ask.ready)
         except BaseException as error:
             if ask.ready.done():  # granted as the wait ended: given back at once
-                self.give_back(ask.nbytes, ask.client)
+                self.give_back(ask.nbytes, ask.client, ask.reads)
             else:
                 ask.ready.cancel()
                 self._leave(ask)
@@ -313,18 +343,21 @@ class Budget:
 
     def _serve(self) -> None:
         """Grants the waiting asks whose turn it is, round the addresses and each one's browsers, while they fit.
-        An address at its share is passed over (its own work must end first); an ask too large for the room
-        left stops the round, so that small asks behind it cannot starve it."""
+        An ask past its address's share, or a read past the reads' share, is passed over (other work must end
+        first); a computation too large for the room left stops the round, so that small asks behind it cannot
+        starve it."""
         for address in list(self._asks):
             browsers = self._asks[address]
             cookie = next(iter(browsers))
             ask = browsers[cookie][0]
-            if self._by_address[address] + ask.nbytes > self.max_per_client:
+            if not self._within_share(address, ask.nbytes, ask.reads):
                 continue
-            if not self._fits(address, ask.nbytes):
+            if not self._fits(address, ask.nbytes, ask.reads):
+                if ask.reads:
+                    continue
                 return
             self._leave(ask)
-            self._grant(address, ask.nbytes)
+            self._grant(address, ask.nbytes, ask.reads)
             ask.ready.set_result(None)
             # This address and browser go to the back of the round.
             if address in self._asks:
