@@ -153,12 +153,13 @@ def alti_bytes(run, layer: int) -> int:
     """ALTI's peak memory for block `layer`, stated before it starts, from the block's shapes (n tokens, h
     heads, d_model): its contributions [query, key] in float32; what every row reads, in float64 (alti_block:
     the vectors per head and the mean's, f itself, the per-token vectors); the weights of ROW_CHUNK queries;
-    and one chunk's products ([chunk, key, d_model] and their einsum's operands, three of them)."""
+    and one chunk's products ([chunk, key, d_model] and the einsum's own, two of them: 323 MiB measured at
+    6,813 tokens of a 4-head, 64-wide decoder, where this states 344)."""
     n, d_model = run.block_input(layer).shape
     heads = run.n_heads
     per_head = (2 * heads + 1) * n * d_model * 8
     rows = (heads + 1) * ROW_CHUNK * n * 8 * 2
-    chunk = 3 * query_chunk(n, d_model) * n * d_model * 8
+    chunk = 2 * query_chunk(n, d_model) * n * d_model * 8
     return n * n * 4 + per_head + 8 * n * d_model * 8 + rows + chunk
 
 
