@@ -189,3 +189,17 @@ def test_reads_hold_at_most_half_and_work_never_waits_for_them():
         assert budget.reading == budget.granted == budget.waiting == 0
 
     run_async(scenario())
+
+
+def test_a_small_ask_is_not_held_behind_a_large_one_that_does_not_fit_yet():
+    async def scenario():
+        budget = Budget(200)
+        async with budget.take(90, Client("a")), budget.take(60, Client("c")):
+            large = asyncio.create_task(budget._ask(100, Client("b"), "ALTI", reads=False))
+            await asyncio.sleep(0)
+            async with budget.take(10, Client("learner")):  # 160 fit, beside the 100 waiting
+                assert not large.done()
+        await large
+        assert budget.granted == 100
+
+    run_async(scenario())

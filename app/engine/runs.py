@@ -519,6 +519,17 @@ class Engine:
         logits = min(tokens, LOGIT_ROWS) * config.vocab_size * 4 * 4 if self.loaded.has_lm_head else 0
         return eager + made + masks + rows + logits
 
+    def backward_bytes(self, batch: int, tokens: int) -> int:
+        """What a pass with gradients (Integrated Gradients, the scoreboard's gradients) holds at its peak: every
+        block's activations kept for the backward pass (their FFN rows and hidden states, their attention's
+        scores and weights), twice for the gradients, and the LM head's logits."""
+        config = self.loaded.model.config
+        heads, layers, hidden = config.num_attention_heads, config.num_hidden_layers, config.hidden_size
+        inner = getattr(config, "intermediate_size", None) or 4 * hidden
+        block = batch * tokens * (3 * inner + 8 * hidden) * 4 + 3 * batch * heads * tokens**2 * 4
+        logits = tokens * config.vocab_size * 4 * 2 if self.loaded.has_lm_head else 0
+        return 2 * layers * block + logits
+
     def _recorded(self) -> set[str]:
         """The names this model records, block 0's standing for every block's."""
         tokens, _ = self.tokenize("a")

@@ -34,6 +34,7 @@ from app.engine.atlas import (
     project,
     space_slices,
 )
+from app.engine.attribution import steps_per_slice
 from app.engine.blocks import BlockCache
 from app.engine.model import LoadedModel
 from app.engine.runs import BATCH_TOKENS, Engine, Run
@@ -412,14 +413,22 @@ class Lab:
             if ask["method"] == "integrated_gradients"
             else "gradient × input"
         )
-        return await self.in_turns(what, slices, client)
+        tokens = await self._tokens(engine, ask["text"], ask.get("other"))
+        return await self.in_turns(what, slices, client, engine.backward_bytes(steps_per_slice(tokens), tokens))
+
+    async def _tokens(self, engine: Engine, *texts: str | None) -> int:
+        """The most tokens any of the texts reads (at most the engine's max_tokens), tokenized in a thread."""
+        lengths = [await asyncio.to_thread(engine.length, engine.spec(text)) for text in texts if text]
+        return max(lengths, default=1)
 
     async def patch(self, model: str | None, client: Client = ANYONE, **ask) -> dict:
         """Input A with activations of input B put in (app.engine.patches.patch_job's `ask`): checked at once
         (its texts, its cells, its cost), then one padded pass of several cells per turn of the gate."""
         engine = await self.engine_for(model, client)
         slices = patches.patch_job(engine, **ask, max_cell_tokens=self.max_patch_tokens)
-        return await self.in_turns(f"patching of {len(slices) - 1} passes", slices, client)
+        tokens = await self._tokens(engine, ask["text"], ask["source"])
+        nbytes = engine.transient_bytes(BATCH_TOKENS // tokens + 2, tokens) + engine.run_bytes(tokens)
+        return await self.in_turns(f"patching of {len(slices) - 1} passes", slices, client, nbytes)
 
     async def scoreboard(
         self, model: str | None, client: Client = ANYONE, *, text: str, query: int | None, other: str | None
@@ -433,7 +442,10 @@ class Lab:
         run = await self.submit(spec, client)
         accounts = {measure: await self.measured(run, measure, None, client) for measure in ("weights", "norm", "alti")}
         slices = faithfulness.scoreboard_slices(engine, run, accounts, query, other)
-        return await self.in_turns(f"the scoreboard of run {run.run_id} in {len(slices) - 2} passes", slices, client)
+        tokens = len(run.tokens)
+        nbytes = engine.backward_bytes(1, tokens) + engine.transient_bytes(BATCH_TOKENS // tokens + 1, tokens)
+        what = f"the scoreboard of run {run.run_id} in {len(slices) - 2} passes"
+        return await self.in_turns(what, slices, client, nbytes)
 
     async def start_atlas(self, spec: AtlasSpec, client: Client = ANYONE) -> None:
         """The atlas's spec checked (its corpus, and its ablation sample's cost in its model) and put in the

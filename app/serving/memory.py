@@ -342,20 +342,16 @@ class Budget:
         self.waiting -= 1
 
     def _serve(self) -> None:
-        """Grants the waiting asks whose turn it is, round the addresses and each one's browsers, while they fit.
-        An ask past its address's share, or a read past the reads' share, is passed over (other work must end
-        first); a computation too large for the room left stops the round, so that small asks behind it cannot
-        starve it."""
+        """Grants the waiting asks whose turn it is, round the addresses and each one's browsers, where they fit.
+        An ask that does not fit yet is passed over: a learner's short pass is not held behind someone's large
+        computation, which is granted as soon as the memory under way leaves it room (or answers 503 after
+        max_wait_seconds)."""
         for address in list(self._asks):
             browsers = self._asks[address]
             cookie = next(iter(browsers))
             ask = browsers[cookie][0]
-            if not self._within_share(address, ask.nbytes, ask.reads):
-                continue
             if not self._fits(address, ask.nbytes, ask.reads):
-                if ask.reads:
-                    continue
-                return
+                continue
             self._leave(ask)
             self._grant(address, ask.nbytes, ask.reads)
             ask.ready.set_result(None)
