@@ -172,12 +172,12 @@ def test_reads_hold_at_most_half_and_work_never_waits_for_them():
     async def scenario():
         budget = Budget(100)
         order = []
-        assert (await budget.hold(25, Client("x"), "a run")) is None and budget.reading == 0
+        assert (await budget.hold(25, Client("x"), "a run", "x")) is None and budget.reading == 0
 
         async def request(name: str):
             async with AsyncExitStack() as holds:
                 HOLDS.set(holds)
-                await budget.hold(25, Client(name), "its run")
+                await budget.hold(25, Client(name), "its run", name)
                 order.append(f"read {name}")
                 async with budget.take(40, Client(name)):
                     order.append(f"work {name}")
@@ -201,5 +201,20 @@ def test_a_small_ask_is_not_held_behind_a_large_one_that_does_not_fit_yet():
                 assert not large.done()
         await large
         assert budget.granted == 100
+
+    run_async(scenario())
+
+
+def test_one_run_read_by_many_requests_is_counted_once_until_the_last_has_answered():
+    async def scenario():
+        budget = Budget(100)
+        stacks = [AsyncExitStack() for _ in range(10)]
+        for n, stack in enumerate(stacks):
+            HOLDS.set(stack)
+            await budget.hold(25, Client(f"127.0.0.{n}"), "the run", "run")
+        assert budget.reading == 25
+        for stack in stacks:
+            await stack.aclose()
+        assert budget.reading == 0 and not budget._by_address[True]
 
     run_async(scenario())

@@ -327,7 +327,8 @@ class Lab:
     async def _read(self, engine: Engine, spec: RunSpec, client: Client) -> None:
         """The bytes of the spec's run held for the request that reads it (Budget.hold), before it is read."""
         length = await self._length(engine, spec)
-        await self.budget.hold(engine.run_bytes(length), client, f"reading a run of {length:,} tokens")
+        what = f"reading a run of {length:,} tokens"
+        await self.budget.hold(engine.run_bytes(length), client, what, spec.run_id)
 
     async def _stored(self, spec: RunSpec) -> None:
         """The spec put in the shared store, in one write with every other spec put at the same moment:
@@ -362,7 +363,7 @@ class Lab:
         if held:
             nbytes = sum(kept.storages.values())
             del kept  # not held by this request while it waits for its memory
-            await self.budget.hold(nbytes, client, f"reading run {run_id}")
+            await self.budget.hold(nbytes, client, f"reading run {run_id}", run_id)
             run = self.runs.get(run_id)
             if run is not None:
                 return run

@@ -223,6 +223,7 @@ class Budget:
         self._by_address: dict[bool, Counter[str]] = {False: Counter(), True: Counter()}  # work, reads
         self._asks: dict[str, dict[str, deque[Ask]]] = {}  # waiting, by address then browser, in turn order
         self.waiting = 0
+        self._readers: dict[str, list] = {}  # run -> [requests reading it, its bytes, whose read counts them]
 
     @property
     def held(self) -> int:
@@ -250,14 +251,28 @@ class Budget:
         finally:
             self.give_back(nbytes, client)
 
-    async def hold(self, nbytes: int, client: Client, what: str) -> None:
-        """`nbytes` of a run the request reads, held until the request ends (HOLDS, app.web.deps); nothing where
-        no request counts its reads (the engine used directly)."""
+    async def hold(self, nbytes: int, client: Client, what: str, key: str) -> None:
+        """`nbytes` of a run (named `key`) the request reads, held until the request ends (HOLDS, app.web.deps):
+        counted once however many requests read the same run at once, by the first of them, until the last
+        has answered; nothing where no request counts its reads (the engine used directly)."""
         holds = HOLDS.get()
         if holds is None:
             return
-        await self._ask(nbytes, client, what, reads=True)
-        holds.callback(self.give_back, nbytes, client, True)
+        if key not in self._readers:
+            await self._ask(nbytes, client, what, reads=True)
+            if key in self._readers:  # another request's read of it was granted meanwhile: one is enough
+                self.give_back(nbytes, client, True)
+            else:
+                self._readers[key] = [0, nbytes, client]
+        self._readers[key][0] += 1
+        holds.callback(self._read_done, key)
+
+    def _read_done(self, key: str) -> None:
+        readers = self._readers[key]
+        readers[0] -= 1
+        if not readers[0]:
+            del self._readers[key]
+            self.give_back(readers[1], readers[2], True)
 
     def try_take(self, nbytes: int, client: Client = ANYONE, reads: bool = False) -> bool:
         """`nbytes` granted now if they fit with nobody waiting before them (then give_back them), else False."""
