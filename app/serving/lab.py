@@ -326,7 +326,7 @@ class Lab:
 
     async def _read(self, engine: Engine, spec: RunSpec, client: Client) -> None:
         """The bytes of the spec's run held for the request that reads it (Budget.hold), before it is read."""
-        length = await self._length(engine, spec)
+        length = self._length(engine, spec)
         what = f"reading a run of {length:,} tokens"
         await self.budget.hold(engine.run_bytes(length), client, what, spec.run_id)
 
@@ -591,7 +591,7 @@ class Lab:
         take theirs then, where it is free at once (else they wait for a turn of their own)."""
         try:
             engine = await self.engine_for(spec.model, client)  # loaded before the turn, in case it was let go
-            length = await self._length(engine, spec)
+            length = self._length(engine, spec)
             what = f"the pass of {length:,} tokens"
             async with self.budget.take(engine.pass_bytes([length]), client, what):
                 async with self.gate.admit(client, job=spec) as claimed:
@@ -620,15 +620,15 @@ class Lab:
             if self._passes.get(spec.run_id) is asyncio.current_task():
                 del self._passes[spec.run_id]
 
-    async def _length(self, engine: Engine, spec: RunSpec) -> int:
+    def _length(self, engine: Engine, spec: RunSpec) -> int:
         """The spec's tokens as read, or more: every token reads at least one byte of its text, beside the few
-        the tokenizer adds, so a short text's bytes bound them without tokenizing; a longer one is tokenized in
-        a thread (Engine.length)."""
+        the tokenizer adds, so a short text's bytes bound them without tokenizing; a longer one is tokenized
+        (Engine.length) here, on the event loop, so that the request keeps its place in the gate's order."""
         prompt = engine.loaded.pipeline.prompts[spec.prompt] if spec.prompt is not None else ""
         bound = sum(len(text.encode()) for text in (spec.text, spec.text_pair or "", prompt)) + ADDED_TOKENS
         if bound <= SHORT_TOKENS:
             return min(bound, engine.max_tokens)
-        return await asyncio.to_thread(engine.length, spec)
+        return engine.length(spec)
 
     def _joins(self, spec: RunSpec, length: int, client: Client) -> "Joins":
         """Which waiting specs may join this one's turn: of the same model, each of at most a quarter of the
