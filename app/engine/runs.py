@@ -514,7 +514,9 @@ class Engine:
         block = batch * heads * tokens**2 * 4
         eager = 3 * block if block <= FUSED_FROM_BYTES else 0
         made = layers * block if block * layers <= MADE_WEIGHTS_BYTES else 0
-        masks = 2 * batch * tokens**2 * 4
+        # The masks an encoder's padded or causal pass is given (capture.model_inputs), and a decoder's eager one
+        # builds; a decoder's fused attention makes none.
+        masks = batch * tokens**2 * 4 if eager or not self.loaded.family.decoder else 0
         rows = batch * tokens * (3 * inner + 8 * hidden) * 4
         logits = min(tokens, LOGIT_ROWS) * config.vocab_size * 4 * 4 if self.loaded.has_lm_head else 0
         return eager + made + masks + rows + logits
