@@ -91,6 +91,7 @@ def create_app(model: LoadedModel | None = None, specs: SpecStore | None = None)
             max_batch_runs=settings.max_batch_runs,
             max_attribution_step_tokens=settings.max_attribution_step_tokens,
             max_patch_tokens=settings.max_patch_tokens,
+            max_ablation_tokens=settings.max_ablation_tokens,
             model_loads_per_hour=settings.model_loads_per_hour,
         )
         # A class lives where the run specs do when that is Redis (every worker sees it), else in this process.

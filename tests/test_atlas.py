@@ -18,7 +18,7 @@ from app.engine import atlas
 from app.engine.atlas import Projection
 from app.engine.capture import block_outputs, head_dim, starting_at
 from app.engine.model import load_model, packaged_model_path
-from app.engine.runs import Engine
+from app.engine.runs import BATCH_TOKENS, Engine
 from app.engine.spec import AtlasSpec, from_canonical
 from tests.conftest import TOKENIZER_FILES, LabProcess, make_lab, run_async
 from tests.families import BUILDERS, build
@@ -155,6 +155,45 @@ def test_ablation_effects_equal_the_labs_own_ablation_runs(lab, minilm):
             )
         atol = pass_tolerance(minilm.model.config)  # cosines of the atlas's padded passes and of runs alone
         assert float(found.scores["ablation"][layer, head]) == pytest.approx(float(np.mean(changes)), abs=atol)
+
+
+def test_the_ablation_sample_goes_in_passes_of_the_lab_s_batch_and_gives_the_same_effects(lab, minilm):
+    """Forty sentences switched off head by head: every pass of the atlas reads at most BATCH_TOKENS padded
+    tokens (the sample in groups, each block's ablated rows of a group in one pass), and the effects are the
+    mean over the sample of each sentence's own, as one sentence at a time gives them."""
+    sentences = tuple(f"{text} ({n})" for n in range(8) for text in SENTENCES)[:40]
+    spec = AtlasSpec(minilm.name, minilm.digest, sentences, repeats=1, repeat_length=4, ablation_sentences=40)
+    padded = []
+    hook = minilm.model.base_model.embeddings.register_forward_hook(
+        lambda module, args, out: padded.append(out.shape[0] * out.shape[1])
+    )
+    try:
+        found = computed(lab, spec)
+    finally:
+        hook.remove()
+    assert padded and max(padded) <= BATCH_TOKENS
+    one = [
+        computed(lab, AtlasSpec(minilm.name, minilm.digest, (text,), 1, 4, ablation_sentences=1))
+        for text in sentences[:3]
+    ]
+    few = computed(lab, AtlasSpec(minilm.name, minilm.digest, sentences[:3], 1, 4, ablation_sentences=3))
+    mean = sum(alone.scores["ablation"] for alone in one) / 3
+    torch.testing.assert_close(few.scores["ablation"], mean, rtol=0, atol=1e-6)
+    assert found.scores["ablation"].shape == (6, 12)
+
+
+def test_an_ablation_sample_past_the_bound_is_refused_naming_the_setting_and_what_fits(minilm, tmp_path):
+    """The sample's tokens × heads × blocks past ATTENTION_LAB_MAX_ABLATION_TOKENS: 422 at once, on the POST,
+    saying how many of these sentences fit; as many as it says are taken."""
+    lab = make_lab(minilm, tmp_path)
+    lab.max_ablation_tokens = 72 * 40  # 40 tokens of MiniLM's 12 heads × 6 blocks
+    spec = AtlasSpec(minilm.name, minilm.digest, SENTENCES, repeats=1, repeat_length=4, ablation_sentences=4)
+    with pytest.raises(atlas.InvalidInput, match="ATTENTION_LAB_MAX_ABLATION_TOKENS") as refused:
+        run_async(lab.start_atlas(spec))
+    fit = int(str(refused.value).split("at most ")[1].split(" ")[0])
+    lengths = [len(ids) for ids in minilm.tokenizer(list(SENTENCES[:4]))["input_ids"]]
+    assert sum(lengths[:fit]) <= 40 < sum(lengths[: fit + 1])
+    run_async(lab.start_atlas(AtlasSpec(minilm.name, minilm.digest, SENTENCES, 1, 4, ablation_sentences=fit)))
 
 
 @pytest.mark.parametrize("name", list(BUILDERS))

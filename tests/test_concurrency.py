@@ -144,8 +144,8 @@ def test_an_unexpected_error_anywhere_is_not_a_500(monkeypatch, tiny):
         assert client.get("/api/health").status_code == 200
 
 
-def test_runs_evicted_for_memory_are_computed_again_when_asked_for(monkeypatch, tiny):
-    monkeypatch.setenv("ATTENTION_LAB_MAX_STORE_BYTES", "1")  # every new run pushes the previous one out
+def test_runs_let_go_are_computed_again_when_asked_for(monkeypatch, tiny):
+    monkeypatch.setenv("ATTENTION_LAB_MAX_RUNS", "1")  # every new run pushes the previous one out
     get_settings.cache_clear()
     try:
         with TestClient(create_app(tiny)) as client:
@@ -154,6 +154,6 @@ def test_runs_evicted_for_memory_are_computed_again_when_asked_for(monkeypatch, 
             second = client.post("/api/analyze", json={"text": "second"}).json()["run_id"]
             assert client.app.state.lab.runs.get(first) is None
             assert client.get(f"/api/runs/{first}/embeddings").json() == before
-            assert client.app.state.lab.runs.get(second) is None  # the memory bound still holds
+            assert client.app.state.lab.runs.get(second) is None  # the bound still holds
     finally:
         get_settings.cache_clear()

@@ -2,15 +2,15 @@
 
 from typing import Annotated, Literal
 
-from fastapi import APIRouter, Query
+from fastapi import APIRouter, Depends, Query
 
 from app.engine import atlas
 from app.engine.labels import token_labels
 from app.engine.spec import AtlasSpec
-from app.web.deps import ClientDep, LabDep
+from app.web.deps import ClientDep, LabDep, request_reads
 from app.web.schemas import AtlasProgress, AtlasRequest, AtlasResponse, AtlasSpace, AtlasStarted, ErrorResponse
 
-router = APIRouter(prefix="/api/atlas")
+router = APIRouter(prefix="/api/atlas", dependencies=[Depends(request_reads)])
 NOT_FOUND = {
     404: {"model": ErrorResponse, "description": "Unknown or expired atlas"},
     503: {"model": ErrorResponse, "description": "The run store is not answering, or the model is busy"},
@@ -32,7 +32,7 @@ async def start(body: AtlasRequest, lab: LabDep, client: ClientDep):
         min(body.ablation_sentences, len(sentences)),
         engine.spec("a", mask=body.mask).mask,  # the model's own mask unless another is asked for, checked
     )
-    await lab.start_atlas(spec)
+    await lab.start_atlas(spec, client)
     return {"atlas_id": spec.run_id, "sentences": len(sentences)}
 
 
