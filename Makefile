@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 TORCH := torch==2.13.0
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: install install-test chromium redis-server run test bench load class-load clean
+.PHONY: install install-test chromium redis-server nginx run test bench load class-load clean
 
 # The venv's own file, written when it is made: a new venv is newer than the stamps below.
 $(VENV)/pyvenv.cfg:
@@ -39,10 +39,14 @@ chromium:
 redis-server:
 	@test -x /usr/bin/redis-server || { $(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq redis-server; }
 
+# The deployment's test (tests/test_deploy.py) runs Debian's nginx with deploy/nginx.conf in the foreground.
+nginx:
+	@test -x /usr/sbin/nginx || { $(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq nginx; }
+
 run: install
 	$(BIN)/python -m app
 
-test: install-test chromium redis-server
+test: install-test chromium redis-server nginx
 	$(BIN)/ruff check app tests bench
 	$(BIN)/python -m pytest
 

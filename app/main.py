@@ -29,7 +29,7 @@ from app.classroom.classes import (
     WrongPhase,
     not_shared,
 )
-from app.classroom.streams import TooManyStreams
+from app.classroom.streams import TooManyStreams, stop_on_signals
 from app.engine.model import LoadedModel, ModelLoadError, load_model
 from app.engine.runs import InvalidInput, OutOfRange, PassFailed, TextTooLong
 from app.engine.threads import one_core_elsewhere
@@ -76,6 +76,8 @@ def create_app(model: LoadedModel | None = None, specs: SpecStore | None = None)
             settings.max_wait_seconds,
             max_waiting_per_address=settings.max_waiting_per_address,
         )
+        # Told to stop, the work under way answers 503 at its next turn instead of being cut off at the grace.
+        stop_on_signals(gate.stop)
         app.state.lab = Lab(
             loaded,
             store,
@@ -89,6 +91,7 @@ def create_app(model: LoadedModel | None = None, specs: SpecStore | None = None)
             max_batch_runs=settings.max_batch_runs,
             max_attribution_step_tokens=settings.max_attribution_step_tokens,
             max_patch_tokens=settings.max_patch_tokens,
+            max_ablation_tokens=settings.max_ablation_tokens,
             model_loads_per_hour=settings.model_loads_per_hour,
         )
         # A class lives where the run specs do when that is Redis (every worker sees it), else in this process.

@@ -38,7 +38,7 @@ class Settings(BaseSettings):
     # Runs each worker keeps in memory for the per-head and per-layer endpoints: the cache evicts the
     # least recently used run once either bound is passed (and recomputes it from its spec if asked again).
     max_runs: Annotated[int, between(1, 100_000)] = 64
-    max_store_bytes: Annotated[int, between(1, 1024 * GIB)] = 2 * GIB
+    max_store_bytes: Annotated[int, between(64 * 1024**2, 1024 * GIB)] = 2 * GIB
     # Memory each server process takes at start and keeps for its runs, up to max_store_bytes, so that runs
     # reuse pages the system has already handed over (app.serving.memory.reserve); 0: take it as runs need it.
     reserve_bytes: Annotated[int, between(0, 1024 * GIB)] = 1 * GIB
@@ -68,6 +68,10 @@ class Settings(BaseSettings):
     # 6 blocks × 12 heads at 64 tokens is 4,736; every block × position of a 128-token input is 98,560).
     # The faithfulness scoreboard runs A once per head and key: (heads × keys + 1) × tokens, the same bound.
     max_patch_tokens: Annotated[int, between(64, 10_000_000)] = 131_072
+    # The head atlas's ablation effect switches each head off in turn on its first sentences, from the head's
+    # block on: its passes read the sample's tokens × heads × blocks (MiniLM's 12 × 6: 72 a token). Past this
+    # product a corpus run answers 422 (262,144 is about 240 sentences of 15 tokens in MiniLM).
+    max_ablation_tokens: Annotated[int, between(64, 100_000_000)] = 262_144
     # Models one address may have loaded (a model let go, asked for again) in an hour; 429 past it.
     model_loads_per_hour: Annotated[int, between(1, 10_000)] = 20
     # A request that gets its turn computes the runs waiting behind it (fair order, same model) in the same

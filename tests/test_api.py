@@ -3,14 +3,19 @@
 import base64
 import os
 import socket
+from collections import Counter
 
 import httpx
 import numpy as np
 import pytest
 import torch
+from transformers import AutoTokenizer
 
+from app.engine.labels import token_labels
+from app.engine.model import packaged_model_path
 from app.web.encoding import decode_attention
 from tests.conftest import LIVE_LAB_PROXY
+from tests.float32 import largest, pass_tolerance, product_tolerance, tolerance
 
 BANK = {"text": "the river bank"}
 
@@ -98,13 +103,45 @@ def test_analyze_contract(bank):
     assert bank["truncated"] is False and bank["mask"] == "bidirectional"
     pooled = bank["pooled"]
     assert pooled["strategy"] == "mean" and len(pooled["vector"]) == 384
-    assert pooled["norm"] == pytest.approx(np.linalg.norm(pooled["vector"]), rel=1e-6)
+    assert pooled["norm"] == pytest.approx(np.linalg.norm(pooled["vector"]), rel=tolerance(384))
     np.testing.assert_allclose(np.array(pooled["vector"]) / pooled["norm"], pooled["normalized"], atol=1e-7)
     assert [(stage["module"], stage["title"]) for stage in pooled["stages"]] == [
         ("Pooling", "mean pooling"),
         ("Normalize", "L2 normalisation"),
     ]
     np.testing.assert_allclose(pooled["embedding"], pooled["normalized"], atol=1e-7)
+
+
+REPEATED = "a dog saw a cat and a bird near a tree"
+
+
+def test_a_label_tells_repeated_pieces_apart_by_their_position():
+    assert token_labels(["[CLS]", "a", " a", "dog", " ", "a", "[SEP]"]) == [
+        "[CLS]", "a #1", "a #2", "dog", "␣", "a #5", "[SEP]",
+    ]  # fmt: skip
+
+
+def test_every_token_list_names_a_repeated_word_by_its_position(client):
+    """The run's tokens, a patch's A and B and an attribution's tokens each carry the label of each token,
+    against the tokenizer's own pieces counted here."""
+    tokenizer = AutoTokenizer.from_pretrained(packaged_model_path())
+    pieces = tokenizer.convert_ids_to_tokens(tokenizer(REPEATED)["input_ids"])
+    counts = Counter(pieces)
+    expected = [piece if counts[piece] == 1 else f"{piece} #{index}" for index, piece in enumerate(pieces)]
+    assert [label for label in expected if label.startswith("a #")] == ["a #1", "a #4", "a #7", "a #10"]
+    run = client.post("/api/analyze", json={"text": REPEATED})
+    assert run.status_code == 200, run.text
+    assert [token["label"] for token in run.json()["tokens"]] == expected
+    other = "a cat"
+    patch = client.post(
+        "/api/patch", json={"text": REPEATED, "source": other, "site": "resid_pre", "layer": 0, "align": "end"}
+    )
+    assert patch.status_code == 200, patch.text
+    assert [token["label"] for token in patch.json()["a_tokens"]] == expected
+    assert [token["label"] for token in patch.json()["b_tokens"]] == ["[CLS]", "a", "cat", "[SEP]"]
+    attribution = client.post("/api/attribution", json={"text": REPEATED, "other": other, "method": "gradient_x_input"})
+    assert attribution.status_code == 200, attribution.text
+    assert [token["label"] for token in attribution.json()["tokens"]] == expected
 
 
 def test_head_numbers_are_consistent(client, bank):
@@ -114,10 +151,11 @@ def test_head_numbers_are_consistent(client, bank):
         np.array(head[name]) for name in ("q", "k", "v", "scores", "weights", "context")
     )
     assert q.shape == k.shape == v.shape == context.shape == (5, 32)
-    np.testing.assert_allclose(q @ k.T / np.sqrt(32), scores, atol=1e-5)
+    np.testing.assert_allclose(q @ k.T / np.sqrt(32), scores, atol=product_tolerance(q / np.sqrt(32), k.T))
     softmax = np.exp(scores - scores.max(1, keepdims=True))
-    np.testing.assert_allclose(softmax / softmax.sum(1, keepdims=True), weights, atol=1e-6)
-    np.testing.assert_allclose(weights @ v, context, atol=1e-5)
+    # exp turns an error in a score into the same relative error in its weight: scores' size, 5 keys summed
+    np.testing.assert_allclose(softmax / softmax.sum(1, keepdims=True), weights, atol=tolerance(5, largest(scores)))
+    np.testing.assert_allclose(weights @ v, context, atol=product_tolerance(weights, v))
 
 
 def test_query_row_is_the_heads_row(client, bank):
@@ -146,11 +184,12 @@ def test_layer_and_embeddings_shapes(client, bank):
     for name in ("attention_output", "resid_mid", "ffn_output", "output"):
         assert np.array(layer[name]).shape == (5, 384)
     mean = np.array(layer["output"]).mean(0)
-    np.testing.assert_allclose(mean, bank["pooled"]["vector"], atol=1e-6)
+    np.testing.assert_allclose(mean, bank["pooled"]["vector"], atol=tolerance(5, largest(layer["output"])))
     embeddings = client.get(f"/api/runs/{bank['run_id']}/embeddings").json()
     assert set(embeddings) == {"word", "position", "token_type", "sum", "normalized"}
     parts = {name: np.array(value) for name, value in embeddings.items()}
-    np.testing.assert_allclose(parts["word"] + parts["position"] + parts["token_type"], parts["sum"], atol=1e-6)
+    summed = parts["word"] + parts["position"] + parts["token_type"]
+    np.testing.assert_allclose(summed, parts["sum"], atol=tolerance(3, largest(summed)))
 
 
 def test_token_trace_is_the_tokens_rows(client, bank):
@@ -222,7 +261,7 @@ def test_causal_and_pooling_through_http(client):
     head = client.get(f"/api/runs/{body['run_id']}/layers/1/heads/1").json()
     weights = np.array(head["weights"])
     assert np.all(np.triu(weights, 1) == 0)
-    np.testing.assert_allclose(weights.sum(1), 1, atol=1e-6)
+    np.testing.assert_allclose(weights.sum(1), 1, atol=tolerance(len(weights)))
     scores = np.array(head["scores"])
     assert np.all(scores[np.triu_indices(len(weights), 1)] < -1e30)  # the mask is in the scores, finite
 
@@ -324,8 +363,12 @@ def test_an_evicted_run_is_recomputed_with_the_same_numbers(client):
     assert lab.runs.get(first) is None
     after = client.get(f"/api/runs/{first}/layers/0/heads/0")
     assert after.status_code == 200
+    config = lab.loaded.model.config  # computed again alone, or in a padded pass
     for name, value in before.items():
-        np.testing.assert_allclose(after.json()[name], value, atol=1e-5)
+        if isinstance(value, list):
+            np.testing.assert_allclose(after.json()[name], value, atol=pass_tolerance(config, largest(value)))
+        else:
+            assert after.json()[name] == value, name
 
 
 @pytest.mark.parametrize("encoding", ["zstd", "br", "gzip"])
@@ -365,7 +408,8 @@ def test_the_server_averages_heads_and_blocks_in_one_matrix(client, bank):
         body, headers = attention_of(client, run, **params)
         got = decode_attention(body, headers)
         assert got.shape[1] == 1, name
-        np.testing.assert_allclose(got.reshape(expected.shape), expected, atol=1e-6, err_msg=name)
+        atol = tolerance(every.shape[0] * every.shape[1])  # means of at most every head of every block
+        np.testing.assert_allclose(got.reshape(expected.shape), expected, atol=atol, err_msg=name)
     assert attention_of(client, run, layer=0, heads="0,12", status=404)
     for bad in ({"head": 1, "heads": "0,1"}, {"blocks": "mean", "layer": 1}, {"heads": "1;2"}, {"blocks": "max"}):
         assert attention_of(client, run, status=422, **bad)
@@ -389,7 +433,7 @@ def test_analyze_answers_with_the_attention_it_is_asked_for(client, minilm):
     encoded = minilm.tokenizer(body["text"], body["text_pair"], return_tensors="pt")
     with torch.inference_mode():
         attentions = minilm.model(**encoded, output_attentions=True).attentions  # no head switched off before 2
-    np.testing.assert_allclose(got[:3], torch.cat(attentions[:3]).numpy(), atol=1e-6)
+    np.testing.assert_allclose(got[:3], torch.cat(attentions[:3]).numpy(), atol=pass_tolerance(minilm.model.config))
     assert client.post("/api/analyze", json=body).json()["attention"] is None
     for params in EMBEDDED_VIEWS:
         embedded = client.post("/api/analyze", json={**body, "attention": params}).json()["attention"]

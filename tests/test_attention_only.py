@@ -11,6 +11,7 @@ from app.engine.model import load_model
 from app.main import create_app
 from app.web.encoding import decode_attention
 from tests.families import build
+from tests.float32 import largest, pass_tolerance, tolerance
 
 TEXT = "The cat sat on the mat."
 
@@ -48,9 +49,11 @@ def test_its_weights_are_transformers_own(attention_only, pair):
         reference = loaded.model(**inputs, output_attentions=True)
     got = client.get(f"/api/runs/{body['run_id']}/attention", params={"dtype": "float32"})
     expected = np.stack([weights[0].numpy() for weights in reference.attentions])
-    np.testing.assert_allclose(decode_attention(got.content, got.headers), expected, atol=1e-6)
+    config = loaded.model.config
+    np.testing.assert_allclose(decode_attention(got.content, got.headers), expected, atol=pass_tolerance(config))
     last = reference.last_hidden_state[0].numpy()
-    np.testing.assert_allclose(body["pooled"]["vector"], last[-1] if name == "opt" else last.mean(0), atol=1e-5)
+    pooled = last[-1] if name == "opt" else last.mean(0)
+    np.testing.assert_allclose(body["pooled"]["vector"], pooled, atol=pass_tolerance(config, largest(last)))
 
 
 def test_the_views_of_weights_alone_work(attention_only):
@@ -59,7 +62,8 @@ def test_the_views_of_weights_alone_work(attention_only):
     stats = client.get(f"/api/runs/{run}/head-stats")
     assert stats.status_code == 200 and len(stats.json()["heads"]) == 8
     rollout = client.get(f"/api/runs/{run}/tokens/2/rollout")
-    assert rollout.status_code == 200 and sum(rollout.json()["rollout"]) == pytest.approx(1, abs=1e-6)
+    shares = rollout.json()["rollout"]  # a product of a share matrix per block: sums of every key's share
+    assert rollout.status_code == 200 and sum(shares) == pytest.approx(1, abs=tolerance(2 * len(shares)))
     grid = client.get(f"/api/runs/{run}/attention", params={"size": 8})
     assert grid.status_code == 200 and grid.headers["X-Attention-Shape"].startswith("2,4,")
 

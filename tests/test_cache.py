@@ -53,3 +53,11 @@ def test_storage_shared_by_runs_is_counted_once_until_the_last_goes():
     assert cache.nbytes == 1015
     cache.put("d", blob(5))  # "a" goes, and the batch with it
     assert cache.nbytes == 10
+
+
+def test_the_oldest_entry_goes_when_the_memory_budget_needs_room():
+    cache = RunCache(max_runs=10, max_bytes=10**9)
+    cache.put("a", blob(100))
+    cache.put("b", blob(10))
+    assert cache.let_go_oldest() and cache.held_bytes == 10 and cache.get("a") is None
+    assert cache.let_go_oldest() and not cache.let_go_oldest() and cache.held_bytes == 0

@@ -2,11 +2,14 @@
 clock's minute or hour boundary too: a fixed window let one address join twice the bound around it), and a
 choice that ties the answer counts right, in the score and in what every screen is told."""
 
+import csv
+import io
+
 import pytest
 
 from app.classroom import classes as classes_module
 from app.classroom.backends import MemoryBackend
-from app.classroom.classes import Classes, ClassLimit, ClassLimits
+from app.classroom.classes import Classes, ClassLimit, ClassLimits, WrongPhase
 from app.engine.questions import Choice, Question
 from app.serving.gate import Client
 from tests.conftest import run_async
@@ -114,3 +117,96 @@ def test_a_choice_that_ties_the_answer_counts_right_for_the_learner_and_on_every
     assert revealed.answer.choice == 1 and revealed.answer.right == [1, 2]
     assert revealed.correct == [2 / 3, None]
     assert [score["right"] for score in scores] == [0, 1, 1]
+
+
+PRE_POST = Question("head", "Which head?", (Choice("head 0", 0.1), Choice("head 1", 0.7), Choice("head 2", 0.2)))
+
+
+async def learners_of(classes: Classes, code: str, count: int) -> list[tuple[str, Client]]:
+    voters = [Client(f"10.0.2.{n}", cookie=f"tester{n}") for n in range(count)]
+    return [((await classes.join(code, voter, ""))[0], voter) for voter in voters]
+
+
+async def take_test(classes: Classes, code: str, learners, test: str, choices: list[int]):
+    asked = await classes.ask(code, PRE_POST, {"layer": 0}, None, None, test)
+    for (learner, voter), choice in zip(learners, choices, strict=True):
+        await classes.vote(code, learner, voter, asked.id, 1, choice)
+    return asked
+
+
+def test_a_test_has_one_round_alone_shows_nothing_and_a_pre_test_is_never_revealed(clock):
+    async def run():
+        classes = Classes(MemoryBackend(), LIMITS)
+        code, _ = await classes.start_class(Client("10.0.0.1"))
+        learners = await learners_of(classes, code, 3)
+        asked = await take_test(classes, code, learners, "pre", [1, 0, 1])
+        assert asked.test == "pre" and asked.phase == "open"
+        for move in (classes.show_votes, classes.again, classes.reveal):
+            with pytest.raises(WrongPhase):
+                await move(code)
+        closed = await classes.close_test(code)
+        # Nothing of the pre-test on any screen: no tally, no answer, no share; the gain waits for a post-test.
+        assert (closed.phase, closed.tallies, closed.answer, closed.correct) == ("closed", [], None, None)
+        assert closed.votes == [3]
+        assert (await classes.snapshot(code)).gain is None
+        assert (await classes.score(code, *learners[0]))["gain"] is None
+        with pytest.raises(WrongPhase):
+            await classes.close_test(code)
+        with pytest.raises(WrongPhase):
+            await classes.vote(code, *learners[0], asked.id, 1, 0)  # closed
+        with pytest.raises(WrongPhase):
+            await classes.reveal(code)
+        # A question in rounds is not closed as a test.
+        await classes.ask(code, PRE_POST, {"layer": 0}, None, None)
+        with pytest.raises(WrongPhase):
+            await classes.close_test(code)
+
+    run_async(run())
+
+
+def test_a_closed_pre_test_and_post_test_give_the_class_and_each_learner_their_gain(clock):
+    async def run():
+        classes = Classes(MemoryBackend(), LIMITS)
+        code, _ = await classes.start_class(Client("10.0.0.1"))
+        learners = await learners_of(classes, code, 4)
+        await take_test(classes, code, learners[:3], "pre", [1, 0, 0])  # the fourth answers no pre-test
+        # Asking the post-test closes the pre-test still open: its votes count.
+        await take_test(classes, code, learners, "post", [1, 1, 0, 1])
+        assert (await classes.snapshot(code)).gain is None
+        await classes.close_test(code)
+        gain = (await classes.snapshot(code)).gain
+        own = [(await classes.score(code, *learner))["gain"] for learner in learners]
+        revealed = await classes.reveal(code)  # a post-test may be revealed once closed
+        return gain, own, revealed, await classes.answers_csv(code)
+
+    gain, own, revealed, answers = run_async(run())
+    # By hand: pre 1, 0, 0 and post 1, 1, 0 for the three who took both; the fourth has no pre.
+    pre, post = 1 / 3, 2 / 3
+    assert gain.learners == 3 and gain.pre == pytest.approx(pre) and gain.post == pytest.approx(post)
+    assert gain.gain == pytest.approx((post - pre) / (1 - pre))
+    assert own[0].pre == 1 and own[0].gain is None and "undefined" in own[0].why
+    assert (own[1].pre, own[1].post, own[1].gain) == (0, 1, 1)
+    assert (own[2].pre, own[2].post, own[2].gain) == (0, 0, 0)
+    assert own[3].pre is None and own[3].post == 1 and own[3].gain is None and "pre-test" in own[3].why
+    assert revealed.phase == "revealed" and revealed.tallies == [{"1": 3, "0": 1}] and revealed.correct == [0.75, None]
+    rows = list(csv.DictReader(io.StringIO(answers, newline="")))
+    assert [row["test"] for row in rows if row["row"] == "question"] == ["pre", "post"]
+    assert [row["gain g"] for row in rows if row["row"] == "learner gain"][1:3] == ["1.0", "0.0"]
+    (whole,) = [row for row in rows if row["row"] == "class gain"]
+    assert float(whole["gain g"]) == pytest.approx((post - pre) / (1 - pre), abs=1e-4)
+
+
+def test_a_class_right_in_every_pre_test_answer_has_no_gain_and_says_why(clock):
+    async def run():
+        classes = Classes(MemoryBackend(), LIMITS)
+        code, _ = await classes.start_class(Client("10.0.0.1"))
+        learners = await learners_of(classes, code, 2)
+        await take_test(classes, code, learners, "pre", [1, 1])
+        await classes.close_test(code)
+        await take_test(classes, code, learners, "post", [1, 0])
+        await classes.close_test(code)
+        return (await classes.snapshot(code)).gain
+
+    gain = run_async(run())
+    assert (gain.pre, gain.post, gain.gain) == (1, 0.5, None)
+    assert "undefined" in gain.why and "pre = 100%" in gain.why

@@ -117,23 +117,152 @@ def test_a_teacher_and_three_learners_through_both_rounds(lab):
             assert seen["question"]["answer"] == revealed["answer"]
         # A learner's answer is its round-2 vote where it voted again, else its round-1 vote.
         scores = [learners[n].get(f"{classes}/learners/{ids[n]}/score").json() for n in range(3)]
-        assert scores == [{"right": 0, "asked": 1}, {"right": 1, "asked": 1}, {"right": 0, "asked": 1}]
+        assert [(score["right"], score["asked"]) for score in scores] == [(0, 1), (1, 1), (0, 1)]
+        assert all(score["gain"] is None for score in scores)  # no pre-test nor post-test in this class
 
         answers = teacher.get(f"{classes}/answers.csv", headers=secret)
         assert answers.status_code == 200 and answers.headers["content-type"].startswith("text/csv")
         labels = {choice["index"]: choice["label"] for choice in question["choices"]}
-        rows = list(csv.reader(io.StringIO(answers.text)))[1:]
-        assert [row[4:] for row in rows] == [
+        rows = list(csv.DictReader(io.StringIO(answers.text, newline="")))
+        votes = ["round 1", "round 2", "answer", "right in round 1", "right in round 2"]
+        assert [[row["learner"], *(row[column] for column in votes)] for row in rows if row["row"] == "learner"] == [
             ["Ada", labels[right], labels[wrong], labels[right], "yes", "no"],
             ["learner 2", labels[wrong], labels[right], labels[right], "no", "yes"],
             ["'=SUM(A1)", labels[other], "", labels[right], "no", ""],  # defused for spreadsheets
         ]
-        assert all(row[:3] == ["0", "Banks", question["id"]] for row in rows) and "127.0" not in answers.text
+        # The class on the question, and on the lesson (this one question): 1 of 3 right, then 1 of 2.
+        shares = ["share right in round 1", "share right in round 2", "change in points"]
+        summary = {row["row"]: [float(row[column]) for column in shares] for row in rows if row["row"] != "learner"}
+        assert summary["question"] == summary["lesson"] == [0.3333, 0.5, 16.7]
+        assert all(row["step"] == "0" and row["step title"] == "Banks" for row in rows if row["row"] != "lesson")
+        assert {row["question id"] for row in rows if row["row"] != "lesson"} == {question["id"]}
+        assert "127.0" not in answers.text
         assert teacher.get(f"{classes}/answers.csv").status_code == 200  # the teacher's cookie, as a link
         assert learners[0].get(f"{classes}/answers.csv").status_code == 403
     finally:
         for stream in [*streams, teaching]:
             stream.close()
+
+
+def share(votes: list[int], right: int) -> float:
+    return sum(vote == right for vote in votes) / len(votes)
+
+
+def hake(pre: float, post: float) -> float | None:
+    return None if pre == 1 else (post - pre) / (1 - pre)
+
+
+def test_a_pre_test_two_questions_in_rounds_and_a_post_test_measure_what_the_class_learned(lab):
+    """A teacher and three learners from the pre-test to the post-test's reveal. Every right choice comes from
+    NumPy on the run's float32 weights, and every share, change and gain is worked out here from the votes
+    cast here: the server's numbers are only compared with them."""
+    teacher = device("127.0.11.1")
+    code, secret = start_class(teacher, lab.url)
+    classes = f"{lab.url}/api/classes/{code}"
+    run = teacher.post(f"{lab.url}/api/analyze", json={"text": TEXT}).json()["run_id"]
+    got = teacher.get(f"{lab.url}/api/runs/{run}/attention", params={"dtype": "float32"})
+    weights = decode_attention(got.content, got.headers).astype(np.float64)  # [layer, head, query, key]
+    learners = [device(f"127.0.11.{n}") for n in (2, 3, 4)]
+    ids = [learner.post(f"{classes}/learners", json={}).json()["learner"] for learner in learners]
+    stream = Listener(events_url(lab, code), "127.0.11.2").wait_ready()
+
+    def ask(body: dict) -> dict:
+        asked = teacher.post(f"{classes}/question", json={"run_id": run, **body}, headers=secret)
+        assert asked.status_code == 201, asked.text
+        return asked.json()
+
+    def attends(token: int, layer: int, head: int, test: str | None = None) -> tuple[dict, int, int]:
+        """The question, its right choice and one wrong one: the key the token's row peaks at."""
+        question = ask({"kind": "attends", "token": token, "layer": layer, "head": head, "test": test})
+        row = weights[layer, head, token]
+        index = {choice["token"]: choice["index"] for choice in question["choices"]}
+        return question, index[int(np.argmax(row))], index[int(np.argmin(row))]
+
+    def vote(question: dict, round_: int, choices: list[int]):
+        for learner, learner_id, choice in zip(learners, ids, choices, strict=True):
+            body = {"question": question["id"], "round": round_, "choice": choice}
+            assert learner.put(f"{classes}/learners/{learner_id}/vote", json=body).status_code == 200
+
+    def move(name: str, status: int = 200) -> dict:
+        moved = teacher.post(f"{classes}/question/{name}", headers=secret)
+        assert moved.status_code == status, moved.text
+        return moved.json()
+
+    try:
+        # The pre-test: one round, alone; no histogram, no answer, no second round, nothing revealed.
+        pre, right, wrong = attends(5, 1, 3, "pre")
+        pre_votes = [right, wrong, wrong]
+        vote(pre, 1, pre_votes)
+        for refused in ("show", "again", "reveal"):
+            assert "pre-test" in move(refused, 409)["detail"]
+        closed = move("close")
+        assert (closed["phase"], closed["test"], closed["tallies"], closed["answer"]) == ("closed", "pre", [], None)
+        late = Listener(events_url(lab, code), "127.0.11.5").wait_ready()  # a screen that joins now
+        snapshot = late.of("snapshot")[0]
+        late.close()
+        assert snapshot["question"]["tallies"] == [] and snapshot["question"]["answer"] is None
+        assert snapshot["gain"] is None
+        pre_right = [vote == right for vote in pre_votes]
+
+        # Two questions in rounds (peer instruction): a token's peak, then block 0's previous-token head.
+        def in_rounds(question: dict, right_choice: int, one: list[int], two: list[int]) -> list[float]:
+            vote(question, 1, one)
+            move("show")
+            move("again")
+            vote(question, 2, two)
+            revealed = move("reveal")
+            assert revealed["answer"]["choice"] == right_choice
+            shares = [share(one, right_choice), share(two, right_choice)]
+            assert revealed["correct"] == [pytest.approx(shares[0]), pytest.approx(shares[1])]
+            return shares
+
+        first, right1, wrong1 = attends(9, 0, 2)
+        changes = [in_rounds(first, right1, [right1, wrong1, wrong1], [right1, right1, wrong1])]
+        second = ask({"kind": "head", "layer": 0, "pattern": "previous"})  # choice n is head n
+        previous = weights[0].diagonal(offset=-1, axis1=-2, axis2=-1).mean(-1)  # [head]
+        right2, wrong2 = int(np.argmax(previous)), int(np.argmin(previous))
+        changes.append(in_rounds(second, right2, [wrong2, wrong2, right2], [right2, right2, right2]))
+
+        # The post-test: the pre-test's question again; closing it measures the class.
+        post, right, wrong = attends(5, 1, 3, "post")
+        post_votes = [right, right, wrong]
+        vote(post, 1, post_votes)
+        assert move("close")["phase"] == "closed"
+        post_right = [vote == right for vote in post_votes]
+        class_pre, class_post = sum(pre_right) / 3, sum(post_right) / 3
+        seen, _ = stream.wait_for("gain")
+        expected = {"learners": 3, "pre": class_pre, "post": class_post, "gain": hake(class_pre, class_post)}
+        assert {key: seen["gain"][key] for key in expected} == pytest.approx(expected)
+        assert teacher.get(classes).json()["gain"] == seen["gain"]  # and so to a screen that joins late
+        for n, (learner, learner_id) in enumerate(zip(learners, ids, strict=True)):
+            own = learner.get(f"{classes}/learners/{learner_id}/score").json()["gain"]
+            mine = {"pre": float(pre_right[n]), "post": float(post_right[n]), "gain": hake(pre_right[n], post_right[n])}
+            assert {key: own[key] for key in mine} == pytest.approx(mine)
+            assert (own["why"] is None) == (mine["gain"] is not None)
+        assert move("reveal")["answer"]["choice"] == right  # the post-test's answer, at last
+
+        # The CSV: per question its shares and change, the lesson's, each learner's gain and the class's.
+        rows = list(csv.DictReader(io.StringIO(teacher.get(f"{classes}/answers.csv", headers=secret).text)))
+        numbers = ["share right in round 1", "share right in round 2", "change in points"]
+        read = lambda row, columns: [float(row[column]) if row[column] else None for column in columns]  # noqa: E731
+        summary = {row["question id"]: read(row, numbers) for row in rows if row["row"] == "question"}
+        for question, (one, two) in zip((first, second), changes, strict=True):
+            assert summary[question["id"]] == pytest.approx([one, two, 100 * (two - one)], abs=0.06)
+        assert summary[pre["id"]] == pytest.approx([class_pre, None, None], abs=1e-4)
+        assert summary[post["id"]] == pytest.approx([class_post, None, None], abs=1e-4)
+        (lesson,) = [row for row in rows if row["row"] == "lesson"]
+        means = [sum(shares[n] for shares in changes) / 2 for n in (0, 1)]
+        assert read(lesson, numbers) == pytest.approx([*means, 100 * (means[1] - means[0])], abs=0.06)
+        tests = ["pre-test share right", "post-test share right", "gain g"]
+        gains = [row for row in rows if row["row"] == "learner gain"]
+        assert [row["learner"] for row in gains] == ["learner 1", "learner 2", "learner 3"]
+        for row, was, now in zip(gains, pre_right, post_right, strict=True):
+            assert read(row, tests[:2]) == [float(was), float(now)]
+            assert row["gain g"].startswith("g is undefined") if was else float(row["gain g"]) == hake(was, now)
+        (whole,) = [row for row in rows if row["row"] == "class gain"]
+        assert read(whole, tests) == pytest.approx([class_pre, class_post, hake(class_pre, class_post)], abs=1e-4)
+    finally:
+        stream.close()
 
 
 def test_the_teachers_view_reaches_every_learner_within_a_second(lab):

@@ -8,7 +8,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from app.main import create_app
-from app.serving.gate import Busy, PassGate
+from app.serving.gate import Busy, Client, PassGate, Stopping
 from app.settings import get_settings
 from tests.conftest import run_async
 
@@ -48,6 +48,33 @@ def test_gate_gives_up_after_the_longest_wait():
                     pass
         async with gate.admit():  # free again
             pass
+
+    run_async(scenario())
+
+
+def test_a_stopping_gate_tells_the_waiting_and_every_later_request_to_come_back():
+    """SIGTERM calls stop(): the pass under way ends as it would, those waiting for one are answered at once,
+    and so is each slice of heavy work that asks for its next turn."""
+
+    async def scenario():
+        gate = PassGate(max_passes=1, max_waiting=5, max_waiting_per_client=4, max_wait_seconds=5)
+
+        async def request(address):
+            async with gate.admit(Client(address)):
+                pass
+
+        async with gate.admit():
+            waiting = [asyncio.create_task(request(address)) for address in ("10.0.0.1", "10.0.0.2")]
+            while gate.waiting < 2:
+                await asyncio.sleep(0)
+            gate.stop()
+            for task in waiting:
+                with pytest.raises(Stopping):
+                    await task
+            assert gate.waiting == 0
+        with pytest.raises(Stopping) as refused:
+            await request("10.0.0.3")
+        assert refused.value.retry_after > 0 and gate.running == 0
 
     run_async(scenario())
 
@@ -117,8 +144,8 @@ def test_an_unexpected_error_anywhere_is_not_a_500(monkeypatch, tiny):
         assert client.get("/api/health").status_code == 200
 
 
-def test_runs_evicted_for_memory_are_computed_again_when_asked_for(monkeypatch, tiny):
-    monkeypatch.setenv("ATTENTION_LAB_MAX_STORE_BYTES", "1")  # every new run pushes the previous one out
+def test_runs_let_go_are_computed_again_when_asked_for(monkeypatch, tiny):
+    monkeypatch.setenv("ATTENTION_LAB_MAX_RUNS", "1")  # every new run pushes the previous one out
     get_settings.cache_clear()
     try:
         with TestClient(create_app(tiny)) as client:
@@ -127,6 +154,6 @@ def test_runs_evicted_for_memory_are_computed_again_when_asked_for(monkeypatch, 
             second = client.post("/api/analyze", json={"text": "second"}).json()["run_id"]
             assert client.app.state.lab.runs.get(first) is None
             assert client.get(f"/api/runs/{first}/embeddings").json() == before
-            assert client.app.state.lab.runs.get(second) is None  # the memory bound still holds
+            assert client.app.state.lab.runs.get(second) is None  # the bound still holds
     finally:
         get_settings.cache_clear()

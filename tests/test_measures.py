@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from app.web.encoding import decode_attention
+from tests.float32 import largest, pass_tolerance
 
 pytestmark = pytest.mark.slow
 
@@ -82,11 +83,12 @@ def test_norms_and_alti_equal_the_papers_formulas(client, minilm):
         w = weights_of(minilm, layer)
         f = transformed(inputs[layer], w)
         expected = alphas[layer] * np.linalg.norm(f, axis=-1)[:, None, :]
-        np.testing.assert_allclose(norms[layer], expected, rtol=1e-4, atol=1e-5)
+        config = minilm.model.config
+        np.testing.assert_allclose(norms[layer], expected, atol=pass_tolerance(config, largest(expected)))
         contributions = alti_layer(inputs[layer], alphas[layer], w)
-        np.testing.assert_allclose(alti[layer, 0], contributions, atol=1e-5)
+        np.testing.assert_allclose(alti[layer, 0], contributions, atol=pass_tolerance(config))
         flow = contributions @ flow
-        np.testing.assert_allclose(rollout[layer, 0], flow, atol=1e-5)
+        np.testing.assert_allclose(rollout[layer, 0], flow, atol=pass_tolerance(config))
 
 
 @pytest.mark.parametrize(
@@ -108,10 +110,14 @@ def test_measures_follow_pairs_causal_masks_and_switched_off_heads(client, minil
             assert not np.triu(alpha, 1).any() and not np.triu(norms[layer], 1).any()
         w = weights_of(minilm, layer)
         f = transformed(x, w, off=off[layer])
-        np.testing.assert_allclose(norms[layer], alpha * np.linalg.norm(f, axis=-1)[:, None, :], rtol=1e-4, atol=1e-5)
+        # one block from the lab's own served numbers
+        expected = alpha * np.linalg.norm(f, axis=-1)[:, None, :]
+        atol = pass_tolerance(minilm.model.config, largest(expected), blocks=1)
+        np.testing.assert_allclose(norms[layer], expected, atol=atol)
         for head in off[layer]:
             assert not norms[layer, head].any()  # a switched-off head moves nothing
-        np.testing.assert_allclose(alti[layer, 0], alti_layer(x, alpha, w, off[layer]), atol=1e-5)
+        atol = pass_tolerance(minilm.model.config, blocks=1)
+        np.testing.assert_allclose(alti[layer, 0], alti_layer(x, alpha, w, off[layer]), atol=atol)
         x = np.array(client.get(f"/api/runs/{run}/layers/{layer}").json()["output"])
     assert alti.shape == (6, 1, n, n)
 

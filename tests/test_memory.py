@@ -1,9 +1,14 @@
+import asyncio
 import subprocess
 import sys
+from contextlib import AsyncExitStack
 
 import numpy as np
+import pytest
 
-from app.serving.memory import resident_bytes, trim_if_over
+from app.serving.gate import Busy, Client
+from app.serving.memory import HOLDS, Budget, MemoryTooLarge, resident_bytes, trim_if_over
+from tests.conftest import run_async
 
 
 def test_trimming_gives_freed_pages_back():
@@ -84,3 +89,132 @@ def test_the_lab_as_started_holds_its_reserve_and_says_so(live_lab):
         resident = dict(line.split(":", 1) for line in status)["VmRSS"]
     assert int(resident.split()[0]) * 1024 > 1024**3
     assert "Kept 1.00 GiB free for runs" in live_lab.log.read_text()
+
+
+class Kept:
+    """A cache of entries of given sizes, oldest first, for the budget to let go of."""
+
+    def __init__(self, *sizes: int):
+        self.sizes = list(sizes)
+
+    @property
+    def held_bytes(self) -> int:
+        return sum(self.sizes)
+
+    def let_go_oldest(self) -> bool:
+        return bool(self.sizes) and self.sizes.pop(0) >= 0
+
+
+def test_the_budget_grants_what_fits_and_lets_cached_entries_go_for_it():
+    async def scenario():
+        budget = Budget(100)
+        cache = Kept(30, 30)
+        budget.caches.append(cache)
+        async with budget.take(20, Client("a")):
+            assert budget.held == 80 and cache.sizes == [30, 30]
+            async with budget.take(30, Client("b")):  # 110 would pass 100: the oldest entry goes
+                assert cache.sizes == [30] and budget.held == 80
+        assert budget.granted == 0 and budget.held == 30
+
+    run_async(scenario())
+
+
+def test_a_computation_past_one_clients_share_is_refused_naming_the_setting():
+    budget = Budget(100)
+    with pytest.raises(MemoryTooLarge, match="ATTENTION_LAB_MAX_STORE_BYTES"):
+        budget.check(51, "ALTI of block 0")
+
+
+def test_past_the_budget_a_computation_waits_its_turn_round_the_clients():
+    """Four computations of 40 from one address, one from another: the other's goes second, not fifth; an
+    address never holds more than half."""
+
+    async def scenario():
+        budget = Budget(100)
+        order, release = [], asyncio.Event()
+
+        async def work(name: str, client: Client):
+            async with budget.take(40, client):
+                order.append(name)
+                assert budget._by_address[False][client.address] <= 50
+                await release.wait()
+
+        tasks = [asyncio.create_task(work(f"a{n}", Client("a", str(n)))) for n in range(4)]
+        await asyncio.sleep(0)
+        tasks.append(asyncio.create_task(work("b", Client("b"))))
+        await asyncio.sleep(0.01)
+        assert order == ["a0", "b"] and budget.waiting == 3  # a's second would pass its half
+        release.set()
+        await asyncio.gather(*tasks)
+        assert order == ["a0", "b", "a1", "a2", "a3"] and budget.granted == 0 and budget.waiting == 0
+
+    run_async(scenario())
+
+
+def test_a_wait_past_the_longest_answers_busy_and_leaves_the_queue():
+    async def scenario():
+        budget = Budget(100, max_wait_seconds=0.05)
+        async with budget.take(50, Client("a")):
+            async with budget.take(50, Client("b")):
+                with pytest.raises(Busy, match="waited 0.05 s for memory") as busy:
+                    async with budget.take(10, Client("c")):
+                        pass
+        assert busy.value.retry_after > 0 and budget.waiting == 0 and budget.granted == 0
+
+    run_async(scenario())
+
+
+def test_reads_hold_at_most_half_and_work_never_waits_for_them():
+    """Four requests each hold the 25 bytes of the run they read, then ask 40 for their computation: reads
+    take at most half the budget, so the requests holding them get their work's memory in turn, and the two
+    others read once they have answered. Without a request counting its reads, a hold is nothing."""
+
+    async def scenario():
+        budget = Budget(100)
+        order = []
+        assert (await budget.hold(25, Client("x"), "a run", "x")) is None and budget.reading == 0
+
+        async def request(name: str):
+            async with AsyncExitStack() as holds:
+                HOLDS.set(holds)
+                await budget.hold(25, Client(name), "its run", name)
+                order.append(f"read {name}")
+                async with budget.take(40, Client(name)):
+                    order.append(f"work {name}")
+                    await asyncio.sleep(0.01)
+                    assert budget.held <= 100 and budget.reading <= 50
+
+        await asyncio.gather(*(request(name) for name in "abcd"))
+        assert len(order) == 8 and order.index("read c") > order.index("work a")  # c read once a had answered
+        assert budget.reading == budget.granted == budget.waiting == 0
+
+    run_async(scenario())
+
+
+def test_a_small_ask_is_not_held_behind_a_large_one_that_does_not_fit_yet():
+    async def scenario():
+        budget = Budget(200)
+        async with budget.take(90, Client("a")), budget.take(60, Client("c")):
+            large = asyncio.create_task(budget._ask(100, Client("b"), "ALTI", reads=False))
+            await asyncio.sleep(0)
+            async with budget.take(10, Client("learner")):  # 160 fit, beside the 100 waiting
+                assert not large.done()
+        await large
+        assert budget.granted == 100
+
+    run_async(scenario())
+
+
+def test_one_run_read_by_many_requests_is_counted_once_until_the_last_has_answered():
+    async def scenario():
+        budget = Budget(100)
+        stacks = [AsyncExitStack() for _ in range(10)]
+        for n, stack in enumerate(stacks):
+            HOLDS.set(stack)
+            await budget.hold(25, Client(f"127.0.0.{n}"), "the run", "run")
+        assert budget.reading == 25
+        for stack in stacks:
+            await stack.aclose()
+        assert budget.reading == 0 and not budget._by_address[True]
+
+    run_async(scenario())

@@ -147,3 +147,15 @@ def test_the_install_stamp_is_the_makefiles():
 def test_the_benchmarks_are_linked_and_not_repeated():
     assert "(bench/README.md)" in README and (ROOT / "bench" / "README.md").exists()
     assert "| N | raw forward ms" not in README and "| N | raw forward ms" in (ROOT / "bench" / "README.md").read_text()
+
+
+def test_every_ready_lesson_is_in_the_readme_by_its_file_and_its_button():
+    ready = re.findall(
+        r'\["plan-\w+", "([\w-]+\.json)", "([^"]+)"\]', (ROOT / "static/js/class/planner.js").read_text()
+    )
+    assert sorted(file for file, _ in ready) == sorted(
+        path.name for path in (ROOT / "static" / "lessons").glob("*.json")
+    )
+    text = section("A class")
+    for file, label in ready:
+        assert f"(static/lessons/{file})" in text and f"**{label}**" in " ".join(text.split()), (file, label)

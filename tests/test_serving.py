@@ -12,6 +12,7 @@ import torch
 
 from app.web.encoding import decode_attention
 from tests.conftest import LAB_PROTOCOL, LabProcess, RedisServer, free_port
+from tests.float32 import pass_tolerance
 
 pytestmark = pytest.mark.slow
 
@@ -133,8 +134,9 @@ def test_after_a_restart_every_old_id_answers_with_the_same_numbers(workers, ana
     before = {run["run_id"]: attention(workers.url, run["run_id"]) for run in analyzed}
     workers.stop()
     workers.start()
+    atol = pass_tolerance(minilm.model.config)  # each run in a padded pass, or alone
     for run_id, weights in before.items():
-        np.testing.assert_allclose(attention(workers.url, run_id), weights, atol=1e-5, rtol=0)
+        np.testing.assert_allclose(attention(workers.url, run_id), weights, atol=atol, rtol=0)
     paths = [path for run in before for path in sub_resources(run, next(iter(before)))]
     assert statuses(workers.url, paths) == {200: len(paths)}
     # And the numbers are transformers' own, for a run read alone under the model's mask.
@@ -142,7 +144,7 @@ def test_after_a_restart_every_old_id_answers_with_the_same_numbers(workers, ana
     with torch.no_grad():
         reference = minilm.model(**inputs, output_attentions=True).attentions
     served = before[analyzed[0]["run_id"]]
-    np.testing.assert_allclose(served, torch.cat(reference).numpy(), atol=1e-5, rtol=0)
+    np.testing.assert_allclose(served, torch.cat(reference).numpy(), atol=atol, rtol=0)
 
 
 @pytest.fixture(scope="module")
@@ -169,14 +171,16 @@ def replicas(tmp_path_factory, redis_server_of_replicas):
         lab.stop()
 
 
-def test_runs_made_on_one_replica_are_served_by_the_other(replicas):
+def test_runs_made_on_one_replica_are_served_by_the_other(replicas, minilm):
     a, b = replicas
     made = [analyze(a.url, body).json() for body in LEARNERS[:10]]
     ids = [run["run_id"] for run in made]
     paths = [path for i, run in enumerate(ids) for path in sub_resources(run, ids[i - 1])]
     assert statuses(b.url, paths) == {200: len(paths)}
     for run in ids:
-        np.testing.assert_allclose(attention(b.url, run), attention(a.url, run), atol=1e-5, rtol=0)
+        np.testing.assert_allclose(
+            attention(b.url, run), attention(a.url, run), atol=pass_tolerance(minilm.model.config)
+        )
     assert [analyze(b.url, body).json()["run_id"] for body in LEARNERS[:10]] == ids
 
 

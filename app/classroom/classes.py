@@ -12,6 +12,11 @@ which stay hidden: only their count is published), "shown" (the round is closed 
 round opens only from round 1 shown; reveal closes an open round first. Every screen renders from the
 state, which never carries the answer before reveal, so a screen that connects late learns nothing early.
 
+A question may be a pre-test or a post-test (Hake's measure of what a class learned): one round, answered
+alone, "open" then "closed" with nothing shown (no tally, no answer: a pre-test's would tell the post-test).
+Once a pre-test and a post-test are closed, the class's share right in each and its normalised gain go to
+every screen, and each learner may read its own; a post-test may then be revealed.
+
 Bounds are kept per client (an address, and a browser within it by its lab_client cookie): one device
 cannot hold more than a few live classes, add learners faster than a class joins, vote for others, or
 hold the streams of a whole class. Presence and vote counts go out coalesced, at most once a second and
@@ -33,7 +38,18 @@ from contextlib import asynccontextmanager, suppress
 from dataclasses import dataclass
 
 from app.classroom.backends import StoreDown
-from app.classroom.schemas import ClassSnapshot, EndEvent, Presence, QuestionEvent, QuestionState, ViewEvent, VotesEvent
+from app.classroom.schemas import (
+    ClassGain,
+    ClassSnapshot,
+    EndEvent,
+    Gain,
+    GainEvent,
+    Presence,
+    QuestionEvent,
+    QuestionState,
+    ViewEvent,
+    VotesEvent,
+)
 from app.classroom.streams import End, Streams
 from app.engine.measures import MEASURES
 from app.engine.questions import Question
@@ -138,11 +154,57 @@ class Rate:
             self._moments = {key: times for key, times in self._moments.items() if times and now - times[-1] < 1}
 
 
-def csv_cell(value) -> str:
-    """A spreadsheet never runs a cell as a formula: a leading = + - @ is defused as the page's CSV export
-    does (static/js/export.js)."""
+FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
+
+
+def csv_cell(value) -> str | int | float:
+    """Every CSV the lab writes, here and in the page (static/js/export.js csvCell, the same rule): a number
+    goes out as a number; a text cell whose first character, after any leading spaces, is = + - @, a tab or
+    a carriage return gets a ' in front, so that a spreadsheet shows it as text and never runs it as a
+    formula (OWASP, "CSV Injection"). A negative number stays a number: only text is defused."""
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return value
     text = "" if value is None else str(value)
-    return f"'{text}" if text[:1] in ("=", "+", "-", "@") else text
+    return f"'{text}" if text.lstrip(" ")[:1] in FORMULA_STARTS else text
+
+
+CSV_COLUMNS = [
+    "row",
+    "step",
+    "step title",
+    "question id",
+    "question",
+    "test",
+    "learner",
+    "round 1",
+    "round 2",
+    "answer",
+    "right in round 1",
+    "right in round 2",
+    "share right in round 1",
+    "share right in round 2",
+    "change in points",
+    "pre-test share right",
+    "post-test share right",
+    "gain g",
+]
+
+
+def shares_cells(first: float | None, second: float | None) -> dict:
+    """A question's (or the lesson's) share right in each round, and the change between them in points."""
+    return {
+        "share right in round 1": None if first is None else round(first, 4),
+        "share right in round 2": None if second is None else round(second, 4),
+        "change in points": None if first is None or second is None else round(100 * (second - first), 1),
+    }
+
+
+def gain_cells(gain: Gain) -> dict:
+    return {
+        "pre-test share right": None if gain.pre is None else round(gain.pre, 4),
+        "post-test share right": None if gain.post is None else round(gain.post, 4),
+        "gain g": gain.why if gain.gain is None else round(gain.gain, 4),
+    }
 
 
 class Classes:
@@ -230,7 +292,18 @@ class Classes:
         per_question = [
             self._key(code, f"{part}:{qid}") for qid in questions for part in ("votes-1", "votes-2", "revealed")
         ]
-        parts = ("view", "question", "questions", "open", "learners", "browsers", "scores", "connected", "joined")
+        parts = (
+            "view",
+            "question",
+            "questions",
+            "open",
+            "learners",
+            "browsers",
+            "scores",
+            "connected",
+            "joined",
+            "gain",
+        )
         await self.backend.delete(
             self._key(code), self._alive_key(code), *(self._key(code, part) for part in parts), *per_question
         )
@@ -290,18 +363,23 @@ class Classes:
         return self._locks.setdefault(code, asyncio.Lock())
 
     async def ask(
-        self, code: str, question: Question, view: dict, step: dict | None, text: str | None
+        self, code: str, question: Question, view: dict, step: dict | None, text: str | None, test: str | None = None
     ) -> QuestionState:
-        """A new question, its first round open. The one before stays in the class's record (for the CSV)."""
+        """A new question, its first round open; `test`: "pre" or "post" for a test. The one before stays in the
+        class's record (for the CSV); a test still open is closed first, so that its votes count."""
         async with self._lock(code):
             ttl = await self._ttl(code)
             if await self.backend.hlen(self._key(code, "questions")) >= MAX_QUESTIONS:
                 raise ClassLimit(f"a class asks at most {MAX_QUESTIONS} questions")
+            before = await self._current(code) if await self.backend.get(self._key(code, "question")) else None
+            if before is not None and before["test"] and before["phase"] == "open":
+                await self._close_test(code, before, ttl)
             measure = MEASURES[question.measure] if question.measure else None
             record = {
                 "id": secrets.token_hex(4),
                 "asked": time.time(),
                 "kind": question.kind,
+                "test": test,
                 "text": text or question.text,
                 "step": step,
                 "view": view,
@@ -341,10 +419,15 @@ class Classes:
         votes = await self.backend.hgetall(self._key(code, f"votes-{record['round']}:{record['id']}"))
         record["tallies"].append(tally(votes))
 
+    def _untested(self, record: dict, move: str) -> None:
+        if record["test"]:
+            raise WrongPhase(f"a {record['test']}-test {move}: it has one round, answered alone; close it")
+
     async def show_votes(self, code: str) -> QuestionState:
         """The open round closes and its histogram goes to every screen, without the answer."""
         async with self._lock(code):
             record = await self._current(code)
+            self._untested(record, "shows no votes")
             if record["phase"] != "open":
                 raise WrongPhase(f"round {record['round']}'s votes are {record['phase']} already")
             await self._close_round(code, record)
@@ -356,6 +439,7 @@ class Classes:
         """Round 2 of the same question, after the class has seen round 1's votes (and talked)."""
         async with self._lock(code):
             record = await self._current(code)
+            self._untested(record, "has no second round")
             if (record["phase"], record["round"]) != ("shown", 1):
                 raise WrongPhase("a second round opens once round 1's votes are shown, and only once")
             record["phase"], record["round"] = "open", 2
@@ -364,11 +448,37 @@ class Classes:
             await self.backend.set(self._key(code, "open"), f"{record['id']}:2", ttl)
             return await self._announce(code, record)
 
+    async def close_test(self, code: str) -> QuestionState:
+        """A test's only round closes, and nothing of it is shown: its votes count towards the class's gain."""
+        async with self._lock(code):
+            record = await self._current(code)
+            if not record["test"]:
+                raise WrongPhase("only a pre-test or a post-test closes without its votes: show them, or reveal")
+            if record["phase"] != "open":
+                raise WrongPhase(f"this {record['test']}-test is {record['phase']} already")
+            await self._close_test(code, record, await self._ttl(code))
+            return await self._announce(code, record)
+
+    async def _close_test(self, code: str, record: dict, ttl: float) -> None:
+        await self._close_round(code, record)
+        record["phase"], record["correct"] = "closed", [share_right(record["tallies"][0], record["right"]), None]
+        record["learners"] = await self.backend.hlen(self._key(code, "learners"))
+        await self._save(code, record, ttl)
+        gain, _ = await self._gains(code)
+        if gain is not None:
+            await self.backend.set(self._key(code, "gain"), gain.model_dump_json(), ttl)
+            await self._publish(code, "gain", GainEvent(gain=gain))
+
     async def reveal(self, code: str) -> QuestionState:
-        """The answer, its value, each round's tally and share right; every learner's score counts it."""
+        """The answer, its value, each round's tally and share right; every learner's score counts it. A
+        post-test is closed first; a pre-test is never revealed (the post-test asks it again)."""
         async with self._lock(code):
             record = await self._current(code)
             ttl = await self._ttl(code)
+            if record["test"] == "pre":
+                raise WrongPhase("a pre-test's answer is not revealed: the post-test asks the class again")
+            if record["test"] == "post" and record["phase"] == "open":
+                await self._close_test(code, record, ttl)
             # Once, even from two workers at the same moment: a score counts each question once.
             if record["phase"] == "revealed" or not await self.backend.set_nx(
                 self._key(code, f"revealed:{record['id']}"), "1", ttl
@@ -381,8 +491,7 @@ class Classes:
                 for number in range(1, record["round"] + 1)
             ]
             right = {str(index) for index in record["right"]}
-            shares = [sum(vote in right for vote in votes.values()) / len(votes) if votes else None for votes in rounds]
-            record["correct"] = [*shares, None][:2]
+            record["correct"] = [*(share_right(tally(votes), record["right"]) for votes in rounds), None][:2]
             learners = await self.backend.hgetall(self._key(code, "learners"))
             scores = await self.backend.hgetall(self._key(code, "scores"))
             updated = {}
@@ -411,10 +520,11 @@ class Classes:
         revealed = record["phase"] == "revealed"
         answer = record["answer"]
         return QuestionState(
-            **{key: record[key] for key in ("id", "kind", "text", "step", "view", "measure", "choices", "phase")},
+            **{key: record[key] for key in ("id", "kind", "test", "text", "step", "view", "measure", "choices")},
+            phase=record["phase"],
             round=record["round"],
             votes=votes,
-            tallies=record["tallies"],
+            tallies=record["tallies"] if revealed or not record["test"] else [],
             answer={
                 "choice": answer,
                 "label": record["choices"][answer]["label"],
@@ -433,9 +543,13 @@ class Classes:
             return None
 
     async def answers_csv(self, code: str) -> str:
-        """One row per learner per question, in the order asked and joined: both rounds' votes by label,
-        the answer and whether each round's vote was right (once revealed). Nicknames, or "learner N" in
-        join order; no address, no id."""
+        """The class's answers, one kind of row each (the column "row"), in the order asked and joined:
+        - "learner": one learner on one question, both rounds' votes by label, the answer and whether each
+          vote was right, once revealed (a test's once closed: this file is the teacher's);
+        - "question": the whole class on it, each round's share right and the change in points;
+        - "lesson": the means of those shares over the questions revealed after two rounds, and the change;
+        - "learner gain" and "class gain", once a pre-test and a post-test are closed: pre, post and g.
+        Nicknames, or "learner N" in join order; no address, no id."""
         await self._record(code)
         records = sorted(
             (json.loads(found) for found in (await self.backend.hgetall(self._key(code, "questions"))).values()),
@@ -448,45 +562,62 @@ class Classes:
             ),
             key=lambda entry: entry["number"],
         )
-        out = io.StringIO()
-        writer = csv.writer(out, lineterminator="\r\n")
-        writer.writerow(
-            [
-                "step",
-                "step title",
-                "question id",
-                "question",
-                "learner",
-                "round 1",
-                "round 2",
-                "answer",
-                "right in round 1",
-                "right in round 2",
-            ]
-        )
+        name = {entry["id"]: entry["nickname"] or f"learner {entry['number']}" for entry in learners}
+        rows = []
+        paired = []  # each question's share right in round 1 and round 2, where it was revealed after both
         for record in records:
             rounds = [
                 await self.backend.hgetall(self._key(code, f"votes-{number}:{record['id']}")) for number in (1, 2)
             ]
-            revealed = record["phase"] == "revealed"
+            known = record["phase"] in ("closed", "revealed")
             step = record["step"] or {}
+            about = {
+                "step": step.get("index"),
+                "step title": step.get("title"),
+                "question id": record["id"],
+                "question": record["text"],
+                "test": record["test"],
+            }
             labels = [choice["label"] for choice in record["choices"]]
+            answer = labels[record["answer"]] if known else None
             right = {str(index) for index in record["right"]}
             for entry in learners:
-                if revealed and entry["number"] > record["learners"]:
+                if known and entry["number"] > record["learners"]:
                     continue  # joined after the reveal: never asked
                 votes = [votes.get(entry["id"]) for votes in rounds]
-                cells = [
-                    step.get("index"),
-                    step.get("title"),
-                    record["id"],
-                    record["text"],
-                    entry["nickname"] or f"learner {entry['number']}",
-                    *(labels[int(vote)] if vote is not None else "" for vote in votes),
-                    labels[record["answer"]] if revealed else "",
-                    *(("yes" if vote in right else "no") if revealed and vote is not None else "" for vote in votes),
-                ]
-                writer.writerow([csv_cell(cell) for cell in cells])
+                said = [("yes" if vote in right else "no") if known and vote is not None else None for vote in votes]
+                rows.append(
+                    {
+                        "row": "learner",
+                        **about,
+                        "learner": name[entry["id"]],
+                        "round 1": labels[int(votes[0])] if votes[0] is not None else None,
+                        "round 2": labels[int(votes[1])] if votes[1] is not None else None,
+                        "answer": answer,
+                        "right in round 1": said[0],
+                        "right in round 2": said[1],
+                    }
+                )
+            shares = record["correct"] if known else [None, None]
+            rows.append({"row": "question", **about, "answer": answer, **shares_cells(*shares)})
+            if record["phase"] == "revealed" and None not in shares:
+                paired.append(shares)
+        if paired:
+            means = [sum(shares[number] for shares in paired) / len(paired) for number in (0, 1)]
+            about = f"the lesson: the mean over {len(paired)} question{'s' if len(paired) > 1 else ''} in two rounds"
+            rows.append({"row": "lesson", "question": about, **shares_cells(*means)})
+        gain, gains = await self._gains(code)
+        if gain is not None:
+            about = {"question": "pre-test and post-test", "test": "pre and post"}
+            for entry in learners:
+                rows.append(
+                    {"row": "learner gain", **about, "learner": name[entry["id"]], **gain_cells(gains[entry["id"]])}
+                )
+            rows.append({"row": "class gain", **about, **gain_cells(gain)})
+        out = io.StringIO()
+        writer = csv.DictWriter(out, CSV_COLUMNS, restval="", lineterminator="\r\n")
+        writer.writeheader()
+        writer.writerows({key: csv_cell(value) for key, value in row.items()} for row in rows)
         return out.getvalue()
 
     # What learners do
@@ -585,18 +716,50 @@ class Classes:
     async def score(self, code: str, learner: str, client: Client) -> dict:
         await self._learner(code, learner, client)
         right, asked = (await self.backend.hget(self._key(code, "scores"), learner) or "0/0").split("/")
-        return {"right": int(right), "asked": int(asked)}
+        _, gains = await self._gains(code)
+        return {"right": int(right), "asked": int(asked), "gain": gains.get(learner)}
+
+    async def _gains(self, code: str) -> tuple[ClassGain | None, dict[str, Gain]]:
+        """What the closed pre-tests and post-tests measured, once there is one of each: the class's, and each
+        learner's. A learner's pre is the share of the pre-test questions it answered
+        that it got right (the same for post); the class's pre and post are the means over the learners who
+        answered both (Hake's matched learners), and its gain is computed from those means."""
+        records = [json.loads(found) for found in (await self.backend.hgetall(self._key(code, "questions"))).values()]
+        tests = [record for record in records if record["test"] and record["phase"] in ("closed", "revealed")]
+        if {record["test"] for record in tests} != {"pre", "post"}:
+            return None, {}
+        learners = await self.backend.hgetall(self._key(code, "learners"))
+        counts = {learner: {"pre": [0, 0], "post": [0, 0]} for learner in learners}  # test -> [right, answered]
+        for record in tests:
+            right = {str(index) for index in record["right"]}
+            for learner, vote in (await self.backend.hgetall(self._key(code, f"votes-1:{record['id']}"))).items():
+                mark = counts[learner][record["test"]]
+                mark[0] += vote in right
+                mark[1] += 1
+        gains = {}
+        for learner, marks in counts.items():
+            pre, post = (marks[test][0] / marks[test][1] if marks[test][1] else None for test in ("pre", "post"))
+            gain, why = hake(pre, post)
+            gains[learner] = Gain(pre=pre, post=post, gain=gain, why=why)
+        matched = [gain for gain in gains.values() if gain.pre is not None and gain.post is not None]
+        pre = sum(gain.pre for gain in matched) / len(matched) if matched else None
+        post = sum(gain.post for gain in matched) / len(matched) if matched else None
+        gain, why = hake(pre, post)
+        if not matched:
+            why = "no learner answered both a pre-test and a post-test"
+        return ClassGain(pre=pre, post=post, gain=gain, why=why, learners=len(matched)), gains
 
     # Reading a class
 
     async def snapshot(self, code: str) -> ClassSnapshot:
         """What a screen that connects now needs: the view, the question's state and the class's numbers."""
         await self._record(code)
-        view = await self.backend.get(self._key(code, "view"))
+        view, gain = await self.backend.mget(self._key(code, "view"), self._key(code, "gain"))
         return ClassSnapshot(
             code=code,
             view=json.loads(view) if view else None,
             question=await self.question(code),
+            gain=json.loads(gain) if gain else None,
             **(await self.presence(code)).model_dump(),
         )
 
@@ -746,6 +909,22 @@ def not_shared(backend, workers: int) -> str | None:
 
 def digest_secret(secret: str) -> str:
     return hashlib.sha256(secret.encode()).hexdigest()
+
+
+def share_right(counts: dict[str, int], right: list[int]) -> float | None:
+    """The share of a round's votes that were right (None: nobody voted)."""
+    total = sum(counts.values())
+    return sum(counts.get(str(index), 0) for index in right) / total if total else None
+
+
+def hake(pre: float | None, post: float | None) -> tuple[float | None, str | None]:
+    """Hake's normalised gain g = (post − pre) / (1 − pre): the share of what was left to learn that was
+    learned. (g, None), or (None, why not)."""
+    if pre is None or post is None:
+        return None, f"no {'pre' if pre is None else 'post'}-test answered"
+    if pre >= 1:
+        return None, "g is undefined: every pre-test answer was right (pre = 100%), nothing was left to gain"
+    return (post - pre) / (1 - pre), None
 
 
 def tally(votes: dict[str, str]) -> dict[str, int]:

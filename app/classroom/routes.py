@@ -140,9 +140,9 @@ async def ask(
         question = await patch_question(lab, run, engine, body, client)
     else:
         question = await run_in_threadpool(questions.next_token, run, engine.pieces, body.token)
-    view = body.model_dump(exclude={"kind", "step", "text"})
+    view = body.model_dump(exclude={"kind", "step", "text", "test"})
     step = body.step.model_dump() if body.step else None
-    return await classes.ask(code, question, view, step, body.text)
+    return await classes.ask(code, question, view, step, body.text, body.test)
 
 
 async def patch_question(lab, run, engine, body: PatchAsk, client) -> questions.Question:
@@ -169,6 +169,14 @@ async def show_votes(code: Code, classes: ClassesDep, secret: Secret = None):
 async def again(code: Code, classes: ClassesDep, secret: Secret = None):
     await classes.check_teacher(code, secret)
     return await classes.again(code)
+
+
+@router.post("/{code}/question/close", response_model=QuestionState)
+async def close(code: Code, classes: ClassesDep, secret: Secret = None):
+    """A pre-test's or a post-test's round closes, its votes shown to nobody; once a pre-test and a post-test
+    are closed, the class's gain goes to every screen ("gain")."""
+    await classes.check_teacher(code, secret)
+    return await classes.close_test(code)
 
 
 @router.post("/{code}/question/reveal", response_model=QuestionState)
@@ -238,7 +246,7 @@ async def events(
     code: Code, classes: ClassesDep, client: ClientDep, secret: Secret = None, cookie: TeacherCookie = None
 ):
     """Server-Sent Events: first the class as it is ("snapshot"), then each change ("view", "question",
-    "votes", "presence"), and last "ended" when the class ends or "closing" when this server stops. A
+    "votes", "presence", "gain"), and last "ended" when the class ends or "closing" when this server stops. A
     stream that ends without either (the store's events were interrupted) is reconnected by the browser,
     which takes a fresh snapshot. The teacher's page is known by the class's secret (header or cookie)."""
     return EventStream(classes.follow(code, client, secret or cookie))

@@ -9,7 +9,8 @@ from app.engine.measures import Measure
 from app.engine.questions import Pattern, Segments, Sinks
 
 Code = Annotated[str, Field(pattern=r"^[23456789A-Z]{6}$", description="The class's join code")]
-Phase = Literal["open", "shown", "revealed"]
+Phase = Literal["open", "shown", "closed", "revealed"]
+Test = Literal["pre", "post"]
 
 
 class Strict(BaseModel):
@@ -40,6 +41,9 @@ class Ask(Strict):
     run_id: str = Field(max_length=64, description="The run the question is about (its numbers give the answer)")
     step: Step | None = None
     text: str | None = Field(None, max_length=300, description="The question's wording; by default the server's")
+    test: Test | None = Field(
+        None, description="A pre-test or a post-test: one round, answered alone, its votes never shown; null: rounds"
+    )
 
 
 class AttendsAsk(Ask):
@@ -114,19 +118,37 @@ class QuestionState(BaseModel):
 
     id: str
     kind: Literal["attends", "head", "next_token", "patch"]
+    test: Test | None = Field(description="A pre-test or a post-test (one round, closed without its votes shown)")
     text: str
     step: Step | None
-    view: dict[str, Any] = Field(description="What was asked about: the ask's fields but kind, step and text")
+    view: dict[str, Any] = Field(description="What was asked about: the ask's fields but kind, step, text and test")
     measure: MeasureInfo | None
     choices: list[Choice]
     phase: Phase
     round: Literal[1, 2]
     votes: list[int] = Field(description="Votes cast in each round so far")
-    tallies: list[dict[str, int]] = Field(description="Per closed round: votes by choice index (as text)")
+    tallies: list[dict[str, int]] = Field(
+        description="Per closed round: votes by choice index (as text); a test's only once it is revealed"
+    )
     answer: Answer | None = Field(description="Once revealed")
     correct: list[float | None] | None = Field(
         description="Once revealed: the share of each round's votes that were right (null: no votes, no round 2)"
     )
+
+
+class Gain(BaseModel):
+    """What a pre-test and a post-test measured: the share right in each (a learner's: of the test questions it
+    answered; the class's: the mean of its learners' who answered both) and Hake's normalised gain
+    g = (post − pre) / (1 − pre), undefined when pre = 1 (nothing left to gain)."""
+
+    pre: float | None
+    post: float | None
+    gain: float | None
+    why: str | None = Field(description="Why there is no gain, in words (pre = 1, or a test not answered)")
+
+
+class ClassGain(Gain):
+    learners: int = Field(description="Who answered a pre-test and a post-test: the class's numbers are theirs")
 
 
 class Presence(BaseModel):
@@ -139,6 +161,7 @@ class ClassSnapshot(Presence):
     code: str
     view: dict[str, Any] | None
     question: QuestionState | None
+    gain: ClassGain | None = Field(description="Once a pre-test and a post-test are closed")
 
 
 class Join(Strict):
@@ -173,6 +196,7 @@ class Score(BaseModel):
 
     right: int
     asked: int
+    gain: Gain | None = Field(description="The learner's own, once the class has closed a pre-test and a post-test")
 
 
 # Events (Server-Sent Events' data), by event name.
@@ -190,6 +214,10 @@ class VotesEvent(BaseModel):
     question: str
     round: int
     votes: list[int]
+
+
+class GainEvent(BaseModel):
+    gain: ClassGain
 
 
 class EndEvent(BaseModel):

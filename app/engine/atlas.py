@@ -218,12 +218,51 @@ def check_atlas(spec: AtlasSpec) -> None:
         raise InvalidInput(f"ablation_sentences is {spec.ablation_sentences}: at most the corpus's sentences")
 
 
-def atlas_slices(engine: Engine, spec: AtlasSpec, progress: Callable[[int, int], None]) -> Iterator[Callable]:
-    """The atlas in slices of work, each one padded pass (Lab.in_turns runs one per turn at the gate): the
-    sentences in batches of at most BATCH_TOKENS padded tokens, the repeated sequences, the ablation sample,
-    then one pass per block with each of its heads switched off in turn, from the block's input on. The last
-    slice returns the Atlas. `progress(done, total)` is called after each."""
+def ablation_cost(engine: Engine, spec: AtlasSpec) -> list[int]:
+    """What each sentence of the ablation sample costs, in order: its tokens × the model's heads × its blocks,
+    the tokens its ablated passes read (each block's every head switched off in turn). 0 where nothing is
+    switched off (a model without an adapter, or no sample)."""
+    if engine.loaded.family.attention_only or not spec.ablation_sentences:
+        return []
+    config = engine.loaded.model.config
+    ids, _ = read_corpus(engine, spec.sentences[: spec.ablation_sentences])
+    return [len(row) * config.num_attention_heads * config.num_hidden_layers for row in ids]
+
+
+def check_ablation(engine: Engine, spec: AtlasSpec, max_ablation_tokens: int | None) -> None:
+    """InvalidInput where the ablation sample costs more than the lab's bound (ablation_cost), naming the
+    setting and how many of these sentences fit within it."""
+    costs = ablation_cost(engine, spec)
+    cost = sum(costs)
+    if max_ablation_tokens is None or cost <= max_ablation_tokens:
+        return
+    config = engine.loaded.model.config
+    fit, spent = 0, 0
+    while spent + costs[fit] <= max_ablation_tokens:
+        spent += costs[fit]
+        fit += 1
+    raise InvalidInput(
+        f"switching each head off costs the sample's tokens × heads × blocks: "
+        f"{cost // (config.num_attention_heads * config.num_hidden_layers):,} × {config.num_attention_heads} × "
+        f"{config.num_hidden_layers} = {cost:,}, past this lab's bound of {max_ablation_tokens:,} "
+        f"(ATTENTION_LAB_MAX_ABLATION_TOKENS); ablation_sentences at most {fit:,} of these sentences"
+    )
+
+
+def atlas_slices(
+    engine: Engine,
+    spec: AtlasSpec,
+    progress: Callable[[int, int], None],
+    max_ablation_tokens: int | None = None,
+) -> Iterator[Callable]:
+    """The atlas in slices of work, each one padded pass of at most BATCH_TOKENS padded tokens (Lab.in_turns
+    runs one per turn at the gate): the sentences, the repeated sequences, then the ablation sample in groups
+    of sentences of similar length: each group's pass, then one pass per block with each of its heads
+    switched off in turn, from the block's input on (group × heads rows). The last slice returns the Atlas.
+    `progress(done, total)` is called after each. The sample is checked against `max_ablation_tokens` first
+    (check_ablation)."""
     check_atlas(spec)
+    check_ablation(engine, spec, max_ablation_tokens)
     loaded = engine.loaded
     model, family, config = loaded.model, loaded.family, loaded.model.config
     ids, cut = read_corpus(engine, spec.sentences)
@@ -236,9 +275,11 @@ def atlas_slices(engine: Engine, spec: AtlasSpec, progress: Callable[[int, int],
     )
     # A model without an adapter has no W_O input to switch a head off at.
     ablates = not family.attention_only and spec.ablation_sentences > 0
-    sample = [torch.tensor(row) for row in ids[: spec.ablation_sentences]] if ablates else []
-    total = len(groups) + len(repeat_groups) + (config.num_hidden_layers + 1 if sample else 0)
-    sums = Sums(config.num_hidden_layers, config.num_attention_heads)
+    sample = sorted(range(spec.ablation_sentences), key=lambda index: len(ids[index])) if ablates else []
+    heads = config.num_attention_heads
+    sample_groups = batches(sample, lambda _: 0, lambda index: len(ids[index]), BATCH_TOKENS // heads)
+    total = len(groups) + len(repeat_groups) + len(sample_groups) * (config.num_hidden_layers + 1)
+    sums = Sums(config.num_hidden_layers, heads)
     special = torch.tensor(loaded.tokenizer.all_special_ids)
     done = 0
 
@@ -274,33 +315,50 @@ def atlas_slices(engine: Engine, spec: AtlasSpec, progress: Callable[[int, int],
         yield step(lambda group=group: sentences(group))
     for rows in repeat_groups:
         yield step(lambda rows=rows: repeated(rows))
-    effects = torch.zeros(config.num_hidden_layers, config.num_attention_heads, dtype=torch.float64)
-    if sample:
-        kept = {}
+    changes = torch.zeros(config.num_hidden_layers, heads, dtype=torch.float64)  # Σ over the sample of 1 − cos
+    for group in sample_groups:
+        rows = [torch.tensor(ids[index]) for index in group]
+        kept = {}  # the group's sentence vectors and what each block returned for it: one group at a time
 
-        def base():
+        def base(rows=rows, kept=kept):
             with block_outputs(model, family) as outputs:
-                kept.update(vectors=sentence_vectors(engine, sample, spec.mask), outputs=outputs)
+                kept.update(vectors=sentence_vectors(engine, rows, spec.mask), outputs=outputs)
 
         yield step(base)
         for layer in range(config.num_hidden_layers):
 
-            def ablated(layer=layer):
-                vectors = ablated_vectors(engine, sample, spec.mask, layer, kept["outputs"][:layer])
+            def ablated(layer=layer, rows=rows, kept=kept):
+                vectors = ablated_vectors(engine, rows, spec.mask, layer, kept["outputs"][:layer])
                 cosines = torch.nn.functional.cosine_similarity(kept["vectors"][None], vectors, dim=-1)
-                effects[layer] = (1 - cosines).mean(-1)
+                changes[layer] += (1 - cosines).sum(-1)
+                if layer == config.num_hidden_layers - 1:
+                    kept.clear()
 
             yield step(ablated)
 
     def finish() -> Atlas:
         scores, offset = sums.scores()
         if sample:
-            scores["ablation"] = effects
+            scores["ablation"] = changes / len(sample)
         where = sums.top_where
         examples = (sums.top, where[..., 0], where[..., 1], where[..., 2])
         return Atlas(spec, scores, offset, sums.rows, cut, examples, ids)
 
     yield finish
+
+
+def atlas_bytes(engine: Engine, spec: AtlasSpec) -> int:
+    """The atlas's peak memory beside the model, stated before it starts: one pass of BATCH_TOKENS padded
+    tokens with every block's weights out (the sentences' passes ask for them, output_attentions) and the
+    pass's own (Engine.transient_bytes), and one group of the ablation sample's block outputs (the group's
+    rows × heads go through the blocks after the one switched off: BATCH_TOKENS tokens)."""
+    config = engine.loaded.model.config
+    heads, layers, hidden = config.num_attention_heads, config.num_hidden_layers, config.hidden_size
+    longest = min(MAX_TOKENS, engine.max_tokens)
+    batch = max(1, BATCH_TOKENS // longest)
+    weights = layers * batch * heads * longest**2 * 4 * 2  # the blocks' weights, and their float64 copy one at a time
+    outputs = (layers + 1) * BATCH_TOKENS * hidden * 4 * 2
+    return weights + outputs + engine.transient_bytes(batch, longest)
 
 
 def sentence_vectors(

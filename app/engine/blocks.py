@@ -44,6 +44,15 @@ class BlockCache:
                 _, oldest = self._blocks.popitem(last=False)
                 self._bytes -= oldest.nbytes
 
+    def let_go_oldest(self) -> bool:
+        """Lets the least recently used block go (also for the memory budget); False when none is kept."""
+        with self._lock:
+            if not self._blocks:
+                return False
+            _, oldest = self._blocks.popitem(last=False)
+            self._bytes -= oldest.nbytes
+            return True
+
     def kept(self, run_id: str, layer: int) -> Tensor | None:
         """The block if it is kept (then the most recently used), else None."""
         with self._lock:
@@ -56,6 +65,8 @@ class BlockCache:
     def nbytes(self) -> int:
         with self._lock:
             return self._bytes
+
+    held_bytes = nbytes  # what it holds for the memory budget
 
     def __len__(self) -> int:
         return len(self._blocks)

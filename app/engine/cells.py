@@ -124,6 +124,17 @@ def window_slices(source: Source, plan: Plan, window: Window, n_keys: int) -> li
     return [slice_of(group, index == len(groups) - 1) for index, group in enumerate(groups)]
 
 
+def window_bytes(plan: Plan, window: Window, n_keys: int) -> int:
+    """A window's peak memory, stated before it is computed (window_slices): its answer [layer, head, query,
+    key] in float32, twice (its pieces, then joined), and one piece's rows of every matrix it reads over every
+    key, with the scores they come from and their float64 means where it averages."""
+    rows, cols = window.shape()
+    answers = (1 if plan.mean == "blocks" else len(plan.layers)) * (1 if plan.mean else len(plan.heads))
+    matrices = len(plan.layers) * len(plan.heads)
+    piece_rows = max(ROW_CHUNK, PIECE_CELLS // (matrices * n_keys) // ROW_CHUNK * ROW_CHUNK)
+    return 2 * answers * rows * cols * 4 + matrices * piece_rows * n_keys * 4 * 4
+
+
 def spans(row_bins: list[tuple[int, int]], rows: int) -> list[list[tuple[int, int]]]:
     """Consecutive bins in groups whose rows fit `rows` (a bin alone may pass it)."""
     groups: list[list[tuple[int, int]]] = [[]]

@@ -19,8 +19,18 @@ contribution out at every query of the head at once (the gradient account: the s
 The output F is the one Integrated Gradients explains (app.engine.attribution): an encoder's sentence vector's
 cosine with a second sentence's, a decoder's logit of A's most likely next token after its last token. Each
 head's accounts are compared by Spearman's ρ over the keys its query can see (every key when averaged).
+
+The removals run in float32, whose F is resolved to about |F|·ε₃₂ (ε₃₂ = 2⁻²³): a key whose true effect is
+1e-16 reported a few of those roundings (1e-7), and ranked among the others it moved ρ (MiniLM, query 3 of
+tests/test_scoreboard.py's text: block 0, head 2's weights read 0.80 where the exact ρ is 0.96). An effect
+under resolution(F) = ROUNDINGS·|F|·ε₃₂ is therefore run again in float64, the model read anew from its
+folder in float64 (twice its float32 weights, for the time of the scoreboard), and ρ ranks those exact
+effects. ROUNDINGS = 64: a float32 effect of MiniLM was off by at most 4.2 |F|·ε₃₂ over its 504 removals of
+one query, so an effect kept from float32 is at least 16 times its own rounding, and two such effects swap
+ranks only where they are within that rounding.
 """
 
+import dataclasses
 import functools
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -35,13 +45,20 @@ from app.engine import names
 from app.engine.capture import model_inputs, thread_hooks
 from app.engine.patching import changing_input, site_module
 from app.engine.runs import BATCH_TOKENS, Engine, InvalidInput, Run, sequence
+from app.engine.sentence import Dense, SentencePipeline
 from app.engine.spec import RunSpec
 
 ACCOUNTS = ("weights", "norm", "alti", "gradient")
 PAIRS = tuple(f"{a}:{b}" for a, b in combinations(ACCOUNTS, 2))
 GRADIENT = "|∇F · α_ij v_j|: the output's gradient at the head's context times key j's part of it (first order)"
 INTERVENTION = "|F(A) − F(A without α_ij v_j in head h's context at query i)|: what the output loses, run again"
+METHOD = (
+    "an effect under least_float32_effect (roundings·|F|·ε₃₂), which a float32 pass cannot tell from rounding, is "
+    "run again with the model in float64, and ρ ranks that exact effect"
+)
 MIN_KEYS = 3  # a rank correlation over fewer keys says little
+ROUNDINGS = 64  # an effect under ROUNDINGS·|F|·ε₃₂ is run again in float64 (the module's docstring says why)
+EPS32 = torch.finfo(torch.float32).eps
 
 
 @dataclass(frozen=True)
@@ -102,6 +119,27 @@ def spearman(a: Tensor, b: Tensor) -> float | None:
     return None if scale == 0 else float((x @ y) / scale)
 
 
+def resolution(value: float) -> float:
+    """The least effect on F = `value` kept from a float32 pass: ROUNDINGS·|F|·ε₃₂."""
+    return ROUNDINGS * abs(value) * EPS32
+
+
+def in_float64(loaded) -> tuple[torch.nn.Module, SentencePipeline]:
+    """The model and its sentence pipeline in float64: the model read anew from its folder (a copy of the
+    served one would carry the hooks other threads' passes have on it), its Dense steps' weights upcast."""
+    folder = loaded.path / loaded.pipeline.transformer
+    model = type(loaded.model).from_pretrained(
+        folder, attn_implementation="eager", dtype=torch.float64, local_files_only=True
+    )
+    steps = tuple(
+        Dense(step.weight.double(), None if step.bias is None else step.bias.double(), step.activation)
+        if isinstance(step, Dense)
+        else step
+        for step in loaded.pipeline.steps
+    )
+    return model.eval(), dataclasses.replace(loaded.pipeline, steps=steps)
+
+
 @contextmanager
 def removing(model: torch.nn.Module, family, removals: list[Removal], first_row: int) -> Iterator[None]:
     """Hooks at W_O's input that take removal i's delta out of row first_row + i, during passes of the thread
@@ -138,13 +176,13 @@ def scoreboard_slices(
     a = sequence(run.spec, run.tokens)
     work: dict = {}
 
-    def output(inputs: dict) -> Tensor:
-        """F for every row of a padded pass of A: [batch]."""
+    def output(inputs: dict, model=model, pipeline=loaded.pipeline) -> Tensor:
+        """F for every row of a padded pass of A, by `model` and `pipeline` (the served ones, or float64's): [batch]."""
         if family.decoder:
             return model(**inputs).logits[:, n - 1, work["token"]]
         hidden = model.base_model(**inputs).last_hidden_state
-        vectors = torch.stack([loaded.pipeline.stages(rows, run.spec.pooling)[-1].vector for rows in hidden])
-        return torch.nn.functional.cosine_similarity(vectors, work["other"][None], dim=-1)
+        vectors = torch.stack([pipeline.stages(rows, run.spec.pooling)[-1].vector for rows in hidden])
+        return torch.nn.functional.cosine_similarity(vectors, work["other"][None].to(vectors.dtype), dim=-1)
 
     def begin() -> None:
         """F(A) and its gradient at each block's context, [pos, head, d_head], through zeros added there."""
@@ -190,18 +228,35 @@ def scoreboard_slices(
                 delta = weights[head, list(queries), key, None] * values[head, key]  # [query, d_head]
                 removals.append(Removal(layer, head, key, queries, delta))
     effects: list[float] = []
+    exact: set[int] = set()  # the removals whose effect was run again in float64
     per_pass = max(1, BATCH_TOKENS // n - 1)
 
+    def effects_of(chunk: list[Removal], model: torch.nn.Module, pipeline: SentencePipeline) -> list[float]:
+        """|F(A) − F(A without each removal)|, A itself the first row of the pass."""
+        with removing(model, family, chunk, first_row=1):
+            out = output(model_inputs(model, family, [a] * (len(chunk) + 1)), model, pipeline).double()
+        return (out[0] - out[1:]).abs().tolist()
+
     def remove(chunk: list[Removal]) -> Callable[[], None]:
+        """A chunk's removals in float32, then those under float32's resolution of F again in float64."""
+
         @torch.inference_mode()
         def compute() -> None:
-            with removing(model, family, chunk, first_row=1):
-                out = output(model_inputs(model, family, [a] * (len(chunk) + 1))).double()
-            effects.extend((out[0] - out[1:]).abs().tolist())
+            first = len(effects)
+            effects.extend(effects_of(chunk, model, loaded.pipeline))
+            below = [at for at in range(first, len(effects)) if effects[at] < resolution(work["value"])]
+            if below:
+                if "float64" not in work:
+                    work["float64"] = in_float64(loaded)
+                again = effects_of([removals[at] for at in below], *work["float64"])
+                for at, effect in zip(below, again, strict=True):
+                    effects[at] = effect
+                exact.update(below)
 
         return compute
 
     def answer() -> dict:
+        work.pop("float64", None)  # the float64 model's memory back before the answer is built
         parts = []  # per removal, its first-order term |∇F · Σ_i α_ij v_j|
         for removal in removals:
             gradient = work["gradient"][removal.layer][removal.head, list(removal.queries)]  # [query, d_head]
@@ -214,6 +269,7 @@ def scoreboard_slices(
             alti = accounts["alti"][layer][0, rows][:, keys].double().mean(0)
             for head in range(n_heads):
                 at = index[layer, head]
+                rerun = [position for position, removal in enumerate(at.tolist()) if removal in exact]
                 measured = {
                     "weights": accounts["weights"][layer][head, rows][:, keys].double().mean(0),
                     "norm": accounts["norm"][layer][head, rows][:, keys].double().mean(0),
@@ -229,6 +285,7 @@ def scoreboard_slices(
                             f"{x}:{y}": spearman(measured[x], measured[y]) for x, y in combinations(ACCOUNTS, 2)
                         },
                         "agreement": {name: spearman(measured[name], effect[at]) for name in ACCOUNTS},
+                        "float64": rerun,
                     }
                 )
         target = (
@@ -246,6 +303,13 @@ def scoreboard_slices(
             "pairs": list(PAIRS),
             "gradient": GRADIENT,
             "intervention": INTERVENTION,
+            "resolution": {
+                "least_float32_effect": resolution(work["value"]),
+                "roundings": ROUNDINGS,
+                "float64": len(exact),
+                "removals": len(removals),
+                "method": METHOD,
+            },
             "heads": heads,
         }
 

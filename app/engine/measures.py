@@ -31,8 +31,37 @@ import torch
 from torch import Tensor
 
 from app.engine import names
+from app.engine.runs import ROW_CHUNK
 
 Measure = Literal["weights", "norm", "alti", "alti_rollout"]
+
+
+@dataclass(frozen=True)
+class Wording:
+    """What a view's cells are called once its measure has been transformed; today one transformation, the
+    page's "hide and renormalise" (sinks=renormalise), which divides each row's kept cells by their sum: the
+    cells are then shares of the kept tokens' total, whatever the measure was, and the hidden tokens' column
+    (the sink) is their share of the row's total before that division, so that it is in the cells' unit."""
+
+    symbol: str
+    name: str
+    short: str
+    values: str
+    meaning: str
+    sink: str  # what the sink column holds, for its header, tooltip and an export's field
+
+
+def shares(symbol: str, name: str, short: str) -> Wording:
+    """A measure's words under sinks=renormalise, by one rule for every measure."""
+    return Wording(
+        symbol=f"share of {symbol}",
+        name=f"share of the kept tokens' {name}",
+        short=f"{short}, renormalised" if short else "renormalised",
+        values="0 to 1, a share of the row's total over the kept tokens; each row sums to 1",
+        meaning=f"The {name} of token j divided by the sum of row i's {name} over the tokens kept: "
+        "the special tokens hidden, a cell is its share of what is left.",
+        sink="the hidden special tokens' share of the row's total before renormalising, 0 to 1",
+    )
 
 
 @dataclass(frozen=True)
@@ -47,12 +76,39 @@ class MeasureName:
     values: str  # its unit or range, for a colour bar and a hint
     meaning: str  # one line a learner can read
     per_block: bool  # one picture per block, not per head
+    sink: str  # what the sink column holds with the special tokens hidden (sinks=hide)
+    renormalised: Wording  # its words with the special tokens hidden and each row rescaled (sinks=renormalise)
+
+
+def declared(
+    key: str,
+    symbol: str,
+    name: str,
+    short: str,
+    values: str,
+    meaning: str,
+    per_block: bool,
+    renormalised: Wording | None = None,
+) -> MeasureName:
+    """One measure, its words with the special tokens hidden derived from its own by one rule (a difference
+    of two runs states its renormalised words itself: a difference of shares is not a share)."""
+    return MeasureName(
+        key=key,
+        symbol=symbol,
+        name=name,
+        short=short,
+        values=values,
+        meaning=meaning,
+        per_block=per_block,
+        sink=f"the {name} on the hidden special tokens, summed",
+        renormalised=renormalised or shares(symbol, name, short),
+    )
 
 
 MEASURES: dict[str, MeasureName] = {
     measure.key: measure
     for measure in (
-        MeasureName(
+        declared(
             key="weights",
             symbol="A[i,j]",
             name="attention weight",
@@ -61,7 +117,7 @@ MEASURES: dict[str, MeasureName] = {
             meaning="softmax(QKᵀ/√d): how much query token i reads key token j.",
             per_block=False,
         ),
-        MeasureName(
+        declared(
             key="norm",
             symbol="‖α·f(x)‖[i,j]",
             name="norm-weighted attention",
@@ -71,7 +127,7 @@ MEASURES: dict[str, MeasureName] = {
             "(Kobayashi et al. 2020).",
             per_block=False,
         ),
-        MeasureName(
+        declared(
             key="alti",
             symbol="ALTI[i,j]",
             name="ALTI contribution",
@@ -81,7 +137,7 @@ MEASURES: dict[str, MeasureName] = {
             "(Ferrando et al. 2022).",
             per_block=True,
         ),
-        MeasureName(
+        declared(
             key="alti_rollout",
             symbol="R[i,j]",
             name="ALTI rollout",
@@ -91,7 +147,7 @@ MEASURES: dict[str, MeasureName] = {
             "after this block.",
             per_block=True,
         ),
-        MeasureName(
+        declared(
             key="difference",
             symbol="ΔA[i,j]",
             name="difference A − B",
@@ -99,14 +155,31 @@ MEASURES: dict[str, MeasureName] = {
             values="−1 to 1",
             meaning="The same measure in two runs, the second subtracted from the first.",
             per_block=False,
+            renormalised=Wording(
+                symbol="Δ share[i,j]",
+                name="difference A − B of the kept tokens' shares",
+                short="A − B, renormalised",
+                values="−1 to 1, a difference of two shares of the kept tokens' total",
+                meaning="Each run's row rescaled to sum to 1 over the tokens kept, the second subtracted from "
+                "the first.",
+                sink="the difference A − B of the hidden special tokens' shares of the row's total before "
+                "renormalising",
+            ),
         ),
     )
 }
 
-QUERY_CHUNK = 32  # queries decomposed at once: [chunk, key, d_model] floats stay about 25 MB at 512 tokens
+QUERY_CHUNK = 32  # queries decomposed at once: [chunk, key, d_model] floats stay about 50 MB at 512 tokens
+CHUNK_BYTES = 64 * 1024**2  # fewer queries at once where QUERY_CHUNK's would pass this (long inputs, wide models)
 # Multiply-adds in one slice of ALTI (whole chunks of queries, at least one): one chunk of a 512-token run of
 # MiniLM, 0.06 s on this project's 2 cores (0.13 s at most while other developers' tests share them).
 SLICE_WORK = 2**27
+
+
+def query_chunk(n: int, d_model: int) -> int:
+    """The queries ALTI decomposes at once: QUERY_CHUNK, fewer where their [chunk, key, d_model] float64
+    would pass CHUNK_BYTES."""
+    return max(1, min(QUERY_CHUNK, CHUNK_BYTES // (n * d_model * 8)))
 
 
 def attention_output_weights(run, model, layer: int) -> tuple[Tensor, Tensor, torch.nn.LayerNorm | None]:
@@ -141,6 +214,28 @@ def norm(run, model, layer: int) -> Tensor:
     return weights * transformed_values(run, model, layer).norm(dim=-1)[:, None, :]
 
 
+def alti_bytes(run, layer: int) -> int:
+    """ALTI's peak memory for block `layer`, stated before it starts, from the block's shapes (n tokens, h
+    heads, d_model): its contributions [query, key] in float32; what every row reads, in float64 (alti_block:
+    the vectors per head and the mean's, f itself, the per-token vectors); the weights of ROW_CHUNK queries;
+    and one chunk's products ([chunk, key, d_model] and the einsum's own, two of them: 323 MiB measured at
+    6,813 tokens of a 4-head, 64-wide decoder, where this states 344)."""
+    n, d_model = run.block_input(layer).shape
+    heads = run.n_heads
+    per_head = (2 * heads + 1) * n * d_model * 8
+    rows = (heads + 1) * ROW_CHUNK * n * 8 * 2
+    chunk = 2 * query_chunk(n, d_model) * n * d_model * 8
+    return n * n * 4 + per_head + 8 * n * d_model * 8 + rows + chunk
+
+
+def norm_bytes(run, layer: int) -> int:
+    """The norm-weighted block's peak memory: the block of weights where it is not kept (Run.weights), the
+    product of the same size, and f_h(x_j) [head, key, d_model]."""
+    n, d_model = run.block_input(layer).shape
+    weights = 0 if run.kept_weights(layer) is not None else run.block_bytes
+    return weights + run.block_bytes + run.n_heads * n * d_model * 4 * 2
+
+
 def alti_slices(run, model, layer: int) -> list[Callable[[], Tensor | None]]:
     """ALTI's contributions of each input token to each token's attention-block output, in slices of whole
     chunks of queries: the last slice returns them all. [query, key]
@@ -149,11 +244,16 @@ def alti_slices(run, model, layer: int) -> list[Callable[[], Tensor | None]]:
     post-LN block σ_i T̃_i(x_j) = Σ_h α_ij^h γ⊙f_h(x_j) + [i = j] γ⊙x_j − γ·mean(T_i(x_j)), the mean being
     the same α-weighted sum of the vectors' means, so the mean becomes one more "head" with the vector −γ
     (a pre-LN block: γ = 1, σ = 1, no mean). Then ‖y_i − T̃_i(x_j)‖₁ = ‖σ_i (T̃_i(x_j) − y_i)‖₁ / σ_i.
-    Materialising T, T − mean, γ⊙… and y − T̃ one after another took three times as long."""
+    Materialising T, T − mean, γ⊙… and y − T̃ one after another took three times as long. The weights are
+    read ROW_CHUNK queries at a time (Run.weight_rows, the block's own bits), never as a whole block, and the
+    contributions are written in float32 as they are made: the memory stays alti_bytes, linear in the
+    tokens but for the answer itself."""
     n, d_model = run.block_input(layer).shape
     per_query = n * (run.n_heads + 1) * d_model
-    rows = max(1, SLICE_WORK // per_query // QUERY_CHUNK) * QUERY_CHUNK
-    contributions = torch.empty(n, n, dtype=torch.float64)
+    rows = max(1, SLICE_WORK // per_query // ROW_CHUNK) * ROW_CHUNK
+    chunk = query_chunk(n, d_model)
+    heads = list(range(run.n_heads))
+    contributions = torch.empty(n, n)
     block: dict = {}  # what every slice reads, made by the first
 
     def rows_of(start: int, stop: int) -> Callable[[], Tensor | None]:
@@ -161,9 +261,13 @@ def alti_slices(run, model, layer: int) -> list[Callable[[], Tensor | None]]:
         def compute() -> Tensor | None:
             if not block:
                 block.update(alti_block(run, model, layer))
-            for first in range(start, stop, QUERY_CHUNK):
-                alti_rows(contributions, torch.arange(first, min(first + QUERY_CHUNK, stop)), **block)
-            return contributions.float() if stop == n else None
+            for first in range(start, stop, ROW_CHUNK):
+                last = min(first + ROW_CHUNK, stop)
+                weights = run.weight_rows(layer, heads, range(first, last)).double()  # [head, query, key]
+                for part in range(first, last, chunk):
+                    queries = torch.arange(part, min(part + chunk, last))
+                    alti_rows(contributions, queries, weights[:, queries - first], **block)
+            return contributions if stop == n else None
 
         return compute
 
@@ -174,7 +278,6 @@ def alti_block(run, model, layer: int) -> dict:
     """What ALTI's rows of block `layer` read, in float64: the vectors per "head" (the mean as one more in a
     post-LN block), each token's own vector (σ_i x_i where an RMSNorm scales attention's output before the
     residual, Gemma's), the mean's weights, σ, σ_i y_i and ‖y_i‖₁."""
-    weights = run.weights(layer).double()  # [head, query, key]
     f = transformed_values(run, model, layer).double()  # [head, key, d_model]
     x = run.block_input(layer).double()  # [key, d_model]
     y = run.activations[names.block(layer, "resid_mid")].double()  # [query, d_model]
@@ -202,7 +305,6 @@ def alti_block(run, model, layer: int) -> dict:
         own = gamma * x
         means, own_means = f.mean(-1), x.mean(-1)  # [head, key], [key]
     return {
-        "weights": weights,
         "vectors": vectors,
         "own": own,
         "means": means,
@@ -213,10 +315,10 @@ def alti_block(run, model, layer: int) -> dict:
     }
 
 
-def alti_rows(contributions, queries, weights, vectors, own, means, own_means, sigma, target, y_size) -> None:
-    """ALTI's rows for `queries` (one chunk) written into `contributions` [query, key]."""
+def alti_rows(contributions, queries, alpha, vectors, own, means, own_means, sigma, target, y_size) -> None:
+    """ALTI's rows for `queries` (one chunk), from their weights `alpha` [head, chunk, key] in float64, written
+    into `contributions` [query, key] (float32: each value rounded once, as a float64 block cast at the end)."""
     chunk = torch.arange(len(queries))
-    alpha = weights[:, queries]  # [head, chunk, key]
     if means is not None:
         mean = torch.einsum("hqk,hk->qk", alpha, means)  # mean(T_i(x_j)) without the residual
         mean[chunk, queries] += own_means[queries]
@@ -226,7 +328,7 @@ def alti_rows(contributions, queries, weights, vectors, own, means, own_means, s
     scaled -= target[queries, None, :]
     distance = torch.linalg.vector_norm(scaled, ord=1, dim=-1) / sigma[queries, None]
     kept = (y_size[queries, None] - distance).clamp_min(0)
-    contributions[queries] = kept / kept.sum(-1, keepdim=True)
+    contributions[queries] = (kept / kept.sum(-1, keepdim=True)).to(contributions.dtype)
 
 
 def mean_view(blocks: list[Tensor], heads: list[int], over_blocks: bool) -> list[Tensor]:

@@ -15,9 +15,10 @@ from typing import Literal
 
 import torch
 
+from app.engine.labels import shown
 from app.engine.lessons import added_names, head_stats
 from app.engine.measures import MEASURES, Measure, mean_view
-from app.engine.runs import InvalidInput, OutOfRange, Run, Token
+from app.engine.runs import InvalidInput, OutOfRange, Run
 
 Sinks = Literal["show", "hide", "renormalise"]
 Segments = Literal["all", "AA", "AB", "BA", "BB"]
@@ -67,19 +68,6 @@ class Question:
         learner, as predict-first counts it)."""
         best = self.choices[self.answer].value
         return tuple(index for index, choice in enumerate(self.choices) if choice.value == best)
-
-
-def shown(text: str) -> str:
-    """A piece as a label: without the space a byte-level piece carries in front, "␣" for a blank one."""
-    return text.strip() or "␣" * len(text)
-
-
-def token_labels(tokens: list[Token]) -> list[str]:
-    """Each token's label: its text, and its position where the same text appears more than once in the
-    run ("bank #2", "bank #11"), so that no two choices, bars or answers read alike."""
-    texts = [shown(token.text) for token in tokens]
-    seen = {text: texts.count(text) for text in texts}
-    return [text if seen[text] == 1 else f"{text} #{index}" for index, text in enumerate(texts)]
 
 
 def count(n: int, noun: str) -> str:
@@ -172,7 +160,7 @@ def attends(run: Run, blocks: list[torch.Tensor], view: View, token: int) -> Que
     """Which token does token `token` attend to most in the view? Choices: the keys the view keeps.
     blocks: the view's measure of the run (view_row)."""
     row = view_row(run, blocks, view, token)
-    labels = token_labels(run.tokens)
+    labels = [t.label for t in run.tokens]
     choices = tuple(
         Choice(labels[key], float(value), token=key) for key, value in enumerate(row.tolist()) if not math.isnan(value)
     )
@@ -219,7 +207,7 @@ def next_token(run: Run, pieces, token: int) -> Question:
     ]
     choices = [Choice(label, probability) for label, probability in zip(labels, probabilities, strict=True)]
     random.Random(f"{run.run_id}:{token}").shuffle(choices)
-    query = token_labels(run.tokens)[token]
+    query = run.tokens[token].label
     return Question("next_token", f"Which token does the model write next, after “{query}”?", tuple(choices))
 
 
@@ -235,7 +223,7 @@ def patched(answer: dict, layer: int, by: Literal["head", "position"], source: s
     if not cells:
         raise OutOfRange(f"layer {layer} does not exist: layers are 0 to {answer['cells'][-1]['layer']}")
     share = lambda cell: (cell["value"] - answer["a"]["value"]) / span  # noqa: E731
-    labels = token_labels(answer["a_tokens"])
+    labels = [t.label for t in answer["a_tokens"]]
     if by == "head":
         choices = tuple(Choice(f"head {cell['head']}", share(cell), head=cell["head"]) for cell in cells)
         positions = cells[0]["positions"]

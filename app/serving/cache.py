@@ -5,7 +5,10 @@ Runs computed in one batched pass share that pass's tensors, so the bytes are co
 once, however many kept runs hold a part of it, and until the last of them goes.
 
 What is computed from a run (a block of a measure, app.serving.lab) is kept in the same cache under its own
-key, uncounted: it counts against the bound in bytes, not against the bound in runs."""
+key, uncounted: it counts against the bound in bytes, not against the bound in runs.
+
+Its bytes are part of the lab's memory budget (app.serving.memory.Budget), which lets its oldest entries go
+where work needs room; what a request reads is counted by the request (Budget.hold) until it ends."""
 
 import threading
 from collections import Counter, OrderedDict
@@ -62,6 +65,16 @@ class RunCache(Generic[T]):
     def nbytes(self) -> int:
         with self._lock:
             return self._bytes
+
+    held_bytes = nbytes  # what it holds for the memory budget
+
+    def let_go_oldest(self) -> bool:
+        """Lets the least recently used entry go (for the memory budget); False when it keeps none."""
+        with self._lock:
+            if not self._runs:
+                return False
+            self._let_go(next(iter(self._runs)))
+            return True
 
     def _let_go(self, run_id: str) -> None:
         run = self._runs.pop(run_id)

@@ -35,6 +35,13 @@ class TooManyWaiting(Busy):
     """This client alone has too many requests waiting (429); everyone else is still served."""
 
 
+class Stopping(Busy):
+    """The server is stopping (503): another replica, or this one restarted, answers the retry."""
+
+    def __init__(self):
+        super().__init__("this server is stopping: try again in a moment", 5)
+
+
 @dataclass(frozen=True)
 class Client:
     address: str
@@ -119,11 +126,24 @@ class PassGate:
         self.waiting = 0
         self._turns = Rotation()  # the waiting requests' turns, by address, then by cookie
         self._by_address: Counter[str] = Counter()  # waiting requests per address
+        self.stopping = False
+
+    def stop(self) -> None:
+        """The server is stopping: the requests waiting are told so at once (Stopping), and so is every request
+        that asks for a turn from now on. Heavy work asks for one per slice, so it ends at its next slice,
+        within the server's grace, instead of being cut off with the server."""
+        self.stopping = True
+        while self._turns:
+            turn = self._turns.popleft()
+            self._dequeued(turn)
+            turn.ready.set_exception(Stopping())
 
     @asynccontextmanager
     async def admit(self, client: Client = ANYONE, job: object = None) -> AsyncIterator[asyncio.Future | None]:
         """Yields None when this request may run, or the future of its answer when a running pass claimed
         its `job` while it waited (it then takes no turn)."""
+        if self.stopping:
+            raise Stopping()
         if self.running < self.max_passes and self.waiting == 0:
             self.running += 1
             claimed = None
@@ -173,7 +193,8 @@ class PassGate:
                 return await asyncio.shield(turn.ready)
         except BaseException as error:
             if turn.ready.done():
-                if turn.ready.result() is None:  # the turn came as the wait ended: give it to the next in line
+                if turn.ready.exception() is None and turn.ready.result() is None:
+                    # the turn came as the wait ended: give it to the next in line
                     self._pass_on()
             else:
                 turn.ready.cancel()

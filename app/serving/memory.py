@@ -1,11 +1,20 @@
 """Keeping the process's memory near what the run store holds, and the memory settings within the
-machine's."""
+machine's: the budget every computation asks before it starts (Budget), and glibc's handling of the pages."""
 
+import asyncio
 import ctypes
 import ctypes.util
 import os
+from collections import Counter, deque
+from collections.abc import AsyncIterator
+from contextlib import AsyncExitStack, asynccontextmanager
+from contextvars import ContextVar
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Protocol
 
+from app.engine.runs import InvalidInput
+from app.serving.gate import ANYONE, Busy, Client
 from app.settings import ENV_PREFIX, GIB, Settings, SettingsError
 
 PAGE_BYTES = os.sysconf("SC_PAGE_SIZE")
@@ -150,3 +159,219 @@ def trim_if_over(limit_bytes: int) -> None:
     extra. Elsewhere than Linux with glibc this does nothing."""
     if _has_libc("malloc_trim") and os.path.exists("/proc/self/statm") and resident_bytes() > limit_bytes:
         LIBC.malloc_trim(0)
+
+
+MIB = 1024**2
+# One address's share of the budget for work under way, and of what requests read: at most 1/WORK_SHARE and
+# 1/READ_SHARE of it at once. What all requests read is at most 1/READS of it, so that work always has the rest.
+WORK_SHARE = 2
+READ_SHARE = 4
+READS = 2
+HOLDS: ContextVar[AsyncExitStack | None] = ContextVar("holds", default=None)  # the request's reads (Budget.hold)
+
+
+class MemoryTooLarge(InvalidInput):
+    """A computation that could never be granted its memory: past what one client may hold (422)."""
+
+
+class Held(Protocol):
+    """Memory kept between computations (a cache), which the budget may ask to let go of."""
+
+    @property
+    def held_bytes(self) -> int: ...
+
+    def let_go_oldest(self) -> bool:
+        """Lets its least recently used entry go; False when it keeps none."""
+
+
+@dataclass(eq=False)
+class Ask:
+    """A computation (or a read) waiting for its memory: resolved when granted."""
+
+    client: Client
+    nbytes: int
+    reads: bool  # a request's read of a run, held until the request ends (Budget.hold)
+    ready: asyncio.Future = field(default_factory=lambda: asyncio.get_running_loop().create_future())
+
+
+class Budget:
+    """One process's memory for everything that grows with its input, granted before the work starts (as
+    Spark's unified memory manager grants execution memory, and PostgreSQL's work_mem bounds a sort): the
+    caches' bytes (Held: runs, blocks, measures), the runs requests read (hold), and the computations under
+    way (take), together at most `max_bytes` (ATTENTION_LAB_MAX_STORE_BYTES). A computation states its peak
+    from its shapes and takes it before it starts; a request holds a run's bytes before it reads it, until it
+    ends (a run the cache lets go meanwhile stays in memory for it). Where the caches leave too little room,
+    their least recently used entries go first; where work or reads do, an ask waits its turn, round the
+    client addresses and the browsers within each, as passes do (app.serving.gate).
+
+    Reads together hold at most 1/READS of the budget, and a computation never waits for a read: work always
+    has the rest, so a request that holds its run and waits for its computation's memory waits only for other
+    computations, which end. One address holds at most 1/WORK_SHARE of the budget in work and 1/READ_SHARE in
+    reads, so that no client can shut the others out; an ask past that answers 422 naming the setting, a wait
+    past `max_wait_seconds` (or past `max_waiting` others) 503 with Retry-After.
+
+    All bookkeeping is on the event loop, with no lock: an ask that fits costs a few additions."""
+
+    def __init__(self, max_bytes: int, max_waiting: int = 64, max_wait_seconds: float = 30.0):
+        self.max_bytes = max_bytes
+        self.max_waiting = max_waiting
+        self.max_wait_seconds = max_wait_seconds
+        self.setting = f"{ENV_PREFIX}MAX_STORE_BYTES"
+        self.granted = 0  # bytes granted to computations under way
+        self.reading = 0  # bytes of the runs requests hold
+        self.caches: list[Held] = []  # let go of in this order where room is needed
+        self._by_address: dict[bool, Counter[str]] = {False: Counter(), True: Counter()}  # work, reads
+        self._asks: dict[str, dict[str, deque[Ask]]] = {}  # waiting, by address then browser, in turn order
+        self.waiting = 0
+        self._readers: dict[str, list] = {}  # run -> [requests reading it, its bytes, whose read counts them]
+
+    @property
+    def held(self) -> int:
+        """Every byte the budget counts: the caches', the reads' and the computations'."""
+        return self.granted + self.reading + sum(cache.held_bytes for cache in self.caches)
+
+    def check(self, nbytes: int, what: str, reads: bool = False) -> None:
+        """MemoryTooLarge where `what` could never be granted `nbytes`."""
+        share = READ_SHARE if reads else WORK_SHARE
+        if nbytes > self.max_bytes // share:
+            raise MemoryTooLarge(
+                f"{what} needs {nbytes / MIB:,.0f} MiB at once, past the {self.max_bytes // share / MIB:,.0f} MiB "
+                f"one client may {'read' if reads else 'use'} at once (1/{share} of {self.setting}="
+                f"{self.max_bytes:,}): ask for less (a shorter input, a window, a view pooled by size), or raise "
+                f"{self.setting}"
+            )
+
+    @asynccontextmanager
+    async def take(self, nbytes: int, client: Client = ANYONE, what: str = "this computation") -> AsyncIterator[None]:
+        """`nbytes` for a computation until the caller leaves the block: at once where they fit, else when its
+        turn comes and they do."""
+        await self._ask(nbytes, client, what, reads=False)
+        try:
+            yield
+        finally:
+            self.give_back(nbytes, client)
+
+    async def hold(self, nbytes: int, client: Client, what: str, key: str) -> None:
+        """`nbytes` of a run (named `key`) the request reads, held until the request ends (HOLDS, app.web.deps):
+        counted once however many requests read the same run at once, by the first of them, until the last
+        has answered; nothing where no request counts its reads (the engine used directly)."""
+        holds = HOLDS.get()
+        if holds is None:
+            return
+        if key not in self._readers:
+            await self._ask(nbytes, client, what, reads=True)
+            if key in self._readers:  # another request's read of it was granted meanwhile: one is enough
+                self.give_back(nbytes, client, True)
+            else:
+                self._readers[key] = [0, nbytes, client]
+        self._readers[key][0] += 1
+        holds.callback(self._read_done, key)
+
+    def _read_done(self, key: str) -> None:
+        readers = self._readers[key]
+        readers[0] -= 1
+        if not readers[0]:
+            del self._readers[key]
+            self.give_back(readers[1], readers[2], True)
+
+    def try_take(self, nbytes: int, client: Client = ANYONE, reads: bool = False) -> bool:
+        """`nbytes` granted now if they fit with nobody waiting before them (then give_back them), else False."""
+        if self.waiting or not self._fits(client.address, nbytes, reads):
+            return False
+        self._grant(client.address, nbytes, reads)
+        return True
+
+    def give_back(self, nbytes: int, client: Client = ANYONE, reads: bool = False) -> None:
+        if reads:
+            self.reading -= nbytes
+        else:
+            self.granted -= nbytes
+        counts = self._by_address[reads]
+        counts[client.address] -= nbytes
+        if not counts[client.address]:
+            del counts[client.address]
+        if self.waiting:
+            self._serve()
+
+    async def _ask(self, nbytes: int, client: Client, what: str, reads: bool) -> None:
+        self.check(nbytes, what, reads)
+        if not self.try_take(nbytes, client, reads):
+            await self._wait(Ask(client, nbytes, reads), what)
+
+    def _within_share(self, address: str, nbytes: int, reads: bool) -> bool:
+        if reads:
+            return (
+                self._by_address[True][address] + nbytes <= self.max_bytes // READ_SHARE
+                and self.reading + nbytes <= self.max_bytes // READS
+            )
+        return self._by_address[False][address] + nbytes <= self.max_bytes // WORK_SHARE
+
+    def _fits(self, address: str, nbytes: int, reads: bool) -> bool:
+        if not self._within_share(address, nbytes, reads):
+            return False
+        held = self.held
+        for cache in self.caches:
+            while held + nbytes > self.max_bytes and cache.let_go_oldest():
+                held = self.held
+        return held + nbytes <= self.max_bytes
+
+    def _grant(self, address: str, nbytes: int, reads: bool) -> None:
+        if reads:
+            self.reading += nbytes
+        else:
+            self.granted += nbytes
+        self._by_address[reads][address] += nbytes
+
+    async def _wait(self, ask: Ask, what: str) -> None:
+        if self.waiting >= self.max_waiting:
+            raise Busy(f"{self.waiting} requests already wait for memory: try again in a moment", 2)
+        address, cookie = ask.client.address, ask.client.cookie
+        self._asks.setdefault(address, {}).setdefault(cookie, deque()).append(ask)
+        self.waiting += 1
+        self._serve()  # it may fit now: the asks before it may be waiting for their own address's work
+        try:
+            async with asyncio.timeout(self.max_wait_seconds):
+                await asyncio.shield(ask.ready)
+        except BaseException as error:
+            if ask.ready.done():  # granted as the wait ended: given back at once
+                self.give_back(ask.nbytes, ask.client, ask.reads)
+            else:
+                ask.ready.cancel()
+                self._leave(ask)
+            if isinstance(error, TimeoutError):
+                raise Busy(
+                    f"{what} waited {self.max_wait_seconds:g} s for memory: the work under way and the runs kept "
+                    f"hold the lab's {self.setting} ({self.max_bytes / MIB:,.0f} MiB); try again in a moment",
+                    5,
+                ) from None
+            raise
+
+    def _leave(self, ask: Ask) -> None:
+        address, cookie = ask.client.address, ask.client.cookie
+        browsers = self._asks[address]
+        browsers[cookie].remove(ask)
+        if not browsers[cookie]:
+            del browsers[cookie]
+        if not browsers:
+            del self._asks[address]
+        self.waiting -= 1
+
+    def _serve(self) -> None:
+        """Grants the waiting asks whose turn it is, round the addresses and each one's browsers, where they fit.
+        An ask that does not fit yet is passed over: a learner's short pass is not held behind someone's large
+        computation, which is granted as soon as the memory under way leaves it room (or answers 503 after
+        max_wait_seconds)."""
+        for address in list(self._asks):
+            browsers = self._asks[address]
+            cookie = next(iter(browsers))
+            ask = browsers[cookie][0]
+            if not self._fits(address, ask.nbytes, ask.reads):
+                continue
+            self._leave(ask)
+            self._grant(address, ask.nbytes, ask.reads)
+            ask.ready.set_result(None)
+            # This address and browser go to the back of the round.
+            if address in self._asks:
+                self._asks[address] = self._asks.pop(address)
+                if cookie in self._asks[address]:
+                    self._asks[address][cookie] = self._asks[address].pop(cookie)

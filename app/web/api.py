@@ -20,7 +20,7 @@ from app.engine.spec import Patch
 from app.serving.lab import Lab
 from app.serving.server import is_loopback
 from app.web.compression import MIN_BYTES, chosen_encoding, compressed
-from app.web.deps import ClientDep, LabDep
+from app.web.deps import ClientDep, LabDep, request_reads
 from app.web.encoding import MEDIA_TYPE, PIECE_BYTES, encode_attention
 from app.web.schemas import (
     AnalyzeRequest,
@@ -54,6 +54,7 @@ from app.web.schemas import (
 
 router = APIRouter(
     prefix="/api",
+    dependencies=[Depends(request_reads)],
     responses={422: {"model": ValidationErrorResponse, "description": "The request is not one the API takes"}},
 )
 NOT_FOUND = {

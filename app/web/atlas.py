@@ -2,14 +2,15 @@
 
 from typing import Annotated, Literal
 
-from fastapi import APIRouter, Query
+from fastapi import APIRouter, Depends, Query
 
 from app.engine import atlas
+from app.engine.labels import token_labels
 from app.engine.spec import AtlasSpec
-from app.web.deps import ClientDep, LabDep
+from app.web.deps import ClientDep, LabDep, request_reads
 from app.web.schemas import AtlasProgress, AtlasRequest, AtlasResponse, AtlasSpace, AtlasStarted, ErrorResponse
 
-router = APIRouter(prefix="/api/atlas")
+router = APIRouter(prefix="/api/atlas", dependencies=[Depends(request_reads)])
 NOT_FOUND = {
     404: {"model": ErrorResponse, "description": "Unknown or expired atlas"},
     503: {"model": ErrorResponse, "description": "The run store is not answering, or the model is busy"},
@@ -31,7 +32,7 @@ async def start(body: AtlasRequest, lab: LabDep, client: ClientDep):
         min(body.ablation_sentences, len(sentences)),
         engine.spec("a", mask=body.mask).mask,  # the model's own mask unless another is asked for, checked
     )
-    await lab.start_atlas(spec)
+    await lab.start_atlas(spec, client)
     return {"atlas_id": spec.run_id, "sentences": len(sentences)}
 
 
@@ -99,15 +100,15 @@ def examples(found: atlas.Atlas, layer: int, head: int, pieces, spec: AtlasSpec)
     for weight, sentence, query, key in zip(*(values[layer, head].tolist() for values in found.examples), strict=True):
         if sentence < 0:
             continue
-        tokens = pieces(found.ids[sentence])
+        labels = token_labels(pieces(found.ids[sentence]))
         shown.append(
             {
                 "sentence": sentence,
                 "text": spec.sentences[sentence],
                 "query": query,
                 "key": key,
-                "query_token": tokens[query],
-                "key_token": tokens[key],
+                "query_token": labels[query],
+                "key_token": labels[key],
                 "weight": weight,
             }
         )

@@ -155,6 +155,7 @@ async def atlas_page(request: Request, lab: LabDep):
             "max_tokens": atlas.MAX_TOKENS,
             "shipped": len(atlas.shipped_sentences()),
             "ablation_sentences": AtlasSpec.ablation_sentences,
+            "max_ablation_tokens": lab.max_ablation_tokens,
         },
         headers={"Cache-Control": "no-cache"},
     )

@@ -227,6 +227,12 @@ class TokenPublic(BaseModel):
         description="The subword piece: WordPiece's own (`##` marks a continuation), or the text a byte-level or "
         'SentencePiece piece stands for (" cat")'
     )
+    label: str = Field(
+        description="How the lab names the token everywhere: its text (a byte-level piece's leading space left out, "
+        '"␣" for a blank one), and its index where the same text appears more than once in the run ("a #1", '
+        '"a #4")',
+        examples=["a #4"],
+    )
     id: int = Field(description="Row of the embedding table this token reads")
     special: bool = Field(description="Any of the tokenizer's special ids, typed ones and [UNK] included")
     added: bool = Field(
@@ -659,6 +665,20 @@ class ScoreboardHead(BaseModel):
     agreement: dict[str, float | None] = Field(
         description="Per account: Spearman's ρ with the intervention over the keys (null where one is constant)"
     )
+    float64: list[int] = Field(
+        description="The keys (positions in `keys`) whose intervention was under float32's resolution of F and was "
+        "run again in float64: their effects are the float64 ones"
+    )
+
+
+class ScoreboardResolution(BaseModel):
+    least_float32_effect: float = Field(
+        description="roundings·|F|·ε₃₂: an effect under it is what a float32 pass cannot tell from rounding"
+    )
+    roundings: int = Field(description="The factor over |F|·ε₃₂ (ε₃₂ = 2⁻²³)")
+    float64: int = Field(description="How many removals were run again in float64")
+    removals: int = Field(description="How many removals there were, every head's keys")
+    method: str = Field(description="What is done below the resolution, in one line")
 
 
 class ScoreboardResponse(BaseModel):
@@ -671,6 +691,7 @@ class ScoreboardResponse(BaseModel):
     pairs: list[str] = Field(description="The keys of each head's correlations, in order")
     gradient: str = Field(description="The gradient account in one line")
     intervention: str = Field(description="The intervention in one line")
+    resolution: ScoreboardResolution = Field(description="Where the intervention's float32 effects are rounding")
     heads: list[ScoreboardHead] = Field(description="Block by block, head by head")
 
 
@@ -729,8 +750,8 @@ class AtlasExample(BaseModel):
     text: str
     query: int = Field(description="The query's token index, added tokens counted")
     key: int
-    query_token: str
-    key_token: str
+    query_token: str = Field(description="The query's label in its sentence, as a token's `label` (the #1, the #7)")
+    key_token: str = Field(description="The key's label in its sentence")
     weight: float
 
 

@@ -41,12 +41,12 @@ function caption(state, chosen, model) {
   const token = chosen[0];
   const who =
     chosen.length > 1
-      ? `${chosen.length} tokens (${chosen.map((index) => `“${run.tokens[index].text}”`).join(", ")}), rows averaged,`
-      : `“${run.tokens[token].text}” (token ${token})${state.preview !== null ? " (preview: click to lock)" : ""}`;
+      ? `${chosen.length} tokens (${chosen.map((index) => `“${run.tokens[index].label}”`).join(", ")}), rows averaged,`
+      : `“${run.tokens[token].label}” (token ${token})${state.preview !== null ? " (preview: click to lock)" : ""}`;
   const where = everyHead(state) ? viewName({ ...state, head: 0 }, model).replace(/head 0$/, "every head") : viewName(state, model);
   // What the lines and bars are: presentation mode leaves it to the teacher's words (lab.css), so that the
   // rows keep the room.
-  const how = el("span", { class: "caption-how" }, `: line width and bar length show the ${measureOf(state.measure).name} on each token.`);
+  const how = el("span", { class: "caption-how" }, `: line width and bar length show the ${measureOf(state.measure, state.sinks).name} on each token.`);
   return el("p", { class: "caption" }, `${who} in ${where}`, how);
 }
 
@@ -64,7 +64,7 @@ export const attendsView = {
       segments: segmentRule(state.segments),
       caption: chosen.length ? caption(state, chosen, lab.model) : null,
       answer: revealedKey(state),
-      measure: measureOf(state.measure),
+      measure: measureOf(state.measure, state.sinks),
     });
   },
   blank: blankNote("attends"),
@@ -127,7 +127,7 @@ export function renderAttends(container, { tokens, selected, rows, sinks: mode, 
     "ol",
     { class: "attend-queries" },
     ...queries.map((token) =>
-      el("li", { class: `${token.index === selected ? "selected" : ""}${token.special ? " special" : ""}`, dataset: { index: String(token.index) } }, token.text),
+      el("li", { class: `${token.index === selected ? "selected" : ""}${token.special ? " special" : ""}`, dataset: { index: String(token.index) } }, token.label),
     ),
   );
   const why = (token) => (mode !== "show" && isSink(token) ? "hidden" : segments ? `outside ${segments.from} → ${segments.to}` : "left out");
@@ -138,8 +138,8 @@ export function renderAttends(container, { tokens, selected, rows, sinks: mode, 
       if (!kept(token)) {
         return el(
           "li",
-          { class: `attend-hidden${token.special ? " special" : ""}`, dataset: { index: String(token.index) }, title: `“${token.text}” is left out of this view` },
-          el("span", { class: "attend-token" }, token.text),
+          { class: `attend-hidden${token.special ? " special" : ""}`, dataset: { index: String(token.index) }, title: `“${token.label}” is left out of this view` },
+          el("span", { class: "attend-token" }, token.label),
           el("span", { class: "attend-why" }, why(token)),
         );
       }
@@ -158,12 +158,12 @@ export function renderAttends(container, { tokens, selected, rows, sinks: mode, 
           dataset: { index: String(token.index), ...(single === null ? {} : { weight: String(single) }) },
           title: `${measure.name}: ${single === null ? "one bar per head" : fixed(single)}`,
         },
-        el("span", { class: "attend-token" }, token.text),
+        el("span", { class: "attend-token" }, token.label),
         el("span", { class: "bars" }, ...bars),
         el("span", { class: "attend-weight" }, single === null ? "" : fixed(single)),
       );
     }),
-    mode !== "show" ? sinkRow(shown, tokens, largest) : null,
+    mode !== "show" ? sinkRow(shown, tokens, largest, measure) : null,
   );
   const limited = long ? el("p", { class: "hint" }, `The ${listed.length} most attended of ${candidates.length} tokens, in text order.`) : null;
   const strips = long ? wholeRows(shown, selected, tokens.length, largest, measure) : null;
@@ -209,11 +209,11 @@ function wholeRows(shown, selected, n, largest, measure) {
   );
 }
 
-// The value taken off the hidden sink tokens, one bar per head shown, on the key bars' scale and baseline.
-function sinkRow(shown, tokens, largest) {
+// What the hidden sink tokens held (measure.sink), one bar per head shown, on the key bars' scale and baseline.
+function sinkRow(shown, tokens, largest, measure) {
   return el(
     "li",
-    { class: "sink", dataset: { field: "sink" } },
+    { class: "sink", dataset: { field: "sink" }, title: `sink: ${measure.sink}` },
     el("span", { class: "attend-token" }, `sink: ${sinkNames(tokens)}`),
     el(
       "span",
@@ -226,8 +226,9 @@ function sinkRow(shown, tokens, largest) {
   );
 }
 
-// What the values beside a hidden sink are. Renormalised, a row sums to 1 over every token it keeps; a
-// segment filter then shows part of that row, and the hint says what the part shown sums to.
+// What the values beside a hidden sink are. Renormalised, a row sums to 1 over every token it keeps, each value
+// a share and the sink in the same unit; a segment filter then shows part of that row, and the hint says what
+// the part shown sums to.
 function sinkHint(tokens, mode, segments, row, measure) {
   const names = sinkNames(tokens);
   const shownSum = row.reduce((sum, value) => (Number.isNaN(value) ? sum : sum + value), 0);
@@ -235,7 +236,7 @@ function sinkHint(tokens, mode, segments, row, measure) {
     mode === "hide"
       ? `${names} hidden: the sink holds their ${measure.name}; every other value is as computed, not rescaled.`
       : segments
-        ? `${names} hidden, and each row rescaled to sum to 1 over every token it keeps; the ${segments.from} → ${segments.to} filter shows part of this row: the values shown sum to ${fixed(shownSum)}.`
-        : `${names} hidden, and each row's other values rescaled to sum to 1 (the values shown sum to ${fixed(shownSum)}).`;
+        ? `${names} hidden, and each row rescaled to sum to 1 over every token it keeps: each value is a ${measure.name}, and the sink ${measure.sink}; the ${segments.from} → ${segments.to} filter shows part of this row: the values shown sum to ${fixed(shownSum)}.`
+        : `${names} hidden, and each row's other values rescaled to sum to 1: each value is a ${measure.name}, and the sink ${measure.sink} (the values shown sum to ${fixed(shownSum)}).`;
   return el("p", { class: "hint sink-hint", dataset: { field: "sink-hint", sum: String(shownSum) } }, text);
 }

@@ -77,7 +77,9 @@ export function createAttentionView(lab) {
     render(state, { matrix = null, sink = null, long = null }) {
       const { run } = state;
       const n = run.tokens.length;
-      const measure = measureOf(state.measure);
+      // A long run's heatmap draws every key as computed: the sink and segment filters apply to the attends view.
+      const drawn = long ? { ...state, sinks: "show", segments: "all" } : state;
+      const measure = measureOf(drawn.measure, drawn.sinks);
       $("attention-name").textContent = `${measure.name}: ${measure.meaning}`;
       $("attention-shape").textContent = measure.per_block ? `${n}×${n} per block` : `${n}×${n} per head · ${count(lab.model.heads, "head")} per block`;
       const [first = null, ...others] = queries(state);
@@ -86,10 +88,10 @@ export function createAttentionView(lab) {
         long,
         sink,
         sinkNames: sinkNames(run.tokens),
-        labels: run.tokens.map((token) => token.text),
+        labels: run.tokens.map((token) => token.label),
         selected: first,
         also: others,
-        title: `${viewName(state, lab.model)} · ${maskName(run.mask, lab.model, viewLayers(state, lab.model))}${long && filtered(state) ? " · every key shown (the sink and segment filters apply to the attends view)" : ""}`,
+        title: `${viewName(drawn, lab.model)} · ${maskName(run.mask, lab.model, viewLayers(state, lab.model))}${long && filtered(state) ? " · every key shown (the sink and segment filters apply to the attends view)" : ""}`,
         caption: `“${state.text}”${run.text_pair ? ` + “${run.text_pair}”` : ""} · ${lab.model.name}`,
         scale: state.scale,
         measure,

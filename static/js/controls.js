@@ -8,7 +8,7 @@ import { exportedView, saveCSV, saveImage, saveJSON } from "./export.js";
 import { gridPNG, gridSVG, showShares } from "./grid.js";
 import { renderHeadSet } from "./headset.js";
 import { maskName, viewFileName, viewLayers, viewName } from "./matrix.js";
-import { measureOf } from "./measures.js";
+import { measureOf, noHead } from "./measures.js";
 import { bindPopup } from "./popup.js";
 
 const $ = (id) => document.getElementById(id);
@@ -80,7 +80,7 @@ function showMeasure(state) {
   $("measure").value = state.measure;
   $("measure-meaning").textContent = measure.meaning;
   for (const line of document.querySelectorAll(".measure-line")) line.classList.toggle("current", line.dataset.measure === state.measure);
-  const why = measure.per_block ? `${measure.name} has one picture per block: it measures the block as a whole, not a head` : "";
+  const why = noHead(measure) ?? "";
   for (const id of ["head", "all-heads"]) {
     const label = $(id).closest("label");
     label.dataset.title ??= label.title; // its own title, when the measure gives no reason
@@ -127,7 +127,7 @@ function cutNotice(run, texts, model) {
     const last = read.at(-1);
     const length = [...text.trimEnd()].length;
     if (!last || last.end >= length) return [];
-    return [`${name} stops after “${last.text}” (token ${last.index}), at character ${last.end.toLocaleString("en")} of ${length.toLocaleString("en")}`];
+    return [`${name} stops after “${last.label}” (token ${last.index}), at character ${last.end.toLocaleString("en")} of ${length.toLocaleString("en")}`];
   });
   return `Cut to the first ${run.tokens.length} tokens (${whose}).${places.length ? ` ${places.join("; ")}.` : ""}`;
 }
@@ -143,7 +143,7 @@ const SITE_WORDS = {
 export function patchNotice(run) {
   const { patch } = run;
   const site = SITE_WORDS[patch.site].replace("{layer}", patch.layer).replace("{head}", patch.head);
-  const where = patch.positions.length === run.tokens.length ? "every position" : patch.positions.map((p) => `“${run.tokens[p].text}” (${p})`).join(", ");
+  const where = patch.positions.length === run.tokens.length ? "every position" : patch.positions.map((p) => `“${run.tokens[p].label}” (${p})`).join(", ");
   return `Patched run: ${site} at ${where} is taken from “${patch.source}”. Run the text again to see it unpatched.`;
 }
 
@@ -235,7 +235,7 @@ function findToken(query, { getState, setState }, heatmap) {
     if (candidate.text.replace(/^##/, "").toLowerCase().includes(wanted)) {
       setState({ token: candidate.index, also: [] });
       if (heatmap.long) heatmap.jump(candidate.index);
-      $("token-search-status").textContent = `“${candidate.text}”, token ${candidate.index} of ${n}`;
+      $("token-search-status").textContent = `“${candidate.label}”, token ${candidate.index} of ${n}`;
       return;
     }
   }

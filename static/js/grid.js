@@ -156,10 +156,11 @@ export const gridView = {
     const { run } = state;
     const n = run.tokens.length;
     document.getElementById("grid-shape").textContent = `${count(lab.model.layers, "block")} × ${count(lab.model.heads, "head")}, each ${n}×${n}`;
-    const measure = measureOf(state.measure);
+    const whole = overview.shape[2] === n; // the filters apply in the grid only to whole matrices
+    const measure = measureOf(state.measure, whole ? state.sinks : "show");
     const square = `Each square is one ${measure.per_block ? "block" : "head"}'s ${measure.name}`;
     document.getElementById("grid-hint").textContent =
-      overview.shape[2] === n
+      whole
         ? `${square}, with the filters above. Click one to open it.`
         : `${square}, shrunk to ${overview.shape[2]}×${overview.shape[2]} (the largest value of each patch); the filters above apply in the heatmap. Click one to open it.`;
     renderGrid(document.getElementById("grid"), {

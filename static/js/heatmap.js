@@ -260,7 +260,7 @@ export class Heatmap {
 
   // matrix: Float32Array [query, key]; labels: token texts; selected: query row to outline, or null.
   // The zoom window stays while the token count does (switching heads keeps the close-up).
-  // sink: per query row, the weight taken off hidden special tokens, drawn as a column of its own.
+  // sink: per query row, what the hidden special tokens held (measure.sink), drawn as a column of its own.
   // caption: a line under the title in exported pictures (the prompt); scale: a colors.js scale name.
   // sinkNames: what the sink holds, e.g. "[CLS]+[SEP]". measure: what the numbers are (measures.js): the
   // title, the numbers and their name change together, so no picture is ever shown under another's name.
@@ -268,7 +268,7 @@ export class Heatmap {
   // its overview pooled by the server, and the fetches of a window's cells and of a query's exact row.
   draw({ matrix = null, long = null, labels, selected, also = [], title, sink = null, sinkNames = "", caption = "", scale = "blues", measure = this.measure }) {
     this.measure = measure;
-    this.sinkColumn.title = `sink: the ${measure.name} on the hidden ${sinkNames}, per row`;
+    this.sinkColumn.title = `sink, per row: ${measure.sink} (${sinkNames})`;
     this.also = also;
     this.sink = sink;
     this.caption = caption;

@@ -50,7 +50,8 @@ export function isPerBlock(measure) {
 }
 
 // The matrix a view shows: {matrix: Float32Array [query, key] with NaN for every cell the view leaves out,
-// sink: Float32Array per query row of the weight on the hidden sink columns, or null when none are hidden}.
+// sink: Float32Array per query row of what the hidden sink columns held (withoutSinks), or null when none
+// are hidden}.
 export function viewMatrix(blocks, tokens, view) {
   const n = tokens.length;
   const { layers, heads } = viewSources(view, blocks.length);
@@ -65,9 +66,11 @@ export function viewMatrix(blocks, tokens, view) {
   return { matrix: filterSegments(kept, tokens, view.segments), sink };
 }
 
-// Sink columns blanked (NaN) and their weight per row returned as `sink`, so nothing is silently dropped.
+// Sink columns blanked (NaN) and what they held per row returned as `sink`, so nothing is silently dropped.
 // "renormalise" divides each row's kept cells by their own sum (never by 1 − sink: a softmax row does not
-// sum to exactly 1, and a row that keeps almost nothing would be visibly off).
+// sum to exactly 1, and a row that keeps almost nothing would be visibly off); the cells are then shares, so
+// the sink is too, in the same unit: the sink columns' share of the row's total before the division (for
+// the weights, within rounding their sum; for a measure in lengths, not a length beside shares).
 export function withoutSinks(matrix, tokens, mode) {
   if (mode === "show") return { matrix, sink: null };
   const n = tokens.length;
@@ -80,7 +83,8 @@ export function withoutSinks(matrix, tokens, mode) {
   return { matrix: kept, sink };
 }
 
-// One row of withoutSinks: the kept values written into `out`, the weight on the hidden keys returned.
+// One row of withoutSinks: the kept values written into `out`, the hidden keys' value returned (their sum,
+// or under "renormalise" their share of the row's total).
 function rowWithoutSinks(values, hidden, mode, out) {
   let sinkSum = 0;
   let keptSum = 0;
@@ -88,14 +92,16 @@ function rowWithoutSinks(values, hidden, mode, out) {
     if (hidden[col]) sinkSum += value;
     else keptSum += value;
   });
-  const scale = mode === "renormalise" && keptSum > 0 ? 1 / keptSum : 1;
+  const renormalise = mode === "renormalise";
+  const scale = renormalise && keptSum > 0 ? 1 / keptSum : 1;
   values.forEach((value, col) => (out[col] = hidden[col] ? NaN : value * scale));
-  return sinkSum;
+  if (!renormalise) return sinkSum;
+  return sinkSum + keptSum > 0 ? sinkSum / (sinkSum + keptSum) : 0;
 }
 
 // One query's row of a view as viewMatrix would show it, from that row of the combined matrix (before sinks
-// and segments): {row: Float32Array over every key with NaN where the view leaves a key out, sink: the weight
-// on the hidden sinks, or null}. What a long run's views read instead of its whole matrix.
+// and segments): {row: Float32Array over every key with NaN where the view leaves a key out, sink: what the
+// hidden sinks held (withoutSinks), or null}. What a long run's views read instead of its whole matrix.
 export function viewRow(values, tokens, query, view) {
   let row = values;
   let sink = null;
@@ -136,9 +142,10 @@ export function meanOf(values, rows) {
 }
 
 // How the heatmap's title, the difference view, predict-first and the exports name a view, its measure first
-// (measures.js): "norm-weighted block 3, head 7", "ALTI · block 2" (one picture per block).
+// (measures.js): "norm-weighted block 3, head 7", "ALTI · block 2" (one picture per block), "norm-weighted,
+// renormalised block 3, head 7" with the special tokens hidden and the rows rescaled.
 export function viewName(view, model) {
-  const measure = measureOf(view.measure);
+  const measure = measureOf(view.measure, view.sinks);
   const block = view.blockMean ? `all ${count(model.layers, "block")} averaged` : `block ${view.layer}`;
   if (measure.per_block) return `${measure.short} · ${block}`;
   if (view.head !== "mean") return titled(measure, `${block}, head ${view.head}`);

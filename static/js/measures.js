@@ -5,6 +5,9 @@
 //   symbol    a cell's value as a formula names it, "A[i,j]"; name: one value in words, "attention weight"
 //   short     in a title before the view ("norm-weighted block 3, head 7"; "" for the weights)
 //   values    its unit or range; meaning: one line a learner can read; per_block: one picture per block
+//   sink      what the sink column holds with the special tokens hidden
+//   renormalised  the symbol, name, short, values, meaning and sink of its cells under "hide and
+//             renormalise": shares of the kept tokens' total, whatever the measure
 
 const config = JSON.parse(document.getElementById("lab-config").textContent);
 
@@ -12,10 +15,18 @@ export const MEASURES = config.measures;
 // The measures a view can be drawn in (the Measure control's choices), in the declaration's order.
 export const VIEW_MEASURES = config.viewMeasures;
 
-export function measureOf(key = "weights") {
+// The words of a view's cells: its measure's, or, with the special tokens hidden and each row rescaled
+// (sinks "renormalise"), its renormalised words.
+export function measureOf(key = "weights", sinks = "show") {
   const measure = MEASURES[key];
   if (!measure) throw new Error(`no measure is declared as “${key}”`);
-  return measure;
+  return sinks === "renormalise" ? { ...measure, ...measure.renormalised } : measure;
+}
+
+// Why a measure with one picture per block (ALTI) names no head, for the head picker and the exports; null
+// for a measure of heads.
+export function noHead(measure) {
+  return measure.per_block ? `${measure.name} has one picture per block: it measures the block as a whole, not a head` : null;
 }
 
 // One cell's symbol: "A[11,9]", "‖α·f(x)‖[11,9]".

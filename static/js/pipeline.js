@@ -37,7 +37,7 @@ function topK(values, k) {
 function embeddingStages(token, selected, embeddings, model) {
   const h = model.hidden_size;
   const titles = {
-    word: [`“${token.text}” → id ${token.id} → row ${token.id} of the word-embedding table`, `${model.vocab_size.toLocaleString("en")}×${h} table → 1×${h}`],
+    word: [`“${token.label}” → id ${token.id} → row ${token.id} of the word-embedding table`, `${model.vocab_size.toLocaleString("en")}×${h} table → 1×${h}`],
     scaled: [`× √${h}: ${model.activations.scaled}`, `1×${h}`],
     // RoBERTa and MPNet keep rows for padding before the first position: token i reads row i + offset.
     position: [
@@ -90,7 +90,7 @@ function blocksTable(layers, model) {
 
 function nextTokensStage(token, next, model) {
   return stage(
-    `LM head: what the model would write after “${token.text}”`,
+    `LM head: what the model would write after “${token.label}”`,
     `final norm · W_U${model.logit_softcapping ? ` → c·tanh(logit/c), c = ${model.logit_softcapping}` : ""} → softmax over the vocabulary`,
     el(
       "ol",

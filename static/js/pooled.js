@@ -46,7 +46,7 @@ export function renderPooled(container, pooled, model, tokens, pair = false) {
           el(
             "p",
             { class: "caption cut", dataset: { field: "pooled-tokens", value: String(pooled.tokens) } },
-            `The model reads at most ${model.max_seq_length} tokens for its sentence vector (its max_seq_length), as sentence-transformers does: this one is pooled over ${pooled.tokens} of the ${tokens.length} tokens, a pass of its own over the input cut ${pair ? "from the longer sentence's end" : `after “${tokens[pooled.tokens - 2].text}” (token ${pooled.tokens - 2})`}. The other views show all ${tokens.length}.`,
+            `The model reads at most ${model.max_seq_length} tokens for its sentence vector (its max_seq_length), as sentence-transformers does: this one is pooled over ${pooled.tokens} of the ${tokens.length} tokens, a pass of its own over the input cut ${pair ? "from the longer sentence's end" : `after “${tokens[pooled.tokens - 2].label}” (token ${pooled.tokens - 2})`}. The other views show all ${tokens.length}.`,
           ),
         ]
       : []),

@@ -7,6 +7,7 @@
 import { el, fixed } from "./format.js";
 import { viewLayers, viewName } from "./matrix.js";
 import { measureOf } from "./measures.js";
+import { chipText } from "./tokens.js";
 
 const $ = (id) => document.getElementById(id);
 
@@ -32,7 +33,7 @@ function strongest(row) {
 }
 
 function quoted(tokens, index) {
-  return `“${tokens[index].text}” (token ${index})`;
+  return `“${tokens[index].label}” (token ${index})`;
 }
 
 function renderQuestion(container, state, row, model, onAnswer) {
@@ -44,10 +45,10 @@ function renderQuestion(container, state, row, model, onAnswer) {
   const reach = windows.includes(null) ? Infinity : Math.max(...windows);
   const distance = (index) => (run.mask === "causal" ? token - index : Math.abs(token - index));
   const hidden = (index) => (run.mask === "causal" && index > token) || distance(index) >= reach || Number.isNaN(row[index]);
-  const measure = measureOf(state.measure);
+  const measure = measureOf(state.measure, state.sinks);
   container.dataset.measure = state.measure;
   container.replaceChildren(
-    el("h3", { id: "predict-title" }, `Which token will “${run.tokens[token].text}” attend to most in ${viewName(state, model)}?`),
+    el("h3", { id: "predict-title" }, `Which token will “${run.tokens[token].label}” attend to most in ${viewName(state, model)}?`),
     el(
       "p",
       { class: "hint", dataset: { field: "asked-under" } },
@@ -66,7 +67,7 @@ function renderQuestion(container, state, row, model, onAnswer) {
             dataset: { index: String(candidate.index) },
             ...(hidden(candidate.index) ? { disabled: "", title: "this view leaves this token out (the causal mask or its window, or a filter)" } : {}),
           },
-          el("span", { class: "token-text" }, candidate.text),
+          chipText(candidate),
           el("span", { class: "token-id" }, `#${candidate.index}`),
         ),
       ),
@@ -85,8 +86,8 @@ function isRight(guess) {
 
 function showOutcome(result, guess, tokens, query) {
   const right = isRight(guess);
-  const who = `“${tokens[query].text}”`;
-  const { name } = measureOf(guess.measure);
+  const who = `“${tokens[query].label}”`;
+  const { name } = measureOf(guess.measure, guess.sinks);
   result.dataset.outcome = right ? "right" : "wrong";
   result.dataset.measure = guess.measure;
   result.replaceChildren(
@@ -122,7 +123,7 @@ export function initPredict(lab) {
       const best = strongest(row);
       const { guesses } = getState();
       if (guesses.has(key)) return; // a second click while the numbers were on their way
-      setState({ guesses: new Map(guesses).set(key, { measure: asked.measure, choice, best, choiceWeight: row[choice], bestWeight: row[best] }) });
+      setState({ guesses: new Map(guesses).set(key, { measure: asked.measure, sinks: asked.sinks, choice, best, choiceWeight: row[choice], bestWeight: row[best] }) });
       // The chosen button is gone with the question; the verdict takes the keyboard's focus.
       if (questionKey(getState()) === key) result.focus({ preventScroll: true });
     } catch (error) {

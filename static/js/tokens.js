@@ -2,6 +2,14 @@
 
 import { el } from "./format.js";
 
+// A token's name as a chip shows it: its label (the server's, app/engine/labels.py, the one every view uses),
+// the position that tells a repeated word apart ("a #4") set off as a mark; the span's text is the label.
+export function chipText(token) {
+  const mark = ` #${token.index}`;
+  if (!token.label.endsWith(mark)) return el("span", { class: "token-text" }, token.label);
+  return el("span", { class: "token-text" }, token.label.slice(0, -mark.length), el("span", { class: "token-mark" }, mark));
+}
+
 // A sentence pair's chips are marked by segment, with a divider where segment B begins; the chips read from
 // the model's prompt (put before the text) are marked as prompt tokens.
 // on.select(index, add): a click (add: with Shift, to join the selection); on.preview(index or null):
@@ -20,7 +28,7 @@ export function renderTokens(container, tokens, selected, on) {
           title: `token ${token.index} · id ${token.id} · segment ${token.segment}${token.special ? " · special token" : ""}${token.prompt ? " · from the model's prompt" : ""}`,
           dataset: { index: String(token.index), id: String(token.id), special: String(token.special), segment: token.segment, prompt: String(Boolean(token.prompt)) },
         },
-        el("span", { class: "token-text" }, token.text),
+        chipText(token),
         el("span", { class: "token-id" }, token.id),
       ),
   );

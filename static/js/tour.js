@@ -61,7 +61,7 @@ const STEPS = [
     target: "tokens",
     title: () => "Token ids",
     text: ({ m, example }) =>
-      `Each piece is a number: its entry in a vocabulary of ${m.vocab_size.toLocaleString("en")}. The small number under each chip is that id${example ? `; “${example.text}” is ${example.id}` : ""}.`,
+      `Each piece is a number: its entry in a vocabulary of ${m.vocab_size.toLocaleString("en")}. The small number under each chip is that id${example ? `; “${example.label}” is ${example.id}` : ""}.`,
     shape: ({ n }) => `${n} ids`,
   },
   {

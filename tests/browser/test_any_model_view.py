@@ -61,8 +61,11 @@ def test_a_models_prompt_is_a_choice_its_tokens_are_marked_and_its_modules_shown
     wait_until(page, "document.querySelectorAll('#tokens .token[data-prompt=\"true\"]').length > 0")
     body = httpx.post(f"{gemma_lab}/api/analyze", json={"text": TEXT, "prompt": "query"}).json()
     marked = page.locator('#tokens .token[data-prompt="true"] .token-text').all_inner_texts()
-    assert marked == [token["text"] for token in body["tokens"] if token["prompt"]]
-    assert "".join(marked).strip() == model["prompts"]["query"].strip()
+    assert marked == [token["label"] for token in body["tokens"] if token["prompt"]]
+    assert (
+        "".join(token["text"] for token in body["tokens"] if token["prompt"]).strip()
+        == model["prompts"]["query"].strip()
+    )
     # The text begins after the prompt's chips.
     after = page.locator("#prompt-boundary + .token").get_attribute("data-index")
     assert int(after) == len([token for token in body["tokens"] if token["prompt"]]) + 1  # <bos> first

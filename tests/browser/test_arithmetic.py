@@ -77,7 +77,8 @@ def head_block_mean(weights: np.ndarray, v: dict) -> np.ndarray:
 
 
 def expected_view(weights: np.ndarray, tokens, v: dict) -> tuple[np.ndarray, np.ndarray | None]:
-    """(matrix with NaN where the view leaves a cell out, sink weight per row or None)."""
+    """(matrix with NaN where the view leaves a cell out, sink per row or None: the hidden columns' sum, or
+    renormalised, like the cells a share: their share of the row's total)."""
     matrix = head_block_mean(weights, v)
     sink = None
     if v["sinks"] != "show":
@@ -86,6 +87,7 @@ def expected_view(weights: np.ndarray, tokens, v: dict) -> tuple[np.ndarray, np.
         kept = matrix[:, ~hidden].sum(axis=1)
         if v["sinks"] == "renormalise":
             matrix = matrix / np.where(kept > 0, kept, 1)[:, None]
+            sink = sink / (sink + kept)
         matrix = np.where(hidden[None, :], np.nan, matrix)
     if v["segments"] != "all":
         segment = np.array([token["segment"] for token in tokens])
@@ -327,7 +329,7 @@ NAMES = [
     ),
     (
         view(1, 3, sinks="renormalise", segments="AB"),
-        "block 1, head 3",
+        "renormalised block 1, head 3",
         "attention-weights-block1-head3-sinks-renormalise-AB",
     ),
     (

@@ -120,6 +120,7 @@ def a_class(browser, teacher_lab, learner_lab, query: str, sizes=LEARNER_SIZES, 
             learner = new_page(browser, width, height, errors)
             learner.goto(join)
             ready(learner)
+            learner.click("#class-name-skip")  # the name asked as it joins: one tap skips it
             learners.append(learner)
         wait_until(teacher, f"document.getElementById('class-presence').dataset.following === '{len(sizes)}'")
         yield teacher, learners, started
@@ -383,11 +384,11 @@ def test_peer_instruction_blind_votes_two_rounds_and_a_reveal_for_each_kind(brow
             teacher.locator("#class-csv").click()
         rows = answers_csv(teacher_lab, started)
         assert list(csv.DictReader(io.StringIO(download.value.path().read_text()))) == rows
-        first_rows = [row for row in rows if row["question id"] == question["id"]]
+        first_rows = [row for row in rows if row["row"] == "learner" and row["question id"] == question["id"]]
         votes = zip(round1 + others_round1, round2 + others_round2, strict=True)
         assert sorted((row["round 1"], row["round 2"]) for row in first_rows) == sorted(votes)
         assert all(row["answer"] == labels[answer] for row in first_rows)
-        assert len({row["question id"] for row in rows}) == 3
+        assert len({row["question id"] for row in rows if row["row"] == "question"}) == 3
         others.close()
 
         # The answers downloaded, End ends the class at once.
@@ -478,7 +479,7 @@ def test_a_lesson_plan_step_asks_which_token_matters_most_when_patched(browser, 
         vote_on(learners[0], "river")
         counted(teacher, 1)
         teacher.click("#class-reveal")
-        rows = [(row["step"], row["round 1"]) for row in answers_csv(server, started)]
+        rows = [(row["step"], row["round 1"]) for row in answers_csv(server, started) if row["row"] == "learner"]
         assert rows == [("1", "river")]
 
 
@@ -553,8 +554,62 @@ def test_a_lesson_plan_is_saved_opened_from_its_link_and_played(browser, server,
         counted(teacher, 1)
         teacher.click("#class-reveal")
         revealed(server, started["code"])
-        rows = [(row["step"], row["step title"], row["round 1"]) for row in answers_csv(server, started)]
+        rows = [
+            (row["step"], row["step title"], row["round 1"])
+            for row in answers_csv(server, started)
+            if row["row"] == "learner"
+        ]
         assert rows == [("1", "Which bank?", "river"), ("2", "A sink", "head 7")]
+
+
+def test_the_plan_editor_offers_every_question_the_plan_format_takes_and_wraps_long_titles(page, server):
+    """plan.js's kinds, head patterns, patch sites and tests, each a choice of the editor (a next-token question
+    only where the model has an LM head: MiniLM has none); a long step title wraps, never cut."""
+    page.goto(server)
+    ready(page)
+    page.click("#class-start")
+    page.click("#plan-edit summary")
+    declared = page.evaluate(
+        """async () => {
+             const plan = await import('/static/js/class/plan.js');
+             return { kinds: plan.QUESTION_KINDS, patterns: plan.PATTERNS, by: plan.PATCH_BY, tests: plan.TESTS };
+           }"""
+    )
+    options = page.locator("#plan-step-question option")
+    values = [options.nth(n).get_attribute("value") for n in range(options.count())]
+    expected = [""]
+    for kind in declared["kinds"]:
+        if kind == "head":
+            expected += [f"head:{pattern}" for pattern in declared["patterns"]]
+        elif kind == "patch":
+            expected += [f"patch:{by}" for by in declared["by"]]
+        elif kind != "next_token":
+            expected.append(kind)
+    assert values == expected
+    assert {"head:sep", "head:self", "head:next"} <= set(values)
+    assert all(label.strip() and "undefined" not in label for label in options.all_inner_texts())
+    tests = page.locator("#plan-step-test option")
+    assert [tests.nth(n).get_attribute("value") for n in range(tests.count())] == ["", *declared["tests"]]
+    patterns = page.locator("#class-pattern option")  # the panel's own ask row offers them too
+    assert [patterns.nth(n).get_attribute("value") for n in range(patterns.count())] == declared["patterns"]
+
+    title = "Which “the” does the second “bank” attend to most, and why not the river?"  # 74 of 80
+    page.fill("#plan-step-title", title)
+    page.select_option("#plan-step-question", "head:next")
+    page.select_option("#plan-step-test", "pre")
+    page.click("#plan-add")
+    go = page.locator("#plan-steps .plan-go").first
+    expect(go).to_have_text(f"1. {title} · pre-test")
+    box = go.evaluate(
+        "(node) => ({ scroll: node.scrollWidth, client: node.clientWidth, height: node.clientHeight,"
+        " line: parseFloat(getComputedStyle(node).lineHeight) || 20 })"
+    )
+    assert box["scroll"] <= box["client"], box  # nothing cut off at the side
+    assert box["height"] > 1.5 * box["line"], box  # the title goes on over more lines
+    with page.expect_download() as download:
+        page.click("#plan-save")
+    saved = json.loads(download.value.path().read_text())
+    assert saved["steps"][0]["question"] == {"kind": "head", "pattern": "next", "test": "pre"}
 
 
 def test_the_sample_lesson_is_served_and_its_answers_are_the_readmes(api, server):
@@ -579,7 +634,306 @@ def test_the_sample_lesson_is_served_and_its_answers_are_the_readmes(api, server
     assert found == [("bank", "river", 0.66), ("bank", "account", 0.83), ("cls", 7, 86), ("previous", 2, 100)]
 
 
+# --- what a class learned: pre-test, questions in rounds, post-test -----------------------------------------------
+
+VECTOR_PLAN = "ids-to-sentence-vector.json"
+
+
+def patch_shares(base: str, text: str, source: str, layer: int) -> list[float]:
+    """Each of A's positions' share of the way to B's sentence vector when its residual before `layer` is
+    taken from B: (cell − A) / (B − A) of /api/patch's cosines."""
+    body = {"text": text, "source": source, "align": "start", "site": "resid_pre", "sweep": "blocks_positions"}
+    answer = httpx.post(f"{base}/api/patch", json=body, timeout=120).json()
+    a, b = answer["a"]["value"], answer["b"]["value"]
+    return [(cell["value"] - a) / (b - a) for cell in answer["cells"] if cell["layer"] == layer]
+
+
+def step_answer(base: str, step: dict) -> tuple[list[str], int, float, float]:
+    """A plan step's question answered here: (the choices' labels, the right one, its value, the runner-up's)."""
+    view, question = step["view"], step["question"]
+    run = httpx.post(f"{base}/api/analyze", json={"text": view["text"]}).json()
+    labels = labels_of(run["tokens"])
+    if question["kind"] == "attends":
+        row = float32_attention(base, run["run_id"])[view["layer"], view["head"], view["token"]].astype(np.float64)
+        values = list(row)
+    else:
+        assert (question["kind"], question["by"]) == ("patch", "position")
+        values = patch_shares(base, view["text"], question["source"], view["layer"])
+    best = int(np.argmax(values))
+    return labels, best, values[best], sorted(values)[-2]
+
+
+def test_the_ready_lesson_asks_questions_with_clear_answers_on_minilm(api, server):
+    """The plan from ids to the sentence vector, each question asked of a class through the API: the
+    server's answer is the one worked out here (NumPy, /api/patch), well ahead of the runner-up, and the
+    numbers its notes tell the teacher."""
+    plan = api.get(f"/static/lessons/{VECTOR_PLAN}").json()
+    assert plan["format"] == "attention-lab lesson plan" and plan["model"] == "sentence-transformers/all-MiniLM-L6-v2"
+    asked = [step for step in plan["steps"] if step["question"]]
+    assert [step["question"].get("test") for step in asked] == ["pre", None, None, "post"]
+    started = api.post("/api/classes").json()
+    classes, secret = f"/api/classes/{started['code']}", {"X-Class-Secret": started["secret"]}
+    found = []
+    try:
+        for step in asked:
+            view, question = step["view"], step["question"]
+            labels, best, value, runner_up = step_answer(server, step)
+            assert value - runner_up > 0.4, (step["title"], value, runner_up)
+            run = api.post("/api/analyze", json={"text": view["text"]}).json()["run_id"]
+            body = {"run_id": run, "layer": view["layer"], **{k: v for k, v in question.items() if k != "text"}}
+            if question["kind"] == "attends":
+                body |= {"token": view["token"], "head": view["head"]}
+            made = api.post(f"{classes}/question", json=body, headers=secret)
+            assert made.status_code == 201, made.text
+            if question.get("test") == "pre":
+                assert api.post(f"{classes}/question/close", headers=secret).status_code == 200
+                rows = list(csv.DictReader(io.StringIO(api.get(f"{classes}/answers.csv", headers=secret).text)))
+                answer = next(row["answer"] for row in rows if row["row"] == "question")
+            else:
+                revealed = api.post(f"{classes}/question/reveal", headers=secret).json()
+                assert abs(revealed["answer"]["value"] - value) < 1e-6
+                answer = revealed["answer"]["label"]
+            assert answer == labels[best]
+            found.append((labels[best], round(value, 2)))
+        assert found == [("river", 1.0), ("river", 0.72), ("river", 0.89), ("river", 1.0)]
+        # “bank”, which many will pick, moves the sentence vector 0.00 before block 0 and 0.07 before block 5.
+        bank = [
+            round(patch_shares(server, step["view"]["text"], step["question"]["source"], layer)[3], 2)
+            for step, layer in ((asked[0], 0), (asked[2], 5))
+        ]
+        assert bank == [0.0, 0.07]
+    finally:
+        api.delete(classes, headers=secret)
+
+
+def js_round(value: float) -> int:
+    """Math.round: halves go up (Python's round takes them to the even number)."""
+    return int(np.floor(value + 0.5))
+
+
+def change_line(first: float, second: float | None) -> str:
+    if second is None:
+        return f"Round 1: {js_round(100 * first)}% right."
+    change = js_round(100 * (second - first))
+    sign = "−" if change < 0 else "+"
+    rounds = f"Round 1: {js_round(100 * first)}% right → Round 2: {js_round(100 * second)}% right"
+    return f"{rounds}, {sign}{abs(change)} points."
+
+
+def test_a_lesson_with_a_pre_test_two_questions_in_rounds_and_a_post_test_measures_the_gain(browser, server):
+    """The ready plan played to a teacher's page and three learners' pages, each in its own browser: the
+    pre-test is answered alone and closed with nothing shown, two questions go through both rounds, and the
+    post-test measures the class. Every share, change and gain on the projector, on each phone and in the
+    CSV is worked out here from the votes cast here, the right choices from NumPy and /api/patch."""
+    plan = httpx.get(f"{server}/static/lessons/{VECTOR_PLAN}").json()
+    asked = [step for step in plan["steps"] if step["question"]]
+    answers = [step_answer(server, step) for step in asked]
+    query = "text=the+river+bank+was+closed&layer=0&head=4&token=3"
+    with a_class(browser, server, server, query) as (teacher, learners, started):
+        teacher.click("#plan-edit summary")
+        teacher.click("#plan-vector")
+        expect(teacher.locator("#plan-now")).to_have_text("5 steps: “From ids to a sentence vector, measured”.")
+
+        def vote_all(labels: list[str]):
+            for page, label in zip(learners, labels, strict=True):
+                vote_on(page, label)
+            counted(teacher, len(labels))
+
+        def phase(value: str):
+            for page in learners:
+                wait_until(page, f"document.getElementById('class-stage').dataset.phase === '{value}'")
+
+        def closed_for_everyone(test: str):
+            """Nothing of a closed test on any screen: no histogram, no answer, no share. A pre-test's views come
+            back (the lesson goes on); a post-test's stay covered until its reveal."""
+            for page in [teacher, *learners]:
+                if test == "pre":
+                    wait_until(page, "document.getElementById('class-stage').hidden")
+                    wait_until(page, "!document.body.classList.contains('blind')")
+                else:
+                    wait_until(page, "document.getElementById('class-stage').dataset.phase === 'closed'")
+                    wait_until(page, "document.body.classList.contains('blind')")
+                assert page.locator(".histogram, .round-share, [data-field='reveal']").count() == 0
+            expect(learners[0].locator('#class-question [data-field="mine"]')).to_contain_text(
+                f"{test.title()}-test closed"
+            )
+
+        # 1. The pre-test: one round, alone. No Show votes, no Vote again, no Reveal: Close.
+        teacher.click("#plan-next")
+        labels, right, _, _ = answers[0]
+        wrong = [label for label in labels if label != labels[right]]
+        pre = [labels[right], wrong[2], wrong[1]]  # "river", then two others
+        phase("open")
+        expect(learners[1].locator("#class-question .hint").first).to_contain_text("pre-test: answer alone")
+        expect(teacher.locator("#class-show")).to_be_disabled()
+        expect(teacher.locator("#class-reveal")).to_be_disabled()
+        vote_all(pre)
+        teacher.click("#class-close")
+        closed_for_everyone("pre")
+        expect(teacher.locator("#class-gain")).to_be_hidden()
+
+        # 2. Ids, then rows: no question. 3 and 4: two questions in rounds.
+        teacher.click("#plan-next")
+        expect(teacher.locator("#plan-now")).to_have_text("Step 2 of 5: Ids, then a row each")
+        changes = []
+        for number, (labels, right, _, _) in zip((3, 4), answers[1:3], strict=True):
+            teacher.click("#plan-next")
+            expect(teacher.locator("#plan-now")).to_contain_text(f"Step {number} of 5")
+            others = [label for label in labels if label != labels[right]]
+            one = [labels[right], "bank", others[0] if others[0] != "bank" else others[1]]
+            two = [labels[right], labels[right], "bank"] if number == 3 else [labels[right]] * 3
+            phase("open")
+            vote_all(one)
+            teacher.click("#class-show")
+            phase("shown")
+            teacher.click("#class-again")
+            wait_until(learners[0], "document.getElementById('class-stage').dataset.round === '2'")
+            vote_all(two)
+            teacher.click("#class-reveal")
+            revealed(server, started["code"])
+            shares = [sum(vote == labels[right] for vote in votes) / 3 for votes in (one, two)]
+            line = teacher.locator('#class-tally [data-field="change"]')
+            expect(line).to_have_text(change_line(*shares))
+            assert int(line.get_attribute("data-change")) == js_round(100 * (shares[1] - shares[0]))
+            changes.append(shares)
+            if number == 3:
+                viewport_shot(teacher, "class-change-revealed-1280x720")
+
+        # 5. The post-test: closing it measures the class; each learner sees their own.
+        teacher.click("#plan-next")
+        labels, right, _, _ = answers[3]
+        post = [labels[right], labels[right], "bank"]
+        phase("open")
+        vote_all(post)
+        teacher.click("#class-close")
+        closed_for_everyone("post")
+        was = [vote == answers[0][0][answers[0][1]] for vote in pre]
+        now = [vote == labels[right] for vote in post]
+        class_pre, class_post = sum(was) / 3, sum(now) / 3
+        class_gain = (class_post - class_pre) / (1 - class_pre)
+        gain = teacher.locator('#class-gain [data-field="gain"]')
+        expect(gain).to_contain_text(
+            f"pre-test {js_round(100 * class_pre)}% right → post-test {js_round(100 * class_post)}% right"
+        )
+        expect(gain).to_contain_text(f"⟨g⟩ = (post − pre) / (1 − pre) = {class_gain:.2f}")
+        assert abs(float(gain.get_attribute("data-gain")) - class_gain) < 1e-9
+        for page, before, after in zip(learners, was, now, strict=True):
+            mine = page.locator('#class-learned [data-field="gain"]')
+            expect(mine).to_contain_text(f"pre-test {100 * before}% right → post-test {100 * after}% right")
+            if before:
+                expect(mine).to_contain_text("undefined")
+            else:
+                expect(mine).to_contain_text(f"your gain g = (post − pre) / (1 − pre) = {float(after):.2f}")
+        viewport_shot(learners[0], "class-gain-phone-390")
+        teacher.click("#class-reveal")  # the post-test's answer, at last
+        revealed(server, started["code"])
+        wait_until(teacher, "!document.body.classList.contains('blind')")
+        expect(teacher.locator('#class-tally [data-field="change"]')).to_have_text(change_line(class_post, None))
+        expect(gain).to_be_visible()
+        viewport_shot(teacher, "class-gain-revealed-1280x720")
+
+        # The CSV: each question's shares and change, the lesson's, each learner's gain and the class's.
+        rows = answers_csv(server, started)
+        number = lambda row, column: float(row[column]) if row[column] else None  # noqa: E731
+        columns = ["share right in round 1", "share right in round 2", "change in points"]
+        questions = [[number(row, column) for column in columns] for row in rows if row["row"] == "question"]
+        expected = [[class_pre, None, None]]
+        expected += [[one, two, 100 * (two - one)] for one, two in changes]
+        expected += [[class_post, None, None]]
+        assert len(questions) == 4
+        for got, want in zip(questions, expected, strict=True):
+            assert got == pytest.approx(want, abs=0.06)
+        (lesson,) = [row for row in rows if row["row"] == "lesson"]
+        means = [sum(shares[n] for shares in changes) / 2 for n in (0, 1)]
+        assert [number(lesson, column) for column in columns] == pytest.approx(
+            [*means, 100 * (means[1] - means[0])], abs=0.06
+        )
+        gains = [row for row in rows if row["row"] == "learner gain"]
+        assert [row["learner"] for row in gains] == ["learner 1", "learner 2", "learner 3"]
+        for row, before, after in zip(gains, was, now, strict=True):
+            assert (number(row, "pre-test share right"), number(row, "post-test share right")) == (before, after)
+            if before:
+                assert row["gain g"].startswith("g is undefined")
+            else:
+                assert number(row, "gain g") == after
+        (whole,) = [row for row in rows if row["row"] == "class gain"]
+        tests = ["pre-test share right", "post-test share right", "gain g"]
+        assert [number(whole, column) for column in tests] == pytest.approx(
+            [class_pre, class_post, class_gain], abs=1e-4
+        )
+        learner_rows = [row for row in rows if row["row"] == "learner"]
+        assert sorted(row["round 1"] for row in learner_rows if row["test"] == "pre") == sorted(pre)
+        assert sorted(row["round 1"] for row in learner_rows if row["test"] == "post") == sorted(post)
+
+
 # --- a phone that follows ----------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("width", "height"), [(360, 740), (390, 844)])
+def test_a_joining_phone_asks_the_name_up_front_one_tap_skips_it_and_the_bar_changes_it(browser, server, width, height):
+    errors = []
+    teacher = new_page(browser, 1280, 720, errors)
+    teacher.goto(f"{server}/?text=the+river+bank")
+    ready(teacher)
+    started = start_class(teacher)
+    phones = [new_page(browser, width, height, errors) for _ in range(2)]
+    try:
+        for phone in phones:
+            phone.goto(started["join_url"])
+            ready(phone)
+            form = phone.locator("#class-name")
+            expect(form).to_be_visible()
+            seen = phone.evaluate(
+                """() => {
+                     const box = (s) => document.querySelector(s).getBoundingClientRect();
+                     const parts = ['#class-name label', '#class-nickname', '#class-name-ok', '#class-name-skip'];
+                     return { parts: parts.map((s) => { const b = box(s); return [b.left, b.right, b.top, b.bottom]; }),
+                              wide: document.documentElement.scrollWidth, focused: document.activeElement.id };
+                   }"""
+            )
+            for left, right, top, bottom in seen["parts"]:  # the whole form on the first screen, nothing cut
+                assert left >= 0 and right <= width and top >= 0 and bottom <= height, seen
+            assert seen["wide"] <= width and seen["focused"] == "class-nickname", seen
+        viewport_shot(phones[1], f"class-join-name-{width}")
+        # One names itself; the other skips with one tap and adds a name later from the class bar.
+        phones[0].fill("#class-nickname", "Ada")
+        phones[0].click("#class-name-ok")
+        expect(phones[0].locator("#class-name")).to_be_hidden()
+        expect(phones[0].locator("#class-name-edit")).to_have_text("Name: Ada")
+        phones[1].click("#class-name-skip")
+        expect(phones[1].locator("#class-name")).to_be_hidden()
+        edit = phones[1].locator("#class-name-edit")
+        expect(edit).to_have_text("Add your name")
+        box = edit.bounding_box()
+        assert box["x"] >= 0 and box["x"] + box["width"] <= width and box["y"] + box["height"] <= height
+        wait_until(teacher, "document.getElementById('class-presence').dataset.learners === '2'")
+        secret = {"X-Class-Secret": started["secret"]}
+        run = teacher.evaluate("document.body.dataset.run")
+        ask = {"kind": "head", "run_id": run, "layer": 0, "pattern": "previous"}
+        assert httpx.post(f"{server}/api/classes/{started['code']}/question", json=ask, headers=secret).is_success
+
+        def names() -> list[str]:
+            return [row["learner"] for row in answers_csv(server, started) if row["row"] == "learner"]
+
+        assert names() == ["Ada", "learner 2"]
+        edit.click()
+        expect(phones[1].locator("#class-name")).to_be_visible()
+        phones[1].fill("#class-nickname", "Bo")
+        phones[1].press("#class-nickname", "Enter")
+        expect(edit).to_have_text("Name: Bo")
+        deadline = time.monotonic() + 10
+        while names() != ["Ada", "Bo"] and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert names() == ["Ada", "Bo"]
+        phones[0].reload()  # a reload rejoins as the same learner: the name is not asked again
+        ready(phones[0])
+        expect(phones[0].locator("#class-name-edit")).to_have_text("Name: Ada")
+        expect(phones[0].locator("#class-name")).to_be_hidden()
+        assert errors == [], errors
+    finally:
+        for page in [*phones, teacher]:
+            page.context.close()
+        end_class(server, started)
 
 
 @pytest.mark.parametrize(("width", "height"), [(360, 740), (390, 844)])

@@ -147,3 +147,37 @@ def test_a_4096_token_heatmap_overview_zoom_cursor_and_search(long_page, long_la
     expect(page.locator("#tokens-page span")).to_have_text("0–511")
     expect(page.locator("#tokens .token[aria-selected='true']")).to_have_attribute("data-index", "511")
     screenshot(page, "83-long-context-token-pages")
+
+
+def test_hidden_and_renormalised_the_overview_keeps_its_words_and_the_attends_view_says_shares(long_page, long_lab):
+    """A long run's heatmap draws every key as computed (the filters apply to the attends view): under hide and
+    renormalise its title and colour bar keep the weights' words, while the attends view, whose values are
+    rescaled, calls them shares and its sink the hidden tokens' share of the row's total."""
+    page = long_page
+    page.fill("#prompt", TEXT)
+    page.press("#prompt", "Enter")
+    wait_until(page, "document.body.dataset.run && document.querySelector('#heatmap').dataset.window === '0,0,4096'")
+    page.select_option("#sinks", "renormalise")
+    wait_until(page, "document.querySelector('#attends [data-field=sink-hint]')")
+    wait_until(page, "document.getElementById('attends').getAttribute('aria-busy') === 'false'")
+    title = page.locator("#heatmap .hm-title").inner_text()
+    assert title.startswith("block ") and "renormalised" not in title and "every key shown" in title
+    colour_bar = page.locator("#heatmap .hm-colorbar").get_attribute("title")
+    assert colour_bar == "attention weight: 0 to 1; each row sums to 1"
+    caption = page.locator("#attends .caption").inner_text()
+    assert caption.endswith("show the share of the kept tokens' attention weight on each token.")
+    run_id = page.evaluate("document.body.dataset.run")
+    layer, head = (int(page.input_value(f"#{name}")) for name in ("layer", "head"))
+    query = page.evaluate("Number(document.getElementById('heatmap').dataset.selectedRow)")
+    row = cells(long_lab, run_id, layer=layer, head=head, rows=f"{query}:{query + 1}", cols="0:4096")[0]
+    tokens = httpx.post(f"{long_lab}/api/analyze", json={"text": TEXT}, timeout=60).json()["tokens"]
+    hidden = np.array([token["added"] for token in tokens])
+    assert hidden.any()
+    row = row.astype(np.float64)
+    sink = float(page.locator("#attends [data-field=sink] .attend-weight").get_attribute("data-value"))
+    assert sink == pytest.approx(row[hidden].sum() / row.sum(), abs=1e-6)
+    listed = page.locator("#attends .attend-row").evaluate_all(
+        "rows => rows.map(r => [Number(r.dataset.index), Number(r.dataset.weight)])"
+    )
+    kept = row[~hidden].sum()
+    assert all(weight == pytest.approx(row[index] / kept, abs=1e-6) for index, weight in listed)

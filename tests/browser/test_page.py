@@ -58,7 +58,7 @@ def test_page_runs_the_default_prompt_and_chips_match_the_api(page, server, api)
     assert chips.count() == len(expected)
     texts = chips.locator(".token-text").all_inner_texts()
     ids = [int(chip.get_attribute("data-id")) for chip in chips.all()]
-    assert texts == [token["text"] for token in expected]
+    assert texts == [token["label"] for token in expected]
     assert ids == [token["id"] for token in expected]
     special = [chip.get_attribute("data-special") == "true" for chip in chips.all()]
     assert special == [token["special"] for token in expected]
@@ -337,7 +337,7 @@ def test_html_and_formulas_in_a_prompt_stay_text_everywhere(page, server):
     assert "<" in page.locator("#heatmap .hm-ylabels").inner_text()
     assert "<" in page.locator("#heatmap .hm-xlabels").text_content()
     page.mouse.move(*cell_centre(page, 1, 1))  # token 1 is "<"
-    assert "“<” (1)" in page.locator("#heatmap .hm-tooltip").inner_text()
+    assert "“< #1” (1)" in page.locator("#heatmap .hm-tooltip").inner_text()  # "<" repeats: its position
     assert "<" in page.locator("#attends").inner_text()
     assert "<" in page.locator("#dissection").text_content()
     assert page.locator("#prompt").input_value() == HOSTILE
@@ -345,7 +345,7 @@ def test_html_and_formulas_in_a_prompt_stay_text_everywhere(page, server):
         save(page, "export-csv")
     rows = list(csv.reader(io.StringIO(open(download.value.path()).read())))
     assert rows[0] == [f"# prompt: {HOSTILE}"]  # one cell, commas and quotes kept inside it
-    assert rows[2][1:3] == ["0:[CLS]", "1:<"]
+    assert rows[2][1:3] == ["[CLS]", "< #1"]
     with page.expect_download() as download:
         save(page, "export-json")
     assert json.loads(open(download.value.path()).read())["text"] == HOSTILE

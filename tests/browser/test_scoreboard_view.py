@@ -3,6 +3,7 @@ and the CSV holds every head's ρ as the API sent them."""
 
 import csv
 import io
+import re
 
 import numpy as np
 import pytest
@@ -30,6 +31,12 @@ def test_scoreboard_grid_equals_the_api_and_saves_as_csv(page, server, api):
     )
     assert "mean ρ over the 72 heads" in page.locator("#scoreboard-result [data-field=summary]").inner_text()
     assert "A large weight can move nothing" in page.locator("#scoreboard-result [data-field=unmoved]").inner_text()
+    resolution = body["resolution"]
+    assert 0 < resolution["float64"] < resolution["removals"] == 72 * len(body["keys"])
+    said = page.locator("#scoreboard-result [data-field=resolution]").inner_text()
+    least = float(re.search(r"under 64 times that \(([0-9.e+-]+)\)", said).group(1))
+    assert least == pytest.approx(resolution["least_float32_effect"], rel=0.05)  # to 2 significant digits
+    assert f"{resolution['float64']} of the {resolution['removals']} removals were run again" in said
 
     page.locator("#scoreboard-colour").select_option("agreement:weights")
     page.click("#panel-enlarge")  # the grid as a class sees it, over the whole stage, from its summary down
@@ -42,6 +49,10 @@ def test_scoreboard_grid_equals_the_api_and_saves_as_csv(page, server, api):
     for account in ("weights", "norm", "alti", "gradient", "intervention"):
         shown = cells(page, f'#scoreboard-detail td[data-account="{account}"]')
         np.testing.assert_allclose(shown, head["values"][account], rtol=1e-6)
+    marked = page.locator('#scoreboard-detail td[data-account="intervention"]').evaluate_all(
+        "cells => cells.flatMap((cell, at) => (cell.classList.contains('float64') ? [at] : []))"
+    )
+    assert marked == head["float64"]  # the keys run again in float64, and only those
     wait_until(page, "document.getElementById('layer').value === '2'")  # the head opens in the views above
     page.locator("#scoreboard-detail").scroll_into_view_if_needed()
     screenshot(page, "lesson-scoreboard-head")

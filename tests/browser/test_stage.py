@@ -455,7 +455,7 @@ def test_the_heatmap_is_one_keyboard_stop_with_a_readout(page, server, api):
         page.keyboard.press(key)
         row, col, value, query, key_text = readout(page)
         assert value == f"{weights[row, col]:.4f}", (row, col)
-        assert (query, key_text) == (tokens[row]["text"], tokens[col]["text"])
+        assert (query, key_text) == (tokens[row]["label"], tokens[col]["label"])
         seen.append((row, col))
     (r1, c1), (r2, c2), (r3, c3), (r4, c4) = seen
     assert (r2, c2) == (r1, c1 + 1) and (r3, c3) == (r2, c2 + 1) and (r4, c4) == (r3 + 1, c3)

@@ -4,6 +4,8 @@ explained and says what does not apply; the attends view pairs the right tokens 
 notices, hints, menus, focus rings and tooltips say and show what is there. Every value is checked against
 the API's float32 numbers (NumPy), never against the page."""
 
+import csv
+import io
 import json
 import re
 
@@ -17,6 +19,7 @@ from tests.browser.conftest import ARTIFACTS, save, screenshot, wait_until
 from tests.browser.test_classroom import new_page, ready, start_class
 from tests.browser.test_page import cell_centre, run_id, wait_view
 from tests.browser.test_stage import DESKTOPS, MODES, PHONES
+from tests.test_page_words import leaked
 
 pytestmark = pytest.mark.slow
 
@@ -225,6 +228,155 @@ def test_exports_carry_the_measure_in_their_view_and_their_name(page, server, ap
     assert "each cell: attention weight" in download.value.path().read_text().splitlines()[1]
 
 
+SHARES = "share of the kept tokens' norm-weighted attention"
+SHARE_RANGE = "0 to 1, a share of the row's total over the kept tokens; each row sums to 1"
+SINK_SHARE = "the hidden special tokens' share of the row's total before renormalising, 0 to 1"
+
+
+def test_hidden_and_renormalised_every_word_says_shares_and_the_sink_is_one(page, server, api):
+    """Issue #44 item 9: norm-weighted cells rescaled over the kept tokens are shares, 0 to 1, not lengths;
+    every label says so and the sink column (heatmap, attends, exports) is the hidden tokens' share of the
+    row's total before the rescaling. Checked against NumPy on the API's float32 norms."""
+    page.goto(f"{server}/?text={TEXT.replace(' ', '+')}&layer=3&head=7&token=9&measure=norm&sinks=renormalise")
+    wait_view(page, "heatmap", 3, 7, 9)
+    wait_until(page, "document.getElementById('heatmap').getAttribute('aria-busy') === 'false'")
+    tokens = api.post("/api/analyze", json={"text": TEXT}).json()["tokens"]
+    hidden = np.array([t["added"] for t in tokens])
+    norms = served(api, run_id(page), "norm", 3)[7]
+    kept = norms[:, ~hidden].sum(1)
+    shares = np.where(hidden[None, :], np.nan, norms / kept[:, None])
+    sink = norms[:, hidden].sum(1) / norms.sum(1)
+    assert np.abs(norms[:, hidden].sum(1) - sink).max() > 0.1  # the sink's length is another number, in another unit
+
+    shown = heatmap_state(page)
+    match = re.fullmatch(r"share of ‖α·f\(x\)‖\[9,(\d+)\] = (\d\.\d{4}), “.*” → “.*”", shown["readout"])
+    assert match, shown["readout"]
+    col = int(match.group(1))
+    assert col == int(np.nanargmax(shares[9])) and float(match.group(2)) == pytest.approx(shares[9, col], abs=5e-5)
+    assert shown["title"].startswith("norm-weighted, renormalised block 3, head 7 · ")
+    assert f"each the {SHARES} of a query and a key ({SHARE_RANGE})" in shown["aria"]
+    colour_bar = page.locator("#heatmap .hm-colorbar").get_attribute("title")
+    assert colour_bar == f"{SHARES}: {SHARE_RANGE}"
+    assert page.locator("#heatmap .hm-sink").get_attribute("title") == f"sink, per row: {SINK_SHARE} ([CLS]+[SEP])"
+    page.mouse.move(*cell_centre(page, 9, 4))
+    expect(page.locator("#heatmap .hm-tooltip")).to_contain_text(f"share of ‖α·f(x)‖[9,4] = {shares[9, 4]:.4f}")
+    drawn = np.array([float(v) for v in page.locator("#heatmap").get_attribute("data-sink").split(",")])
+    np.testing.assert_allclose(drawn, sink, atol=1e-6)  # float32 sums of 12 values below 1
+    words = " ".join([shown["aria"], colour_bar, page.locator("#heatmap").inner_text()])
+    assert "length" not in words and "0 and up" not in words
+
+    attends = page.locator("#attends")
+    assert attends.locator(".caption").inner_text().endswith(f"show the {SHARES} on each token.")
+    hint = attends.locator("[data-field=sink-hint]").inner_text()
+    assert f"each value is a {SHARES}, and the sink {SINK_SHARE}" in hint
+    assert float(attends.locator("[data-field=sink] .attend-weight").get_attribute("data-value")) == pytest.approx(
+        sink[9], abs=1e-6
+    )
+    assert attends.locator("[data-field=sink]").get_attribute("title") == f"sink: {SINK_SHARE}"
+
+    with page.expect_download() as download:
+        save(page, "export-json")
+    exported = json.loads(download.value.path().read_text())
+    assert exported["view"]["measure_name"] == SHARES and exported["view"]["values"] == SHARE_RANGE
+    assert exported["view"]["name"].startswith("norm-weighted, renormalised block 3, head 7")
+    matrix = np.array(exported["matrix"], dtype=np.float64)  # null (a hidden column) becomes NaN
+    np.testing.assert_allclose(matrix, shares, atol=1e-6)
+    np.testing.assert_allclose(np.nansum(matrix, 1), 1, atol=1e-5)
+    np.testing.assert_allclose(exported["sink"], sink, atol=1e-6)
+    assert exported["sink_meaning"] == SINK_SHARE
+    with page.expect_download() as download:
+        save(page, "export-csv")
+    lines = list(csv.reader(io.StringIO(download.value.path().read_text())))
+    assert f"each cell: {SHARES} ({SHARE_RANGE})" in lines[1][0]
+    assert lines[2][-1] == f"sink: {SINK_SHARE}"
+    table = np.array([[float(v) if v else np.nan for v in row[1:]] for row in lines[3:]])
+    np.testing.assert_allclose(table[:, :-1], shares, atol=1e-6)
+    np.testing.assert_allclose(table[:, -1], sink, atol=1e-6)  # the sink column in the cells' unit
+    assert np.nanmax(table) <= 1 + 1e-6
+
+
+def test_a_per_block_measures_export_names_no_head(page, server, api):
+    """ALTI is one picture per block: its export says no head (it said "head": 0), and why."""
+    page.goto(f"{server}/?layer=2&head=0&token=3&measure=alti")
+    wait_view(page, "heatmap", 2, 0, 3)
+    wait_until(page, "document.getElementById('heatmap').getAttribute('aria-busy') === 'false'")
+    with page.expect_download() as download:
+        save(page, "export-json")
+    exported = json.loads(download.value.path().read_text())
+    assert exported["view"]["head"] is None and exported["view"]["heads"] is None
+    why = "ALTI contribution has one picture per block: it measures the block as a whole, not a head"
+    assert exported["view"]["no_head"] == why
+    np.testing.assert_allclose(exported["matrix"], served(api, run_id(page), "alti", 2)[0], atol=1e-6)
+    with page.expect_download() as download:
+        save(page, "export-csv")
+    about = next(csv.reader(io.StringIO(download.value.path().read_text().splitlines()[1])))[0]
+    assert f"view: ALTI · block 2 · bidirectional mask ({why}); each cell: ALTI contribution" in about
+    assert "head" not in about.replace(why, "")
+
+
+# Every word a page says now, as the browser has it: the text of every element (hidden ones too) outside
+# scripts and styles, option texts included, every spoken attribute, and what the inputs hold.
+SAID = """() => {
+  const found = [];
+  const walker = document.createTreeWalker(document.documentElement, NodeFilter.SHOW_TEXT);
+  for (let node = walker.nextNode(); node; node = walker.nextNode()) {
+    const parent = node.parentElement;
+    if (!parent.closest('script, style, template') && node.textContent.trim())
+      found.push([parent.id || parent.className || parent.tagName, node.textContent]);
+  }
+  const spoken = ['title', 'aria-label', 'placeholder', 'alt', 'aria-description', 'aria-valuetext'];
+  for (const element of document.querySelectorAll(spoken.map((name) => `[${name}]`).join(',')))
+    for (const name of spoken.filter((name) => element.hasAttribute(name)))
+      found.push([`${element.id || element.tagName}[${name}]`, element.getAttribute(name)]);
+  for (const input of document.querySelectorAll('input:not([type=checkbox]):not([type=radio]), textarea'))
+    found.push([`${input.id}.value`, input.value]);
+  return found;
+}"""
+
+
+def test_no_word_on_the_page_is_a_repr_or_a_placeholder(page, server):
+    """Issue #44 item 10, in the browser: the lab with its Measure help open, each panel and experiment, the
+    presentation mode's Options… and More…, the class panel, and the atlas page, under the renormalised
+    norm-weighted measure, whose words the scripts fill in."""
+    said = []
+    page.goto(f"{server}/?token=3&layer=2&head=5&measure=norm&sinks=renormalise")
+    wait_view(page, "heatmap", 2, 5, 3)
+    wait_view(page, "attends", 2, 5, 3)
+    page.click("#measure-help")
+    expect(page.locator("#measure-about")).to_be_visible()
+    said += page.evaluate(SAID)
+    for tab in page.locator("#panel-tabs [role=tab]:not([disabled])").all():
+        name = tab.get_attribute("data-panel")
+        tab.click()
+        if name == "lessons":
+            for lesson in page.locator("#lesson-tabs [role=tab]:not([disabled])").all():
+                key = lesson.get_attribute("id").removeprefix("lesson-tab-")
+                lesson.click()
+                wait_until(page, f"document.getElementById('lesson-panel').dataset.view?.startsWith('{key}:')")
+                said += page.evaluate(SAID)
+        else:
+            drawn = f"document.querySelector('#panel-{name} [data-view]')?.getAttribute('aria-busy') === 'false'"
+            wait_until(page, drawn)
+            said += page.evaluate(SAID)
+    page.click("#present")
+    page.click("#options-toggle")
+    expect(page.locator("#prompt-options")).to_be_visible()
+    said += page.evaluate(SAID)
+    page.click("#options-toggle")  # open, the options cover More…
+    page.click("#toolbar-more-toggle")
+    expect(page.locator("#toolbar-more")).to_be_visible()
+    said += page.evaluate(SAID)
+    page.click("#class-start")
+    expect(page.locator("#class-panel")).to_be_visible()
+    said += page.evaluate(SAID)
+    assert len(said) > 500 and any("share of the kept tokens'" in what for _, what in said)
+    page.goto(f"{server}/atlas")
+    wait_until(page, "document.readyState === 'complete' && document.getElementById('atlas-run')")
+    atlas = page.evaluate(SAID)
+    assert any("atlas" in what.lower() for _, what in atlas)
+    assert leaked(said + atlas) == []
+
+
 # --- views that cannot pair the wrong tokens -----------------------------------------------------------------------
 
 
@@ -346,7 +498,7 @@ def test_a_long_input_says_where_it_was_cut(page, server, api):
     last = [t for t in tokens if not t["added"]][-1]
     notice = page.locator("#notice")
     expect(notice).to_be_visible()
-    expected = f"stops after “{last['text']}” (token {last['index']}), at character {last['end']:,} of {len(LONG):,}"
+    expected = f"stops after “{last['label']}” (token {last['index']}), at character {last['end']:,} of {len(LONG):,}"
     assert expected in notice.inner_text()
     assert notice.evaluate("n => n.scrollWidth <= n.clientWidth + 1")  # said whole
 

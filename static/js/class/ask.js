@@ -6,13 +6,14 @@
 // "next_token" (what the LM head writes after the selected token), "patch-head" and "patch-position" (which
 // head of this block, at the selected token or every token, or which token before this block, taken from
 // input B `source`, moves the output furthest towards B's). step: {index, title} of a lesson plan's step, or
-// null; text: the teacher's own wording, or null for the server's.
-export function questionAsk(kind, state, { pattern = "previous", source = "", step = null, text = null } = {}) {
+// null; text: the teacher's own wording, or null for the server's; test: "pre" or "post" for a test (one
+// round, answered alone), or null for rounds.
+export function questionAsk(kind, state, { pattern = "previous", source = "", step = null, text = null, test = null } = {}) {
   const run_id = state.run.run_id;
-  if (kind === "head") return { kind, run_id, layer: state.layer, pattern, step, text };
-  if (kind === "patch-head") return { kind: "patch", by: "head", run_id, source, layer: state.layer, token: state.token, step, text };
-  if (kind === "patch-position") return { kind: "patch", by: "position", run_id, source, layer: state.layer, step, text };
-  if (kind === "next_token") return { kind, run_id, token: state.token, step, text };
+  if (kind === "head") return { kind, run_id, layer: state.layer, pattern, step, text, test };
+  if (kind === "patch-head") return { kind: "patch", by: "head", run_id, source, layer: state.layer, token: state.token, step, text, test };
+  if (kind === "patch-position") return { kind: "patch", by: "position", run_id, source, layer: state.layer, step, text, test };
+  if (kind === "next_token") return { kind, run_id, token: state.token, step, text, test };
   return {
     kind,
     run_id,
@@ -26,6 +27,7 @@ export function questionAsk(kind, state, { pattern = "previous", source = "", st
     segments: state.segments,
     step,
     text,
+    test,
   };
 }
 

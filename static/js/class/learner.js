@@ -1,12 +1,13 @@
 // A learner's side of a class (the page opened from the join link, ?class=CODE): it follows the teacher's
 // view until the learner explores alone, and votes on the class's questions. Whether its views show numbers
 // is the server's question phase (blind.js), following or not. On a phone that follows, the prompt, the
-// tokens and the controls fold away ("Controls"), so the views the teacher moves come first.
+// tokens and the controls fold away ("Controls"), so the views the teacher moves come first. The learner's
+// name for the teacher's list is asked up front (optional: one tap skips it) and changed from the bar.
 
 import { el } from "../format.js";
 import { joinClass, score, updateLearner, vote } from "./calls.js";
 import { listen } from "./live.js";
-import { answerLine, askedUnder, phaseLine } from "./question.js";
+import { answerLine, askedUnder, gainLine, phaseLine } from "./question.js";
 import { applyView } from "./shared.js";
 
 const $ = (id) => document.getElementById(id);
@@ -20,8 +21,9 @@ export async function initLearner(lab, code) {
   const nickname = $("class-nickname");
   nickname.value = localStorage.getItem(NICKNAME_KEY) ?? "";
   let learner;
+  let rejoined;
   try {
-    ({ learner } = await joinClass(code, nickname.value));
+    ({ learner, rejoined } = await joinClass(code, nickname.value));
   } catch (error) {
     status.textContent = `Could not join class ${code}: ${error.message}.`;
     return;
@@ -40,10 +42,25 @@ export async function initLearner(lab, code) {
     document.body.classList.toggle("following", following);
     status.textContent = said();
   };
-  nickname.addEventListener("change", () => {
+  // The name: asked once as the learner joins (not again on a reload), then behind the bar's name button.
+  const naming = $("class-name");
+  const rename = $("class-name-edit");
+  const showName = (open) => {
+    naming.hidden = !open;
+    rename.hidden = open;
+    rename.setAttribute("aria-expanded", String(open));
+    rename.textContent = nickname.value.trim() ? `Name: ${nickname.value.trim()}` : "Add your name";
+    if (open) nickname.focus({ preventScroll: true });
+  };
+  naming.addEventListener("submit", (event) => {
+    event.preventDefault();
     localStorage.setItem(NICKNAME_KEY, nickname.value);
     update();
+    showName(false);
   });
+  $("class-name-skip").addEventListener("click", () => showName(false));
+  rename.addEventListener("click", () => showName(true));
+  showName(!rejoined);
   follow.addEventListener("click", () => {
     following = !following;
     showFollowing();
@@ -86,7 +103,7 @@ export async function initLearner(lab, code) {
     if (question.phase === "open") {
       const current = mine[question.round] ?? null;
       parts.push(
-        el("p", { class: "hint" }, `Round ${question.round}: vote.`),
+        el("p", { class: "hint" }, question.test ? `A ${question.test}-test: answer alone, without talking. Nobody sees the votes.` : `Round ${question.round}: vote.`),
         el(
           "div",
           { class: "choices", role: "group", "aria-label": "Your vote" },
@@ -109,6 +126,10 @@ export async function initLearner(lab, code) {
     } else if (question.phase === "shown") {
       const current = mine[question.round];
       parts.push(el("p", { dataset: { field: "mine" } }, `${phaseLine(question)} ${current === undefined ? "You did not vote." : `You voted “${label(current)}”.`} Discuss it with a neighbour.`));
+    } else if (question.phase === "closed") {
+      const current = mine[1];
+      const later = question.test === "pre" ? "The post-test asks again at the end." : "Its answer comes at the reveal.";
+      parts.push(el("p", { dataset: { field: "mine" } }, `${phaseLine(question)} ${current === undefined ? "You did not answer." : `You answered “${label(current)}”.`} ${later}`));
     } else {
       const right = (round) => (mine[round] === undefined ? "no vote" : `“${label(mine[round])}”, ${question.answer.right.includes(mine[round]) ? "right" : "not this time"}`);
       const line = el("p", { dataset: { field: "reveal", answer: String(question.answer.choice) } }, `${answerLine(question)} Round 1: ${right(1)}.${question.votes.length > 1 ? ` Round 2: ${right(2)}.` : ""}`);
@@ -122,8 +143,21 @@ export async function initLearner(lab, code) {
     box.replaceChildren(...parts);
   };
 
+  // The learner's own pre-test, post-test and gain, once the class's are measured (asked once per measure).
+  const learned = $("class-learned");
+  let measured = null;
+  const showGain = async (gain) => {
+    const key = gain && JSON.stringify(gain);
+    if (key === measured) return;
+    measured = key;
+    const mark = gain ? await score(code, learner).catch(() => null) : null;
+    learned.hidden = !mark?.gain;
+    learned.replaceChildren(...(mark?.gain ? [gainLine(mark.gain, "learner")] : []));
+  };
+
   listen(lab, code, "learner", {
     connection: (open) => (status.textContent = open ? said() : `Class ${code}: reconnecting…`),
+    gain: showGain,
     view: (view) => {
       latest = view;
       if (following) applyView(lab, view);

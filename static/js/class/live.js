@@ -9,15 +9,18 @@ import { showStage } from "./stage.js";
 
 const RETRY_MS = 2000; // a stream the browser gave up on (the server said 429 or 503) is opened again after this
 
-// role: "teacher" or "learner". on: {snapshot, view, question, votes, presence, ended, connection}, each
-// optional, called with the event's data (question and votes with the question as it now stands).
+// role: "teacher" or "learner". on: {snapshot, view, question, votes, presence, gain, ended, connection},
+// each optional, called with the event's data (question and votes with the question as it now stands; gain
+// with what the class's pre-tests and post-tests measured, or null before they are closed).
 export function listen(lab, code, role, on) {
   let question = null;
   let events = null;
   let over = false;
   const setQuestion = (next) => {
     question = next;
-    lab.setState({ question: next });
+    // A closed pre-test hides nothing more: the lesson goes on with the views drawn. A closed post-test keeps
+    // them blind until its reveal.
+    lab.setState({ question: next?.phase === "closed" && next.test === "pre" ? null : next });
     showStage(next, role);
     on.question?.(next);
   };
@@ -45,6 +48,7 @@ export function listen(lab, code, role, on) {
       on.presence?.(snapshot);
       if (snapshot.view) on.view?.(snapshot.view);
       setQuestion(snapshot.question);
+      on.gain?.(snapshot.gain);
     });
     events.addEventListener("view", (event) => on.view?.(data(event).view));
     events.addEventListener("question", (event) => setQuestion(data(event).question));
@@ -56,6 +60,7 @@ export function listen(lab, code, role, on) {
       on.votes?.(question);
     });
     events.addEventListener("presence", (event) => on.presence?.(data(event)));
+    events.addEventListener("gain", (event) => on.gain?.(data(event).gain));
     events.addEventListener("ended", (event) => end(data(event).reason));
   };
   connect();

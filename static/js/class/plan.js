@@ -14,6 +14,9 @@ const STEP_KEYS = ["text", "pair", "segments", "mask", "pooling", "layer", "head
 export const QUESTION_KINDS = ["attends", "head", "next_token", "patch"];
 export const PATCH_BY = ["head", "position"];
 export const PATTERNS = ["previous", "cls", "sep", "period", "self", "next"];
+// A question may be a test of what the class knows before the lesson and after it: one round, alone, no votes
+// shown (the server's pre and post share right and Hake's gain measure it).
+export const TESTS = ["pre", "post"];
 
 function words(value, limit) {
   return typeof value === "string" ? value.slice(0, limit) : "";
@@ -37,6 +40,7 @@ function readQuestion(question) {
     ...(question.kind === "head" ? { pattern: PATTERNS.includes(question.pattern) ? question.pattern : "previous" } : {}),
     ...(question.kind === "patch" ? { by: PATCH_BY.includes(question.by) ? question.by : "head", source: words(question.source, 2000) } : {}),
     ...(words(question.text, 200) ? { text: words(question.text, 200) } : {}),
+    ...(TESTS.includes(question.test) ? { test: question.test } : {}),
   };
 }
 

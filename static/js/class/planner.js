@@ -3,29 +3,53 @@
 // step" applies the step's view, which the class follows, and asks its question when a class is live.
 
 import { el } from "../format.js";
-import { linkedPlan, planLink, PLAN_FORMAT, readPlan, stepOf, stepView } from "./plan.js";
+import { linkedPlan, PATCH_BY, PATTERNS, planLink, PLAN_FORMAT, QUESTION_KINDS, readPlan, stepOf, stepView, TESTS } from "./plan.js";
 import { applyView } from "./shared.js";
 
 const $ = (id) => document.getElementById(id);
 const PLAN_KEY = "attention-lab-plan"; // sessionStorage: the plan this tab holds, and the step it is at
-const SAMPLE = new URL("../../lessons/sample.json", import.meta.url);
-const QUESTIONS = {
-  "": "no question",
-  attends: "Token it attends to most",
-  "head:previous": "Head: the previous token",
-  "head:cls": "Head: the first special token",
-  "head:period": "Head: the period",
-  next_token: "Next token",
-  "patch:head": "Head that matters most when patched (B as above)",
-  "patch:position": "Token that matters most when patched (B as above)",
+// The plans that come with the lab (static/lessons/), each a button of the editor: [id, file, label].
+const READY = [
+  ["plan-sample", "sample.json", "Sample lesson"],
+  ["plan-vector", "ids-to-sentence-vector.json", "Ids to a sentence vector"],
+];
+const KINDS = { attends: "Token it attends to most", next_token: "Next token" };
+const PATTERN_WORDS = {
+  previous: "the previous token",
+  cls: "the first special token",
+  sep: "the last special token",
+  period: "the period",
+  self: "itself",
+  next: "the next token",
 };
+const PATCH_WORDS = { head: "Head that matters most when patched (B as above)", position: "Token that matters most when patched (B as above)" };
+const TEST_WORDS = { "": "in rounds (peer instruction)", pre: "as a pre-test (alone, one round)", post: "as a post-test (alone, one round)" };
+
+// Every question the plan format takes (plan.js), as the editor's choices: [value, label]. A next-token
+// question only for a model with a language-model head.
+function questionChoices(model) {
+  return [
+    ["", "no question"],
+    ...QUESTION_KINDS.filter((kind) => kind !== "next_token" || model.next_tokens).flatMap((kind) => {
+      if (kind === "head") return PATTERNS.map((pattern) => [`head:${pattern}`, `Head: ${PATTERN_WORDS[pattern]}`]);
+      if (kind === "patch") return PATCH_BY.map((by) => [`patch:${by}`, PATCH_WORDS[by]]);
+      return [[kind, KINDS[kind]]];
+    }),
+  ];
+}
 
 // A patch question takes its input B from the teacher's panel (#class-source) when the step is added.
-function questionOf(choice) {
+function questionOf(choice, test) {
   if (!choice) return null;
   const [kind, detail] = choice.split(":");
-  if (kind === "patch") return { kind, by: detail, source: $("class-source").value };
-  return detail ? { kind, pattern: detail } : { kind };
+  const as = test ? { test } : {};
+  if (kind === "patch") return { kind, by: detail, source: $("class-source").value, ...as };
+  return detail ? { kind, pattern: detail, ...as } : { kind, ...as };
+}
+
+function asks(question) {
+  if (!question) return "";
+  return question.test ? ` · ${question.test}-test` : " · asks";
 }
 
 // The teacher panel's kind for a step's question (a patch question's kind says by what it patches).
@@ -58,10 +82,9 @@ export function initPlanner(lab, teacher) {
   const stepQuestion = el(
     "select",
     { id: "plan-step-question" },
-    ...Object.entries(QUESTIONS)
-      .filter(([value]) => value !== "next_token" || lab.model.next_tokens)
-      .map(([value, label]) => el("option", { value }, label)),
+    ...questionChoices(lab.model).map(([value, label]) => el("option", { value }, label)),
   );
+  const stepTest = el("select", { id: "plan-step-test" }, ...["", ...TESTS].map((value) => el("option", { value }, TEST_WORDS[value])));
   // A patch question's B is typed in the ask row's B box: choosing one shows it.
   stepQuestion.addEventListener("change", () => {
     if (stepQuestion.value.startsWith("patch")) $("class-source-box").hidden = false;
@@ -70,7 +93,18 @@ export function initPlanner(lab, teacher) {
   const add = el("button", { type: "button", id: "plan-add" }, "Add this view as a step");
   const file = el("input", { type: "file", id: "plan-file", accept: "application/json,.json", class: "visually-hidden", tabindex: "-1" });
   const open = el("button", { type: "button", id: "plan-open" }, "Open…");
-  const sample = el("button", { type: "button", id: "plan-sample" }, "Sample lesson");
+  const ready = READY.map(([id, file, label]) => {
+    const button = el("button", { type: "button", id }, label);
+    button.addEventListener("click", async () => {
+      try {
+        const response = await fetch(new URL(`../../lessons/${file}`, import.meta.url));
+        load(readPlan(await response.json()), `“${label}”`);
+      } catch (error) {
+        failed(error);
+      }
+    });
+    return button;
+  });
   const save = el("button", { type: "button", id: "plan-save" }, "Save file");
   const link = el("button", { type: "button", id: "plan-link" }, "Copy link");
   const said = el("p", { id: "plan-said", class: "hint", "aria-live": "polite" });
@@ -80,8 +114,8 @@ export function initPlanner(lab, teacher) {
     el("summary", {}, "Edit the plan"),
     title,
     steps,
-    el("fieldset", { class: "plan-new" }, el("legend", {}, "A new step: the view on screen"), stepTitle, el("label", {}, "Question ", stepQuestion), stepNote, add),
-    el("div", { class: "class-actions" }, sample, open, save, link, file),
+    el("fieldset", { class: "plan-new" }, el("legend", {}, "A new step: the view on screen"), stepTitle, el("label", {}, "Question ", stepQuestion), el("label", {}, "Asked ", stepTest), stepNote, add),
+    el("div", { class: "class-actions" }, ...ready, open, save, link, file),
     said,
   );
   section.replaceChildren(el("h3", { id: "class-plan-title" }, "Lesson plan"), now, note, el("div", { class: "class-actions" }, back, next), editor);
@@ -100,7 +134,7 @@ export function initPlanner(lab, teacher) {
     next.textContent = at < 0 ? "Start" : "Next step";
     steps.replaceChildren(
       ...plan.steps.map((item, index) => {
-        const go = el("button", { type: "button", class: "plan-go", "aria-current": index === at ? "step" : "false" }, `${index + 1}. ${item.title}${item.question ? " · asks" : ""}`);
+        const go = el("button", { type: "button", class: "plan-go", "aria-current": index === at ? "step" : "false" }, `${index + 1}. ${item.title}${asks(item.question)}`);
         go.addEventListener("click", () => play(index));
         const move = (label, name, action) => {
           const node = el("button", { type: "button", "aria-label": `${name} step ${index + 1}`, title: name }, label);
@@ -140,7 +174,7 @@ export function initPlanner(lab, teacher) {
     try {
       if (!(await applyView(lab, stepView(step, lab.model)))) return; // another model's page opens instead
       if (step.question && lab.getState().run) {
-        await teacher.ask(askedKind(step.question), { pattern: step.question.pattern, source: step.question.source, text: step.question.text ?? null, step: { index: index + 1, title: step.title } });
+        await teacher.ask(askedKind(step.question), { pattern: step.question.pattern, source: step.question.source, test: step.question.test ?? null, text: step.question.text ?? null, step: { index: index + 1, title: step.title } });
       }
     } catch (error) {
       lab.showError(`Step ${index + 1}: ${error.message}.`);
@@ -159,7 +193,7 @@ export function initPlanner(lab, teacher) {
   back.addEventListener("click", () => play(at - 1));
   next.addEventListener("click", () => play(at + 1));
   add.addEventListener("click", () => {
-    plan.steps.push(stepOf(lab.getState(), { title: stepTitle.value, question: questionOf(stepQuestion.value), note: stepNote.value }));
+    plan.steps.push(stepOf(lab.getState(), { title: stepTitle.value, question: questionOf(stepQuestion.value, stepTest.value), note: stepNote.value }));
     plan.model = lab.model.name;
     stepTitle.value = "";
     stepNote.value = "";
@@ -168,6 +202,7 @@ export function initPlanner(lab, teacher) {
     said.textContent = `Step ${plan.steps.length} added.`;
   });
   stepQuestion.value = "";
+  stepTest.value = "";
   open.addEventListener("click", () => file.click());
   file.addEventListener("change", async () => {
     const [chosen] = file.files;
@@ -175,14 +210,6 @@ export function initPlanner(lab, teacher) {
     if (!chosen) return;
     try {
       load(readPlan(JSON.parse(await chosen.text())), chosen.name);
-    } catch (error) {
-      failed(error);
-    }
-  });
-  sample.addEventListener("click", async () => {
-    try {
-      const response = await fetch(SAMPLE);
-      load(readPlan(await response.json()), "the sample lesson");
     } catch (error) {
       failed(error);
     }

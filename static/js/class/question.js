@@ -1,8 +1,9 @@
-// A class question as every screen shows it, drawn from the server's QuestionState alone: {id, kind, text,
-// step, view, measure, choices: [{index, label, token, head}], phase: "open" | "shown" | "revealed", round,
-// votes: [count per round], tallies: [{choice index: count} per closed round], answer: {choice, label, value}
-// once revealed, correct: [share right per round] once revealed}. Counts are public while a round is open;
-// the histogram only once the round is closed; the answer only once revealed.
+// A class question as every screen shows it, drawn from the server's QuestionState alone: {id, kind, test,
+// text, step, view, measure, choices: [{index, label, token, head}], phase: "open" | "shown" | "closed" |
+// "revealed", round, votes: [count per round], tallies: [{choice index: count} per closed round], answer:
+// {choice, label, value} once revealed, correct: [share right per round] once revealed}. Counts are public
+// while a round is open; the histogram only once the round is closed; the answer only once revealed. A test
+// ("pre" or "post") has one round, "closed" with nothing shown.
 
 import { el, fixed } from "../format.js";
 import { measureOf } from "../measures.js";
@@ -33,10 +34,16 @@ export function voteCount(question, round = question.round) {
   return question.votes[round - 1] ?? 0;
 }
 
+const percent = (share) => `${Math.round(100 * share)}% right`;
+
 // In words, where the question stands.
 export function phaseLine(question) {
   const votes = voteCount(question);
   const counted = `${votes} vote${votes === 1 ? "" : "s"}`;
+  if (question.test && question.phase !== "revealed") {
+    const test = question.test === "pre" ? "Pre-test" : "Post-test";
+    return question.phase === "open" ? `${test}: answering alone, ${counted} so far.` : `${test} closed: ${counted}, shown to nobody.`;
+  }
   if (question.phase === "open") return question.round === 1 ? `Round 1: voting, ${counted} so far.` : `Round 2: voting again, ${counted} so far.`;
   if (question.phase === "shown") return `Round ${question.round}: ${counted}, shown without the answer.`;
   return "Revealed.";
@@ -78,4 +85,31 @@ export function rounds(question) {
       question.tallies[round - 1] ? histogram(question, round) : el("p", { class: "hint" }, "no second round"),
     );
   return el("div", { class: "rounds" }, column(1, first), column(2, second));
+}
+
+// Once revealed, what the discussion changed: each round's share right and the change in points, as the
+// server counted them (question.correct).
+export function changeLine(question) {
+  const [first = null, second = null] = question.correct ?? [];
+  const change = first === null || second === null ? null : Math.round(100 * (second - first));
+  const text =
+    first === null
+      ? "Round 1: no votes."
+      : change === null
+        ? `Round 1: ${percent(first)}.`
+        : `Round 1: ${percent(first)} → Round 2: ${percent(second)}, ${change < 0 ? "−" : "+"}${Math.abs(change)} points.`;
+  return el("p", { class: "class-change", dataset: { field: "change", change: change === null ? "" : String(change) } }, text);
+}
+
+// What a pre-test and a post-test measured (the server's Gain: pre, post, gain, why; the class's with
+// learners): each share right and Hake's normalised gain g = (post − pre) / (1 − pre), or why there is none.
+export function gainLine(gain, whose) {
+  const share = (value) => (value === null ? "no answer" : percent(value));
+  const g = gain.gain === null ? `${gain.why}.` : `${whose === "class" ? "⟨g⟩" : "your gain g"} = (post − pre) / (1 − pre) = ${gain.gain.toFixed(2)}.`;
+  const who = whose === "class" ? `What the class learned (${gain.learners} learner${gain.learners === 1 ? "" : "s"} took both tests)` : "Your tests";
+  return el(
+    "p",
+    { class: "class-gain-line", dataset: { field: "gain", pre: String(gain.pre), post: String(gain.post), gain: String(gain.gain) } },
+    `${who}: pre-test ${share(gain.pre)} → post-test ${share(gain.post)}. ${g}`,
+  );
 }

@@ -1,7 +1,9 @@
 // The stage during a class question, on every screen of the class (the projector is the teacher's own
 // page): while a round is open, the question and its count of votes over the views, which are drawn blank
 // (views.js, blind.js); once the round's votes are shown, its histogram in their place, large; once
-// revealed, nothing over the views, which show everything again with the answer marked.
+// revealed, nothing over the views, which show everything again with the answer marked. A pre-test or a
+// post-test is answered alone, and closed with nothing of it shown: a pre-test's views come back (the lesson
+// goes on), a post-test's stay covered until its reveal.
 
 import { el } from "../format.js";
 import { askedUnder, histogram, phaseLine } from "./question.js";
@@ -12,7 +14,7 @@ const $ = (id) => document.getElementById(id);
 // to do now.
 export function showStage(question, role) {
   const cover = $("class-stage");
-  const covered = Boolean(question) && question.phase !== "revealed";
+  const covered = Boolean(question) && question.phase !== "revealed" && !(question.phase === "closed" && question.test === "pre");
   cover.hidden = !covered;
   document.body.classList.toggle("blind", covered);
   if (!covered) {
@@ -22,8 +24,11 @@ export function showStage(question, role) {
   }
   cover.dataset.phase = question.phase;
   cover.dataset.round = String(question.round);
-  const todo =
-    question.phase === "open"
+  const todo = question.test
+    ? question.phase === "closed"
+      ? "Its answer comes at the reveal."
+      : `${role === "teacher" ? "Everyone answers" : "Answer above"} alone, without talking: this ${question.test}-test measures what the class knows. No votes are shown.`
+    : question.phase === "open"
       ? role === "teacher"
         ? "Everyone votes on their own screen. The numbers stay hidden until the reveal."
         : "Vote above. The numbers stay hidden until the reveal."

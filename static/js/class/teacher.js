@@ -1,6 +1,7 @@
 // The teacher's side of a class: a panel docked beside the stage (never over it) with the join code, the QR
 // code (large on demand), who is there, the question's flow — Ask (blind votes), Show votes (the histogram,
-// no answer), Vote again (a second round), Reveal (the answer, its value, the share right per round) — the
+// no answer), Vote again (a second round), Reveal (the answer, its value, the share right per round and the
+// change) — a pre-test's or post-test's Close (one round, nothing shown) and what the two measured, the
 // answers as CSV, and the lesson plan. The teacher's view goes to the class as it changes.
 
 import { el } from "../format.js";
@@ -8,7 +9,7 @@ import { cannotAsk, questionAsk } from "./ask.js";
 import { answersCSV, askQuestion, endClass, moveQuestion, qrURL, showView, startClass } from "./calls.js";
 import { listen } from "./live.js";
 import { initPlanner } from "./planner.js";
-import { answerLine, phaseLine, rounds } from "./question.js";
+import { answerLine, changeLine, gainLine, phaseLine, rounds } from "./question.js";
 import { sharedView, SHARED } from "./shared.js";
 
 const $ = (id) => document.getElementById(id);
@@ -46,15 +47,18 @@ export function initTeacher(lab) {
   const showFlow = () => {
     const live = taught !== null;
     const phase = question?.phase ?? null;
+    const test = question?.test ?? null; // a test: one round, closed with nothing shown; a pre-test never revealed
     $("class-ask").disabled = !live;
-    $("class-show").disabled = phase !== "open";
+    $("class-show").disabled = phase !== "open" || test !== null;
     $("class-again").disabled = !(phase === "shown" && question.round === 1);
-    $("class-reveal").disabled = !(phase === "open" || phase === "shown");
+    $("class-close").hidden = test === null;
+    $("class-close").disabled = !(test !== null && phase === "open");
+    $("class-reveal").disabled = test === "pre" || !["open", "shown", "closed"].includes(phase);
     $("class-csv").disabled = !live;
     const before = phaseShown;
     phaseShown = question ? `${question.id}:${question.phase}:${question.round}` : null;
     showQuestion(question, lab);
-    if (question && phaseShown !== before) reveal(panel, $("class-phase"));
+    if (question && phaseShown !== before) reveal(panel, $("class-gain").hidden ? $("class-phase") : $("class-gain"));
   };
 
   const act = (action) => async () => {
@@ -73,7 +77,7 @@ export function initTeacher(lab) {
   };
   const planner = initPlanner(lab, { ask: (chosen, options) => (taught ? ask(chosen, options) : null), open: () => openPanel(true) });
   $("class-ask").addEventListener("click", act(() => ask(kind.value, { pattern: $("class-pattern").value, source: $("class-source").value, step: planner.step() })));
-  for (const move of ["show", "again", "reveal"]) {
+  for (const move of ["show", "again", "close", "reveal"]) {
     $(`class-${move}`).addEventListener(
       "click",
       act(async () => {
@@ -140,6 +144,7 @@ export function initTeacher(lab) {
     showView(started, sharedView(lab.getState())).catch((error) => lab.showError(error.message));
     feed = listen(lab, code, "teacher", {
       presence: showPresence,
+      gain: showGain,
       question: (next) => {
         question = next;
         showFlow();
@@ -162,6 +167,7 @@ export function initTeacher(lab) {
     question = null;
     sessionStorage.removeItem(TEACHER_KEY);
     lab.setState({ question: null });
+    showGain(null);
     $("class-code").textContent = "";
     $("class-open").hidden = false;
     $("class-live").hidden = true;
@@ -184,7 +190,17 @@ function showPresence({ learners, following, connected }) {
   presence.dataset.following = String(following);
 }
 
-// The question in the teacher's panel: where it stands, and once revealed, the answer and both rounds.
+// What the class's pre-tests and post-tests measured, once one of each is closed (the server's ClassGain).
+function showGain(gain) {
+  const box = $("class-gain");
+  const shown = !box.hidden;
+  box.hidden = !gain;
+  box.replaceChildren(...(gain ? [gainLine(gain, "class")] : []));
+  if (gain && !shown) reveal($("class-panel"), box);
+}
+
+// The question in the teacher's panel: where it stands, and once revealed, the answer, what the second round
+// changed and both rounds.
 function showQuestion(question, lab) {
   const phase = $("class-phase");
   const tally = $("class-tally");
@@ -198,11 +214,14 @@ function showQuestion(question, lab) {
     phase.textContent = answerLine(question);
     const head = question.choices[question.answer.choice].head ?? null; // a head question's, or a patch question's by head
     const open = head === null || head === lab.getState().head ? [] : [button(`Show head ${head}`, () => lab.setState({ layer: question.view.layer, head, blockMean: false }))];
-    tally.replaceChildren(rounds(question), ...open);
+    tally.replaceChildren(changeLine(question), rounds(question), ...open);
     return;
   }
   // The question and its votes are on the stage; the panel says where it stands.
-  phase.textContent = `${phaseLine(question)} The stage stays blind until Reveal.`;
+  const next = question.test
+    ? { open: "Close it when everyone has answered.", closed: question.test === "post" ? "Reveal shows its answer." : "Its answer waits for the post-test." }[question.phase]
+    : "The stage stays blind until Reveal.";
+  phase.textContent = `${phaseLine(question)} ${next}`;
   tally.replaceChildren();
 }
 

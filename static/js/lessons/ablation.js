@@ -61,18 +61,18 @@ async function rerun(result, run, text, token, model) {
         { class: "caption", dataset: { field: "summary" } },
         `${ablate.length} heads off. The sentence vector's cosine to the original: `,
         el("strong", { dataset: { field: "pooled-cosine", value: String(compared.pooled_cosine) } }, fixed(compared.pooled_cosine)),
-        `; “${run.tokens[index].text}” after block ${model.layers - 1}: `,
+        `; “${run.tokens[index].label}” after block ${model.layers - 1}: `,
         el("strong", {}, fixed(compared.cosines.at(-1))),
         ".",
       ),
-      switchedOffHead(off, run.tokens[index].text),
+      switchedOffHead(off, run.tokens[index].label),
       el("div", { class: "lesson-pair" }, chart, stageTable(compared)),
       el("h3", {}, "How much each block's attention moved: mean |A_original − A_ablated|"),
       change,
     );
     result.dataset.attentionChange = JSON.stringify(compared.attention_change); // with the numbers, before the charts
     await Promise.all([
-      stageChart(chart, compared.stages, [{ name: run.tokens[index].text, values: compared.cosines }]),
+      stageChart(chart, compared.stages, [{ name: run.tokens[index].label, values: compared.cosines }]),
       blockBars(change, compared.attention_change, "mean |ΔA|"),
     ]);
   });

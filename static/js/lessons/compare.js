@@ -89,7 +89,7 @@ async function showToken(details, a, b, { token, other }, { model, layer, head }
     maps.append(box);
     new Heatmap(box, () => {}).draw({
       matrix: weights.values,
-      labels: run.tokens.map((t) => t.text),
+      labels: run.tokens.map((t) => t.label),
       selected,
       title: `Prompt ${name}: block ${layer}, head ${headIndex}`,
     });

@@ -43,7 +43,7 @@ export function renderDifference(container, { text, model, current }) {
 }
 
 function hint(view, model) {
-  return `Subtract one run's ${measureOf(view.measure).name} from another's, cell by cell, in the view chosen above (now ${viewName(view, model)}): red where A is larger, blue where B is.`;
+  return `Subtract one run's ${measureOf(view.measure, view.sinks).name} from another's, cell by cell, in the view chosen above (now ${viewName(view, model)}): red where A is larger, blue where B is.`;
 }
 
 // The view above changed: the hint says the new one, and a difference on screen is drawn again for it.
@@ -79,8 +79,8 @@ async function show(result, a, b, view, model) {
     el("p", { class: "caption", dataset: { field: "largest", value: String(largest) } }, `Largest |A − B| in this view: `, el("strong", {}, fixed(largest))),
     box,
   );
-  const labels = a.tokens.map((token, index) => (token.text === b.tokens[index].text ? token.text : `${token.text}/${b.tokens[index].text}`));
-  const subtracted = measureOf("difference");
+  const labels = a.tokens.map((token, index) => (token.label === b.tokens[index].label ? token.label : `${token.label}/${b.tokens[index].label}`));
+  const subtracted = measureOf("difference", view.sinks);
   new Heatmap(box, () => {}, { signed: true, measure: subtracted }).draw({
     matrix: difference,
     labels,

@@ -6,7 +6,6 @@
 import * as api from "../api.js";
 import { numbersOf } from "../data.js";
 import { el, fixed } from "../format.js";
-import { tokenLabels } from "../labels.js";
 import { measureOf } from "../measures.js";
 import { fillResult } from "./result.js";
 
@@ -44,7 +43,7 @@ export function renderExplain(container, { run, text, token, current, model }) {
     el(
       "p",
       { class: "hint" },
-      `A large weight need not move much: “${run.tokens[token].text}” in block ${layer}, head ${head}, its keys ranked by ${WEIGHT} ${measureOf("weights").symbol}, by ${measureOf("norm").name} ${measureOf("norm").symbol} (Kobayashi et al. 2020), by ${measureOf("alti_rollout").name} ${measureOf("alti_rollout").symbol} to this block (Ferrando et al. 2022), and by Integrated Gradients ${nextToken ? "of the logit of the token the model would write next" : "of the sentence's similarity to a second sentence"} (one ranking for the whole text).`,
+      `A large weight need not move much: “${run.tokens[token].label}” in block ${layer}, head ${head}, its keys ranked by ${WEIGHT} ${measureOf("weights").symbol}, by ${measureOf("norm").name} ${measureOf("norm").symbol} (Kobayashi et al. 2020), by ${measureOf("alti_rollout").name} ${measureOf("alti_rollout").symbol} to this block (Ferrando et al. 2022), and by Integrated Gradients ${nextToken ? "of the logit of the token the model would write next" : "of the sentence's similarity to a second sentence"} (one ranking for the whole text).`,
     ),
     form,
     result,
@@ -108,7 +107,7 @@ function show(result, run, token, layer, head, measured) {
       if (gap > worst.gap) worst = { gap, key, measure, name };
     }
   }
-  const labels = tokenLabels(run.tokens); // "the #1", "the #7": a repeated word is told apart by its position
+  const labels = run.tokens.map((token) => token.label);
   const word = (key) => `“${labels[key]}”`;
   const ordinal = (rank) => `${Math.round(rank)}${["th", "st", "nd", "rd"][Math.round(rank) % 10 > 3 || [11, 12, 13].includes(Math.round(rank) % 100) ? 0 : Math.round(rank) % 10]}`;
   result.replaceChildren(

@@ -104,7 +104,7 @@ function rolloutBars(flow, tokens) {
     el(
       "h3",
       {},
-      `Attention rollout into “${tokens[flow.index].text}” (token ${flow.index}): the heads averaged, 0.5·A + 0.5·I for the residual path, multiplied through the ${"blocks"} (Abnar & Zuidema 2020)`,
+      `Attention rollout into “${tokens[flow.index].label}” (token ${flow.index}): the heads averaged, 0.5·A + 0.5·I for the residual path, multiplied through the ${"blocks"} (Abnar & Zuidema 2020)`,
     ),
     el(
       "ol",
@@ -113,7 +113,7 @@ function rolloutBars(flow, tokens) {
         el(
           "li",
           { dataset: { index: String(index), value: String(share) } },
-          el("span", { class: "attend-token" }, tokens[index].text),
+          el("span", { class: "attend-token" }, tokens[index].label),
           el("span", { class: "bar", style: `width:${(100 * share) / largest}%` }),
           el("span", { class: "attend-weight" }, fixed(share)),
         ),

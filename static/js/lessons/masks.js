@@ -51,7 +51,7 @@ async function show(result, compared, token, model) {
     el(
       "p",
       { class: "caption", dataset: { field: "summary" } },
-      `“${token.text}” (token ${token.index}) under both masks: cosine after block ${model.layers - 1} `,
+      `“${token.label}” (token ${token.index}) under both masks: cosine after block ${model.layers - 1} `,
       el("strong", {}, fixed(compared.cosines.at(-1))),
       "; the sentence vectors: ",
       el("strong", { dataset: { field: "pooled-cosine", value: String(compared.pooled_cosine) } }, fixed(compared.pooled_cosine)),
@@ -62,7 +62,7 @@ async function show(result, compared, token, model) {
     change,
   );
   await Promise.all([
-    stageChart(chart, compared.stages, [{ name: token.text, values: compared.cosines }]),
+    stageChart(chart, compared.stages, [{ name: token.label, values: compared.cosines }]),
     blockBars(change, compared.attention_change, "mean |ΔA|"),
   ]);
 }

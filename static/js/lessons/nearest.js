@@ -14,7 +14,7 @@ export async function renderNearest(container, { run, token, model }) {
     el(
       "p",
       { class: "hint" },
-      `“${run.tokens[token].text}” after each stage, against every row of the ${model.vocab_size.toLocaleString("en")}×${model.hidden_size} word-embedding table (MiniLM ties its input and output embeddings): the five rows with the highest cosine. This is a projection for intuition, not what the model predicts: MiniLM has no trained prediction head here.`,
+      `“${run.tokens[token].label}” after each stage, against every row of the ${model.vocab_size.toLocaleString("en")}×${model.hidden_size} word-embedding table (MiniLM ties its input and output embeddings): the five rows with the highest cosine. This is a projection for intuition, not what the model predicts: MiniLM has no trained prediction head here.`,
     ),
     el(
       "table",

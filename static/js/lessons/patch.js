@@ -67,16 +67,16 @@ async function sweep(result, { text, token, model, openPatched, predict }) {
     const decoder = positions.target.kind !== "cosine";
     const open = (cell) => openPatched(text, { source, site: cell.site, layer: cell.layer, head: cell.head, positions: cell.positions, sources: cell.sources });
     const tokens = positions.a_tokens;
-    const where = (cell) => (cell.positions.length === 1 ? `at “${tokens[cell.positions[0]].text}” (${cell.positions[0]})` : "at every position");
+    const where = (cell) => (cell.positions.length === 1 ? `at “${tokens[cell.positions[0]].label}” (${cell.positions[0]})` : "at every position");
     const words = (cell) =>
       cell.head === null ? `${SITES[cell.site].replace("a block's", `block ${cell.layer}'s`).replace("a block reads", `block ${cell.layer} reads`)} ${where(cell)}` : `block ${cell.layer}, head ${cell.head} ${where(cell)}`;
-    const columns = tokens.map((t, index) => ({ key: index, label: t.text, title: `position ${index}` }));
+    const columns = tokens.map((t, index) => ({ key: index, label: t.label, title: `position ${index}` }));
     const title = el("h3", {}, `Blocks × positions: ${SITES[site]}, one position at a time`);
     const shown = () => [
       el("p", { class: "caption", dataset: { field: "target" } }, targetWords(positions, decoder)),
       title,
       grid(positions, model.layers, columns, (cell) => cell.positions[0], "position", open, decoder),
-      el("h3", {}, `Blocks × heads: one head's output ${at === null ? "at every position" : `at “${tokens[at].text}” (${at})`}`),
+      el("h3", {}, `Blocks × heads: one head's output ${at === null ? "at every position" : `at “${tokens[at].label}” (${at})`}`),
       grid(heads, model.layers, Array.from({ length: model.heads }, (_, head) => ({ key: head, label: `h${head}`, title: `head ${head}` })), (cell) => cell.head, "head", open, decoder),
       el("h3", {}, "The patches that move A most"),
       el("ol", { class: "patch-strongest", dataset: { field: "strongest" } }, ...strongest([...positions.cells, ...heads.cells], positions, 5).map((cell) => el("li", {}, `${words(cell)}: ${moveWords(cell, positions)}`))),

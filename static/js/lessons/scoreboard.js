@@ -6,7 +6,6 @@
 import * as api from "../api.js";
 import { saveRows } from "../export.js";
 import { el, fixed } from "../format.js";
-import { tokenLabels } from "../labels.js";
 import { measureOf } from "../measures.js";
 import { fillResult } from "./result.js";
 
@@ -30,7 +29,7 @@ export function renderScoreboard(container, { run, text, token, model, onOpen })
   const over = el(
     "select",
     { id: "scoreboard-query", "aria-label": "Which query's keys are ranked" },
-    el("option", { value: "token", ...(averaged ? {} : { selected: "" }) }, token === null ? "the selected token (select one)" : `“${run.tokens[token].text}” (${token})`),
+    el("option", { value: "token", ...(averaged ? {} : { selected: "" }) }, token === null ? "the selected token (select one)" : `“${run.tokens[token].label}” (${token})`),
     el("option", { value: "all", ...(averaged ? { selected: "" } : {}) }, "every token, averaged"),
   );
   over.addEventListener("change", () => {
@@ -69,7 +68,7 @@ function keyWords(key) {
 }
 
 function draw(result, board, model, onOpen) {
-  const labels = tokenLabels(board.tokens);
+  const labels = board.tokens.map((token) => token.label);
   const choices = [...board.accounts.map((account) => `agreement:${account}`), ...board.pairs.map((pair) => `correlation:${pair}`)];
   const colour = el("select", { id: "scoreboard-colour", "aria-label": "What each cell shows" }, ...choices.map((key) => el("option", { value: key, ...(key === shown ? { selected: "" } : {}) }, keyWords(key))));
   const gridBox = el("div");
@@ -89,6 +88,7 @@ function draw(result, board, model, onOpen) {
   const where = board.query === null ? "every token's keys, averaged" : `the keys of “${labels[board.query]}” (${board.query})`;
   result.replaceChildren(
     el("p", { class: "caption", dataset: { field: "target" } }, `${targetWords(board)} Ranked: ${where}. Intervention: ${board.intervention}.`),
+    el("p", { class: "caption", dataset: { field: "resolution" } }, resolutionWords(board)),
     el("p", { class: "caption", dataset: { field: "summary" } }, summary(board)),
     el("p", { class: "caption", dataset: { field: "unmoved" } }, unmoved(board, labels)),
     el("div", { class: "patch-controls" }, el("label", {}, "Each cell: Spearman's ρ of ", colour), csv),
@@ -100,6 +100,12 @@ function draw(result, board, model, onOpen) {
 function targetWords(board) {
   const target = board.target;
   return target.kind === "next_token" ? `F: the logit of “${target.token}” after the last token (${fixed(target.value)}).` : `F: the cosine with “${target.other}” (${fixed(target.value)}).`;
+}
+
+// Where float32 cannot tell an intervention's effect from rounding, and what was done there instead.
+function resolutionWords(board) {
+  const { least_float32_effect: least, roundings, float64, removals } = board.resolution;
+  return `Float32 resolves F only to about |F|·ε₃₂: an effect under ${roundings} times that (${least.toExponential(1)}) is rounding there, so ${float64} of the ${removals} removals were run again with the model in float64, and ρ ranks their exact effects.`;
 }
 
 function mean(values) {
@@ -174,7 +180,16 @@ function showHead(detail, board, head, labels, onOpen) {
         "tbody",
         {},
         ...board.keys.map((key, at) =>
-          el("tr", {}, el("th", { scope: "row" }, labels[key]), ...columns.map((name) => el("td", { dataset: { account: name, value: String(head.values[name][at]) } }, head.values[name][at].toPrecision(3)))),
+          el(
+            "tr",
+            {},
+            el("th", { scope: "row" }, labels[key]),
+            ...columns.map((name) => {
+              const exact = name === "intervention" && head.float64.includes(at);
+              const about = exact ? { class: "float64", title: `under float32's resolution of F: run again in float64` } : {};
+              return el("td", { ...about, dataset: { account: name, value: String(head.values[name][at]) } }, head.values[name][at].toPrecision(3));
+            }),
+          ),
         ),
       ),
     ),
@@ -186,8 +201,9 @@ function saveCSV(board) {
   const header = ["block", "head", ...board.accounts.map((account) => `agreement ${account}`), ...board.pairs.map((pair) => `rho ${pair}`)];
   const rows = board.heads.map((head) => [head.layer, head.head, ...board.accounts.map((account) => head.agreement[account] ?? ""), ...board.pairs.map((pair) => head.correlations[pair] ?? "")]);
   const about = [
-    `# scoreboard of run ${board.run_id}; ${board.query === null ? "every query averaged" : `query ${board.query}`}; ${targetWords(board)}`,
+    `# scoreboard of run ${board.run_id}; ${board.query === null ? "every query averaged" : `query “${board.tokens[board.query].label}” (${board.query})`}; ${targetWords(board)}`,
     `# agreement: Spearman's rho of an account with the intervention: ${board.intervention}`,
+    `# ${resolutionWords(board)}`,
   ];
   saveRows(about, [header, ...rows], `scoreboard-${board.query === null ? "averaged" : `query-${board.query}`}`);
 }

@@ -1,0 +1,179 @@
+"""The README's bound on memory, kept under attack: heavy requests from many addresses at once, each asking
+for memory in proportion to its input, leave the lab's peak RSS under ATTENTION_LAB_MAX_STORE_BYTES + 1.5 GiB
+and a learner at another address answered within 2 s throughout; each heavy request is served, or refused
+with its reason (503 with Retry-After, or 422 naming the setting). Each scenario in a fresh `python -m app`
+with a small store, so that the bound is low and reached quickly; the peak is the process's own (VmHWM)."""
+
+import asyncio
+import threading
+import time
+from collections.abc import Awaitable, Callable
+
+import httpx
+import pytest
+
+from tests.class_client import device
+from tests.conftest import LabProcess, run_async
+from tests.families import long_llama
+
+pytestmark = pytest.mark.slow
+
+MIB, GIB = 1024**2, 1024**3
+STORE_BYTES = 512 * MIB
+BOUND = STORE_BYTES + 1.5 * GIB
+WORDS = "the cat sat on the mat a quick brown fox jumps over the lazy dog".split()
+
+
+def peak_resident_bytes(pid: int) -> int:
+    with open(f"/proc/{pid}/status") as status:
+        fields = dict(line.split(":", 1) for line in status)
+    return int(fields["VmHWM"].split()[0]) * 1024
+
+
+def started(tmp_path_factory, name: str, **env: str) -> LabProcess:
+    lab = LabProcess(tmp_path_factory.mktemp(name), env={"ATTENTION_LAB_MAX_STORE_BYTES": str(STORE_BYTES), **env})
+    lab.start()
+    return lab
+
+
+@pytest.fixture
+def minilm_lab(tmp_path_factory):
+    lab = started(tmp_path_factory, "bound-minilm")
+    yield lab
+    lab.stop()
+
+
+@pytest.fixture
+def long_lab(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("bound-llama")
+    long_llama(folder, positions=8192, blocks=2, heads=4, hidden=64)
+    lab = started(tmp_path_factory, "bound-long", ATTENTION_LAB_MODEL_PATH=str(folder))
+    yield lab
+    lab.stop()
+
+
+Heavy = Callable[[httpx.AsyncClient], Awaitable[list[httpx.Response]]]
+
+
+def beside_a_learner(lab: LabProcess, heavy: list[Heavy]) -> tuple[list[httpx.Response], list[float]]:
+    """Each heavy client from an address of its own (127.0.5.n), all at once, while a learner at 127.0.0.2
+    asks for health and analyzes a short sentence, again and again until they are all answered: their
+    responses, and the learner's times."""
+    answers: dict = {}
+
+    async def all_heavy():
+        async def one(n: int, work: Heavy) -> list[httpx.Response]:
+            transport = httpx.AsyncHTTPTransport(local_address=f"127.0.5.{n + 1}")
+            async with httpx.AsyncClient(transport=transport, timeout=180) as client:
+                return await work(client)
+
+        return await asyncio.gather(*(one(n, work) for n, work in enumerate(heavy)))
+
+    asking = threading.Thread(target=lambda: answers.update(all=run_async(all_heavy())))
+    asking.start()
+    times = []
+    with device("127.0.0.2") as learner:
+        while asking.is_alive():
+            for method, path, body in (
+                ("GET", "/api/health", None),
+                ("POST", "/api/analyze", {"text": f"a learner's short sentence {len(times)}"}),
+            ):
+                start = time.monotonic()
+                response = learner.request(method, f"{lab.url}{path}", json=body)
+                times.append(time.monotonic() - start)
+                assert response.status_code == 200, response.text
+            asking.join(0.2)
+    return [response for responses in answers["all"] for response in responses], times
+
+
+def served_or_refused_with_reason(responses: list[httpx.Response]) -> dict[int, int]:
+    for response in responses:
+        if response.status_code == 503:
+            assert int(response.headers["Retry-After"]) > 0, response.text
+        elif response.status_code == 422:
+            assert "ATTENTION_LAB_" in response.json()["detail"], response.text
+        else:
+            assert response.status_code == 200, response.text
+    statuses = [response.status_code for response in responses]
+    return {status: statuses.count(status) for status in sorted(set(statuses))}
+
+
+def report(what: str, lab: LabProcess, statuses: dict, times: list[float]) -> int:
+    peak = peak_resident_bytes(lab.process.pid)
+    print(
+        f"{what}: {statuses}; peak RSS {peak / MIB:,.0f} MiB (bound {BOUND / MIB:,.0f}); learner "
+        f"{len(times)} requests, slowest {max(times):.2f} s"
+    )
+    assert "Traceback" not in lab.log.read_text()
+    return peak
+
+
+def test_a_dozen_alti_requests_on_a_dozen_runs_from_a_dozen_addresses_stay_under_the_bound(minilm_lab):
+    """Twelve 512-token runs of MiniLM, then every block's ALTI of each asked for at once, each from its own
+    address: more work than the store's bound holds at once."""
+    lab = minilm_lab
+    runs = []
+    with device("127.0.0.4") as teacher:
+        for n in range(12):
+            text = " ".join(f"r{n}w{i}" for i in range(600))
+            runs.append(teacher.post(f"{lab.url}/api/analyze", json={"text": text}, timeout=60).json()["run_id"])
+
+    def alti(run: str) -> Heavy:
+        async def work(client: httpx.AsyncClient) -> list[httpx.Response]:
+            return [await client.get(f"{lab.url}/api/runs/{run}/attention?measure=alti")]
+
+        return work
+
+    responses, times = beside_a_learner(lab, [alti(run) for run in runs])
+    statuses = served_or_refused_with_reason(responses)
+    peak = report("12 ALTI on 12 runs", lab, statuses, times)
+    assert peak < BOUND
+    assert max(times) <= 2
+
+
+def test_a_long_decoders_alti_overviews_beside_each_other_stay_under_the_bound(long_lab):
+    """Six analyses of about 4,090 tokens at once, each from its own address, each then asking for its ALTI
+    overview pooled to 512 × 512."""
+    lab = long_lab
+
+    def analysis(n: int) -> Heavy:
+        async def work(client: httpx.AsyncClient) -> list[httpx.Response]:
+            text = f"take {n} " + " ".join(WORDS[(n + i) % len(WORDS)] for i in range(2450))
+            analyzed = await client.post(f"{lab.url}/api/analyze", json={"text": text})
+            if analyzed.status_code != 200:
+                return [analyzed]
+            run = analyzed.json()["run_id"]
+            return [analyzed, await client.get(f"{lab.url}/api/runs/{run}/attention?measure=alti&size=512")]
+
+        return work
+
+    responses, times = beside_a_learner(lab, [analysis(n) for n in range(6)])
+    statuses = served_or_refused_with_reason(responses)
+    peak = report("6 long ALTI overviews", lab, statuses, times)
+    assert peak < BOUND
+    assert max(times) <= 2
+
+
+def test_an_atlas_with_a_large_ablation_sample_stays_under_the_bound(minilm_lab):
+    """A corpus of 1,000 sentences: every one in the ablation sample is refused at once, naming the setting;
+    the largest sample the default bound allows is computed beside the learner."""
+    lab = minilm_lab
+    sentences = "\n".join(
+        f"sentence {n} says that " + " ".join(WORDS[(n + i) % len(WORDS)] for i in range(12)) for n in range(1000)
+    )
+    body = {"sentences": sentences, "repeats": 8, "repeat_length": 10}
+    with device("127.0.0.4") as teacher:
+        refused = teacher.post(f"{lab.url}/api/atlas", json={**body, "ablation_sentences": 1000})
+        assert refused.status_code == 422 and "ATTENTION_LAB_MAX_ABLATION_TOKENS" in refused.json()["detail"]
+        bound = int(refused.json()["detail"].split("at most ")[1].split(" ")[0].replace(",", ""))
+        atlas = teacher.post(f"{lab.url}/api/atlas", json={**body, "ablation_sentences": bound}).json()["atlas_id"]
+
+    async def read(client: httpx.AsyncClient) -> list[httpx.Response]:
+        return [await client.get(f"{lab.url}/api/atlas/{atlas}")]
+
+    responses, times = beside_a_learner(lab, [read])
+    statuses = served_or_refused_with_reason(responses)
+    peak = report(f"an atlas of 1,000 sentences, {bound} ablated", lab, statuses, times)
+    assert statuses == {200: 1} and "ablation" in responses[0].json()["scores"]
+    assert peak < BOUND
+    assert max(times) <= 2
