@@ -465,3 +465,24 @@ def test_the_qr_code_is_drawn_by_the_lab(lab):
     response = client.get(f"{lab.url}/api/classes/{code}/qr.svg")
     assert response.status_code == 200 and response.headers["content-type"] == "image/svg+xml"
     assert response.text.lstrip().startswith("<svg")
+
+
+def test_a_question_asked_on_renormalised_cells_names_them_shares(lab):
+    """Asked with the special tokens hidden and each row rescaled, a question's measure is named as the view's
+    cells are: shares of the kept tokens' total, not the measure's own unit."""
+    teacher = device("127.0.9.1")
+    code, secret = start_class(teacher, lab.url)
+    run = teacher.post(f"{lab.url}/api/analyze", json={"text": TEXT}).json()
+    ask = {"kind": "attends", "run_id": run["run_id"], "token": 2, "layer": 1, "head": 0, "measure": "norm"}
+    named = {}
+    for sinks in ("show", "renormalise"):
+        asked = teacher.post(f"{lab.url}/api/classes/{code}/question", json={**ask, "sinks": sinks}, headers=secret)
+        assert asked.status_code == 201, asked.text
+        named[sinks] = asked.json()["measure"]
+    assert named["show"] == {"key": "norm", "symbol": "‖α·f(x)‖[i,j]", "name": "norm-weighted attention"}
+    assert named["renormalise"] == {
+        "key": "norm",
+        "symbol": "share of ‖α·f(x)‖[i,j]",
+        "name": "share of the kept tokens' norm-weighted attention",
+    }
+    teacher.delete(f"{lab.url}/api/classes/{code}", headers=secret)

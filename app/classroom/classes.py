@@ -51,7 +51,7 @@ from app.classroom.schemas import (
     VotesEvent,
 )
 from app.classroom.streams import End, Streams
-from app.engine.measures import MEASURES
+from app.engine.measures import worded
 from app.engine.questions import Question
 from app.serving.gate import Client
 
@@ -374,7 +374,8 @@ class Classes:
             before = await self._current(code) if await self.backend.get(self._key(code, "question")) else None
             if before is not None and before["test"] and before["phase"] == "open":
                 await self._close_test(code, before, ttl)
-            measure = MEASURES[question.measure] if question.measure else None
+            # An attends question is asked in a view: its cells' words are that view's (shares when renormalised).
+            words = worded(question.measure, view.get("sinks", "show")) if question.measure else None
             record = {
                 "id": secrets.token_hex(4),
                 "asked": time.time(),
@@ -383,7 +384,7 @@ class Classes:
                 "text": text or question.text,
                 "step": step,
                 "view": view,
-                "measure": {"key": measure.key, "symbol": measure.symbol, "name": measure.name} if measure else None,
+                "measure": {"key": question.measure, "symbol": words.symbol, "name": words.name} if words else None,
                 "choices": [
                     {"index": index, "label": choice.label, "token": choice.token, "head": choice.head}
                     for index, choice in enumerate(question.choices)

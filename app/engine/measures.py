@@ -176,6 +176,13 @@ CHUNK_BYTES = 64 * 1024**2  # fewer queries at once where QUERY_CHUNK's would pa
 SLICE_WORK = 2**27
 
 
+def worded(key: str, sinks: str = "show") -> MeasureName | Wording:
+    """A measure's words as a view shows them: its own, or under sinks=renormalise its renormalised ones (the
+    page's measureOf(key, sinks), static/js/measures.js)."""
+    measure = MEASURES[key]
+    return measure.renormalised if sinks == "renormalise" else measure
+
+
 def query_chunk(n: int, d_model: int) -> int:
     """The queries ALTI decomposes at once: QUERY_CHUNK, fewer where their [chunk, key, d_model] float64
     would pass CHUNK_BYTES."""

@@ -14,15 +14,15 @@ export function valueName(question) {
   if (question.kind === "head") return "share";
   if (question.kind === "next_token") return "probability";
   if (question.kind === "patch") return "share of the way to B";
-  return measureOf(question.measure.key).name;
+  return measureOf(question.measure.key, question.view.sinks).name;
 }
 
 // The measure a question was asked under, said beside it (none for a question of another kind): it stays
 // the question's when the view moves on.
 export function askedUnder(question) {
   if (!question.measure) return [];
-  const measure = measureOf(question.measure.key);
-  return [el("p", { class: "hint", dataset: { field: "asked-under", measure: measure.key } }, `Asked under the ${measure.name} (${measure.symbol}, ${measure.values}).`)];
+  const measure = measureOf(question.measure.key, question.view.sinks);
+  return [el("p", { class: "hint", dataset: { field: "asked-under", measure: question.measure.key } }, `Asked under the ${measure.name} (${measure.symbol}, ${measure.values}).`)];
 }
 
 export function answerLine(question) {
