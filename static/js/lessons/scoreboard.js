@@ -16,6 +16,9 @@ const NAMES = {
   gradient: "gradient × contribution",
   intervention: "intervention",
 };
+// The same, short, for the choice of what colours the grid: a select cannot wrap, and a projector's panel is
+// narrow (the grid's heading says the choice in full).
+const SHORT = { weights: "weight", norm: "norm", alti: "ALTI", gradient: "gradient", intervention: "intervention" };
 let other = "the bank raised rates"; // an encoder's F: the cosine with this sentence's vector; kept while the page lives
 let shown = "agreement:weights"; // what colours the grid: an account's agreement, or a pair's correlation
 let averaged = false;
@@ -62,15 +65,15 @@ function valueOf(head, key) {
   return kind === "agreement" ? head.agreement[rest[0]] : head.correlations[rest.join(":")];
 }
 
-function keyWords(key) {
+function keyWords(key, names = NAMES) {
   const [kind, a, b] = key.split(":");
-  return kind === "agreement" ? `${NAMES[a]} against the intervention` : `${NAMES[a]} against ${NAMES[b]}`;
+  return kind === "agreement" ? `${names[a]} against the ${names.intervention}` : `${names[a]} against ${names[b]}`;
 }
 
 function draw(result, board, model, onOpen) {
   const labels = board.tokens.map((token) => token.label);
   const choices = [...board.accounts.map((account) => `agreement:${account}`), ...board.pairs.map((pair) => `correlation:${pair}`)];
-  const colour = el("select", { id: "scoreboard-colour", "aria-label": "What each cell shows" }, ...choices.map((key) => el("option", { value: key, ...(key === shown ? { selected: "" } : {}) }, keyWords(key))));
+  const colour = el("select", { id: "scoreboard-colour", "aria-label": "What each cell shows" }, ...choices.map((key) => el("option", { value: key, title: keyWords(key), ...(key === shown ? { selected: "" } : {}) }, keyWords(key, SHORT))));
   const gridBox = el("div");
   const detail = el("div", { id: "scoreboard-detail" });
   const redraw = () =>
