@@ -152,6 +152,44 @@ def test_present_on_a_phone_fits_its_width(browser, server, width, height):
         viewport_shot(page, f"present-phone-{width}")
 
 
+@pytest.mark.parametrize(("width", "height"), PHONES, ids=[f"{w}x{h}" for w, h in PHONES])
+def test_a_phone_in_class_reads_everything_from_join_to_reveal(browser, lab, width, height):
+    """A learner's phone: the name asked as it joins, the view it follows, a question's choices, the reveal and
+    Present, each with nothing cut and no sideways scrolling."""
+    problems = []
+    phone_options = {"is_mobile": True, "has_touch": True, "device_scale_factor": 3}
+    with lab_page(browser, 1280, 720) as teacher, lab_page(browser, width, height, **phone_options) as phone:
+        open_stage(teacher, lab, f"text={TEXT}", "token=5")
+        started = start_class(teacher)
+        try:
+
+            def read_phone(label: str):
+                found = audit.problems(phone, 0, 0, "header.topbar, #class-bar, main.stage", page_scrolls=True)
+                problems.extend(f"{width} {label}: {problem}" for problem in found)
+
+            phone.goto(started["join_url"])
+            expect(phone.locator("#class-nickname")).to_be_visible()
+            read_phone("joining, the name asked")
+            phone.click("#class-name-skip")
+            wait_until(phone, "document.getElementById('heatmap').dataset.view")
+            read_phone("following")
+            teacher.click("#class-ask")
+            phone.wait_for_selector("#class-question .choices button")
+            read_phone("a question open")
+            phone.locator("#class-question .choices button").first.click()
+            teacher.click("#class-reveal")
+            wait_until(phone, "document.querySelector('#class-question [data-field=reveal]')")
+            read_phone("revealed")
+            phone.goto(f"{started['join_url']}&present=1")
+            wait_until(phone, "document.getElementById('heatmap').dataset.view")
+            read_phone("following in Present")
+            if width == 390:
+                viewport_shot(phone, "class-phone-revealed-present-390")
+        finally:
+            end_class(lab, started)
+    assert not problems, "\n".join(problems)
+
+
 # --- the tour ---------------------------------------------------------------------------------------------------
 
 SHEET = """() => {
