@@ -190,6 +190,37 @@ def test_a_phone_in_class_reads_everything_from_join_to_reveal(browser, lab, wid
     assert not problems, "\n".join(problems)
 
 
+LESSONS = ["compare", "masks", "ablation", "patch", "heads", "nearest", "pooling", "difference", "explain"]
+LESSONS += ["scoreboard"]
+
+
+def test_every_experiment_in_present_keeps_the_floor_and_cuts_nothing(browser, lab):
+    """Each experiment's panel in presentation mode at 1280×720, and the patch grid and the scoreboard once
+    computed, on the stage and enlarged over it."""
+    width, height = 1280, 720
+    problems = []
+    with lab_page(browser, width, height) as page:
+        for lesson in LESSONS:
+            open_stage(page, lab, "present=1", "token=5", "panel=lessons", f"lesson={lesson}")
+            wait_until(page, f"document.getElementById('lesson-panel').dataset.view?.startsWith('{lesson}:')")
+            settle(page, ["#lesson-panel"])
+            problems += [f"{lesson}: {p}" for p in audit.problems(page, floor(width), 16, "main.stage")]
+        for lesson, button, ready in [
+            ("patch", "#patch-run", ".patch-grid .patch-cell"),
+            ("scoreboard", "#scoreboard-run", "[data-grid=scoreboard] .patch-cell"),
+        ]:
+            open_stage(page, lab, "present=1", "token=5", "panel=lessons", f"lesson={lesson}")
+            page.click(button)
+            page.wait_for_selector(ready, timeout=120_000)
+            for enlarged in (False, True):
+                if enlarged:
+                    page.click("#panel-enlarge")
+                where = f"{lesson}{' enlarged' if enlarged else ''}"
+                problems += [f"{where}: {p}" for p in audit.problems(page, floor(width), 16, "main.stage")]
+        viewport_shot(page, f"scoreboard-enlarged-present-{width}x{height}")
+    assert not problems, "\n".join(problems)
+
+
 # --- the tour ---------------------------------------------------------------------------------------------------
 
 SHEET = """() => {
