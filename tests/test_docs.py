@@ -56,4 +56,4 @@ def test_the_docs_name_every_route_and_only_routes():
         if not route.startswith("/api/classes")
         and not any(route_pattern(route).fullmatch(path) for path in named + called)
     ]
-    assert not missing, f"docs/api.md does not say what these answer: {missing}"
+    assert not missing, f"no doc says what these answer: {missing}"

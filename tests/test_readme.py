@@ -10,6 +10,7 @@ from typing import get_args
 
 import pytest
 
+from app.engine.families import FAMILIES
 from app.engine.measures import MEASURES, Measure
 from app.settings import ENV_PREFIX, Settings
 
@@ -218,3 +219,17 @@ def test_every_relative_link_leads_to_a_file_and_a_heading(doc):
         elif fragment and (file.suffix != ".md" or fragment not in set(anchors(file.read_text()))):
             broken.append(target)
     assert not broken, f"{doc} links to no file or heading: {broken}"
+
+
+def test_the_families_table_is_the_families_the_lab_reads():
+    """One row per family file, in app/engine/families' order, by its name and model types; then a row for
+    every other family."""
+    text = section("The families read exactly", "docs/models.md")
+    rows = [
+        [cell.strip() for cell in line.strip("|").split("|")] for line in text.splitlines() if line.startswith("| ")
+    ]
+    *families, other = rows[2:]
+    assert len(families) == len(FAMILIES) and other[1] == "its own"
+    for (name, types, *_), family in zip(families, FAMILIES, strict=True):
+        assert name.startswith(family.name), (name, family.name)
+        assert re.findall(r"`([\w-]+)`", types)[: len(family.model_types)] == list(family.model_types), name
