@@ -233,3 +233,26 @@ def test_the_families_table_is_the_families_the_lab_reads():
     for (name, types, *_), family in zip(families, FAMILIES, strict=True):
         assert name.startswith(family.name), (name, family.name)
         assert re.findall(r"`([\w-]+)`", types)[: len(family.model_types)] == list(family.model_types), name
+
+
+def js_list(path: str, name: str) -> list[str]:
+    source = (ROOT / "static" / "js" / path).read_text()
+    match = re.search(rf"^(?:export )?const {name} = \[(.*?)\];", source, flags=re.M)
+    assert match, f"{path} has no {name}"
+    return re.findall(r'"([^"]+)"', match.group(1))
+
+
+def test_the_lesson_plan_format_is_what_the_planner_reads():
+    text = DOCS["docs/lesson-plans.md"]
+    example = json.loads(re.search(r"```json\n(.*?)```", text, flags=re.S).group(1))
+    source = (ROOT / "static" / "js" / "class" / "plan.js").read_text()
+    assert example["format"] == re.search(r'PLAN_FORMAT = "([^"]+)"', source).group(1)
+    prose = " ".join(text.split())
+    keys = re.search(r"`view` takes a link's parameters \((.*?)\)", prose).group(1)
+    assert sorted(re.findall(r"`(\w+)`", keys)) == sorted(js_list("class/plan.js", "STEP_KEYS"))
+    kinds = re.findall(r'\{"kind": "(\w+)"', prose)
+    assert sorted(set(kinds)) == sorted(js_list("class/plan.js", "QUESTION_KINDS"))
+    patterns = re.search(r'"pattern": "(\w+)"\}` \(or (.*?)\)', prose)
+    assert [patterns.group(1), *re.findall(r'"(\w+)"', patterns.group(2))] == js_list("class/plan.js", "PATTERNS")
+    assert re.findall(r'"by": "(\w+)"', prose) == js_list("class/plan.js", "PATCH_BY")
+    assert re.findall(r'`"test"` is `"(\w+)"` or `"(\w+)"`', prose) == [tuple(js_list("class/plan.js", "TESTS"))]
