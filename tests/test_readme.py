@@ -256,3 +256,8 @@ def test_the_lesson_plan_format_is_what_the_planner_reads():
     assert [patterns.group(1), *re.findall(r'"(\w+)"', patterns.group(2))] == js_list("class/plan.js", "PATTERNS")
     assert re.findall(r'"by": "(\w+)"', prose) == js_list("class/plan.js", "PATCH_BY")
     assert re.findall(r'`"test"` is `"(\w+)"` or `"(\w+)"`', prose) == [tuple(js_list("class/plan.js", "TESTS"))]
+
+
+def test_the_readme_leads_to_every_doc():
+    unlinked = [doc for doc in DOCS if doc.startswith("docs/") and f"]({doc}" not in README]
+    assert not unlinked, f"the README never links to {unlinked}"
