@@ -81,7 +81,7 @@ class Settings(BaseSettings):
     # BPE); the tokenizer cuts a text at max_tokens anyway.
     max_chars: Annotated[int, between(1, 1_000_000)] = 40_000
     # The most tokens a run reads, below the model's own positions (a longer input is cut, and says so). A run
-    # keeps what is linear in its tokens (the README's bytes per run), and its views compute attention a window
+    # keeps what is linear in its tokens (docs/capture.md's bytes per run), and its views compute attention a window
     # of rows at a time (app.engine.cells), so the bound follows memory, not tokens²: a decoder reads up to its
     # positions or this, whichever is less; MiniLM its 512.
     max_tokens: Annotated[int, between(8, 100_000)] = 8192

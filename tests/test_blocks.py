@@ -74,7 +74,7 @@ def long_llama_model(tmp_path_factory):
 
 def test_a_long_decoder_run_keeps_its_formulas_bytes_and_its_fused_weights_are_the_models(long_llama_model):
     """1,522 tokens of a 4-block, 8-head Llama: its pass is fused (each block's eager weights would be
-    over 64 MiB), the run keeps exactly the README's formula, and every block's computed weights equal the
+    over 64 MiB), the run keeps exactly docs/capture.md's formula, and every block's computed weights equal the
     eager output_attentions to float rounding, block 0's bit for bit."""
     loaded = long_llama_model
     engine = Engine(loaded, max_chars=100_000)

@@ -1,5 +1,5 @@
 """A lab reading 8,192 tokens: the default bound lets a decoder read its positions, each run keeps what the
-README's formula says, and a server holding 10 such runs, each analyzed with its first overview, stays
+docs/capture.md's formula says, and a server holding 10 such runs, each analyzed with its first overview, stays
 under the documented memory bound (the store's bound + 1.5 GiB). One lab process, a small Llama-style
 decoder of 8,192 positions so that its passes take a fraction of a second."""
 

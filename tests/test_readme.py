@@ -1,29 +1,50 @@
-"""What the README tells a newcomer is what the code does: every count, name and place it states is read
-here from the code that decides it (the tour's steps, the panels and experiments, where each control sits,
-every setting and its default)."""
+"""What the README and docs/ tell a newcomer is what the code does: every count, name and place they state is
+read here from the code that decides it (the tour's steps, the panels and experiments, where each control
+sits, every setting and its default), and every link between them leads somewhere."""
 
 import json
 import re
+from collections.abc import Iterator
 from pathlib import Path
 from typing import get_args
 
 import pytest
 
+from app.engine.families import FAMILIES
 from app.engine.measures import MEASURES, Measure
 from app.settings import ENV_PREFIX, Settings
 
 ROOT = Path(__file__).resolve().parents[1]
 README = (ROOT / "README.md").read_text()
+DOCS = {
+    path.relative_to(ROOT).as_posix(): path.read_text()
+    for path in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+}
 TEMPLATE = (ROOT / "templates" / "index.html").read_text()
 
 
-def section(title: str) -> str:
-    """The README's text under a heading, up to the next heading of the same or a higher level."""
-    heading = re.search(rf"^(#+) {re.escape(title)}$", README, flags=re.M)
-    assert heading, f"the README has no section {title!r}"
-    body = README[heading.end() :]
-    following = re.search(rf"^#{{1,{len(heading.group(1))}}} ", body, flags=re.M)
-    return body[: following.start()] if following else body
+def headings(text: str) -> list[tuple[int, str, int, int]]:
+    """A Markdown text's headings, (level, title, start, end), leaving out lines in fenced code (a shell
+    comment is not a heading)."""
+    found, fenced, offset = [], False, 0
+    for line in text.splitlines(keepends=True):
+        if line.startswith("```"):
+            fenced = not fenced
+        elif not fenced and (heading := re.match(r"(#+) (.*)", line)):
+            found.append((len(heading.group(1)), heading.group(2).strip(), offset, offset + len(line)))
+        offset += len(line)
+    return found
+
+
+def section(title: str, doc: str = "README.md") -> str:
+    """A doc's text under a heading, up to the next heading of the same or a higher level."""
+    text = DOCS[doc]
+    found = headings(text)
+    here = next((i for i, (_, name, _, _) in enumerate(found) if name == title), None)
+    assert here is not None, f"{doc} has no section {title!r}"
+    level, _, _, end = found[here]
+    following = [start for depth, _, start, _ in found[here + 1 :] if depth <= level]
+    return text[end : following[0] if following else len(text)]
 
 
 def bullets(text: str) -> list[str]:
@@ -47,7 +68,7 @@ def test_the_tour_has_as_many_steps_as_the_readme_says():
     steps = re.search(r"^const STEPS = \[\n(.*?)^\];", source, flags=re.M | re.S).group(1)
     count = len(re.findall(r"^  \{$", steps, flags=re.M))
     assert count > 10
-    claims = re.findall(r"in (\d+) steps", README)
+    claims = [claim for text in DOCS.values() for claim in re.findall(r"in (\d+) steps", text)]
     assert claims and {int(claim) for claim in claims} == {count}
 
 
@@ -133,8 +154,8 @@ def test_the_settings_table_is_every_setting_with_its_default():
             assert float(value) == expected, variable
 
 
-def test_every_setting_the_readme_names_exists():
-    named = set(re.findall(rf"\b{ENV_PREFIX}[A-Z_]+[A-Z]\b", README))
+def test_every_setting_the_docs_name_exists():
+    named = {name for text in DOCS.values() for name in re.findall(rf"\b{ENV_PREFIX}[A-Z_]+[A-Z]\b", text)}
     assert named - {ENV_PREFIX + name.upper() for name in Settings.model_fields} == set()
 
 
@@ -146,7 +167,10 @@ def test_the_install_stamp_is_the_makefiles():
 
 def test_the_benchmarks_are_linked_and_not_repeated():
     assert "(bench/README.md)" in README and (ROOT / "bench" / "README.md").exists()
-    assert "| N | raw forward ms" not in README and "| N | raw forward ms" in (ROOT / "bench" / "README.md").read_text()
+    assert (
+        all("| N | raw forward ms" not in text for text in DOCS.values())
+        and "| N | raw forward ms" in (ROOT / "bench" / "README.md").read_text()
+    )
 
 
 def test_every_ready_lesson_is_in_the_readme_by_its_file_and_its_button():
@@ -159,3 +183,81 @@ def test_every_ready_lesson_is_in_the_readme_by_its_file_and_its_button():
     text = section("A class")
     for file, label in ready:
         assert f"(static/lessons/{file})" in text and f"**{label}**" in " ".join(text.split()), (file, label)
+
+
+def anchor(title: str) -> str:
+    """GitHub's anchor for a heading: lower case, punctuation dropped, spaces as hyphens."""
+    return re.sub(r"[^\w\- ]", "", title.lower()).replace(" ", "-")
+
+
+def anchors(text: str) -> Iterator[str]:
+    seen: dict[str, int] = {}
+    for _, title, _, _ in headings(text):
+        slug = anchor(title)
+        seen[slug] = seen.get(slug, -1) + 1
+        yield slug if seen[slug] == 0 else f"{slug}-{seen[slug]}"
+
+
+def prose(text: str) -> str:
+    """A Markdown text without its fenced code."""
+    return re.sub(r"^```.*?^```", "", text, flags=re.M | re.S)
+
+
+@pytest.mark.parametrize("doc", DOCS)
+def test_every_relative_link_leads_to_a_file_and_a_heading(doc):
+    links = re.findall(r"\]\(([^)\s]+)\)|(?:src|href)=\"([^\"]+)\"", prose(DOCS[doc]))
+    targets = [a or b for a, b in links]
+    assert targets
+    broken = []
+    for target in targets:
+        if re.match(r"[a-z]+:", target):
+            continue
+        path, _, fragment = target.partition("#")
+        file = (ROOT / doc).parent / path if path else ROOT / doc
+        if not file.exists():
+            broken.append(target)
+        elif fragment and (file.suffix != ".md" or fragment not in set(anchors(file.read_text()))):
+            broken.append(target)
+    assert not broken, f"{doc} links to no file or heading: {broken}"
+
+
+def test_the_families_table_is_the_families_the_lab_reads():
+    """One row per family file, in app/engine/families' order, by its name and model types; then a row for
+    every other family."""
+    text = section("The families read exactly", "docs/models.md")
+    rows = [
+        [cell.strip() for cell in line.strip("|").split("|")] for line in text.splitlines() if line.startswith("| ")
+    ]
+    *families, other = rows[2:]
+    assert len(families) == len(FAMILIES) and other[1] == "its own"
+    for (name, types, *_), family in zip(families, FAMILIES, strict=True):
+        assert name.startswith(family.name), (name, family.name)
+        assert re.findall(r"`([\w-]+)`", types)[: len(family.model_types)] == list(family.model_types), name
+
+
+def js_list(path: str, name: str) -> list[str]:
+    source = (ROOT / "static" / "js" / path).read_text()
+    match = re.search(rf"^(?:export )?const {name} = \[(.*?)\];", source, flags=re.M)
+    assert match, f"{path} has no {name}"
+    return re.findall(r'"([^"]+)"', match.group(1))
+
+
+def test_the_lesson_plan_format_is_what_the_planner_reads():
+    text = DOCS["docs/lesson-plans.md"]
+    example = json.loads(re.search(r"```json\n(.*?)```", text, flags=re.S).group(1))
+    source = (ROOT / "static" / "js" / "class" / "plan.js").read_text()
+    assert example["format"] == re.search(r'PLAN_FORMAT = "([^"]+)"', source).group(1)
+    prose = " ".join(text.split())
+    keys = re.search(r"`view` takes a link's parameters \((.*?)\)", prose).group(1)
+    assert sorted(re.findall(r"`(\w+)`", keys)) == sorted(js_list("class/plan.js", "STEP_KEYS"))
+    kinds = re.findall(r'\{"kind": "(\w+)"', prose)
+    assert sorted(set(kinds)) == sorted(js_list("class/plan.js", "QUESTION_KINDS"))
+    patterns = re.search(r'"pattern": "(\w+)"\}` \(or (.*?)\)', prose)
+    assert [patterns.group(1), *re.findall(r'"(\w+)"', patterns.group(2))] == js_list("class/plan.js", "PATTERNS")
+    assert re.findall(r'"by": "(\w+)"', prose) == js_list("class/plan.js", "PATCH_BY")
+    assert re.findall(r'`"test"` is `"(\w+)"` or `"(\w+)"`', prose) == [tuple(js_list("class/plan.js", "TESTS"))]
+
+
+def test_the_readme_leads_to_every_doc():
+    unlinked = [doc for doc in DOCS if doc.startswith("docs/") and f"]({doc}" not in README]
+    assert not unlinked, f"the README never links to {unlinked}"

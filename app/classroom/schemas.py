@@ -1,5 +1,5 @@
-"""Requests, responses and events of the class mode's API (docs: /work/coord/class-api.md's contract,
-README "A live class")."""
+"""Requests, responses and events of the class mode's API (docs/api.md's "Class endpoints", README "A
+class")."""
 
 from typing import Annotated, Any, Literal
 
