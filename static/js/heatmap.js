@@ -313,8 +313,9 @@ export class Heatmap {
   }
 
   // The label columns as wide as the widest label, so that no tick label is cut: the y labels' column, and
-  // the height the x labels take turned 60°. At most a third of the width a side: past that a label ends
-  // in "…" (a piece longer than any word). Measured in the labels' own (bold, for a pinned one) type.
+  // the height the x labels take turned 60°. At most a fifth of the width (5 rem where that is less): past
+  // that a label ends in "…" (a piece longer than a word, which a square of a few hundred pixels could not
+  // spare the room for). Measured in the labels' own (bold, for a pinned one) type.
   sizeLabels(width) {
     if (!this.labels) return;
     const style = getComputedStyle(this.yLabels);
@@ -325,15 +326,32 @@ export class Heatmap {
       probe.append(...[...new Set(this.labels)].map((label) => el("span", {}, label)));
       this.container.append(probe);
       this.widestLabel = probe.getBoundingClientRect().width;
+      const spans = [...probe.children];
+      this.longestLabel = spans.reduce((best, span) => (span.offsetWidth > best.offsetWidth ? span : best), spans[0]).textContent;
       probe.remove();
       [this.labelFont, this.labelsMeasured] = [font, this.labels];
     }
     const rem = parseFloat(getComputedStyle(document.documentElement).fontSize);
-    const longest = Math.min(Math.ceil(this.widestLabel) + 1, Math.max(3 * rem, width / 3));
+    const longest = Math.min(Math.ceil(this.widestLabel) + 1, Math.max(5 * rem, width / 5));
     const line = parseFloat(style.fontSize) * 1.2;
     this.body.style.setProperty("--hm-label", `${longest}px`);
     this.body.style.setProperty("--hm-ylabels", `${Math.max(longest + 0.7 * rem, 3.2 * rem)}px`);
     this.body.style.setProperty("--hm-xlabels", `${Math.max(Math.ceil(longest * Math.sin(Math.PI / 3) + line / 2 + 0.5 * rem), 2 * rem)}px`);
+    this.sizeReadout();
+  }
+
+  // The readout keeps two lines where its longest line (two of the longest labels, the widest cell symbol and
+  // "left out of this view") would not fit in one, else one: it never grows under the pointer, which would
+  // move the heatmap, and never cuts a cell's words.
+  sizeReadout() {
+    if (!this.readout) return;
+    const longest = `${cellSymbol(this.measure, this.n - 1, this.n - 1)}: left out of this view, “${this.longestLabel}” → “${this.longestLabel}”`;
+    const style = getComputedStyle(this.readout);
+    const probe = el("span", { style: `position:absolute;visibility:hidden;white-space:pre;font:${style.fontSize} ${style.fontFamily}` }, longest);
+    this.container.append(probe);
+    const need = probe.getBoundingClientRect().width;
+    probe.remove();
+    this.readout.classList.toggle("two-lines", need > this.readout.clientWidth);
   }
 
   // Before there is a matrix, the frame takes its place already, so drawing it shifts nothing.
@@ -356,9 +374,11 @@ export class Heatmap {
 
   render() {
     const { size } = this.window;
-    // Whole pixels per cell while they fit, so every cell is drawn crisp.
+    // Whole pixels per cell while they fit, so every cell is drawn crisp; but not at the price of a quarter of
+    // the square (a window of 128 tokens in 250 px would be drawn 128 px wide with 1 px cells).
     const room = this.side;
-    this.cell = size <= room ? Math.floor(room / size) : room / size;
+    const whole = Math.floor(room / size);
+    this.cell = whole >= 1 && whole * size >= 0.75 * room ? whole : room / size;
     const side = this.cell * size;
     if (this.long) this.paintLong(side);
     else this.paint(side);

@@ -1,7 +1,7 @@
 """Issue #32 on the projector: the teacher's class panel never covers the stage, and its QR code opens large
-and closes again; in presentation mode at 1280×720 no visible text is under 18 px (heatmap axis labels and
-token chips under 16), and a question's votes take at least a third of the stage; the tour never cuts its own
-text and never hides what it explains."""
+and closes again; in presentation mode at 1280×720 no visible text is under 18 px (heatmap axis labels,
+token chips and the attends view's rows under 16), and a question's votes take at least a third of the stage;
+the tour never cuts its own text and never hides what it explains."""
 
 import httpx
 import pytest
@@ -84,7 +84,8 @@ TYPE = """() => {
       && r.top < innerHeight && r.left < innerWidth);
     if (!seen) continue;
     const size = parseFloat(getComputedStyle(parent).fontSize);
-    const least = parent.closest('.hm-ylabels, .hm-xlabels, .token') ? 16 : 18;
+    // Labels, ids, tick labels and numbers may be 16 px (the attends view's rows are tokens and numbers).
+    const least = parent.closest('.hm-ylabels, .hm-xlabels, .token, .attend-grid') ? 16 : 18;
     const where = `${parent.tagName.toLowerCase()}.${parent.className}`;
     if (size < least - 0.01) small.push(`${size}px < ${least}: ${where} “${node.textContent.trim().slice(0, 30)}”`);
   }

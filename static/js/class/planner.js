@@ -13,17 +13,23 @@ const READY = [
   ["plan-sample", "sample.json", "Sample lesson"],
   ["plan-vector", "ids-to-sentence-vector.json", "Ids to a sentence vector"],
 ];
-const KINDS = { attends: "Token it attends to most", next_token: "Next token" };
+// The choices' words are short: a select cannot wrap, and the panel is 15 rem wide on a 1024×768 projector.
+const KINDS = { attends: "Most attended token", next_token: "Next token" };
 const PATTERN_WORDS = {
-  previous: "the previous token",
-  cls: "the first special token",
-  sep: "the last special token",
+  previous: "previous token",
+  cls: "first special",
+  sep: "last special",
   period: "the period",
   self: "itself",
-  next: "the next token",
+  next: "next token",
 };
-const PATCH_WORDS = { head: "Head that matters most when patched (B as above)", position: "Token that matters most when patched (B as above)" };
-const TEST_WORDS = { "": "in rounds (peer instruction)", pre: "as a pre-test (alone, one round)", post: "as a post-test (alone, one round)" };
+const PATCH_WORDS = { head: "Head, by patching", position: "Token, by patching" };
+const TEST_WORDS = { "": "in rounds", pre: "as a pre-test", post: "as a post-test" };
+const TEST_MEANING = {
+  "": "Peer instruction: vote, see the votes, talk, vote again, reveal",
+  pre: "Alone, one round, before the lesson: nothing shown until the post-test",
+  post: "Alone, one round, after the lesson: the same or a parallel question",
+};
 
 // Every question the plan format takes (plan.js), as the editor's choices: [value, label]. A next-token
 // question only for a model with a language-model head.
@@ -32,7 +38,7 @@ function questionChoices(model) {
     ["", "no question"],
     ...QUESTION_KINDS.filter((kind) => kind !== "next_token" || model.next_tokens).flatMap((kind) => {
       if (kind === "head") return PATTERNS.map((pattern) => [`head:${pattern}`, `Head: ${PATTERN_WORDS[pattern]}`]);
-      if (kind === "patch") return PATCH_BY.map((by) => [`patch:${by}`, PATCH_WORDS[by]]);
+      if (kind === "patch") return PATCH_BY.map((by) => [`patch:${by}`, PATCH_WORDS[by]]); // B: the ask row's B box
       return [[kind, KINDS[kind]]];
     }),
   ];
@@ -84,7 +90,7 @@ export function initPlanner(lab, teacher) {
     { id: "plan-step-question" },
     ...questionChoices(lab.model).map(([value, label]) => el("option", { value }, label)),
   );
-  const stepTest = el("select", { id: "plan-step-test" }, ...["", ...TESTS].map((value) => el("option", { value }, TEST_WORDS[value])));
+  const stepTest = el("select", { id: "plan-step-test" }, ...["", ...TESTS].map((value) => el("option", { value, title: TEST_MEANING[value] }, TEST_WORDS[value])));
   // A patch question's B is typed in the ask row's B box: choosing one shows it.
   stepQuestion.addEventListener("change", () => {
     if (stepQuestion.value.startsWith("patch")) $("class-source-box").hidden = false;
