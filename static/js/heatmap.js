@@ -279,6 +279,7 @@ export class Heatmap {
       this.cursor = null;
     }
     this.matrix = matrix;
+    this.leavesOut = matrix !== null && matrix.some(Number.isNaN); // a filter blanks cells: the readout may say so
     this.long = long;
     this.picture = long ? long.overview : null;
     this.rows = new Map();
@@ -341,11 +342,13 @@ export class Heatmap {
   }
 
   // The readout keeps two lines where its longest line (two of the longest labels, the widest cell symbol and
-  // "left out of this view") would not fit in one, else one: it never grows under the pointer, which would
-  // move the heatmap, and never cuts a cell's words.
+  // the longest value it can read: a number, "left out of this view" where the view blanks cells, or a long
+  // run's "fetching the exact value") would not fit in one, else one: it never grows under the pointer, which
+  // would move the heatmap, and never cuts a cell's words.
   sizeReadout() {
     if (!this.readout) return;
-    const longest = `${cellSymbol(this.measure, this.n - 1, this.n - 1)}: left out of this view, “${this.longestLabel}” → “${this.longestLabel}”`;
+    const value = this.long ? ": fetching the exact value" : this.leavesOut ? ": left out of this view" : " = -0.0000";
+    const longest = `${cellSymbol(this.measure, this.n - 1, this.n - 1)}${value}, “${this.longestLabel}” → “${this.longestLabel}”`;
     const style = getComputedStyle(this.readout);
     const probe = el("span", { style: `position:absolute;visibility:hidden;white-space:pre;font:${style.fontSize} ${style.fontFamily}` }, longest);
     this.container.append(probe);
