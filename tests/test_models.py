@@ -127,7 +127,7 @@ def test_a_model_of_one_block_and_one_head_is_named_so(tmp_path, monkeypatch):
     )
     with TestClient(create_app(load_model(build("bert", tmp_path / "one")))) as client:
         page = client.get("/").text
-    assert "1 block × 1 head ·" in page and "mean of 1 head<" in page
+    assert ">1 block × 1 head<" in page and "mean of 1 head<" in page
 
 
 def test_a_run_reads_at_most_the_labs_token_limit(tmp_path, monkeypatch):
