@@ -111,7 +111,9 @@ class LabWidget(anywidget.AnyWidget):
     segments = Enum(["all", "AA", "AB", "BA", "BB"], "all").tag(sync=True)
     scale = Enum(["blues", "viridis", "cividis"], "blues").tag(sync=True)
     all_heads = Bool(False).tag(sync=True)
-    panel = Enum(["dissection", "grid"], "dissection", allow_none=True).tag(sync=True)
+    panel = Enum(["dissection", "grid"], None, allow_none=True).tag(
+        sync=True
+    )  # the open panel; None: none, as on the page
 
     def __init__(self, lab: LabClient, model: str | None = None, **view):
         unknown = set(view) - VIEW_KEYS
