@@ -188,3 +188,13 @@ def test_a_running_labs_link_opens_its_run_and_view(server):
     assert content["status"] == 200 and body == expected  # the lab's own bytes, passed on as they came
     compressed = show(run=deflated_link(server, [["text", SHORT], ["layer", "2"], ["head", "1"], ["measure", "alti"]]))
     assert (compressed.run["tokens"][1]["text"], compressed.block, compressed.measure) == ("the", 2, "alti")
+    fresh = show(SHORT, lab=server, block=1)  # a new run on the running lab, of its default model
+    assert fresh.run["run_id"] == httpx.post(f"{server}/api/analyze", json={"text": SHORT}, timeout=60).json()["run_id"]
+
+
+def test_a_long_run_sends_one_heads_matrix_first_not_every_head():
+    from attention_lab import show
+
+    widget = show(" ".join(["word"] * 600), block=5, head=11)
+    assert len(widget.run["tokens"]) == 512
+    assert widget.run["attention"]["shape"] == [1, 1, 512, 512]  # one head of the run's 72, 1 MiB in float32
