@@ -4,6 +4,9 @@ GPT-2 object in memory and a model folder; the kernel's side of the views' trans
 
 import base64
 import json
+import os
+import subprocess
+import sys
 import time
 import zlib
 from pathlib import Path
@@ -16,7 +19,7 @@ import pytest
 import torch
 from nbclient import NotebookClient
 
-from app.engine.model import adopt
+from app.engine.model import ModelLoadError, adopt
 from app.engine.runs import Engine
 from app.web.encoding import decode_attention
 from tests.families import gpt2_objects
@@ -164,6 +167,26 @@ def test_selection_is_checked_and_a_new_text_runs_again():
     widget.text = "Rain fell."
     assert widget.run["run_id"] != first and widget.run["tokens"][1]["text"] == "rain"
     assert widget.token == 3  # still a token of the new run
+
+
+def test_a_model_object_is_refused_where_the_lab_cannot_read_it_as_it_is():
+    from attention_lab import show
+
+    model, tokenizer = gpt2_objects()
+    with pytest.raises(Exception, match="needs its tokenizer"):
+        show(SHORT, model)
+    with pytest.raises(ModelLoadError, match="float16: the lab's numbers are float32"):
+        show(SHORT, model.half(), tokenizer)
+
+
+def test_attention_lab_says_so_when_another_app_was_imported_first(tmp_path):
+    (tmp_path / "app.py").write_text("NAME = 'the notebook folder app'\n")
+    check = "import app\ntry:\n    import attention_lab\nexcept ImportError as error:\n    print(error)"
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    said = subprocess.run(
+        [sys.executable, "-c", check], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120
+    )
+    assert "another module named app" in said.stdout and "import attention_lab first" in said.stdout
 
 
 def deflated_link(server: str, pairs: list[list[str]]) -> str:

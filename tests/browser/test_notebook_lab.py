@@ -31,6 +31,7 @@ CELLS = [
     f"from attention_lab import show\nw = show({TEXT!r}, block=2, head=0)\nw",
     "print(w.token)",
     "w.block, w.head = 4, 1",
+    "print(w.measure, w.block, w.head)",
 ]
 
 
@@ -154,3 +155,12 @@ def test_the_widget_in_jupyterlab_draws_the_engines_numbers_and_follows_clicks(j
     )
     page.locator(".jp-OutputArea-output #grid .grid-cell[data-layer='0'][data-head='5']").click()
     wait_in_widget(page, "root.getElementById('heatmap').dataset.view?.endsWith(':0:5:9')")
+
+    # The Measure switch: the views are redrawn in the norm-weighted attention, named so, and Python reads it.
+    page.locator(".jp-OutputArea-output select[data-key=measure]").select_option("norm")
+    wait_in_widget(page, "root.getElementById('attention-name').textContent.startsWith('norm-weighted attention')")
+    wait_in_widget(page, "root.getElementById('heatmap').heatmap.title.textContent.startsWith('norm-weighted')")
+    run_cell(page, 3)
+    output = page.locator(".jp-Notebook .jp-Cell").nth(3).locator(".jp-OutputArea-output")
+    output.wait_for(timeout=60_000)
+    assert output.inner_text().strip() == "norm 0 5"
