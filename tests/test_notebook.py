@@ -211,6 +211,18 @@ def test_a_running_labs_link_opens_its_run_and_view(server):
     assert content["status"] == 200 and body == expected  # the lab's own bytes, passed on as they came
     compressed = show(run=deflated_link(server, [["text", SHORT], ["layer", "2"], ["head", "1"], ["measure", "alti"]]))
     assert (compressed.run["tokens"][1]["text"], compressed.block, compressed.measure) == ("the", 2, "alti")
+    patch = {
+        "source": "A dog sat on the rug.",
+        "site": "resid_pre",
+        "layer": 2,
+        "head": None,
+        "positions": [2],
+        "sources": [2],
+    }
+    patched = show(run=f"{server}/?{urlencode({'text': SHORT, 'patch': json.dumps(patch), 'panel': 'lessons'})}")
+    held = httpx.post(f"{server}/api/analyze", json={"text": SHORT, "patch": patch}, timeout=60).json()
+    assert patched.run["run_id"] == held["run_id"] and patched.run["patch"] == patch
+    assert patched.panel is None  # an experiment's panel is not the widget's: left closed
     fresh = show(SHORT, lab=server, block=1)  # a new run on the running lab, of its default model
     assert fresh.run["run_id"] == httpx.post(f"{server}/api/analyze", json={"text": SHORT}, timeout=60).json()["run_id"]
 

@@ -13,6 +13,7 @@ COMPRESSED = "z="
 # The most a view inflates to: the page refuses a link's view past two texts of its most characters (6 bytes a
 # character as JSON) and its other fields; this is the page's bound at the lab's default 40,000 characters.
 MOST_VIEW_BYTES = 2 * 6 * 40_000 + 4096
+PANELS = ("dissection", "grid")  # the widget's; a link's other panel (an experiment) is left closed
 
 
 class LinkError(ValueError):
@@ -28,16 +29,24 @@ def address_of(link: str) -> str:
 
 
 def view_of(link: str) -> dict:
-    """show()'s keywords for the view a link holds (model, text, pair, mask, pooling, prompt, block, head,
-    heads, block_mean, token, also, measure, sinks, segments, scale, panel); what it does not name is left out."""
+    """show()'s keywords for the view a link holds (model, text, pair, mask, pooling, prompt, patch, block, head,
+    heads, block_mean, token, also, measure, sinks, segments, scale, panel); what it does not name is left out,
+    and so is what the widget does not show (a tour, a lesson, presentation mode, a class)."""
     parts = urlsplit(link)
     params = dict(parse_qsl(parts.query, keep_blank_values=True))
     if parts.fragment.startswith(COMPRESSED):
         params = {**{k: v for k, v in params.items() if k == "model"}, **dict(inflated(parts.fragment[2:]))}
     view: dict = {}
-    for name in ("model", "text", "pair", "mask", "pooling", "measure", "sinks", "segments", "scale", "panel"):
+    for name in ("model", "text", "pair", "mask", "pooling", "measure", "sinks", "segments", "scale"):
         if name in params:
             view[name] = params[name]
+    if params.get("panel") in PANELS:
+        view["panel"] = params["panel"]
+    if params.get("patch"):
+        try:
+            view["patch"] = json.loads(params["patch"])  # a patched run: the lab checks it as any analyze's
+        except ValueError:
+            raise LinkError("the link's patch is damaged (cut short in copying?)") from None
     if "prompt" in params:
         view["prompt"] = params["prompt"]
     if "layer" in params:

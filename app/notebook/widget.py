@@ -50,6 +50,7 @@ VIEW_KEYS = {
     "mask",
     "pooling",
     "prompt",
+    "patch",
     "block",
     "head",
     "heads",
@@ -84,8 +85,8 @@ def styles() -> str:
 
 class LabWidget(anywidget.AnyWidget):
     """The lab's views of one run. `run` is the lab's analyze answer (its tokens, and the first view's matrix as
-    the page gets it); the view traitlets are what the page's link holds. Setting text, pair, mask, pooling or
-    prompt runs the model again; the others only change what is drawn."""
+    the page gets it); the view traitlets are what the page's link holds. Setting text, pair, mask, pooling,
+    prompt or patch runs the model again; the others only change what is drawn."""
 
     _esm = HERE / "widget.js"
     _modules = List().tag(sync=True)
@@ -100,6 +101,7 @@ class LabWidget(anywidget.AnyWidget):
     mask = Unicode().tag(sync=True)
     pooling = Unicode().tag(sync=True)
     prompt = Unicode(None, allow_none=True).tag(sync=True)  # one of the model's prompts; None: its default
+    patch = Dict().tag(sync=True)  # B's activation put into the pass (a cell of POST /api/patch); {}: none
     block = Int(0).tag(sync=True)
     head = Union([Int(), Enum(["mean"])], default_value=0).tag(sync=True)
     heads = List(Int()).tag(sync=True)  # the heads "mean" averages
@@ -144,6 +146,7 @@ class LabWidget(anywidget.AnyWidget):
             "pooling": self.pooling,
             "prompt": self.prompt,
             "model": self._model,
+            "patch": self.patch or None,
             "attention": first,
         }
         try:
@@ -168,7 +171,7 @@ class LabWidget(anywidget.AnyWidget):
             return None
         return {"dtype": "float32", "measure": "weights", "layer": self.block, "head": self.head, "size": LONG_FROM}
 
-    @observe("text", "pair", "mask", "pooling", "prompt")
+    @observe("text", "pair", "mask", "pooling", "prompt", "patch")
     def _text_changed(self, _) -> None:
         if self._ready:
             self._analyze()
@@ -250,7 +253,7 @@ def show(
     it is in memory. run: a link of a running lab (its "Copy link"): that run and view, from the lab at `lab`
     (by default, the link's own address). lab alone: a new run on that running lab, of its model `model` (a
     name it serves; None: its default). view: what the page's link sets: block (or layer), head ("mean" too),
-    heads, block_mean, token, also, measure, mask, pooling, prompt, pair, sinks, segments, scale, panel.
+    heads, block_mean, token, also, measure, mask, pooling, prompt, patch, pair, sinks, segments, scale, panel.
     """
     if "layer" in view:
         view["block"] = view.pop("layer")
