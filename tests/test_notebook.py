@@ -71,7 +71,7 @@ def notebook(tmp_path_factory, tiny_model_dir):
                 f"minilm = show({TEXT!r}, block=2, head=3, token=5)",
                 "torch.manual_seed(0)\nmodel, tokenizer = gpt2_objects()\n"
                 f"gpt = show({SHORT!r}, model, tokenizer, block=1, head=2)",
-                f"folder = show({SHORT.lower()!r}, {str(tiny_model_dir)!r}, layer=1, head=1, measure='norm')",
+                f"folder = show({SHORT.lower()!r}, {str(tiny_model_dir)!r}, layer=1, head=1)",
                 "print(json.dumps({'minilm': minilm.model_id, 'gpt': gpt.model_id, 'folder': folder.model_id}))",
             ],
             folder,
@@ -113,11 +113,17 @@ def test_a_gpt2_object_in_memory_is_read_by_its_adapter(notebook):
 def test_a_folder_is_read_as_the_labs_settings_read_one(notebook, tiny, tiny_model_dir):
     state = notebook["folder"]
     assert state["config"]["model"]["name"] == tiny_model_dir.name
-    assert (state["block"], state["head"], state["measure"]) == (1, 1, "norm")
-    # Another measure than the weights is not in the analyze answer: the view asks for it as it draws.
-    assert state["run"]["attention"] is None and state["first_view"] == {}
+    assert (state["block"], state["head"], state["config"]["model"]["heads"]) == (1, 1, 4)
     run = engine_run(tiny, SHORT.lower())
     assert [token["id"] for token in state["run"]["tokens"]] == [token.id for token in run.tokens]
+    np.testing.assert_array_equal(weights_of(state), run.weights(1)[1].numpy())
+
+
+def test_another_measure_is_asked_for_as_the_view_draws_not_with_the_run():
+    from attention_lab import show
+
+    widget = show(SHORT, measure="norm")
+    assert widget.run["attention"] is None and widget.first_view == {}
 
 
 def answer(widget, url: str, method: str = "GET", body: str | None = None, timeout: float = 60) -> tuple[dict, bytes]:
