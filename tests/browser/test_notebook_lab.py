@@ -107,6 +107,12 @@ def test_the_widget_in_jupyterlab_draws_the_engines_numbers_and_follows_clicks(j
     page.goto(f"{jupyterlab}/lab/tree/widget.ipynb?token={TOKEN}")
     page.locator(".jp-Notebook .jp-Cell").first.wait_for(timeout=60_000)
     wait_until(page, "document.querySelector('.jp-Notebook .jp-InputArea-editor .cm-content')", 60)
+    # A cell run before the kernel has connected is dropped: wait for the status bar's "Idle".
+    wait_until(
+        page,
+        "[...document.querySelectorAll('.jp-StatusBar-TextItem')].some((e) => /\\bIdle\\b/.test(e.textContent))",
+        120,
+    )
     run_cell(page, 0)
     wait_in_widget(page, "root.getElementById('heatmap').dataset.view?.endsWith(':2:0:1')")
     wait_in_widget(page, "root.getElementById('attends').dataset.view?.endsWith(':2:0:1')")
