@@ -47,7 +47,7 @@ run: install
 	$(BIN)/python -m app
 
 test: install-test chromium redis-server nginx
-	$(BIN)/ruff check app tests bench
+	$(BIN)/ruff check app attention_lab tests bench
 	$(BIN)/python -m pytest
 
 # The lab against a raw forward pass and bertviz, the page in chromium, what the speed targets leave for

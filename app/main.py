@@ -69,31 +69,9 @@ def create_app(model: LoadedModel | None = None, specs: SpecStore | None = None)
         loaded = model or load_model(settings.model_path)
         store = specs or open_spec_store(settings)
         app.state.secret = store.secret()  # signs the browsers' cookies (app.web.middleware.ClientCookie)
-        gate = PassGate(
-            settings.max_concurrent_passes,
-            settings.max_waiting,
-            settings.max_waiting_per_client,
-            settings.max_wait_seconds,
-            max_waiting_per_address=settings.max_waiting_per_address,
-        )
+        app.state.lab = build_lab(settings, loaded, store)
         # Told to stop, the work under way answers 503 at its next turn instead of being cut off at the grace.
-        stop_on_signals(gate.stop)
-        app.state.lab = Lab(
-            loaded,
-            store,
-            gate,
-            max_chars=settings.max_chars,
-            max_tokens=settings.max_tokens,
-            max_runs=settings.max_runs,
-            max_cache_bytes=settings.max_store_bytes,
-            folders=settings.models,
-            max_loaded_models=settings.max_loaded_models,
-            max_batch_runs=settings.max_batch_runs,
-            max_attribution_step_tokens=settings.max_attribution_step_tokens,
-            max_patch_tokens=settings.max_patch_tokens,
-            max_ablation_tokens=settings.max_ablation_tokens,
-            model_loads_per_hour=settings.model_loads_per_hour,
-        )
+        stop_on_signals(app.state.lab.gate.stop)
         # A class lives where the run specs do when that is Redis (every worker sees it), else in this process.
         backend = (
             RedisBackend(settings.store, settings.store_timeout_seconds)
@@ -152,6 +130,40 @@ def create_app(model: LoadedModel | None = None, specs: SpecStore | None = None)
     app.mount(docs.ASSETS_URL, StaticFiles(directory=docs.SWAGGER_UI), name="docs-assets")
     app.mount(pages.ASSETS_URL, pages.ImmutableFiles(directory=pages.ROOT / "static"), name="assets")
     app.mount("/static", pages.RevalidatedFiles(directory=pages.ROOT / "static"), name="static")
+    handle_errors(app)
+    return app
+
+
+def build_lab(settings: Settings, loaded: LoadedModel, store: SpecStore) -> Lab:
+    """The lab a server process serves (or a notebook's kernel, app.notebook): its gate and every bound from
+    the settings, `loaded` its default model, `store` where its run specs are kept."""
+    gate = PassGate(
+        settings.max_concurrent_passes,
+        settings.max_waiting,
+        settings.max_waiting_per_client,
+        settings.max_wait_seconds,
+        max_waiting_per_address=settings.max_waiting_per_address,
+    )
+    return Lab(
+        loaded,
+        store,
+        gate,
+        max_chars=settings.max_chars,
+        max_tokens=settings.max_tokens,
+        max_runs=settings.max_runs,
+        max_cache_bytes=settings.max_store_bytes,
+        folders=settings.models,
+        max_loaded_models=settings.max_loaded_models,
+        max_batch_runs=settings.max_batch_runs,
+        max_attribution_step_tokens=settings.max_attribution_step_tokens,
+        max_patch_tokens=settings.max_patch_tokens,
+        max_ablation_tokens=settings.max_ablation_tokens,
+        model_loads_per_hour=settings.model_loads_per_hour,
+    )
+
+
+def handle_errors(app: FastAPI) -> None:
+    """What each of the lab's errors answers, in the server's app and in a notebook kernel's (app.notebook)."""
     app.add_exception_handler(TextTooLong, _error(413))
     app.add_exception_handler(InvalidInput, _error(422))
     app.add_exception_handler(RunNotFound, _error(404))
@@ -174,7 +186,6 @@ def create_app(model: LoadedModel | None = None, specs: SpecStore | None = None)
     app.add_exception_handler(StoreError, _error(503))
     # Last resort: whatever else goes wrong answers as a clear 503 (the server still logs the traceback).
     app.add_exception_handler(Exception, unexpected)
-    return app
 
 
 def class_limits(settings: Settings) -> ClassLimits:

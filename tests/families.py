@@ -123,6 +123,13 @@ def mpnet(folder: Path) -> None:
 def gpt2(folder: Path) -> None:
     """With scores divided by the block's number as well as √d_head (`scale_attn_by_inverse_layer_idx`, as
     some GPT-2s were trained): a scale that is not 1/√d_head."""
+    model, tokenizer = gpt2_objects()
+    model.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+
+
+def gpt2_objects() -> tuple[GPT2LMHeadModel, PreTrainedTokenizerFast]:
+    """The tiny GPT-2 and its tokenizer as objects in memory, never saved (what a notebook holds)."""
     tokenizer = byte_level_bpe(["<|endoftext|>"])
     config = GPT2Config(
         scale_attn_by_inverse_layer_idx=True,
@@ -134,11 +141,10 @@ def gpt2(folder: Path) -> None:
         bos_token_id=0,
         eos_token_id=0,
     )
-    GPT2LMHeadModel(config).save_pretrained(folder)
     end = "<|endoftext|>"
-    PreTrainedTokenizerFast(
+    return GPT2LMHeadModel(config), PreTrainedTokenizerFast(
         tokenizer_object=tokenizer, bos_token=end, eos_token=end, unk_token=end, model_max_length=POSITIONS
-    ).save_pretrained(folder)
+    )
 
 
 def llama(folder: Path, family=(LlamaConfig, LlamaForCausalLM)) -> None:

@@ -154,24 +154,60 @@ def _read_folder(path: Path) -> dict:
         # transformers would keep): the lab's numbers are float32, as its encodings and NumPy expect.
         model = auto.from_pretrained(folder, attn_implementation="eager", dtype=torch.float32, local_files_only=True)
         tokenizer = AutoTokenizer.from_pretrained(folder, local_files_only=True)
+    family = adapted(model, tokenizer, family, f"model folder {folder}")
+    return {"model": model, "tokenizer": tokenizer, "family": family, "pipeline": pipeline}
+
+
+def adapted(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, family: Family | None, where: str) -> Family:
+    """The family the lab reads a loaded model as, checked: its adapter's (`family`), or, for a family without
+    one, its attention weights alone (attention_only), once a probe pass shows it returns them. The model is
+    put in eval mode. `where` names the model in an error: its folder, or a model object."""
     model.eval()
     if not tokenizer.is_fast:
-        raise ModelLoadError(f"model folder {folder} has no fast tokenizer (tokenizer.json): the lab needs its offsets")
+        raise ModelLoadError(f"{where} has no fast tokenizer (tokenizer.json): the lab needs its offsets")
     if family is None:
         try:
             family = attention_only(model, tokenizer)
         except NoAttention as error:
             raise ModelLoadError(
-                f"model folder {folder} holds a {config.model_type!r} model the lab cannot read: {error}"
+                f"{where} holds a {model.config.model_type!r} model the lab cannot read: {error}"
             ) from None
     modules = [module for module, _, _ in hook_table(family, model.config)]
     missing = [module for module in modules if not _has_submodule(model.base_model, module)]
     if missing:
         raise ModelLoadError(
-            f"model folder {folder} holds a {model.config.model_type!r} model the lab cannot hook as "
+            f"{where} holds a {model.config.model_type!r} model the lab cannot hook as "
             f"{family.name} (no module {missing[0]})"
         )
-    return {"model": model, "tokenizer": tokenizer, "family": family, "pipeline": pipeline}
+    return family
+
+
+def adopt(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase) -> LoadedModel:
+    """A model object already in memory, with its tokenizer, read as the lab reads a folder (adapted): by its
+    family's adapter, or for its attention alone. It is used as it is, not copied: it is put in eval mode with
+    eager attention (the weights are computed from its own q and k, and a model without an adapter returns
+    them), and it must be float32, the lab's numbers. Named by where it was read from, else by its class."""
+    name = model.name_or_path or type(model).__name__
+    where = f"model {name}"
+    if model.dtype != torch.float32:
+        raise ModelLoadError(f"{where} is {model.dtype}: the lab's numbers are float32 (pass model.float())")
+    try:
+        family = family_of(model.config)
+    except UnknownFamily:
+        family = None
+    model.set_attn_implementation("eager")
+    family = adapted(model, tokenizer, family, where)
+    pipeline = SentencePipeline()
+    return LoadedModel(
+        name,
+        Path(name),
+        model,
+        tokenizer,
+        family,
+        family.default_pooling,
+        None,
+        model_digest(model, tokenizer, pipeline),
+    )
 
 
 def read_sentence_pipeline(path: Path) -> SentencePipeline:

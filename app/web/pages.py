@@ -55,10 +55,15 @@ def module_graph(folder: Path, entry: str) -> list[str]:
         if module in found:
             continue
         found.append(module)
-        source = (folder / module).read_text()
-        for target in re.findall(r'^import [^;]*? from "(\.{1,2}/[^"]+)";', source, flags=re.MULTILINE | re.DOTALL):
-            waiting.append(posixpath.normpath(posixpath.join(posixpath.dirname(module), target)))
+        waiting.extend(imports(folder, module))
     return found
+
+
+def imports(folder: Path, module: str) -> list[str]:
+    """The modules one module imports (its static relative imports), relative to the folder."""
+    source = (folder / module).read_text()
+    targets = re.findall(r'^import [^;]*? from "(\.{1,2}/[^"]+)";', source, flags=re.MULTILINE | re.DOTALL)
+    return [posixpath.normpath(posixpath.join(posixpath.dirname(module), target)) for target in targets]
 
 
 FIRST_SCREEN_MODULES = module_graph(ROOT / "static" / "js", "main.js")
@@ -109,8 +114,7 @@ async def index(request: Request, lab: LabDep, model: str | None = None):
         "defaultText": DEFAULT_TEXT,
         "maxChars": max_chars,
         "plotly": PLOTLY_URL,
-        "measures": {key: asdict(measure) for key, measure in MEASURES.items()},
-        "viewMeasures": list(get_args(Measure)),  # what the Measure control offers; "difference" is a lesson's
+        **measures_config(),
     }
     first_token = info["pair_layout"].split()[0]
     return templates.TemplateResponse(
@@ -137,6 +141,14 @@ async def index(request: Request, lab: LabDep, model: str | None = None):
         },
         headers={"Cache-Control": "no-cache"},
     )
+
+
+def measures_config() -> dict:
+    """The measures as the views read them (static/js/measures.js), in the page's config and a widget's."""
+    return {
+        "measures": {key: asdict(measure) for key, measure in MEASURES.items()},
+        "viewMeasures": list(get_args(Measure)),  # what the Measure control offers; "difference" is a lesson's
+    }
 
 
 @router.get("/atlas", response_class=HTMLResponse)

@@ -7,6 +7,7 @@ import { HEAD_COLORS, rgb, sequential } from "./colors.js";
 import { el, fixed } from "./format.js";
 import { isSink, meanRow, segmentRule, sinkNames, viewName } from "./matrix.js";
 import { measureOf } from "./measures.js";
+import { byId } from "./root.js";
 import { queries } from "./selection.js";
 
 const MAX_ROWS = 64; // beyond this many keys only the largest are listed: 512 rows help nobody and cost a click
@@ -56,7 +57,7 @@ export const attendsView = {
   load: (state, lab) => (queries(state).length ? attendRows(state, lab) : []),
   render(state, rows, lab) {
     const chosen = queries(state);
-    renderAttends(document.getElementById("attends"), {
+    renderAttends(byId("attends"), {
       tokens: state.run.tokens,
       selected: chosen[0] ?? null,
       rows,

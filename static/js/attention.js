@@ -7,19 +7,20 @@ import { LONG_FROM } from "./data.js";
 import { Heatmap } from "./heatmap.js";
 import { maskName, sinkNames, viewLayers, viewName } from "./matrix.js";
 import { measureOf } from "./measures.js";
+import { byId, find } from "./root.js";
 import { queries } from "./selection.js";
 
 const PHONE_HEIGHT_SHARE = 0.75; // on a phone the square takes at most this share of the window's height
 
-const $ = (id) => document.getElementById(id);
+const $ = byId;
 
 function stageBounds() {
   const views = $("views");
-  const column = document.querySelector(".heatmap-column");
+  const column = find(".heatmap-column");
   const style = getComputedStyle(column);
   const padding = parseFloat(style.paddingLeft) + parseFloat(style.paddingRight) + 2 * parseFloat(style.borderLeftWidth);
   const oneColumn = getComputedStyle(views).flexDirection === "column";
-  const height = oneColumn ? window.innerHeight * PHONE_HEIGHT_SHARE : document.querySelector(".heatmap-box").clientHeight;
+  const height = oneColumn ? window.innerHeight * PHONE_HEIGHT_SHARE : find(".heatmap-box").clientHeight;
   return { width: column.clientWidth - padding, height };
 }
 
@@ -66,7 +67,7 @@ export function createAttentionView(lab) {
   heatmap.fit();
   // The square follows the stage's size and the screen's pixel density.
   new ResizeObserver(() => heatmap.fit()).observe($("views"));
-  new ResizeObserver(() => heatmap.fit()).observe(document.querySelector(".heatmap-box"));
+  new ResizeObserver(() => heatmap.fit()).observe(find(".heatmap-box"));
   matchMedia(`(resolution: ${window.devicePixelRatio}dppx)`).addEventListener("change", () => heatmap.fit());
   return {
     heatmap,

@@ -5,6 +5,7 @@
 
 import { el } from "./format.js";
 import { isPerBlock } from "./matrix.js";
+import { byId } from "./root.js";
 
 export function blind({ question }) {
   return Boolean(question) && question.phase !== "revealed";
@@ -12,7 +13,7 @@ export function blind({ question }) {
 
 // A view's blank (views.js): its element holds one line saying why it is empty.
 export function blankNote(id) {
-  return () => document.getElementById(id).replaceChildren(el("p", { class: "hint" }, "Hidden while the class votes: the numbers come back at Reveal."));
+  return () => byId(id).replaceChildren(el("p", { class: "hint" }, "Hidden while the class votes: the numbers come back at Reveal."));
 }
 
 // The key token a revealed "which token does it attend to most" question answers, when the view on screen

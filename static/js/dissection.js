@@ -6,6 +6,7 @@ import { missing, unavailableNote } from "./capabilities.js";
 import { argmax, count, el, fixed, numberList, vectorStrip } from "./format.js";
 import { scaledByRootD } from "./matrix.js";
 import { cellSymbol, measureOf } from "./measures.js";
+import { byId } from "./root.js";
 
 const SHOWN_KEYS = 12;
 const WEIGHT = measureOf("weights"); // the worked example computes one head's softmax, whatever the views' measure
@@ -161,9 +162,9 @@ export const dissectionView = {
   },
   render({ run, layer, head, token }, data, lab) {
     if (missing(lab.model, "worked_example")) {
-      document.getElementById("dissection").replaceChildren(unavailableNote(lab.model, "worked_example"));
+      byId("dissection").replaceChildren(unavailableNote(lab.model, "worked_example"));
       return;
     }
-    renderDissection(document.getElementById("dissection"), { tokens: run.tokens, selected: token, layer, head, model: lab.model, ...data });
+    renderDissection(byId("dissection"), { tokens: run.tokens, selected: token, layer, head, model: lab.model, ...data });
   },
 };

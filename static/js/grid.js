@@ -5,6 +5,7 @@ import { sequential } from "./colors.js";
 import { count, el } from "./format.js";
 import { isPerBlock, sinkNames, viewMatrix } from "./matrix.js";
 import { measureOf } from "./measures.js";
+import { byId } from "./root.js";
 
 // overview: {shape: [layer, head, size, size], values: Uint8Array, scale}, each head shrunk by the server
 // when the run is longer than `size`. A head of full size goes through the view's own sink and segment
@@ -155,30 +156,30 @@ export const gridView = {
   render(state, overview, lab) {
     const { run } = state;
     const n = run.tokens.length;
-    document.getElementById("grid-shape").textContent = `${count(lab.model.layers, "block")} × ${count(lab.model.heads, "head")}, each ${n}×${n}`;
+    byId("grid-shape").textContent = `${count(lab.model.layers, "block")} × ${count(lab.model.heads, "head")}, each ${n}×${n}`;
     const whole = overview.shape[2] === n; // the filters apply in the grid only to whole matrices
     const measure = measureOf(state.measure, whole ? state.sinks : "show");
     const square = `Each square is one ${measure.per_block ? "block" : "head"}'s ${measure.name}`;
-    document.getElementById("grid-hint").textContent =
+    byId("grid-hint").textContent =
       whole
         ? `${square}, with the filters above. Click one to open it.`
         : `${square}, shrunk to ${overview.shape[2]}×${overview.shape[2]} (the largest value of each patch); the filters above apply in the heatmap. Click one to open it.`;
-    renderGrid(document.getElementById("grid"), {
+    renderGrid(byId("grid"), {
       overview,
       tokens: run.tokens,
       view: state,
       onOpen: (layer, head) => lab.setState({ layer, head }),
     });
-    showShares(document.getElementById("grid"), state, lab);
+    showShares(byId("grid"), state, lab);
   },
-  move: (state) => markCurrent(document.getElementById("grid"), state.layer, state.head),
+  move: (state) => markCurrent(byId("grid"), state.layer, state.head),
 };
 
 // The per-head shares, when asked for (the checkbox above the grid).
 export async function showShares(container, state, lab) {
   for (const share of container.querySelectorAll(".grid-share")) share.remove();
-  document.getElementById("grid-shares-names").textContent = sinkNames(state.run.tokens) || "added tokens";
-  if (!document.getElementById("grid-shares").checked) return;
+  byId("grid-shares-names").textContent = sinkNames(state.run.tokens) || "added tokens";
+  if (!byId("grid-shares").checked) return;
   const stats = await lab.numbers().headStats();
   if (lab.getState().run === state.run) printShares(container, stats.heads);
 }

@@ -231,7 +231,7 @@ export class Heatmap {
   showCursor() {
     this.drawLabels();
     const cell = this.cursor ?? (this.selected === null ? null : this.startCell());
-    const focused = document.activeElement === this.plot;
+    const focused = this.plot.getRootNode().activeElement === this.plot;
     const { row: row0, col: col0, size } = this.window ?? { row: 0, col: 0, size: 0 };
     const inside = cell && cell.row >= row0 && cell.row < row0 + size && cell.col >= col0 && cell.col < col0 + size;
     this.cursorBox.hidden = !(focused && inside && this.cursor);

@@ -9,7 +9,9 @@
 //   renormalised  the symbol, name, short, values, meaning and sink of its cells under "hide and
 //             renormalise": shares of the kept tokens' total, whatever the measure
 
-const config = JSON.parse(document.getElementById("lab-config").textContent);
+import { byId } from "./root.js";
+
+const config = JSON.parse(byId("lab-config").textContent);
 
 export const MEASURES = config.measures;
 // The measures a view can be drawn in (the Measure control's choices), in the declaration's order.

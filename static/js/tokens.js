@@ -1,6 +1,7 @@
 // The token strip: one chip per subword piece, its id below; click or arrow keys select a token.
 
 import { el } from "./format.js";
+import { byId } from "./root.js";
 
 // A token's name as a chip shows it: its label (the server's, app/engine/labels.py, the one every view uses),
 // the position that tells a repeated word apart ("a #4") set off as a mark; the span's text is the label.
@@ -81,7 +82,7 @@ function pageOf(token) {
 
 function showPage(state, lab, start) {
   const tokens = state.run.tokens;
-  const strip = document.getElementById("tokens");
+  const strip = byId("tokens");
   const paged = tokens.length > STRIP_TOKENS;
   shown = { run: state.run.run_id, start: paged ? start : 0 };
   const end = Math.min(tokens.length, shown.start + STRIP_TOKENS);
@@ -94,7 +95,7 @@ function showPage(state, lab, start) {
     },
     preview: (index) => lab.setState({ preview: index }),
   });
-  const pager = document.getElementById("tokens-page");
+  const pager = byId("tokens-page");
   pager.hidden = !paged;
   if (paged) {
     const turn = (label, to, name) => {
@@ -118,12 +119,12 @@ export const tokensView = {
   follows: ["run"],
   moves: ["token", "also"],
   render(state, _, lab) {
-    document.getElementById("tokens-shape").textContent = `N = ${state.run.tokens.length}`;
+    byId("tokens-shape").textContent = `N = ${state.run.tokens.length}`;
     showPage(state, lab, pageOf(state.token));
   },
   move(state, lab) {
     const onPage = state.token === null || (state.token >= shown.start && state.token < shown.start + STRIP_TOKENS);
-    if (shown.run === state.run.run_id && onPage) showSelection(document.getElementById("tokens"), state.token, state.also);
+    if (shown.run === state.run.run_id && onPage) showSelection(byId("tokens"), state.token, state.also);
     else showPage(state, lab, pageOf(state.token));
   },
 };

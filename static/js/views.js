@@ -14,6 +14,7 @@
 // lab: {getState, setState, subscribe, model, numbers (the current run's RunNumbers), showError}.
 
 import { blind } from "./blind.js";
+import { byId } from "./root.js";
 
 function viewKey({ run, layer, head, token }) {
   return `${run.run_id}:${layer}:${head}:${token}`;
@@ -24,7 +25,7 @@ export function mountViews(views, lab) {
   const drawn = new Map(); // view → number of the request it last drew
   const stale = new Set(views); // views with changes they have not drawn (hidden, or never drawn)
   const blanked = new Set(); // views drawn blank for a blind vote, and not drawn since
-  const element = (view) => document.getElementById(view.id);
+  const element = (view) => byId(view.id);
   const follows = (view, state) => (typeof view.follows === "function" ? view.follows(state) : view.follows);
 
   async function refresh(view) {

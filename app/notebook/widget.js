@@ -1,0 +1,241 @@
+// The lab in a notebook: the page's own view modules (static/js), drawn in this widget's shadow root, with
+// their numbers from the kernel (app/notebook/widget.py).
+//
+// Why this way: anywidget loads one ES module, and the page's views are many modules that import each other
+// relatively ("./matrix.js"). A copy of them bundled here would be a second implementation to keep equal to
+// the page's. So the kernel sends the page's modules as they are, in dependency order (_modules), and each
+// becomes a blob: URL whose relative imports are pointed at the blob URLs of the modules made before it. Every
+// widget so gets its own copy of the modules: its own run caches (data.js), its own transport to its own kernel
+// (api.js sendWith) and its own root (root.js drawIn), a shadow root that keeps the page's stylesheet and
+// element ids to this widget and the notebook's styles out of it.
+
+const MODULE_BASE = "https://page.invalid/js/"; // resolves a relative import to a module's name; never fetched
+const IMPORT = /^(import [^;]*? from ")(\.{1,2}\/[^"]+)(")/gm;
+// Traitlet → the page's state key, where the names differ (the page's link says layer, its picker Block).
+const STATE_KEY = { block: "layer", block_mean: "blockMean", all_heads: "allHeads", prompt: "promptName" };
+const TRAITS = ["text", "pair", "mask", "pooling", "prompt", "block", "head", "heads", "block_mean", "token", "also", "measure", "sinks", "segments", "scale", "all_heads", "panel"];
+const PANELS = { dissection: "Worked example", grid: "Every head" };
+
+// name → blob: URL of each module, made in the order given (a module after those it imports).
+function moduleURLs(modules) {
+  const urls = new Map();
+  for (const [name, source] of modules) {
+    const linked = source.replace(IMPORT, (_, before, specifier, after) => {
+      const target = new URL(specifier, MODULE_BASE + name).href.slice(MODULE_BASE.length);
+      if (!urls.has(target)) throw new Error(`${name} imports ${target}, which the widget was not sent before it`);
+      return before + urls.get(target) + after;
+    });
+    urls.set(name, URL.createObjectURL(new Blob([linked], { type: "text/javascript" })));
+  }
+  return urls;
+}
+
+// The page's fetch, carried to the kernel and back: a request goes out as a custom message, its answer comes
+// back with the status and headers the lab sent and the body as one binary buffer (the attention endpoint's
+// compact bytes as they are).
+function kernelTransport(model) {
+  const waiting = new Map();
+  const prefix = Math.random().toString(36).slice(2); // this view's requests, apart from another view's
+  let count = 0;
+  const answered = (message, buffers) => {
+    const pending = message.kind === "answer" && waiting.get(message.id);
+    if (!pending) return;
+    waiting.delete(message.id);
+    if (message.error) pending.reject(new Error(message.error));
+    else pending.resolve(new Response(buffers?.[0] ?? null, { status: message.status, headers: message.headers }));
+  };
+  model.on("msg:custom", answered);
+  const send = (url, options = {}) =>
+    new Promise((resolve, reject) => {
+      const id = `${prefix}:${(count += 1)}`;
+      waiting.set(id, { resolve, reject });
+      model.send({ kind: "fetch", id, url, method: options.method ?? "GET", body: options.body ?? null });
+    });
+  return { send, close: () => model.off("msg:custom", answered) };
+}
+
+// The page's state as the views read it, kept equal to the traitlets: a view's change (a click) goes to the
+// kernel, a traitlet's change (from Python) to the views, all the traitlets of one change at once.
+function createStore(model, initial) {
+  let state = initial;
+  const listeners = new Set();
+  const same = (a, b) => a === b || (Array.isArray(a) && Array.isArray(b) && a.join() === b.join());
+  const store = {
+    get: () => state,
+    set(patch, fromKernel = false) {
+      const changed = Object.keys(patch).filter((key) => !same(state[key], patch[key]));
+      if (changed.length === 0) return;
+      state = { ...state, ...patch };
+      if (!fromKernel) {
+        for (const trait of TRAITS) if (changed.includes(STATE_KEY[trait] ?? trait)) model.set(trait, state[STATE_KEY[trait] ?? trait]);
+        model.save_changes();
+      }
+      for (const listener of listeners) listener(state, new Set(changed));
+    },
+    subscribe: (listener) => listeners.add(listener),
+  };
+  return store;
+}
+
+function traitState(model) {
+  return Object.fromEntries(TRAITS.map((trait) => [STATE_KEY[trait] ?? trait, model.get(trait)]));
+}
+
+// The frame the views draw into: the page's element ids and classes (lab.css lays them out), a bar of the
+// view's pickers above.
+function frame(el) {
+  const node = (tag, attributes = {}, ...children) => {
+    const made = document.createElement(tag);
+    for (const [name, value] of Object.entries(attributes)) made.setAttribute(name, value);
+    made.append(...children);
+    return made;
+  };
+  const heatmapColumn = node(
+    "section",
+    { class: "heatmap-column" },
+    node("h2", { class: "visually-hidden" }, node("span", { id: "attention-name" }), " ", node("span", { class: "shape", id: "attention-shape" })),
+    node("div", { class: "heatmap-box" }, node("div", { id: "heatmap", class: "heatmap", role: "group", "aria-label": "Attention heatmap: rows are query tokens, columns are key tokens" })),
+    node("p", { id: "heatmap-readout", class: "readout", role: "status", "aria-live": "polite" }),
+  );
+  const gridPanel = node(
+    "div",
+    { class: "panel", id: "panel-grid", role: "tabpanel", hidden: "" },
+    node("span", { class: "shape", id: "grid-shape" }),
+    node("label", { class: "check" }, node("input", { type: "checkbox", id: "grid-shares" }), " share on ", node("span", { id: "grid-shares-names" }), " (S) and on “.”"),
+    node("p", { class: "hint", id: "grid-hint" }),
+    node("div", { id: "grid", class: "grid" }),
+  );
+  const side = node(
+    "div",
+    { class: "side" },
+    node("section", { class: "attends-panel" }, node("h2", {}, "What does the selected token attend to?"), node("div", { id: "attends", class: "attends", tabindex: "0", role: "region" })),
+    node(
+      "section",
+      { class: "panels open" },
+      node("div", { class: "panel-bar" }, node("div", { class: "panel-tabs", role: "tablist", id: "panel-tabs" })),
+      node("div", { class: "panel-body" }, node("div", { class: "panel", id: "panel-dissection", role: "tabpanel" }, node("div", { id: "dissection", class: "dissection" })), gridPanel),
+    ),
+  );
+  el.append(
+    node(
+      "div",
+      { class: "lab-widget" },
+      node("div", { class: "toolbar widget-bar", id: "widget-bar", role: "group", "aria-label": "What the attention views show" }),
+      node("p", { id: "error", class: "error", role: "alert", hidden: "" }),
+      node(
+        "section",
+        { class: "tokens-bar" },
+        node("div", { class: "bar-head" }, node("h2", {}, "Tokens ", node("span", { class: "shape", id: "tokens-shape" })), node("span", { id: "tokens-page", class: "tokens-page", hidden: "" })),
+        node("div", { id: "tokens", class: "token-strip", role: "listbox", "aria-label": "Tokens", tabindex: "0" }),
+      ),
+      node("div", { class: "views", id: "views" }, heatmapColumn, side),
+    ),
+  );
+}
+
+// The pickers of the page's toolbar that a notebook needs: block, head (or the mean of a head set), the
+// measure (its choices and words from the measures' one declaration, measures.js), the special tokens, and
+// the two panels' tabs.
+function controls(root, lab, { el }, { MEASURES, VIEW_MEASURES, measureOf, noHead }, { renderHeadSet }) {
+  const { model } = lab;
+  const picker = (label, key, options, parse = (value) => value) => {
+    const select = el("select", { dataset: { key } }, ...options.map(([value, name, disabled]) => Object.assign(new Option(name, String(value)), { disabled: Boolean(disabled) })));
+    select.addEventListener("change", () => lab.setState({ [key]: parse(select.value) }));
+    return { select, label: el("label", {}, `${label} `, select) };
+  };
+  const blocks = picker("Block", "layer", [...Array(model.layers).keys()].map((layer) => [layer, `block ${layer}`]), Number);
+  const heads = picker("Head", "head", [...[...Array(model.heads).keys()].map((head) => [head, `head ${head}`]), ["mean", `mean of ${model.heads} heads`]], (value) => (value === "mean" ? "mean" : Number(value)));
+  // A model without an adapter has its weights only: the other measures are listed, not offered (as on the page).
+  const measures = picker("Measure", "measure", VIEW_MEASURES.map((key) => [key, MEASURES[key].name, key !== "weights" && !model.capabilities.measures]));
+  const sinks = picker("Special tokens", "sinks", [["show", "show"], ["hide", "hide"], ["renormalise", "hide + renormalise"]]);
+  const headSet = el("div", { class: "head-set", role: "group", "aria-label": "Heads in the mean", hidden: "" });
+  const tabs = Object.entries(PANELS).map(([panel, name]) => {
+    const tab = el("button", { type: "button", role: "tab", id: `panel-tab-${panel}`, dataset: { panel } }, name);
+    tab.addEventListener("click", () => lab.setState({ panel: lab.getState().panel === panel ? null : panel }));
+    return tab;
+  });
+  root.getElementById("panel-tabs").replaceChildren(...tabs);
+  const meaning = el("span", { class: "hint widget-meaning" });
+  root.getElementById("widget-bar").replaceChildren(blocks.label, heads.label, measures.label, sinks.label, meaning, headSet);
+  const show = (state) => {
+    blocks.select.value = String(state.layer);
+    blocks.select.disabled = state.blockMean;
+    heads.select.value = String(state.head);
+    measures.select.value = state.measure;
+    sinks.select.value = state.sinks;
+    const measure = measureOf(state.measure);
+    meaning.textContent = measure.meaning;
+    heads.select.disabled = measure.per_block;
+    heads.select.title = noHead(measure) ?? "";
+    renderHeadSet(headSet, state, model.heads, (chosen) => lab.setState({ heads: chosen }));
+    root.querySelector(".panels").classList.toggle("open", state.panel !== null);
+    for (const tab of tabs) tab.setAttribute("aria-selected", String(tab.dataset.panel === state.panel));
+    for (const panel of Object.keys(PANELS)) root.getElementById(`panel-${panel}`).hidden = panel !== state.panel;
+  };
+  lab.subscribe((state) => show(state));
+  show(lab.getState());
+}
+
+async function render({ model, el }) {
+  const root = el.attachShadow({ mode: "open" });
+  const config = model.get("config");
+  const style = document.createElement("style");
+  // The page's stylesheet sets its variables on :root, which a shadow root has not: here they are the host's.
+  style.textContent = model.get("_styles").replaceAll(":root", ":host");
+  const labConfig = Object.assign(document.createElement("script"), { type: "application/json", id: "lab-config", textContent: JSON.stringify(config) });
+  root.append(style, labConfig);
+  frame(root);
+  const urls = moduleURLs(model.get("_modules"));
+  const load = (name) => import(urls.get(name));
+  (await load("root.js")).drawIn(root); // before any view module reads an element (measures.js reads lab-config)
+  const names = ["api.js", "data.js", "measures.js", "format.js", "views.js", "tokens.js", "attention.js", "attends.js", "grid.js", "dissection.js", "headset.js"];
+  const [api, data, measures, format, views, tokens, attention, attends, grid, dissection, headset] = await Promise.all(names.map(load));
+  for (const url of urls.values()) URL.revokeObjectURL(url); // every module is loaded: the URLs are no longer needed
+  const transport = kernelTransport(model);
+  api.sendWith(transport.send);
+
+  const store = createStore(model, { ...traitState(model), run: null, preview: null, question: null, present: false, guesses: new Map() });
+  const errorLine = root.getElementById("error");
+  const showError = (message) => {
+    errorLine.hidden = !message;
+    errorLine.textContent = message ?? "";
+  };
+  const lab = { getState: store.get, setState: (patch) => store.set(patch), subscribe: store.subscribe, model: config.model, numbers: () => data.numbersOf(store.get().run.run_id), showError };
+  const heatmap = attention.createAttentionView(lab);
+  views.mountViews([tokens.tokensView, heatmap, attends.attendsView, dissection.dissectionView, grid.gridView], lab);
+  controls(root, lab, format, measures, headset);
+  root.getElementById("grid-shares").addEventListener("change", () => {
+    if (store.get().run) grid.showShares(root.getElementById("grid"), store.get(), lab).catch((error) => showError(error.message));
+  });
+
+  // A run from the kernel: its first view's matrix is kept as the page keeps the analyze answer's (data.js).
+  const fromKernel = () => {
+    const run = model.get("run");
+    const patch = traitState(model);
+    if (run.run_id && run.run_id !== store.get().run?.run_id) {
+      const view = model.get("first_view");
+      if (view.measure) data.firstView({ ...patch, ...view, blockMean: false }, config.model.layers)?.keep(run.run_id, run.attention);
+      const { attention: _, ...kept } = run;
+      patch.run = kept;
+    }
+    store.set(patch, true);
+    showError(model.get("error"));
+  };
+  let queued = false;
+  const changed = () => {
+    if (queued) return;
+    queued = true;
+    queueMicrotask(() => {
+      queued = false;
+      fromKernel(); // every traitlet of one message has arrived by now: one change of the state
+    });
+  };
+  for (const trait of ["run", "error", ...TRAITS]) model.on(`change:${trait}`, changed);
+  fromKernel();
+  return () => {
+    transport.close();
+    for (const trait of ["run", "error", ...TRAITS]) model.off(`change:${trait}`, changed);
+  };
+}
+
+export default { render };

@@ -1,0 +1,172 @@
+"""The lab's widget in JupyterLab: JupyterLab started here on a loopback port with a token, a notebook beside an
+app.py of its own, driven in the suite's chromium (every request recorded: none may leave 127.0.0.1). The widget
+draws the page's views with the engine's numbers, a token clicked moves the attends view to that token's row and
+reaches Python, and Python moves the views."""
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import nbformat
+import numpy as np
+import pytest
+
+from app.engine.runs import Engine
+from tests.browser.conftest import screenshot, wait_until
+from tests.conftest import free_port
+
+ROOT = Path(__file__).resolve().parents[2]
+TEXT = "The animal didn't cross the street because it was too tired"
+TOKEN = "t0k3n-for-this-test"
+# The widget's shadow root, found in the notebook's output (the views draw there, root.js).
+WIDGET = (
+    "[...document.querySelectorAll('.jp-OutputArea-output *')]"
+    ".find((e) => e.shadowRoot?.getElementById('heatmap'))?.shadowRoot"
+)
+CELLS = [
+    f"from attention_lab import show\nw = show({TEXT!r}, block=2, head=0)\nw",
+    "print(w.token)",
+    "w.block, w.head = 4, 1",
+    "print(w.measure, w.block, w.head)",
+]
+
+
+@pytest.fixture(scope="module")
+def jupyterlab(tmp_path_factory):
+    """JupyterLab on a free 127.0.0.1 port, its notebook folder holding widget.ipynb and an app.py; its settings
+    and data in folders of its own (no news fetched, no update checked)."""
+    home = tmp_path_factory.mktemp("jupyterlab")
+    folder = home / "notebooks"
+    folder.mkdir()
+    (folder / "app.py").write_text('raise SystemExit("the notebook folder\'s own app.py, not the lab")\n')
+    notebook = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(source) for source in CELLS])
+    notebook.metadata.kernelspec = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    nbformat.write(notebook, folder / "widget.ipynb")
+    settings = home / "settings" / "@jupyterlab" / "apputils-extension"
+    settings.mkdir(parents=True)
+    (settings / "notification.jupyterlab-settings").write_text(
+        json.dumps({"fetchNews": "false", "checkForUpdates": False})
+    )
+    port = free_port()
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(ROOT),  # the kernel imports this checkout's attention_lab
+        "JUPYTERLAB_SETTINGS_DIR": str(home / "settings"),
+        "JUPYTERLAB_WORKSPACES_DIR": str(home / "workspaces"),
+        "JUPYTER_DATA_DIR": str(home / "data"),
+        "JUPYTER_RUNTIME_DIR": str(home / "runtime"),
+    }
+    command = [
+        *(sys.executable, "-m", "jupyterlab", "--no-browser", "--allow-root", "--ip=127.0.0.1", f"--port={port}"),
+        *(f"--IdentityProvider.token={TOKEN}", f"--ServerApp.root_dir={folder}"),
+        "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
+    ]
+    log = home / "jupyterlab.log"
+    with log.open("w") as output:
+        process = subprocess.Popen(command, env=env, stdout=output, stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 120
+    while not _answers(f"{url}/api/status?token={TOKEN}"):
+        if process.poll() is not None or time.monotonic() > deadline:
+            process.kill()
+            pytest.fail(f"JupyterLab did not start:\n{log.read_text()}")
+        time.sleep(0.2)
+    yield url
+    process.terminate()
+    process.wait(timeout=60)
+
+
+def _answers(url: str) -> bool:
+    try:
+        return httpx.get(url, timeout=1).status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
+def run_cell(page, index: int):
+    page.locator(".jp-Notebook .jp-Cell").nth(index).locator(".jp-InputArea-editor").click()
+    page.keyboard.press("Shift+Enter")
+
+
+def shown(page, expression: str):
+    """A value read in the widget's shadow root (`root`)."""
+    return page.evaluate(f"() => {{ const root = {WIDGET}; return {expression}; }}")
+
+
+def wait_in_widget(page, condition: str, timeout: float = 120):
+    wait_until(page, f"(() => {{ const root = {WIDGET}; return root && ({condition}); }})()", timeout)
+
+
+@pytest.mark.slow
+def test_the_widget_in_jupyterlab_draws_the_engines_numbers_and_follows_clicks(jupyterlab, page, minilm):
+    page.set_viewport_size({"width": 1400, "height": 1000})
+    page.goto(f"{jupyterlab}/lab/tree/widget.ipynb?token={TOKEN}")
+    page.locator(".jp-Notebook .jp-Cell").first.wait_for(timeout=60_000)
+    wait_until(page, "document.querySelector('.jp-Notebook .jp-InputArea-editor .cm-content')", 60)
+    # A cell run before the kernel has connected is dropped: wait for the status bar's "Idle".
+    wait_until(
+        page,
+        "[...document.querySelectorAll('.jp-StatusBar-TextItem')].some((e) => /\\bIdle\\b/.test(e.textContent))",
+        120,
+    )
+    run_cell(page, 0)
+    wait_in_widget(page, "root.getElementById('heatmap').dataset.view?.endsWith(':2:0:1')")
+    wait_in_widget(page, "root.getElementById('attends').dataset.view?.endsWith(':2:0:1')")
+    engine = Engine(minilm, 1000)
+    run = engine.run(engine.spec(TEXT))
+    n = len(run.tokens)
+    chips = shown(page, "[...root.querySelectorAll('#tokens .token')].map((chip) => Number(chip.dataset.id))")
+    assert chips == [token.id for token in run.tokens]
+    drawn = np.array(shown(page, "Array.from(root.getElementById('heatmap').heatmap.matrix)"), np.float32)
+    np.testing.assert_array_equal(drawn.reshape(n, n), run.weights(2)[0].numpy())
+
+    # A token clicked: the attends view is that token's row, the heatmap outlines it, and Python reads it.
+    page.locator(".jp-OutputArea-output #tokens .token[data-index='9']").click()
+    wait_in_widget(page, "root.getElementById('attends').dataset.view?.endsWith(':2:0:9')")
+    assert shown(page, "root.getElementById('heatmap').dataset.selectedRow") == "9"
+    weights = shown(
+        page,
+        "[...root.querySelectorAll('#attends .attend-row')]"
+        ".map((row) => [Number(row.dataset.index), Number(row.dataset.weight)])",
+    )
+    row = run.weights(2)[0][9].numpy()
+    assert [index for index, _ in weights] == list(range(n))
+    np.testing.assert_array_equal(np.array([weight for _, weight in weights], np.float32), row)
+    assert screenshot(page, "notebook-widget-jupyterlab").stat().st_size > 0  # the README's picture (docs/)
+    run_cell(page, 1)
+    output = page.locator(".jp-Notebook .jp-Cell").nth(1).locator(".jp-OutputArea-output")
+    output.wait_for(timeout=60_000)
+    assert output.inner_text().strip() == "9"
+
+    # Python moves the views: a new block and head, drawn with the engine's numbers.
+    run_cell(page, 2)
+    wait_in_widget(page, "root.getElementById('heatmap').dataset.view?.endsWith(':4:1:9')")
+    drawn = np.array(shown(page, "Array.from(root.getElementById('heatmap').heatmap.matrix)"), np.float32)
+    np.testing.assert_array_equal(drawn.reshape(n, n), run.weights(4)[1].numpy())
+    assert shown(page, "root.querySelector('select[data-key=layer]').value") == "4"
+
+    # The panels: the worked example of this query in this head, and every head, one click opening it.
+    page.locator(".jp-OutputArea-output #panel-tab-dissection").click()
+    wait_in_widget(page, "root.getElementById('dissection').dataset.view?.endsWith(':4:1:9')")
+    top = shown(page, "root.querySelector('#dissection [data-field=top-key]').dataset.index")
+    assert int(top) == int(run.weights(4)[1][9].argmax())
+    page.locator(".jp-OutputArea-output #panel-tab-grid").click()
+    wait_in_widget(
+        page,
+        "root.getElementById('grid').dataset.view?.startsWith(root.getElementById('heatmap').dataset.view.split(':')[0])",
+    )
+    page.locator(".jp-OutputArea-output #grid .grid-cell[data-layer='0'][data-head='5']").click()
+    wait_in_widget(page, "root.getElementById('heatmap').dataset.view?.endsWith(':0:5:9')")
+
+    # The Measure switch: the views are redrawn in the norm-weighted attention, named so, and Python reads it.
+    page.locator(".jp-OutputArea-output select[data-key=measure]").select_option("norm")
+    wait_in_widget(page, "root.getElementById('attention-name').textContent.startsWith('norm-weighted attention')")
+    wait_in_widget(page, "root.getElementById('heatmap').heatmap.title.textContent.startsWith('norm-weighted')")
+    run_cell(page, 3)
+    output = page.locator(".jp-Notebook .jp-Cell").nth(3).locator(".jp-OutputArea-output")
+    output.wait_for(timeout=60_000)
+    assert output.inner_text().strip() == "norm 0 5"
