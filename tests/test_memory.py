@@ -154,8 +154,8 @@ def test_past_the_budget_a_computation_waits_its_turn_round_the_clients():
 def test_a_wait_past_the_longest_answers_busy_and_leaves_the_queue():
     async def scenario():
         budget = Budget(100, max_wait_seconds=0.05)
-        async with budget.take(50, Client("a")):
-            async with budget.take(50, Client("b")):
+        async with budget.take(45, Client("a")):
+            async with budget.take(45, Client("b")):
                 with pytest.raises(Busy, match="waited 0.05 s for memory") as busy:
                     async with budget.take(10, Client("c")):
                         pass
@@ -216,5 +216,22 @@ def test_one_run_read_by_many_requests_is_counted_once_until_the_last_has_answer
         for stack in stacks:
             await stack.aclose()
         assert budget.reading == 0 and not budget._by_address[True]
+
+    run_async(scenario())
+
+
+def test_large_work_leaves_a_reserve_that_a_short_pass_always_finds():
+    """Large computations fill all the budget but its last 1/16; a small ask (a learner's short pass) is granted
+    at once beside them, a large one waits."""
+
+    async def scenario():
+        budget = Budget(6400)
+        async with budget.take(3000, Client("a")), budget.take(3000, Client("b")):  # 6,000 of the 6,000 allowed
+            large = asyncio.create_task(budget._ask(200, Client("c"), "ALTI", reads=False))
+            await asyncio.sleep(0)
+            assert not large.done() and budget.waiting == 1
+            async with budget.take(100, Client("learner")):  # 1/64 of the budget: from the reserve
+                assert budget.granted == 6100
+            large.cancel()
 
     run_async(scenario())

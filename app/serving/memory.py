@@ -167,6 +167,10 @@ MIB = 1024**2
 WORK_SHARE = 2
 READ_SHARE = 4
 READS = 2
+# Large work leaves the last 1/RESERVE of the budget to small asks (at most 1/SMALL of it: a learner's short
+# pass, a head's weights), so that a class's short requests are never held behind someone's large computations.
+RESERVE = 16
+SMALL = 64
 HOLDS: ContextVar[AsyncExitStack | None] = ContextVar("holds", default=None)  # the request's reads (Budget.hold)
 
 
@@ -205,7 +209,7 @@ class Budget:
     client addresses and the browsers within each, as passes do (app.serving.gate).
 
     Reads together hold at most 1/READS of the budget, and a computation never waits for a read: work always
-    has the rest, so a request that holds its run and waits for its computation's memory waits only for other
+    has the rest (large work all but 1/RESERVE of it, kept for small asks: a learner's short pass), so a request that holds its run and waits for its computation's memory waits only for other
     computations, which end. One address holds at most 1/WORK_SHARE of the budget in work and 1/READ_SHARE in
     reads, so that no client can shut the others out; an ask past that answers 422 naming the setting, a wait
     past `max_wait_seconds` (or past `max_waiting` others) 503 with Retry-After.
@@ -309,11 +313,12 @@ class Budget:
     def _fits(self, address: str, nbytes: int, reads: bool) -> bool:
         if not self._within_share(address, nbytes, reads):
             return False
+        room = self.max_bytes if nbytes <= self.max_bytes // SMALL else self.max_bytes - self.max_bytes // RESERVE
         held = self.held
         for cache in self.caches:
-            while held + nbytes > self.max_bytes and cache.let_go_oldest():
+            while held + nbytes > room and cache.let_go_oldest():
                 held = self.held
-        return held + nbytes <= self.max_bytes
+        return held + nbytes <= room
 
     def _grant(self, address: str, nbytes: int, reads: bool) -> None:
         if reads:
