@@ -9,12 +9,13 @@ page never scrolls sideways, Present included. The tour never cuts its own text 
 into sight at every size."""
 
 import httpx
+import numpy as np
 import pytest
 from playwright.sync_api import expect
 
 from tests.browser import audit
 from tests.browser.conftest import wait_until
-from tests.browser.test_classroom import Learners, counted, end_class, start_class, viewport_shot
+from tests.browser.test_classroom import Learners, counted, end_class, float32_attention, start_class, viewport_shot
 from tests.browser.test_projector import TOUR
 from tests.browser.test_stage import lab_page, open_stage, settle
 from tests.conftest import LabProcess
@@ -120,7 +121,30 @@ def test_a_lesson_in_present_is_whole_at_every_phase_panel_open_and_folded(brows
                     problems.append(f"revealed, panel {where}: {seen}")
                 if (width, height) == (1024, 768) and not folded:
                     viewport_shot(page, "class-revealed-present-1024x768")
+            # A pre-test and a post-test, asked through the API as a plan's steps ask them: the gain on the panel.
+            secret = {"X-Class-Secret": started["secret"]}
+            run_id = page.evaluate("document.body.dataset.run")
+            answer = int(np.argmax(float32_attention(lab, run_id)[0, 0, 5]))  # "cat"'s largest weight, from NumPy
+            wrong = (answer + 1) % TOKENS
+            for test, votes in (("pre", [answer, wrong, wrong]), ("post", [answer, answer, wrong])):
+                ask = {"kind": "attends", "run_id": run_id, "token": 5, "layer": 0, "head": 0, "test": test}
+                asked = httpx.post(f"{lab}/api/classes/{started['code']}/question", json=ask, headers=secret)
+                assert asked.status_code == 201, asked.text
+                learners.vote(asked.json()["id"], 1, votes)
+                closed = httpx.post(f"{lab}/api/classes/{started['code']}/question/close", headers=secret)
+                assert closed.status_code == 200, closed.text
             page.click("#class-fold")  # unfolded again
+            wait_until(page, "!document.getElementById('class-gain').hidden")
+            # The room sees it on the stage, large, as the closed post-test waits for its reveal: 1 of 3 right in
+            # the pre-test, 2 of 3 in the post-test, ⟨g⟩ = (2/3 − 1/3) / (1 − 1/3) = 0.50.
+            staged = page.locator("#class-stage .class-gain-line")
+            expect(staged).to_contain_text("pre-test 33% right → post-test 67% right")
+            expect(staged).to_contain_text("= 0.50")
+            gain = page.locator("#class-gain").bounding_box()
+            assert gain["y"] >= 0 and gain["y"] + gain["height"] <= height, f"the gain is out of sight: {gain}"
+            problems += read(page, "the gain said", width)
+            if (width, height) == (1024, 768):
+                viewport_shot(page, "class-gain-present-1024x768")
             # A lesson plan's step: the sample plan's first, played.
             page.click("#plan-edit summary")
             page.click("#plan-sample")

@@ -6,13 +6,23 @@
 // goes on), a post-test's stay covered until its reveal.
 
 import { el } from "../format.js";
-import { askedUnder, histogram, phaseLine } from "./question.js";
+import { askedUnder, gainLine, histogram, phaseLine } from "./question.js";
 
 const $ = (id) => document.getElementById(id);
+let gain = null; // what the class's pre-test and post-test measured, once both are closed (the server's ClassGain)
+let shown = [null, null]; // the question and role the stage shows, to draw it again when the gain comes
+
+// The class's gain, said on the projector's stage as a closed post-test waits for its reveal: the room sees
+// what it learned, large, before the answer.
+export function showStageGain(next) {
+  gain = next;
+  showStage(...shown);
+}
 
 // question: the server's QuestionState, or null. role: "teacher" or "learner", for the line that says what
 // to do now.
 export function showStage(question, role) {
+  shown = [question, role];
   const cover = $("class-stage");
   const covered = Boolean(question) && question.phase !== "revealed" && !(question.phase === "closed" && question.test === "pre");
   cover.hidden = !covered;
@@ -39,6 +49,7 @@ export function showStage(question, role) {
   cover.replaceChildren(
     ...(role === "teacher" ? [el("h2", { id: "class-stage-question" }, question.text), ...askedUnder(question)] : []),
     el("p", { class: "class-stage-phase", dataset: { field: "phase" } }, phaseLine(question)),
+    ...(role === "teacher" && gain && question.test === "post" && question.phase === "closed" ? [gainLine(gain, "class")] : []),
     ...(question.phase === "shown" ? [histogram(question, question.round)] : []),
     el("p", { class: "hint" }, todo),
   );

@@ -11,6 +11,7 @@ import { listen } from "./live.js";
 import { initPlanner } from "./planner.js";
 import { answerLine, changeLine, gainLine, phaseLine, rounds } from "./question.js";
 import { sharedView, SHARED } from "./shared.js";
+import { showStageGain } from "./stage.js";
 
 const $ = (id) => document.getElementById(id);
 const TEACHER_KEY = "attention-lab-class"; // sessionStorage: the class this tab teaches, and its secret
@@ -33,6 +34,8 @@ export function initTeacher(lab) {
     const folded = panel.classList.toggle("folded");
     $("class-fold").setAttribute("aria-expanded", String(!folded));
     $("class-fold").textContent = folded ? "Unfold" : "Fold";
+    // Unfolded, the panel shows where the class stands now: what it learned, else the question's phase.
+    if (!folded) reveal(panel, $("class-gain").hidden ? $("class-phase") : $("class-gain"));
   });
   initQR();
 
@@ -192,6 +195,7 @@ function showPresence({ learners, following, connected }) {
 
 // What the class's pre-tests and post-tests measured, once one of each is closed (the server's ClassGain).
 function showGain(gain) {
+  showStageGain(gain);
   const box = $("class-gain");
   const shown = !box.hidden;
   box.hidden = !gain;
