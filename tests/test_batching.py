@@ -151,6 +151,20 @@ def test_a_lone_request_runs_at_once_and_alone(tiny, tmp_path, monkeypatch):
     assert batches == [["all alone"]] and lab.gate.waiting == 0
 
 
+def test_requests_arriving_together_at_an_idle_lab_share_its_first_pass(tiny, tmp_path, monkeypatch):
+    """A class pressing Enter at once: the first request finds the model free, and its pass takes the others
+    that arrived with it (Lab._arrivals) instead of running alone before them."""
+    lab = make_lab(tiny, tmp_path)
+    batches = recorded_batches(lab, monkeypatch)
+
+    async def together():
+        clients = [Client(f"10.0.0.{number}") for number in range(len(TEXTS))]
+        return await asyncio.gather(*(lab.submit(lab.spec(text), c) for text, c in zip(TEXTS, clients, strict=True)))
+
+    runs = run_async(together())
+    assert batches == [TEXTS] and [run.spec.text for run in runs] == TEXTS
+
+
 def test_a_long_input_takes_its_turn_alone(tiny, tmp_path, monkeypatch):
     """A turn computes at most one full-length input's worth of padded tokens."""
     lab = make_lab(tiny, tmp_path, max_chars=100_000)
