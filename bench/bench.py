@@ -330,6 +330,37 @@ def time_lab(client: httpx.Client, text: str, n: int) -> dict:
     }
 
 
+def measure_requests(model, tokenizer, texts: Texts, client: httpx.Client, n: int, reps: int) -> tuple[list, list]:
+    """The raw pass and the lab's analyze + all attention at N tokens, interleaved, so that a slow patch of the
+    machine hits both sides of the ratio alike: the samples of each."""
+    # One untimed pass each first: the first call of a shape pays allocation and warm-up.
+    time_raw_forward(model, tokenizer, texts.unique(n))
+    time_lab(client, texts.unique(n), n)
+    raw, lab = [], []
+    for _ in range(reps):
+        raw.append({"ms": time_raw_floor(model, tokenizer, texts, n)})
+        lab.append(time_lab(client, texts.unique(n), n))
+    print(f"  N={n}: raw {median(raw, 'ms'):.1f} ms, lab {median(lab, 'total_ms'):.1f} ms", flush=True)
+    return raw, lab
+
+
+def lab_over_raw(raw: list[dict], lab: list[dict]) -> float:
+    return median(lab, "total_ms") / median(raw, "ms")
+
+
+# Per request, analyze + all attention over HTTP against the raw pass (issue #45): the ratios of 2026-12-04.
+REQUEST_RATIOS_2026_12_04 = {10: "1.29–1.68×", 130: "1.28–1.41×", 512: "1.13–1.40×"}
+
+
+def per_request_line(ratios: dict[int, float], reps: int) -> str:
+    before = {n: f" (2026-12-04: {ratio})" for n, ratio in REQUEST_RATIOS_2026_12_04.items()}
+    parts = ", ".join(f"{n} tokens {ratio:.2f}×{before.get(n, '')}" for n, ratio in ratios.items())
+    return (
+        f"Per request (analyze + all-heads attention over HTTP against the raw pass with output_attentions, "
+        f"interleaved, medians of {reps}): {parts}."
+    )
+
+
 # A client on another machine, as a proxy the lab trusts names it (the only one sending from PROXY_ADDRESS): it
 # gets the attention matrices compressed, as a phone does; a client on the lab's own machine gets them as they
 # are (app.web.compression).
@@ -1067,7 +1098,8 @@ def write_markdown(
     old = path.read_text() if path.exists() else ""
     lighthouse = old[old.index("<!-- lighthouse -->") :] if "<!-- lighthouse -->" in old else ""
     body = (
-        f"{markdown_table(rows)}\n\n{memory_line(memory)}\n\n{burst_line(burst)}\n\n{join_line(join)}\n\n"
+        f"{markdown_table(rows)}\n\n{per_request_line({row['n']: row['lab_over_raw'] for row in rows}, reps)}\n\n"
+        f"{memory_line(memory)}\n\n{burst_line(burst)}\n\n{join_line(join)}\n\n"
         f"{atlas_line(atlas)}\n\n{long_table(long)}\n\n"
         f"{machine_line(machine, reps)}\n\n{notes}\n"
     )
@@ -1080,9 +1112,12 @@ def write_markdown(
 def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--reps", type=int, default=5, help="timed repetitions per size (default 5)")
-    parser.add_argument("--sizes", default="8,32,128,512", help="token counts, [CLS] and [SEP] included")
+    parser.add_argument("--sizes", default="10,32,130,512", help="token counts, [CLS] and [SEP] included")
     parser.add_argument("--no-bertviz", action="store_true", help="skip bertviz (it takes ~30 s at N=512)")
     parser.add_argument("--no-browser", action="store_true", help="skip the chromium measurements")
+    parser.add_argument(
+        "--requests-only", action="store_true", help="only analyze + all attention against the raw pass, printed"
+    )
     parser.add_argument("--burst-only", action="store_true", help="only the class burst, printed, nothing written")
     parser.add_argument("--atlas-only", action="store_true", help="only the head atlas, printed, nothing written")
     parser.add_argument("--long-only", action="store_true", help="only the long-context table, printed")
@@ -1111,6 +1146,12 @@ def main() -> None:
     if args.long_only:
         print(long_table(measure_long(args.reps, not args.no_browser)))
         return
+    if args.requests_only:
+        with lab_server() as (base, _), httpx.Client(base_url=base, timeout=120) as client:
+            for n in args.sizes:
+                raw[n], lab[n] = measure_requests(model, tokenizer, texts, client, n, args.reps)
+        print(per_request_line({n: lab_over_raw(raw[n], lab[n]) for n in args.sizes}, args.reps))
+        return
     if args.burst_only:
         with lab_server() as (base, _), lab_server({"ATTENTION_LAB_MAX_BATCH_RUNS": "1"}) as (unbatched, _):
             print(burst_line(measure_burst(model, tokenizer, {"lab": base, "lab, batching off": unbatched})))
@@ -1123,15 +1164,7 @@ def main() -> None:
         elsewhere_client(base) as elsewhere,
     ):
         for n in args.sizes:
-            # One untimed pass each first: the first call of a shape pays allocation and warm-up.
-            time_raw_forward(model, tokenizer, texts.unique(n))
-            time_lab(client, texts.unique(n), n)
-            raw[n], lab[n] = [], []
-            # Interleaved, so a slow patch of the machine hits both sides of the ratio alike.
-            for _ in range(args.reps):
-                raw[n].append({"ms": time_raw_floor(model, tokenizer, texts, n)})
-                lab[n].append(time_lab(client, texts.unique(n), n))
-            print(f"  N={n}: raw {median(raw[n], 'ms'):.1f} ms, lab {median(lab[n], 'total_ms'):.1f} ms", flush=True)
+            raw[n], lab[n] = measure_requests(model, tokenizer, texts, client, n, args.reps)
             wire[n] = wire_bytes(elsewhere, texts.unique(n))
 
         if not args.no_bertviz:
@@ -1161,6 +1194,7 @@ def main() -> None:
     print()
     print(text_table(rows))
     print()
+    print(per_request_line({row["n"]: row["lab_over_raw"] for row in rows}, args.reps))
     print(memory_line(memory))
     print(burst_line(burst))
     print(join_line(join))
