@@ -191,8 +191,8 @@ CLASS = [
 def test_a_bursts_views_compute_nothing_while_the_budget_keeps_its_passs_weights(minilm, tmp_path, monkeypatch):
     """A class's burst: one batched pass, which hands its weights on, so each learner's all-heads attention
     computes no block while the budget has room for them. When work needs the room, the blocks go first (the
-    runs stay), and the views compute them again: the same float32 bytes, since a padded run's block is
-    computed again as its pass made it (Run.padded_to)."""
+    runs stay), and the views, asking at once, compute them again together in one turn at the model: the same
+    float32 bytes, since a padded run's block is computed again as its pass made it (Run.padded_to)."""
     lab = make_lab(minilm, tmp_path, max_runs=64)
     batches = recorded_batches(lab, monkeypatch)
     clients = [Client(f"10.0.1.{number}") for number in range(len(CLASS))]
@@ -202,7 +202,7 @@ def test_a_bursts_views_compute_nothing_while_the_budget_keeps_its_passs_weights
 
     async def views(runs):
         exact = AttentionView(dtype="float32")  # every head of every block, every bit of each weight
-        answers = [await view_answer(run, lab, exact, c) for run, c in zip(runs, clients, strict=True)]
+        answers = await asyncio.gather(*(view_answer(run, lab, exact, c) for run, c in zip(runs, clients, strict=True)))
         return [b"".join(pieces) for pieces, _ in answers]
 
     async def views_beside_work_that_needs_the_room(runs):
@@ -217,10 +217,13 @@ def test_a_bursts_views_compute_nothing_while_the_budget_keeps_its_passs_weights
 
     runs = run_async(burst())
     assert batches == [CLASS] and len({len(run.tokens) for run in runs}) > 1  # one pass, padded
+    turns, real = [], lab.model_threads.run
+    monkeypatch.setattr(lab.model_threads, "run", lambda work, *args: turns.append(work) or real(work, *args))
     bodies = run_async(views(runs))
-    assert lab.blocks.computed == 0
+    assert lab.blocks.computed == 0 and turns == []
     assert run_async(views_beside_work_that_needs_the_room(runs)) == bodies
-    assert lab.blocks.computed == len(runs) * 6
+    # Computed again, every view's six blocks in one turn at the model, all the class's together.
+    assert lab.blocks.computed == len(runs) * 6 and len(turns) == 1
 
 
 def test_a_long_input_takes_its_turn_alone(tiny, tmp_path, monkeypatch):
