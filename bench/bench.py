@@ -163,20 +163,39 @@ def time_raw_one_by_one(model, tokenizer, prompts: list[str]) -> float:
     return ms_since(start)
 
 
+def learner_address(learner: int) -> str:
+    """Each learner's own device: a loopback address of its own (127.0.0.0/8 is all loopback on Linux), so
+    that the lab's bounds and turns, kept per address, see a class and not one client."""
+    return f"127.0.1.{learner + 1}"
+
+
 async def time_burst(base: str, prompts: list[str]) -> dict:
-    """Every learner (its own browser cookie, from the page) sends analyze at the same moment, asking for all
-    of its attention (uint8) in the same answer, as the page asks for its first heatmap: the time until the
-    last one has its answer, and every answer's status."""
-    clients = [httpx.AsyncClient(base_url=base, timeout=120) for _ in prompts]
+    """Every learner (its own address and its own browser cookie, from the page) sends analyze at the same
+    moment, then fetches its run's attention, every head (GET /api/runs/{id}/attention with no layer or head,
+    uint8), as a load tool does and as the page asks for its first view: the time until the last one has its
+    matrices, and every answer's status."""
+    clients = [
+        httpx.AsyncClient(
+            base_url=base, timeout=120, transport=httpx.AsyncHTTPTransport(local_address=learner_address(learner))
+        )
+        for learner in range(len(prompts))
+    ]
     try:
         await asyncio.gather(*(client.get("/") for client in clients))
         statuses = []
 
         async def learner(client, prompt):
-            analyzed = await client.post("/api/analyze", json={"text": prompt, "attention": {}})
+            analyzed = await client.post("/api/analyze", json={"text": prompt})
             statuses.append(analyzed.status_code)
-            if analyzed.status_code == 200:
-                assert analyzed.json()["attention"]["shape"][:2] == [6, 12]
+            if analyzed.status_code != 200:
+                return
+            run = analyzed.json()
+            attention = await client.get(f"/api/runs/{run['run_id']}/attention")
+            statuses.append(attention.status_code)
+            if attention.status_code == 200:
+                n = len(run["tokens"])
+                assert attention.headers["X-Attention-Shape"] == f"6,12,{n},{n}"
+                assert len(attention.content) == 72 * n * n
 
         start = time.perf_counter()
         await asyncio.gather(*(learner(client, prompt) for client, prompt in zip(clients, prompts, strict=True)))
@@ -201,30 +220,32 @@ def measure_burst(model, tokenizer, labs: dict[str, str]) -> dict:
             continue  # the first round warms every side up
         for name, result in found.items():
             samples[name].append(result["ms"])
-            answered[name].append(result["answered"] == result["requests"] == BURST_LEARNERS)
+            answered[name].append(result["answered"] == result["requests"] == 2 * BURST_LEARNERS)
         samples["raw batch"].append(batch)
         samples["raw one by one"].append(one_by_one)
     medians = {name: statistics.median(values) for name, values in samples.items()}
     return {
         "learners": BURST_LEARNERS,
         "ms": medians,
+        "samples": samples,
         "ratio_to_raw_batch": {name: medians[name] / medians["raw batch"] for name in labs},
+        "ratio_to_raw_one_by_one": {name: medians[name] / medians["raw one by one"] for name in labs},
         "everyone_answered": {name: all(flags) for name, flags in answered.items()},
     }
 
 
 def burst_line(burst: dict) -> str:
-    ms, ratio = burst["ms"], burst["ratio_to_raw_batch"]
+    ms, ratio, alone = burst["ms"], burst["ratio_to_raw_batch"], burst["ratio_to_raw_one_by_one"]
     lab_parts = ", ".join(
-        f"{name} {ms[name]:,.0f} ms ({ratio[name]:.1f}× the raw batch"
+        f"{name} {ms[name]:,.0f} ms ({ratio[name]:.2f}× the raw batch, {alone[name]:.2f}× the raw one by one"
         f"{'' if burst['everyone_answered'][name] else ', NOT everyone answered'})"
         for name in ratio
     )
     return (
-        f"Class burst ({burst['learners']} different 6–18-word prompts at once over HTTP, analyze with all its "
-        f"attention in the same answer each, median of {BURST_REPS}): {lab_parts}; raw padded batch "
-        f"{ms['raw batch']:,.0f} ms; raw one by one "
-        f"{ms['raw one by one']:,.0f} ms."
+        f"Class burst ({burst['learners']} learners, each its own address and cookie, different 6–18-word "
+        f"prompts at once over HTTP, each analyze then its run's all-heads attention, median of {BURST_REPS}): "
+        f"{lab_parts}; raw padded batch {ms['raw batch']:,.0f} ms; raw one by one {ms['raw one by one']:,.0f} ms "
+        f"(targets, issue #45: ≤ 2.0× the raw batch and ≤ 0.6× the raw one by one)."
     )
 
 
@@ -307,6 +328,37 @@ def time_lab(client: httpx.Client, text: str, n: int) -> dict:
         "attention_shape": shape,
         "attention_dtype": attention.headers["X-Attention-Dtype"],
     }
+
+
+def measure_requests(model, tokenizer, texts: Texts, client: httpx.Client, n: int, reps: int) -> tuple[list, list]:
+    """The raw pass and the lab's analyze + all attention at N tokens, interleaved, so that a slow patch of the
+    machine hits both sides of the ratio alike: the samples of each."""
+    # One untimed pass each first: the first call of a shape pays allocation and warm-up.
+    time_raw_forward(model, tokenizer, texts.unique(n))
+    time_lab(client, texts.unique(n), n)
+    raw, lab = [], []
+    for _ in range(reps):
+        raw.append({"ms": time_raw_floor(model, tokenizer, texts, n)})
+        lab.append(time_lab(client, texts.unique(n), n))
+    print(f"  N={n}: raw {median(raw, 'ms'):.1f} ms, lab {median(lab, 'total_ms'):.1f} ms", flush=True)
+    return raw, lab
+
+
+def lab_over_raw(raw: list[dict], lab: list[dict]) -> float:
+    return median(lab, "total_ms") / median(raw, "ms")
+
+
+# Per request, analyze + all attention over HTTP against the raw pass (issue #45): the ratios of 2026-12-04.
+REQUEST_RATIOS_2026_12_04 = {10: "1.29–1.68×", 130: "1.28–1.41×", 512: "1.13–1.40×"}
+
+
+def per_request_line(ratios: dict[int, float], reps: int) -> str:
+    before = {n: f" (2026-12-04: {ratio})" for n, ratio in REQUEST_RATIOS_2026_12_04.items()}
+    parts = ", ".join(f"{n} tokens {ratio:.2f}×{before.get(n, '')}" for n, ratio in ratios.items())
+    return (
+        f"Per request (analyze + all-heads attention over HTTP against the raw pass with output_attentions, "
+        f"interleaved, medians of {reps}): {parts}."
+    )
 
 
 # A client on another machine, as a proxy the lab trusts names it (the only one sending from PROXY_ADDRESS): it
@@ -1046,7 +1098,8 @@ def write_markdown(
     old = path.read_text() if path.exists() else ""
     lighthouse = old[old.index("<!-- lighthouse -->") :] if "<!-- lighthouse -->" in old else ""
     body = (
-        f"{markdown_table(rows)}\n\n{memory_line(memory)}\n\n{burst_line(burst)}\n\n{join_line(join)}\n\n"
+        f"{markdown_table(rows)}\n\n{per_request_line({row['n']: row['lab_over_raw'] for row in rows}, reps)}\n\n"
+        f"{memory_line(memory)}\n\n{burst_line(burst)}\n\n{join_line(join)}\n\n"
         f"{atlas_line(atlas)}\n\n{long_table(long)}\n\n"
         f"{machine_line(machine, reps)}\n\n{notes}\n"
     )
@@ -1059,9 +1112,12 @@ def write_markdown(
 def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--reps", type=int, default=5, help="timed repetitions per size (default 5)")
-    parser.add_argument("--sizes", default="8,32,128,512", help="token counts, [CLS] and [SEP] included")
+    parser.add_argument("--sizes", default="10,32,130,512", help="token counts, [CLS] and [SEP] included")
     parser.add_argument("--no-bertviz", action="store_true", help="skip bertviz (it takes ~30 s at N=512)")
     parser.add_argument("--no-browser", action="store_true", help="skip the chromium measurements")
+    parser.add_argument(
+        "--requests-only", action="store_true", help="only analyze + all attention against the raw pass, printed"
+    )
     parser.add_argument("--burst-only", action="store_true", help="only the class burst, printed, nothing written")
     parser.add_argument("--atlas-only", action="store_true", help="only the head atlas, printed, nothing written")
     parser.add_argument("--long-only", action="store_true", help="only the long-context table, printed")
@@ -1090,6 +1146,12 @@ def main() -> None:
     if args.long_only:
         print(long_table(measure_long(args.reps, not args.no_browser)))
         return
+    if args.requests_only:
+        with lab_server() as (base, _), httpx.Client(base_url=base, timeout=120) as client:
+            for n in args.sizes:
+                raw[n], lab[n] = measure_requests(model, tokenizer, texts, client, n, args.reps)
+        print(per_request_line({n: lab_over_raw(raw[n], lab[n]) for n in args.sizes}, args.reps))
+        return
     if args.burst_only:
         with lab_server() as (base, _), lab_server({"ATTENTION_LAB_MAX_BATCH_RUNS": "1"}) as (unbatched, _):
             print(burst_line(measure_burst(model, tokenizer, {"lab": base, "lab, batching off": unbatched})))
@@ -1102,15 +1164,7 @@ def main() -> None:
         elsewhere_client(base) as elsewhere,
     ):
         for n in args.sizes:
-            # One untimed pass each first: the first call of a shape pays allocation and warm-up.
-            time_raw_forward(model, tokenizer, texts.unique(n))
-            time_lab(client, texts.unique(n), n)
-            raw[n], lab[n] = [], []
-            # Interleaved, so a slow patch of the machine hits both sides of the ratio alike.
-            for _ in range(args.reps):
-                raw[n].append({"ms": time_raw_floor(model, tokenizer, texts, n)})
-                lab[n].append(time_lab(client, texts.unique(n), n))
-            print(f"  N={n}: raw {median(raw[n], 'ms'):.1f} ms, lab {median(lab[n], 'total_ms'):.1f} ms", flush=True)
+            raw[n], lab[n] = measure_requests(model, tokenizer, texts, client, n, args.reps)
             wire[n] = wire_bytes(elsewhere, texts.unique(n))
 
         if not args.no_bertviz:
@@ -1140,6 +1194,7 @@ def main() -> None:
     print()
     print(text_table(rows))
     print()
+    print(per_request_line({row["n"]: row["lab_over_raw"] for row in rows}, args.reps))
     print(memory_line(memory))
     print(burst_line(burst))
     print(join_line(join))

@@ -11,6 +11,8 @@ import app.engine.runs
 from app.engine.model import load_model
 from app.engine.runs import Engine, NothingToRead
 from app.serving.gate import Client
+from app.web.api import view_answer
+from app.web.schemas import AttentionView
 from tests.conftest import make_lab, run_async
 from tests.families import build
 from tests.float32 import largest, pass_tolerance
@@ -76,6 +78,21 @@ def test_a_batch_gives_every_run_its_numbers_alone(engine, monkeypatch):
     for spec, run in zip(made, batched, strict=True):
         assert run.spec == spec
         assert_same(run, engine.run(spec), engine.loaded.model.config)
+
+
+def test_a_padded_runs_block_computed_again_is_the_one_its_pass_made(engine, monkeypatch):
+    """The weights an eager pass hands on for a row it padded, and the same block computed again from q and k
+    once they are let go: the same bits, as the block is computed again at the pass's padded length
+    (Run.padded_to). At the run's own length a third of a class burst's blocks differed in the last bit."""
+    runs = [run for run in engine.run_batch(specs(engine, not engine.loaded.family.decoder)) if run.padded_to]
+    assert runs, "no run of the batch was padded"
+    kept = {(run.run_id, layer): run.kept_weights(layer) for run in runs for layer in range(run.n_layers)}
+    assert all(block is not None for block in kept.values())
+    monkeypatch.setattr(engine.blocks, "max_bytes", 0)
+    engine.blocks.put("another run", 0, torch.zeros(1))  # every block let go
+    for run in runs:
+        for layer in range(run.n_layers):
+            assert torch.equal(run.weights(layer), kept[run.run_id, layer]), (run.spec.text, layer)
 
 
 def test_a_pass_is_capped_by_padded_tokens_and_one_bad_input_fails_alone(tiny, monkeypatch):
@@ -149,6 +166,64 @@ def test_a_lone_request_runs_at_once_and_alone(tiny, tmp_path, monkeypatch):
     batches = recorded_batches(lab, monkeypatch)
     run_async(lab.submit(lab.spec("all alone")))
     assert batches == [["all alone"]] and lab.gate.waiting == 0
+
+
+def test_requests_arriving_together_at_an_idle_lab_share_its_first_pass(tiny, tmp_path, monkeypatch):
+    """A class pressing Enter at once: the first request finds the model free, and its pass takes the others
+    that arrived with it (Lab._arrivals) instead of running alone before them."""
+    lab = make_lab(tiny, tmp_path)
+    batches = recorded_batches(lab, monkeypatch)
+
+    async def together():
+        clients = [Client(f"10.0.0.{number}") for number in range(len(TEXTS))]
+        return await asyncio.gather(*(lab.submit(lab.spec(text), c) for text, c in zip(TEXTS, clients, strict=True)))
+
+    runs = run_async(together())
+    assert batches == [TEXTS] and [run.spec.text for run in runs] == TEXTS
+
+
+CLASS = [
+    f"learner {number} asks why the {word} sat where it did"
+    for number, word in enumerate("cat dog fox owl bee ant".split())
+] + [f"a much longer question, number {number}, about what the river bank was like that day" for number in range(6)]
+
+
+def test_a_bursts_views_compute_nothing_while_the_budget_keeps_its_passs_weights(minilm, tmp_path, monkeypatch):
+    """A class's burst: one batched pass, which hands its weights on, so each learner's all-heads attention
+    computes no block while the budget has room for them. When work needs the room, the blocks go first (the
+    runs stay), and the views, asking at once, compute them again together in one turn at the model: the same
+    float32 bytes, since a padded run's block is computed again as its pass made it (Run.padded_to)."""
+    lab = make_lab(minilm, tmp_path, max_runs=64)
+    batches = recorded_batches(lab, monkeypatch)
+    clients = [Client(f"10.0.1.{number}") for number in range(len(CLASS))]
+
+    async def burst():
+        return await asyncio.gather(*(lab.submit(lab.spec(text), c) for text, c in zip(CLASS, clients, strict=True)))
+
+    async def views(runs):
+        exact = AttentionView(dtype="float32")  # every head of every block, every bit of each weight
+        answers = await asyncio.gather(*(view_answer(run, lab, exact, c) for run, c in zip(runs, clients, strict=True)))
+        return [b"".join(pieces) for pieces, _ in answers]
+
+    async def views_beside_work_that_needs_the_room(runs):
+        # Two other clients' work takes all the budget the runs leave: the blocks go, the runs stay.
+        need = lab.budget.max_bytes - (lab.budget.held - lab.blocks.nbytes)
+        async with (
+            lab.budget.take(need // 2, Client("10.0.2.1")),
+            lab.budget.take(need - need // 2, Client("10.0.2.2")),
+        ):
+            assert lab.blocks.nbytes == 0 and all(lab.kept(run.spec) is run for run in runs)
+        return await views(runs)
+
+    runs = run_async(burst())
+    assert batches == [CLASS] and len({len(run.tokens) for run in runs}) > 1  # one pass, padded
+    turns, real = [], lab.model_threads.run
+    monkeypatch.setattr(lab.model_threads, "run", lambda work, *args: turns.append(work) or real(work, *args))
+    bodies = run_async(views(runs))
+    assert lab.blocks.computed == 0 and turns == []
+    assert run_async(views_beside_work_that_needs_the_room(runs)) == bodies
+    # Computed again, every view's six blocks in one turn at the model, all the class's together.
+    assert lab.blocks.computed == len(runs) * 6 and len(turns) == 1
 
 
 def test_a_long_input_takes_its_turn_alone(tiny, tmp_path, monkeypatch):

@@ -25,6 +25,7 @@ from app.engine.capture import (
     capture_batch,
     final_states,
     head_dim,
+    padded_mask,
 )
 from app.engine.families.attention_only import reason
 from app.engine.families.base import Family
@@ -117,6 +118,10 @@ class Run:
     prompt_tokens: int = 0  # the prompt's length as sentence-transformers counts it: a Pooling may leave it out
     # Where its blocks of weights are kept once computed (Run.weights): the engine's, shared by its runs.
     blocks: BlockCache = field(default_factory=lambda: BlockCache(BLOCK_BYTES))
+    # The padded length of the pass that computed it, where that pass padded it and handed on the weights it
+    # made (capture_batch's weights_made): a block computed again is computed at that length (Run.weights),
+    # so that it is bit for bit the one the pass made. None: computed at its own length.
+    padded_to: int | None = None
     # The memory the run holds: {storage address: bytes}. Runs computed in one batch hold parts of the same
     # tensors; a cache counts each storage once.
     storages: dict[int, int] = field(init=False)
@@ -218,9 +223,28 @@ class Run:
 
         @torch.inference_mode()
         def compute() -> Tensor:
+            if self.padded_to is not None:
+                return self._padded_weights(layer)
             return self.scores(layer).softmax(-1, dtype=torch.float32)
 
         return self.blocks.get(self.run_id, layer, compute)
+
+    def _padded_weights(self, layer: int) -> Tensor:
+        """Block `layer`'s weights as its padded pass made them: q, k (and the position bias) padded with zeros
+        to the pass's length, the padding keys hidden as the pass hid them, its softmax over that many keys, then
+        cut to the run's tokens. The padding's own scores only ever meet the float32 minimum, whose exp is 0, so
+        the run's cells are the same sums in the same order as the pass's: the same bits, where a softmax over
+        the run's own keys differs in the last bit (in a class's burst, in a third of the blocks). [head, query,
+        key]"""
+        n, padding = len(self.tokens), self.padded_to - len(self.tokens)
+        q, k = (pad_rows(self.activations[names.attn(layer, name)], padding) for name in ("q", "k"))
+        scoring = self.scoring[layer]
+        mask = padded_mask(self.spec.mask, n, self.padded_to, scoring.window)
+        bias = self.activations.get(names.attn(layer, "position_bias"))
+        if bias is not None:
+            bias = torch.nn.functional.pad(bias, (0, padding, 0, padding))
+        weights = attention_scores(q, k, mask, scoring.scale, bias).softmax(-1, dtype=torch.float32)
+        return weights[:, :n, :n].contiguous()
 
     @property
     def block_bytes(self) -> int:
@@ -242,6 +266,8 @@ class Run:
         cut from the kept block, or computed from q and k (score_rows)."""
         self._check(layer, max(heads))
         kept = self.kept_weights(layer)
+        if kept is None and self.padded_to is not None:  # short: its block, as its pass made it
+            kept = self.weights(layer)
         if kept is not None:
             return kept[heads, queries.start : queries.stop]
         return self.score_rows(layer, heads, queries, softmax=True)
@@ -380,6 +406,11 @@ def pick(blocks: list[Tensor], layer: int | None, head: int | None) -> list[Tens
     return chosen if head is None else [block[head : head + 1] for block in chosen]
 
 
+def pad_rows(values: Tensor, padding: int) -> Tensor:
+    """[head, pos, d] with `padding` rows of zeros after the last position."""
+    return torch.nn.functional.pad(values, (0, 0, 0, padding))
+
+
 def sequence(spec: RunSpec, tokens: list[Token]) -> Sequence:
     """What the model reads of a spec's tokens."""
     return Sequence(
@@ -477,7 +508,7 @@ class Engine:
             text += " a"
         n = len(tokens)
         spec = RunSpec(self.loaded.name, self.loaded.digest, text, mask=self.loaded.family.native_mask)
-        activations, candidates = self._capture([spec], [tokens])[0]
+        activations, candidates, _ = self._capture([spec], [tokens])[0]
         kept, seen = [0.0, 0.0, 0.0], set()
         for tensor in [*activations.values(), *(candidates or ())]:
             storage = tensor.untyped_storage()
@@ -710,7 +741,7 @@ class Engine:
         final = names.block(config.num_hidden_layers - 1, "output")
         last = lambda found: names.FINAL if names.FINAL in found else final  # noqa: E731
         runs = []
-        for spec, (tokens, truncated), (activations, candidates) in zip(specs, inputs, captured, strict=True):
+        for spec, (tokens, truncated), (activations, candidates, padded) in zip(specs, inputs, captured, strict=True):
             pooled_whole = len(tokens) <= self.loaded.max_seq_length
             runs.append(
                 Run(
@@ -727,31 +758,38 @@ class Engine:
                     pipeline=self.loaded.pipeline,
                     prompt_tokens=self.prompt_length(spec.prompt),
                     blocks=self.blocks,
+                    padded_to=padded,
                 )
             )
         return runs
 
     def _capture(
         self, specs: list[RunSpec], inputs: list[list[Token]]
-    ) -> list[tuple[dict[str, Tensor], Candidates | None]]:
+    ) -> list[tuple[dict[str, Tensor], Candidates | None, int | None]]:
+        """Each spec's activations and next-token candidates from one padded pass, and the pass's padded length
+        where the pass handed on the weights it made for a row it padded (Run.padded_to), else None."""
         sequences = [sequence(spec, tokens) for spec, tokens in zip(specs, inputs, strict=True)]
         patch = specs[0].patch
+        if patch is not None:  # the source goes last in the pass (app.engine.patching)
+            sequences.append(self._source(specs[0], inputs[0]))
+        longest = max(len(each.input_ids) for each in sequences)
+        padded: list[int | None] = [None] * len(specs)
 
         def made(row: int, layer: int, weights: Tensor) -> None:
             """The weights an eager pass makes anyway go to the block cache (a patch's source row is no run)."""
             if row < len(specs):
                 self.blocks.put(specs[row].run_id, layer, weights)
+                if len(inputs[row]) < longest:
+                    padded[row] = longest
 
         if patch is None:
-            return capture_batch(self.loaded.model, self.loaded.family, sequences, specs[0].ablated, made)
-        # The source goes last in the pass; each row before it takes its value at the site (app.engine.patching).
-        cell = Cell(patch.site, patch.layer, patch.head, patch.positions, patch.sources)
-        source = self._source(specs[0], inputs[0])
-        with patching(self.loaded.model, self.loaded.family, [cell] * len(specs), 0, len(specs)):
-            captured = capture_batch(
-                self.loaded.model, self.loaded.family, [*sequences, source], specs[0].ablated, made
-            )
-        return captured[: len(specs)]
+            captured = capture_batch(self.loaded.model, self.loaded.family, sequences, specs[0].ablated, made)
+        else:
+            # Each row before the source takes its value at the site.
+            cell = Cell(patch.site, patch.layer, patch.head, patch.positions, patch.sources)
+            with patching(self.loaded.model, self.loaded.family, [cell] * len(specs), 0, len(specs)):
+                captured = capture_batch(self.loaded.model, self.loaded.family, sequences, specs[0].ablated, made)
+        return [(*found, padded_to) for found, padded_to in zip(captured[: len(specs)], padded, strict=True)]
 
     def tokenize(
         self, text: str, text_pair: str | None = None, max_length: int | None = None, prompt: str | None = None

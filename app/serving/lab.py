@@ -36,6 +36,7 @@ from app.engine.atlas import (
 )
 from app.engine.attribution import steps_per_slice
 from app.engine.blocks import BlockCache
+from app.engine.capture import MADE_WEIGHTS_BYTES
 from app.engine.model import LoadedModel
 from app.engine.runs import BATCH_TOKENS, Engine, Run
 from app.engine.spec import RUN_ID, AtlasSpec, RunSpec
@@ -54,6 +55,10 @@ PROGRESS_EVERY = 0.2  # seconds between a corpus run's words to the shared store
 RUNTIME_BYTES = 1024**3
 BLOCK_SHARE = 4  # the share of the cache's bytes kept for computed blocks of weights: a quarter
 SHARED_PART = 4  # inputs of at most 1/SHARED_PART of the model's positions share turns
+# Rounds of the event loop a pass lets run before it takes the requests waiting (Lab._arrivals): it stops after
+# QUIET_ROUNDS in a row that bring nobody new to the gate, and after MAX_ARRIVAL_ROUNDS in all.
+QUIET_ROUNDS = 3
+MAX_ARRIVAL_ROUNDS = 200
 
 
 class RunNotFound(KeyError):
@@ -97,6 +102,45 @@ class Space:
     storages: dict[int, int] = field(default_factory=dict)
 
 
+@dataclass(eq=False)
+class Blocks:
+    """Blocks of a run's weights a view waits for (Lab._computed_weights), offered at the gate to the turn of
+    whoever computes blocks first."""
+
+    run: Run
+    layers: list[int]
+
+    @property
+    def nbytes(self) -> int:
+        return len(self.layers) * self.run.block_bytes
+
+
+def compute_blocks(jobs: list[Blocks]) -> list[dict[int, Tensor] | Exception]:
+    """Each job's blocks, by block (Run.weights: computed, and kept in the block cache), or its exception."""
+    outcomes: list[dict[int, Tensor] | Exception] = []
+    for job in jobs:
+        try:
+            outcomes.append({layer: job.run.weights(layer) for layer in job.layers})
+        except Exception as error:  # this view fails, the others are answered
+            outcomes.append(error)
+    return outcomes
+
+
+def answer_claimed(done: asyncio.Future, answers: list[asyncio.Future]) -> None:
+    """The outcomes of a turn's work (compute_blocks: the claimer's first) to the requests it took along."""
+    for index, answer in enumerate(answers, start=1):
+        if answer.done():  # its request went away meanwhile
+            continue
+        if done.cancelled():
+            answer.cancel()
+        elif done.exception() is not None:
+            answer.set_exception(done.exception())
+        elif isinstance(done.result()[index], Exception):
+            answer.set_exception(done.result()[index])
+        else:
+            answer.set_result(done.result()[index])
+
+
 ADDED_TOKENS = 16  # tokens a tokenizer adds around a text or a pair, at most ([CLS], [SEP], <s>, a "▁")
 SHORT_TOKENS = 256  # a text whose bytes bound its tokens below this many is not tokenized to state its pass
 
@@ -111,8 +155,8 @@ class Joins:
         self.own = own  # the first spec's pass, taken with its turn
         self.taken = 0
 
-    def __call__(self, job: RunSpec) -> bool:
-        if job.model != self.spec.model:
+    def __call__(self, job: object) -> bool:
+        if not isinstance(job, RunSpec) or job.model != self.spec.model:
             return False
         self.longest = self.longest or self.engine.length(self.spec)
         padded_to = max(self.longest, self.engine.length(job))
@@ -228,13 +272,15 @@ class Lab:
 
     async def measured(self, run: Run, measure: str, layer: int | None, client: Client = ANYONE) -> list[Tensor]:
         """A measure of a run, [head (or 1), query, key] for each block, or for block `layer` alone (a valid
-        one). The weights are kept in the engine's block cache or computed from the run's q and k, a block a
-        turn (Run.weights); another measure's blocks are kept, or computed in slices."""
+        one). The weights are kept in the engine's block cache or computed from the run's q and k (Run.weights),
+        with those other views wait for (Lab._weights); another measure's blocks are kept, or computed in
+        slices."""
         if layer is not None:
             run.check_layer(layer)  # a block that does not exist is refused before any measuring
         layers = range(run.n_layers) if layer is None else [layer]
         if measure == "weights":
-            return [await self._weights(run, index, client) for index in layers]
+            found = await self._weights(run, list(layers), client)
+            return [found[index] for index in layers]
         return [await self._block(run, measure, index, client) for index in layers]
 
     async def cells(self, run: Run, plan: cells.Plan, window: cells.Window, client: Client = ANYONE) -> Tensor:
@@ -259,13 +305,43 @@ class Lab:
         async with self.budget.take(cells.window_bytes(plan, window, len(run.tokens)), client, what):
             return await asyncio.to_thread(lambda: [piece() for piece in slices][-1])
 
-    async def _weights(self, run: Run, layer: int, client: Client) -> Tensor:
-        """Block `layer`'s weights: kept, or computed at a turn of the gate on the model's thread."""
-        kept = run.kept_weights(layer)
-        if kept is not None:
-            return kept
-        what = f"weights of block {layer} of run {run.run_id}"
-        return await self.in_turns(what, [lambda: run.weights(layer)], client, run.block_bytes)
+    async def _weights(self, run: Run, layers: list[int], client: Client) -> dict[int, Tensor]:
+        """These blocks' weights, by block: kept, or computed at turns of the gate on the model's thread, as many
+        blocks a turn as take at most MADE_WEIGHTS_BYTES (one a turn past it)."""
+        found = {layer: kept for layer in layers if (kept := run.kept_weights(layer)) is not None}
+        missing = [layer for layer in layers if layer not in found]
+        per_turn = max(1, MADE_WEIGHTS_BYTES // run.block_bytes)
+        for start in range(0, len(missing), per_turn):
+            found.update(await self._computed_weights(Blocks(run, missing[start : start + per_turn]), client))
+        return found
+
+    async def _computed_weights(self, blocks: "Blocks", client: Client) -> dict[int, Tensor]:
+        """A view's blocks of weights computed at its turn of the gate, and with them those of the views
+        waiting behind it (in the gate's fair order, up to MADE_WEIGHTS_BYTES in all), each of which took its
+        memory before it waited: a class whose blocks went (the budget needed their room) asks for them all at
+        once, and 48 learners' all-heads views took 288 turns of one small block each. The turn's work goes
+        on for the views it took if this request goes away meanwhile."""
+        what = f"weights of {len(blocks.layers)} blocks of run {blocks.run.run_id}"
+        async with self.budget.take(blocks.nbytes, client, what), self.gate.admit(client, job=blocks) as claimed:
+            if claimed is not None:
+                return await claimed
+            await self._arrivals()
+            room = MADE_WEIGHTS_BYTES - blocks.nbytes
+
+            def joins(job: object) -> bool:
+                nonlocal room
+                if not isinstance(job, Blocks) or job.nbytes > room:
+                    return False
+                room -= job.nbytes
+                return True
+
+            others = self.gate.claim(joins, self.max_batch_runs - 1)
+            work = asyncio.ensure_future(self.model_threads.run(compute_blocks, [blocks, *(job for job, _ in others)]))
+            work.add_done_callback(lambda done: answer_claimed(done, [answer for _, answer in others]))
+            outcomes = await asyncio.shield(work)
+            if isinstance(outcomes[0], Exception):
+                raise outcomes[0]
+            return outcomes[0]
 
     async def _block(self, run: Run, measure: str, layer: int, client: Client) -> Tensor:
         key = f"{run.run_id}/{measure}/{layer}"
@@ -601,6 +677,7 @@ class Lab:
                     self._started.add(spec.run_id)
                     if claimed is not None:
                         return await claimed
+                    await self._arrivals()
                     joins = self._joins(spec, length, client)
                     try:
                         others = self.gate.claim(joins, self.max_batch_runs - 1)
@@ -622,6 +699,20 @@ class Lab:
             self._started.discard(spec.run_id)
             if self._passes.get(spec.run_id) is asyncio.current_task():
                 del self._passes[spec.run_id]
+
+    async def _arrivals(self) -> None:
+        """Lets the requests that came in with this one reach the gate before its pass takes those waiting:
+        the event loop runs what it has ready, one round at a time, until QUIET_ROUNDS rounds in a row bring
+        nobody new to the gate (or a pass's worth waits). A class pressing Enter at once arrives while the
+        first request is on its way to the model: its pass ran alone, slowed by the HTTP work of the others'
+        arrival (a one-prompt pass took 30-60 ms there), and the other 47 waited for it. A lone request loses a
+        few rounds of an idle loop: microseconds."""
+        quiet, rounds = 0, 0
+        while quiet < QUIET_ROUNDS and rounds < MAX_ARRIVAL_ROUNDS and self.gate.waiting < self.max_batch_runs - 1:
+            waiting = self.gate.waiting
+            await asyncio.sleep(0)
+            quiet = quiet + 1 if self.gate.waiting == waiting else 0
+            rounds += 1
 
     def _length(self, engine: Engine, spec: RunSpec) -> int:
         """The spec's tokens as read, or more: every token reads at least one byte of its text, beside the few
