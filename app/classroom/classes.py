@@ -385,7 +385,13 @@ class Classes:
                 "view": view,
                 "measure": {"key": measure.key, "symbol": measure.symbol, "name": measure.name} if measure else None,
                 "choices": [
-                    {"index": index, "label": choice.label, "token": choice.token, "head": choice.head}
+                    {
+                        "index": index,
+                        "label": choice.label,
+                        "token": choice.token,
+                        "head": choice.head,
+                        "document": choice.document,
+                    }
                     for index, choice in enumerate(question.choices)
                 ],
                 "values": [choice.value for choice in question.choices],
@@ -534,6 +540,7 @@ class Classes:
             if revealed
             else None,
             correct=record["correct"] if revealed else None,
+            values=record["values"] if revealed else None,
         )
 
     async def question(self, code: str) -> QuestionState | None:

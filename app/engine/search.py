@@ -179,10 +179,14 @@ class Hit:
     score: float  # the cosine of the query's vector and the document's
 
 
+def cosines(index: SearchIndex, query: Tensor) -> np.ndarray:
+    """The cosine of the query's vector and each document's, float64. [document]"""
+    return (index.unit @ (query.double() / query.double().norm())).numpy()
+
+
 def exact_top(index: SearchIndex, query: Tensor, k: int) -> list[Hit]:
     """The k documents nearest the query by cosine, best first (float64; equal cosines in corpus order)."""
-    unit = query.double() / query.double().norm()
-    scores = (index.unit @ unit).numpy()
+    scores = cosines(index, query)
     order = np.argsort(-scores, kind="stable")[:k]
     return [Hit(int(document), float(scores[document])) for document in order]
 

@@ -11,6 +11,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 
 from app.engine import search
@@ -119,7 +120,13 @@ class Searches:
         return await self.lab._once(key, build)
 
     async def query(
-        self, engine: Engine, text: str, prompt: str | None, prefix: str, client: Client, then: Callable = None
+        self,
+        engine: Engine,
+        text: str,
+        prompt: str | None,
+        prefix: str,
+        client: Client = ANYONE,
+        then: Callable | None = None,
     ) -> tuple[QueryRead, object]:
         """The query's sentence vector from one pass at a turn of the gate (its prompt and typed prefix before
         it), and what `then(vector)` returns, computed in the same turn (the searches: a few milliseconds)."""
@@ -178,6 +185,15 @@ class Searches:
             "recall": search.recall(found["approximate"], found["exact"]),
             **found,
         }
+
+    async def cosines(
+        self, spec: IndexSpec, text: str, prompt: str | None, prefix: str, client: Client = ANYONE
+    ) -> np.ndarray:
+        """The cosine of the query with every document (exact, float64), in corpus order. [document]"""
+        engine = await self.lab.engine_for(spec.model, client)
+        index = await self.index(spec, client)
+        _, scores = await self.query(engine, text, prompt, prefix, client, lambda vector: search.cosines(index, vector))
+        return scores
 
     async def pairs(
         self, spec: IndexSpec, text: str, documents: list[int], layer: int, head: int | None, shown: int, client

@@ -1,14 +1,11 @@
 """The search lesson's routes: an index named by its spec, its progress, a query's nearest documents (exact and
 approximate), and the top k re-read as (query, document) pairs."""
 
-from typing import Annotated
-
-from fastapi import APIRouter, Depends, Request
+from fastapi import APIRouter, Depends
 
 from app.engine import search
 from app.engine.spec import IndexSpec
-from app.serving.search import Searches
-from app.web.deps import ClientDep, LabDep, request_reads
+from app.web.deps import ClientDep, LabDep, SearchesDep, request_reads
 from app.web.schemas import (
     ErrorResponse,
     IndexProgress,
@@ -27,13 +24,6 @@ NOT_FOUND = {
     422: {"model": ErrorResponse},
     503: {"model": ErrorResponse, "description": "The run store is not answering, or the model is busy"},
 }
-
-
-async def get_searches(request: Request) -> Searches:
-    return request.app.state.searches
-
-
-SearchesDep = Annotated[Searches, Depends(get_searches)]
 
 
 @router.post("/index", response_model=IndexStarted, responses={422: {"model": ErrorResponse}})
