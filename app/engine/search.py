@@ -12,6 +12,7 @@ each vector added (`expansion_add`), searched with depth ef (`expansion_search`)
 same graph for the same vectors and knobs on every worker, so it is a cache entry, not a stored result."""
 
 import threading
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -154,6 +155,39 @@ def sentence_vectors(engine: Engine, rows: list[list[int]], skip: int = 0) -> li
         loaded.pipeline.stages(states[index, : len(row)], loaded.default_pooling, skip)[-1].vector
         for index, row in enumerate(rows)
     ]
+
+
+def pair_slices(engine: Engine, query: str, documents: list[str], spent: list[float]) -> Iterator[Callable]:
+    """The (query, document) pairs read as one input each, [CLS] query [SEP] document [SEP], in padded passes
+    of at most BATCH_TOKENS tokens (one a slice) through the model, nothing kept: what a cross-encoder's passes
+    cost with this model's size. Each pass's seconds are appended to `spent`."""
+    loaded = engine.loaded
+    encoded = loaded.tokenizer(
+        [query] * len(documents), documents, truncation=True, max_length=engine.max_tokens, return_token_type_ids=True
+    )
+    rows = list(zip(encoded["input_ids"], encoded["token_type_ids"], strict=True))
+    order = sorted(range(len(rows)), key=lambda index: len(rows[index][0]))
+    most = 0 if loaded.family.attention_only else BATCH_TOKENS
+    mask = loaded.family.native_mask
+
+    def read(group: list[int]) -> None:
+        started = time.perf_counter()
+        sequences = [Sequence(torch.tensor(rows[index][0]), torch.tensor(rows[index][1]), mask) for index in group]
+        with torch.inference_mode():
+            loaded.model.base_model(**model_inputs(loaded.model, loaded.family, sequences))
+        spent.append(time.perf_counter() - started)
+
+    for group in batches(order, lambda _: 0, lambda index: len(rows[index][0]), most):
+        yield lambda group=group: read(group)
+
+
+def pair_bytes(engine: Engine, query: str, documents: list[str]) -> int:
+    """pair_slices's peak, stated before it starts: its longest padded pass's."""
+    encoded = engine.loaded.tokenizer(
+        [query] * len(documents), documents, truncation=True, max_length=engine.max_tokens
+    )
+    longest = max(map(len, encoded["input_ids"]))
+    return engine.transient_bytes(min(len(documents), max(1, BATCH_TOKENS // longest)), longest)
 
 
 def index_bytes(engine: Engine, spec: IndexSpec) -> int:

@@ -199,9 +199,10 @@ class Searches:
         self, spec: IndexSpec, text: str, documents: list[int], layer: int, head: int | None, shown: int, client
     ) -> dict:
         """The documents re-read with the query as pairs, [CLS] query [SEP] document [SEP]: each a run of the
-        lab (query as A, document as B), computed together where they fit one pass, with the share of attention
+        lab (query as A, document as B), computed together in one turn at the gate, with the share of attention
         its A tokens give its B tokens (every block and head); the A → B cells of pair `shown` in block `layer`,
-        head `head` (None: the mean of the heads); and, where the lab has a cross-encoder, each pair's relevance."""
+        head `head` (None: the mean of the heads); what reading the pairs costs, timed on padded passes of their
+        own (pair_slices; the runs may be kept); and, where the lab has a cross-encoder, each pair's relevance."""
         if not 1 <= len(documents) <= MAX_PAIRS:
             raise InvalidInput(f"re-read 1 to {MAX_PAIRS} documents as pairs, not {len(documents)}")
         if not 0 <= shown < len(documents):
@@ -214,9 +215,25 @@ class Searches:
         if not 0 <= layer < layers or (head is not None and not 0 <= head < heads):
             raise InvalidInput(f"no block {layer}, head {head}: blocks are 0 to {layers - 1}, heads 0 to {heads - 1}")
         specs = [engine.spec(text, spec.documents[document], prompt="") for document in documents]
-        started = time.perf_counter()
-        runs = await asyncio.gather(*(self.lab.submit(pair, client) for pair in specs))
-        pairs_ms = (time.perf_counter() - started) * 1000
+        # One turn at the gate for them all (a client may wait for only a few turns at once), then their specs in
+        # the shared store, so that every worker opens them by id.
+        lengths = [engine.length(pair) for pair in specs]
+        for pair in specs:  # their bytes held for this request, which reads them (Budget.hold), as submit does
+            await self.lab._read(engine, pair, client)
+        what = f"the runs of {len(specs)} pairs"
+        outcomes = await self.lab.in_turns(
+            what, [lambda: self.lab.analyze_batch(specs)], client, engine.pass_bytes(lengths)
+        )
+        failed = next((outcome for outcome in outcomes if isinstance(outcome, Exception)), None)
+        if failed is not None:
+            raise failed
+        runs = outcomes
+        await asyncio.gather(*(self.lab._stored(pair) for pair in specs))
+        # The runs may be kept already: what reading the pairs costs is timed on passes of their own.
+        texts = [spec.documents[document] for document in documents]
+        spent: list[float] = []
+        nbytes = search.pair_bytes(engine, text, texts)
+        await self.lab.in_turns(f"{len(texts)} pairs", search.pair_slices(engine, text, texts, spent), client, nbytes)
         shares = []
         for run in runs:
             weights = await self.lab.measured(run, "weights", None, client)
@@ -227,7 +244,6 @@ class Searches:
         cells = (block.double().mean(0) if head is None else block[head].double())[rows][:, cols]
         relevance, cross_ms = None, None
         if self.cross_encoder is not None:
-            texts = [spec.documents[document] for document in documents]
             cross = self.cross_encoder
             longest = max(map(len, cross.read(text, texts)))
             started = time.perf_counter()
@@ -241,7 +257,8 @@ class Searches:
         return {
             "runs": runs,
             "shares": shares,
-            "pairs_ms": pairs_ms,
+            "pairs_ms": sum(spent) * 1000,
+            "pair_passes": len(spent),
             "shown": {"run": chosen, "rows": rows, "cols": cols, "cells": cells},
             "relevance": relevance,
             "cross_ms": cross_ms,

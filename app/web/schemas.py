@@ -946,6 +946,9 @@ class PairsResponse(BaseModel):
     layout: str = Field(description="How the model reads a pair: [CLS] A [SEP] B [SEP]")
     pairs: list[Pair] = Field(description="In the order asked")
     shown: PairCells
-    pairs_ms: float = Field(description="The pairs' runs of the lab: their padded passes and capture")
+    pairs_ms: float = Field(
+        description="The pairs read by the model in padded passes of their own, nothing kept: a cross-encoder's cost"
+    )
+    pair_passes: int = Field(description="The padded passes the pairs took (one input each)")
     cross_encoder: str | None = Field(description="The cross-encoder folder's name, where the lab has one")
     cross_ms: float | None = Field(description="The cross-encoder's passes over the pairs")

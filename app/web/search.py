@@ -144,6 +144,7 @@ async def pairs(body: PairsRequest, lab: LabDep, searches: SearchesDep, client: 
             "cells": shown["cells"].tolist(),
         },
         "pairs_ms": found["pairs_ms"],
+        "pair_passes": found["pair_passes"],
         "cross_encoder": searches.cross_encoder.name if searches.cross_encoder else None,
         "cross_ms": found["cross_ms"],
     }
