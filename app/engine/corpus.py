@@ -118,7 +118,7 @@ TOPICS = {
         [
             "lifted the steel beams onto the roof",
             "poured concrete for the foundations",
-            "moved the crane to the north corner",
+            "swung the load to the north corner",
             "checked the scaffolding for loose bolts",
             "lowered the glass panels into place",
             "stopped work because of high wind",
