@@ -5,8 +5,10 @@ the pair view's A → B cells against the engine's run; an index's progress, its
 atlas's; and the class question "which document comes first?" against the exact ranking."""
 
 import asyncio
+import json
 import shutil
 import time
+from pathlib import Path
 
 import httpx
 import numpy as np
@@ -28,6 +30,7 @@ from tests.conftest import TOKENIZER_FILES, LabProcess, make_lab, run_async
 from tests.families import build
 from tests.float32 import largest, pass_tolerance
 
+ROOT = Path(__file__).resolve().parents[1]
 # A sample of the shipped corpus, a document longer than MiniLM's 256-token pooling length, and one in French.
 LONG = " ".join(["The river bank was steep and the water was cold."] * 40)
 DOCUMENTS = (*search.shipped_documents()[::40], LONG, "La banque a relevé son taux d'intérêt.")
@@ -330,3 +333,25 @@ def test_a_restarted_lab_answers_the_same_index_with_the_same_ranking(live):
     assert [hit["document"] for hit in after["exact"]] == [hit["document"] for hit in before["exact"]]
     assert [hit["score"] for hit in after["exact"]] == [hit["score"] for hit in before["exact"]]
     assert after["approximate"]["hits"] == before["approximate"]["hits"]
+
+
+def test_the_search_plan_s_notes_are_the_answers_its_questions_get(client):
+    """static/lessons/search.json, each search question asked of a class over the lab's corpus: the answer is the
+    document and cosine its note tells the teacher."""
+    plan = json.loads((ROOT / "static" / "lessons" / "search.json").read_text())
+    documents = search.shipped_documents()
+    index_id = client.post("/api/search/index", json={}).json()["index_id"]
+    assert client.get(f"/api/search/index/{index_id}").status_code == 200
+    started = client.post("/api/classes").json()
+    teacher = {"X-Class-Secret": started["secret"]}
+    questions = f"/api/classes/{started['code']}/question"
+    asked = [step for step in plan["steps"] if step["question"]]
+    assert asked and all(step["question"]["kind"] == "search" for step in asked)
+    for step in asked:
+        run = client.post("/api/analyze", json={"text": step["view"]["text"]}).json()
+        body = {"run_id": run["run_id"], "index_id": index_id, **step["question"]}
+        assert client.post(questions, json=body, headers=teacher).status_code == 201
+        revealed = client.post(f"{questions}/reveal", headers=teacher).json()
+        first = revealed["choices"][revealed["answer"]["choice"]]["document"]
+        said = f"{revealed['answer']['value']:.3f}"
+        assert f"“{documents[first]}”" in step["note"] and f"({said})" in step["note"], (step["title"], said)
