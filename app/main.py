@@ -32,15 +32,17 @@ from app.classroom.classes import (
 )
 from app.classroom.streams import TooManyStreams, stop_on_signals
 from app.engine.model import LoadedModel, ModelLoadError, load_model
+from app.engine.rerank import load_cross_encoder
 from app.engine.runs import InvalidInput, OutOfRange, PassFailed, TextTooLong
 from app.engine.threads import one_core_elsewhere
 from app.serving.gate import Busy, PassGate, TooManyWaiting
 from app.serving.lab import Lab, RunNotFound
 from app.serving.memory import check_memory, keep_freed_memory, reserve, reserve_size
+from app.serving.search import Searches
 from app.serving.server import check_protocol
 from app.serving.specs import REDIS_SCHEMES, SpecStore, StoreError, open_spec_store
 from app.settings import Settings, SettingsError, get_settings
-from app.web import api, atlas, docs, pages
+from app.web import api, atlas, docs, pages, search
 from app.web.middleware import (
     BoundedSend,
     CancelOnDisconnect,
@@ -73,6 +75,8 @@ def create_app(model: LoadedModel | None = None, specs: SpecStore | None = None)
         app.state.lab = build_lab(settings, loaded, store)
         # Told to stop, the work under way answers 503 at its next turn instead of being cut off at the grace.
         stop_on_signals(app.state.lab.gate.stop)
+        cross_encoder = load_cross_encoder(settings.cross_encoder) if settings.cross_encoder else None
+        app.state.searches = Searches(app.state.lab, cross_encoder)
         # A class lives where the run specs do when that is Redis (every worker sees it), else in this process.
         backend = (
             RedisBackend(settings.store, settings.store_timeout_seconds)
@@ -131,6 +135,7 @@ def create_app(model: LoadedModel | None = None, specs: SpecStore | None = None)
     app.add_middleware(StreamsCounted)
     app.include_router(api.router)
     app.include_router(atlas.router)
+    app.include_router(search.router)
     app.include_router(classroom.router)
     app.include_router(pages.router)
     app.include_router(docs.router)

@@ -30,6 +30,9 @@ class Settings(BaseSettings):
     # A local model folder, or a Hub id (org/name, org/name@revision) found in the local Hugging Face cache
     # (app.engine.hub; nothing is downloaded); unset means the packaged MiniLM.
     model_path: str | None = None
+    # A cross-encoder folder (a sequence-classification head with one label, as sentence-transformers'
+    # CrossEncoder saves it): the search lesson re-ranks the top k by its relevance. Unset: none.
+    cross_encoder: Path | None = None
     # More models (folders or Hub ids) the page offers in its model picker, separated by commas; each is read
     # once at start for its shape, then loaded when a run first needs it, and at most max_loaded_models stay
     # loaded at once (the default one always).

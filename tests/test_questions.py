@@ -297,11 +297,12 @@ def test_nothing_of_the_answer_shows_before_the_reveal(bert):
     snapshot = bert.client.get(f"/api/classes/{bert.code}").json()
     for state in (asked, snapshot["question"]):
         assert state["answer"] is None and state["correct"] is None and state["tallies"] == []
+        assert state["values"] is None
         assert set(state) == {
-            *("id", "kind", "text", "step", "view", "measure", "choices", "phase", "round"),
-            *("votes", "tallies", "answer", "correct"),
+            *("id", "kind", "test", "text", "step", "view", "measure", "choices", "phase", "round"),
+            *("votes", "tallies", "answer", "correct", "values"),
         }
-        assert all(set(choice) == {"index", "label", "token", "head"} for choice in state["choices"])
+        assert all(set(choice) == {"index", "label", "token", "head", "document"} for choice in state["choices"])
     revealed = bert.reveal()
     assert bert.client.get(f"/api/classes/{bert.code}").json()["question"]["answer"] == revealed["answer"]
 

@@ -386,7 +386,13 @@ class Classes:
                 "view": view,
                 "measure": {"key": question.measure, "symbol": words.symbol, "name": words.name} if words else None,
                 "choices": [
-                    {"index": index, "label": choice.label, "token": choice.token, "head": choice.head}
+                    {
+                        "index": index,
+                        "label": choice.label,
+                        "token": choice.token,
+                        "head": choice.head,
+                        "document": choice.document,
+                    }
                     for index, choice in enumerate(question.choices)
                 ],
                 "values": [choice.value for choice in question.choices],
@@ -535,6 +541,7 @@ class Classes:
             if revealed
             else None,
             correct=record["correct"] if revealed else None,
+            values=record["values"] if revealed else None,
         )
 
     async def question(self, code: str) -> QuestionState | None:

@@ -8,6 +8,7 @@ import json
 import socket
 from typing import Annotated
 
+import numpy as np
 import segno
 from fastapi import APIRouter, Cookie, Depends, Header, Request, Response
 from fastapi.responses import StreamingResponse
@@ -29,13 +30,14 @@ from app.classroom.schemas import (
     QuestionAsk,
     QuestionState,
     Score,
+    SearchAsk,
     Vote,
     VoteTaken,
 )
 from app.engine import questions
 from app.engine.runs import InvalidInput
 from app.serving.server import is_loopback
-from app.web.deps import ClientDep, LabDep
+from app.web.deps import ClientDep, LabDep, SearchesDep
 
 router = APIRouter(prefix="/api/classes", tags=["class mode"])
 TEACHER_COOKIE = "lab_class_teacher"  # the secret again, for the teacher's own event streams and CSV link
@@ -121,7 +123,13 @@ async def show(code: Code, body: ClassView, classes: ClassesDep, secret: Secret 
 
 @router.post("/{code}/question", response_model=QuestionState, status_code=201)
 async def ask(
-    code: Code, body: QuestionAsk, classes: ClassesDep, lab: LabDep, client: ClientDep, secret: Secret = None
+    code: Code,
+    body: QuestionAsk,
+    classes: ClassesDep,
+    lab: LabDep,
+    searches: SearchesDep,
+    client: ClientDep,
+    secret: Secret = None,
 ):
     """A question about a run, its choices and answer computed here from the run's numbers; its first round
     opens. Any question asked before is closed (and kept for the answers' CSV)."""
@@ -138,6 +146,8 @@ async def ask(
         question = await run_in_threadpool(questions.head, run, body.layer, body.pattern)
     elif isinstance(body, PatchAsk):
         question = await patch_question(lab, run, engine, body, client)
+    elif isinstance(body, SearchAsk):
+        question = await search_question(searches, run, body, client)
     else:
         question = await run_in_threadpool(questions.next_token, run, engine.pieces, body.token)
     view = body.model_dump(exclude={"kind", "step", "text", "test"})
@@ -157,6 +167,20 @@ async def patch_question(lab, run, engine, body: PatchAsk, client) -> questions.
         sweep = {"site": "resid_pre", "sweep": "blocks_positions"}
     answer = await lab.patch(spec.model, client, text=spec.text, source=body.source, align=body.align, **sweep)
     return await run_in_threadpool(questions.patched, answer, body.layer, body.by, body.source)
+
+
+async def search_question(searches, run, body: SearchAsk, client) -> questions.Question:
+    """Which document comes first for the run's text, read as the run read it (its prompt) with the typed prefix,
+    among the chosen documents or the exact ranking's first few."""
+    spec = await searches.spec(body.index_id)
+    if spec.model != run.spec.model:
+        raise InvalidInput(
+            f"the index was made by {spec.model}, the run by {run.spec.model}: the same model reads both"
+        )
+    scores = await searches.cosines(spec, run.spec.text, run.spec.prompt, body.prefix, client)
+    chosen = body.documents or np.argsort(-scores, kind="stable")[: body.count].tolist()
+    seed = f"{spec.run_id}:{body.prefix}{run.spec.text}"
+    return await run_in_threadpool(questions.first_document, scores, spec.documents, run.spec.text, chosen, seed)
 
 
 @router.post("/{code}/question/show", response_model=QuestionState)

@@ -90,7 +90,21 @@ class PatchAsk(Ask):
     align: Literal["start", "end"] = Field("start", description="How positions pair when A and B differ in length")
 
 
-QuestionAsk = Annotated[AttendsAsk | HeadAsk | NextTokenAsk | PatchAsk, Field(discriminator="kind")]
+class SearchAsk(Ask):
+    """Which document of an index (POST /api/search/index) comes first for the query? The run is the query's: its
+    text, read with the model's prompt it was run with (and the typed prefix); the answer is the first of the
+    exact ranking by cosine among the choices."""
+
+    kind: Literal["search"]
+    index_id: str = Field(max_length=64)
+    prefix: str = Field("", max_length=200, description='Typed before the query and read as its text: "query: "')
+    documents: list[Annotated[int, Field(ge=0)]] | None = Field(
+        None, min_length=2, max_length=6, description="The choices, by line; default: the exact ranking's first `count`"
+    )
+    count: int = Field(4, ge=2, le=6, description="How many of the ranking's first documents to offer")
+
+
+QuestionAsk = Annotated[AttendsAsk | HeadAsk | NextTokenAsk | PatchAsk | SearchAsk, Field(discriminator="kind")]
 
 
 class MeasureInfo(BaseModel):
@@ -104,6 +118,7 @@ class Choice(BaseModel):
     label: str = Field(description='A token\'s text, with its position where it repeats ("bank #2"), or "head 7"')
     token: int | None = None
     head: int | None = None
+    document: int | None = Field(None, description="A search question's document, by its line in the index")
 
 
 class Answer(BaseModel):
@@ -117,7 +132,7 @@ class QuestionState(BaseModel):
     """What every screen shows of a question: never the answer, nor a tally of a round still open."""
 
     id: str
-    kind: Literal["attends", "head", "next_token", "patch"]
+    kind: Literal["attends", "head", "next_token", "patch", "search"]
     test: Test | None = Field(description="A pre-test or a post-test (one round, closed without its votes shown)")
     text: str
     step: Step | None
@@ -131,6 +146,9 @@ class QuestionState(BaseModel):
         description="Per closed round: votes by choice index (as text); a test's only once it is revealed"
     )
     answer: Answer | None = Field(description="Once revealed")
+    values: list[float] | None = Field(
+        None, description="Once revealed: every choice's number, in the choices' order (a search question's ranking)"
+    )
     correct: list[float | None] | None = Field(
         description="Once revealed: the share of each round's votes that were right (null: no votes, no round 2)"
     )

@@ -47,6 +47,7 @@ class Choice:
     value: float  # the choice's number (its weight in the view, its share, its probability)
     token: int | None = None
     head: int | None = None
+    document: int | None = None
 
 
 @dataclass(frozen=True)
@@ -233,3 +234,21 @@ def patched(answer: dict, layer: int, by: Literal["head", "position"], source: s
         choices = tuple(Choice(labels[cell["positions"][0]], share(cell), token=cell["positions"][0]) for cell in cells)
         what = f"Which token, its residual before block {layer} taken from B"
     return Question("patch", f"{what} (“{source}”), moves the output furthest towards B's?", choices)
+
+
+LABEL_CHARS = 120  # a document's words a choice shows
+
+
+def first_document(scores, documents: tuple[str, ...], query: str, chosen: list[int], seed: str) -> Question:
+    """Which document comes first for the query? Choices: the `chosen` documents (by line), in an order shuffled
+    once for this index and query (`seed`: the same on every screen and every time); values: the cosine of each
+    with the query (app.engine.search.cosines, `scores`), so the answer is the one the exact ranking puts first."""
+    if len(set(chosen)) < 2:
+        raise InvalidInput("a search question needs at least two different documents to choose from")
+    outside = [document for document in chosen if not 0 <= document < len(documents)]
+    if outside:
+        raise InvalidInput(f"the index has documents 0 to {len(documents) - 1}, not {outside[0]}")
+    cut = lambda text: text if len(text) <= LABEL_CHARS else text[: LABEL_CHARS - 1] + "…"  # noqa: E731
+    choices = [Choice(cut(documents[document]), float(scores[document]), document=document) for document in chosen]
+    random.Random(seed).shuffle(choices)
+    return Question("search", f"Which document comes first for “{cut(query)}”?", tuple(choices))

@@ -67,7 +67,7 @@ class Dense:
     activation: str  # the torch.nn module's class path its config names, e.g. torch.nn.modules.activation.Tanh
 
     def __call__(self, x: Tensor) -> Tensor:
-        return _activation(self.activation)(torch.nn.functional.linear(x, self.weight, self.bias))
+        return torch_activation(self.activation)(torch.nn.functional.linear(x, self.weight, self.bias))
 
     @property
     def title(self) -> str:
@@ -222,7 +222,7 @@ def _dense(path: Path) -> Dense:
     if config.get("use_residual") or config.get("module_input_name", "sentence_embedding") != "sentence_embedding":
         raise PipelineError(f"{path}: a Dense module with a residual or another input, which the lab does not run")
     activation = config.get("activation_function", "torch.nn.modules.activation.Tanh")
-    _activation(activation)  # an activation that is not a torch.nn module stops here, not at the first run
+    torch_activation(activation)  # an activation that is not a torch.nn module stops here, not at the first run
     found = next((path / name for name in WEIGHT_FILES if (path / name).is_file()), None)
     if found is None:
         raise PipelineError(f"{path}: a Dense module without its weights ({' or '.join(WEIGHT_FILES)})")
@@ -242,7 +242,7 @@ def _dense(path: Path) -> Dense:
     return Dense(weight, None if bias is None else bias.float(), activation)
 
 
-def _activation(path: str) -> torch.nn.Module:
+def torch_activation(path: str) -> torch.nn.Module:
     """A torch.nn module by its class path, as sentence-transformers writes it; nothing else is imported."""
     module, _, name = path.rpartition(".")
     if not module.startswith("torch.nn"):

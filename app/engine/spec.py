@@ -89,10 +89,36 @@ class AtlasSpec:
         return json.dumps({"atlas": asdict(self)}, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 
 
-def from_canonical(canonical: str) -> RunSpec | AtlasSpec:
-    """What the store keeps under an id: a run's spec, or an atlas's."""
+@dataclass(frozen=True)
+class IndexSpec:
+    """The only description of a search index (app.engine.search): the model, the documents and how each is
+    read. Its hash is the index id, kept in the spec store beside the runs' and the atlases' ids. The
+    approximate index built over its vectors is not in it: usearch builds the same graph from the same
+    vectors and knobs (single-threaded), so it is a cache entry named by the id and the knobs."""
+
+    model: str
+    model_digest: str
+    documents: tuple[str, ...]  # one document per item, as given (each read up to the pooling's length)
+    prompt: str | None = None  # the model's prompt (by name) put before every document: resolved, None for none
+    prefix: str = ""  # a typed prefix put before every document, read as part of its text ("passage: ")
+
+    @cached_property
+    def run_id(self) -> str:
+        """The index id: the store keeps specs by this name whatever they describe."""
+        digest = hashlib.sha256(self.canonical().encode()).digest()[:16]
+        return base64.b32encode(digest).decode().rstrip("=").lower()
+
+    def canonical(self) -> str:
+        return json.dumps({"index": asdict(self)}, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def from_canonical(canonical: str) -> RunSpec | AtlasSpec | IndexSpec:
+    """What the store keeps under an id: a run's spec, an atlas's or an index's."""
     fields = json.loads(canonical)
     if "atlas" in fields:
         atlas = fields["atlas"]
         return AtlasSpec(**{**atlas, "sentences": tuple(atlas["sentences"])})
+    if "index" in fields:
+        index = fields["index"]
+        return IndexSpec(**{**index, "documents": tuple(index["documents"])})
     return RunSpec.from_canonical(canonical)

@@ -10,6 +10,7 @@ from fastapi import Depends, Request
 from app.serving.gate import Client
 from app.serving.lab import Lab
 from app.serving.memory import HOLDS
+from app.serving.search import Searches
 
 
 async def get_lab(request: Request) -> Lab:
@@ -23,7 +24,12 @@ async def get_client(request: Request) -> Client:
     return Client(address, request.scope.get("lab_client", ""))
 
 
+async def get_searches(request: Request) -> Searches:
+    return request.app.state.searches
+
+
 LabDep = Annotated[Lab, Depends(get_lab)]
+SearchesDep = Annotated[Searches, Depends(get_searches)]
 ClientDep = Annotated[Client, Depends(get_client)]
 
 

@@ -167,3 +167,26 @@ export function patch(ask) {
 export function scoreboard(ask) {
   return post("/api/scoreboard", { ...ask, model: pageModel });
 }
+
+// Search (the search lesson): an index named by its corpus (null: the lab's own), the prompt or typed prefix
+// every document is read with; its progress; the index itself, computed while the request waits (an abort
+// stops its passes); a query's top k, exact and from the HNSW graph; the top k re-read as pairs.
+export function startIndex({ documents = null, prompt = null, prefix = "" }) {
+  return post("/api/search/index", { documents, prompt, prefix, model: pageModel });
+}
+
+export async function indexProgress(indexId) {
+  return (await request(`/api/search/index/${indexId}/progress`)).json();
+}
+
+export async function searchIndex(indexId, signal) {
+  return (await request(`/api/search/index/${indexId}`, { signal })).json();
+}
+
+export function search(ask) {
+  return post("/api/search", ask);
+}
+
+export function searchPairs(ask) {
+  return post("/api/search/pairs", ask);
+}

@@ -5,11 +5,14 @@
 // block's mean, head or head set, measure, filters), "head" (which head of this block does `pattern` most),
 // "next_token" (what the LM head writes after the selected token), "patch-head" and "patch-position" (which
 // head of this block, at the selected token or every token, or which token before this block, taken from
-// input B `source`, moves the output furthest towards B's). step: {index, title} of a lesson plan's step, or
+// input B `source`, moves the output furthest towards B's), "search" (which document of index `indexId` comes
+// first for the prompt read as a query, after the typed `prefix`, among `documents` by line or, for null, the
+// ranking's first four). step: {index, title} of a lesson plan's step, or
 // null; text: the teacher's own wording, or null for the server's; test: "pre" or "post" for a test (one
 // round, answered alone), or null for rounds.
-export function questionAsk(kind, state, { pattern = "previous", source = "", step = null, text = null, test = null } = {}) {
+export function questionAsk(kind, state, { pattern = "previous", source = "", indexId = null, prefix = "", documents = null, step = null, text = null, test = null } = {}) {
   const run_id = state.run.run_id;
+  if (kind === "search") return { kind, run_id, index_id: indexId, prefix, documents, step, text, test };
   if (kind === "head") return { kind, run_id, layer: state.layer, pattern, step, text, test };
   if (kind === "patch-head") return { kind: "patch", by: "head", run_id, source, layer: state.layer, token: state.token, step, text, test };
   if (kind === "patch-position") return { kind: "patch", by: "position", run_id, source, layer: state.layer, step, text, test };

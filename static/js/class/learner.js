@@ -108,7 +108,8 @@ export async function initLearner(lab, code) {
           "div",
           { class: "choices", role: "group", "aria-label": "Your vote" },
           ...question.choices.map((choice) => {
-            const button = el("button", { type: "button", "aria-pressed": String(choice.index === current), dataset: { index: String(choice.index) } }, choice.label);
+            const document = choice.document ?? null; // a search question's choices are documents: they wrap, whole
+            const button = el("button", { type: "button", "aria-pressed": String(choice.index === current), dataset: { index: String(choice.index), ...(document === null ? {} : { document: String(document) }) } }, choice.label);
             button.addEventListener("click", () => choose(choice.index));
             return button;
           }),

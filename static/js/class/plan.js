@@ -11,7 +11,7 @@ const LINK = "#plan=";
 // The view's keys a step keeps (a link's parameter names): one person's own ones (presentation, colours,
 // predict-first, the tour, the class) are not part of a lesson's view.
 const STEP_KEYS = ["text", "pair", "segments", "mask", "pooling", "layer", "head", "heads", "token", "with", "blocks", "sinks", "measure", "panel", "lesson"];
-export const QUESTION_KINDS = ["attends", "head", "next_token", "patch"];
+export const QUESTION_KINDS = ["attends", "head", "next_token", "patch", "search"];
 export const PATCH_BY = ["head", "position"];
 export const PATTERNS = ["previous", "cls", "sep", "period", "self", "next"];
 // A question may be a test of what the class knows before the lesson and after it: one round, alone, no votes
@@ -39,6 +39,10 @@ function readQuestion(question) {
     kind: question.kind,
     ...(question.kind === "head" ? { pattern: PATTERNS.includes(question.pattern) ? question.pattern : "previous" } : {}),
     ...(question.kind === "patch" ? { by: PATCH_BY.includes(question.by) ? question.by : "head", source: words(question.source, 2000) } : {}),
+    ...(question.kind === "search" && words(question.prefix, 200) ? { prefix: words(question.prefix, 200) } : {}),
+    ...(question.kind === "search" && Array.isArray(question.documents) && question.documents.length >= 2 && question.documents.length <= 6 && question.documents.every((n) => Number.isInteger(n) && n >= 0)
+      ? { documents: question.documents }
+      : {}),
     ...(words(question.text, 200) ? { text: words(question.text, 200) } : {}),
     ...(TESTS.includes(question.test) ? { test: question.test } : {}),
   };

@@ -12,9 +12,10 @@ const PLAN_KEY = "attention-lab-plan"; // sessionStorage: the plan this tab hold
 const READY = [
   ["plan-sample", "sample.json", "Sample lesson"],
   ["plan-vector", "ids-to-sentence-vector.json", "Ids to a sentence vector"],
+  ["plan-search", "search.json", "Search with the sentence vector"],
 ];
 // The choices' words are short: a select cannot wrap, and the panel is 15 rem wide on a 1024×768 projector.
-const KINDS = { attends: "Most attended token", next_token: "Next token" };
+const KINDS = { attends: "Most attended token", next_token: "Next token", search: "First document" };
 const PATTERN_WORDS = {
   previous: "previous token",
   cls: "first special",
@@ -180,7 +181,7 @@ export function initPlanner(lab, teacher) {
     try {
       if (!(await applyView(lab, stepView(step, lab.model)))) return; // another model's page opens instead
       if (step.question && lab.getState().run) {
-        await teacher.ask(askedKind(step.question), { pattern: step.question.pattern, source: step.question.source, test: step.question.test ?? null, text: step.question.text ?? null, step: { index: index + 1, title: step.title } });
+        await teacher.ask(askedKind(step.question), { pattern: step.question.pattern, source: step.question.source, prefix: step.question.prefix ?? "", documents: step.question.documents ?? null, test: step.question.test ?? null, text: step.question.text ?? null, step: { index: index + 1, title: step.title } });
       }
     } catch (error) {
       lab.showError(`Step ${index + 1}: ${error.message}.`);

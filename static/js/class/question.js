@@ -14,6 +14,7 @@ export function valueName(question) {
   if (question.kind === "head") return "share";
   if (question.kind === "next_token") return "probability";
   if (question.kind === "patch") return "share of the way to B";
+  if (question.kind === "search") return "cosine";
   return measureOf(question.measure.key, question.view.sinks).name;
 }
 
@@ -27,7 +28,11 @@ export function askedUnder(question) {
 
 export function answerLine(question) {
   const { label, value } = question.answer;
-  return `The answer: “${label}”, ${valueName(question)} ${fixed(value)}.`;
+  const line = `The answer: “${label}”, ${valueName(question)} ${fixed(value)}.`;
+  if (question.kind !== "search" || !question.values) return line;
+  // A search question's ranking: every choice by its cosine, best first.
+  const ranked = question.choices.map((choice) => [choice.label, question.values[choice.index]]).sort((a, b) => b[1] - a[1]);
+  return `${line} The ranking: ${ranked.map(([text, cosine], place) => `${place + 1}. “${text}” (${fixed(cosine, 3)})`).join("; ")}.`;
 }
 
 export function voteCount(question, round = question.round) {

@@ -4,6 +4,7 @@
 // change) — a pre-test's or post-test's Close (one round, nothing shown) and what the two measured, the
 // answers as CSV, and the lesson plan. The teacher's view goes to the class as it changes.
 
+import { startIndex } from "../api.js";
 import { el } from "../format.js";
 import { cannotAsk, questionAsk } from "./ask.js";
 import { answersCSV, askQuestion, endClass, moveQuestion, qrURL, showView, startClass } from "./calls.js";
@@ -75,6 +76,8 @@ export function initTeacher(lab) {
   const ask = async (chosen, options = {}) => {
     const why = cannotAsk(chosen, lab.getState(), lab.model);
     if (why) throw new Error(why);
+    // A search question reads the lab's own corpus, indexed by the model (the first ask waits for its passes).
+    if (chosen === "search" && !options.indexId) options = { ...options, indexId: (await startIndex({})).index_id };
     question = await askQuestion(taught, questionAsk(chosen, lab.getState(), options));
     showFlow();
   };

@@ -15,6 +15,7 @@ import { renderNearest } from "./nearest.js";
 import { renderPatch } from "./patch.js";
 import { renderPooling } from "./pooling.js";
 import { renderScoreboard } from "./scoreboard.js";
+import { renderSearch } from "./search.js";
 
 // needs: what a lesson reads beyond the attention weights (capabilities.js): a token's rows at each stage
 // (compare, masks, nearest), switched-off heads, or the measures.
@@ -29,6 +30,7 @@ export const LESSONS = {
   difference: { title: "Difference A − B", render: renderDifference, follows: ["run"], move: moveDifference },
   explain: { title: "Is attention explanation?", render: renderExplain, follows: ["run", "token", "layer", "head"], needs: "measures" },
   scoreboard: { title: "Do the accounts agree?", render: renderScoreboard, follows: ["run", "token"], needs: "measures" },
+  search: { title: "Search", render: renderSearch, follows: ["run"] },
 };
 
 // The reason a lesson is not offered for this model, or null.
@@ -109,6 +111,11 @@ export const lessonsView = {
       onOpen: (layer, head) => lab.setState({ layer, head }),
       useText: (text) => {
         lab.setState({ text, patch: null, pair: "" });
+        runPrompt(lab);
+      },
+      openPair: (text, pair) => {
+        // A search result read as one input: the query as A, the document as B, A → B on the heatmap.
+        lab.setState({ text, pair, patch: null, segments: "AB", promptName: "" });
         runPrompt(lab);
       },
       openPatched: (text, patch) => {

@@ -1,0 +1,331 @@
+"""Serving search (app.engine.search): an index computed once per spec however many ask for it, in padded passes
+at turns of the gate, with its progress shared through the spec store as the atlas's is, called off at its next
+pass once nobody waits for it; the HNSW graph over it built in slices and kept beside it; a query's one pass;
+and the top k re-read as (query, document) pairs, by the lab's own model as runs of the lab and, where the lab
+is given one, by a cross-encoder."""
+
+import asyncio
+import logging
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from app.engine import search
+from app.engine.rerank import CrossEncoder
+from app.engine.runs import Engine, InvalidInput
+from app.engine.spec import RUN_ID, IndexSpec
+from app.engine.threads import CORES, use_cores
+from app.serving.gate import ANYONE, Client
+from app.serving.lab import PROGRESS_EVERY, ForeignRun, Lab, RunNotFound
+
+log = logging.getLogger("uvicorn.error")
+MAX_PAIRS = 20  # pairs re-read at once: each a run of the lab, one pass each
+# A query this short is read on one core of the model's thread: on this 2-core machine (busy with other work) a
+# query of 8 tokens took 34-44 ms on the thread's two cores and 11 ms on one, of 60 tokens 53 against 26 ms,
+# of 120 tokens 75 against 42 ms (median of 12 each); the OpenMP team's second worker waits for a core.
+SHORT_QUERY_TOKENS = 64
+KEPT_SPECS = 16  # index specs kept read (each up to 5,000 documents: at most 10 MB)
+CROSS_SEGMENT = "A → B"
+
+
+class IndexNotFound(RunNotFound):
+    def __str__(self) -> str:
+        return f"index {self.args[0]} is not kept any more (or never was): index the corpus again"
+
+
+@dataclass
+class QueryRead:
+    """A query's vector from its one pass, and what the pass cost."""
+
+    text: str  # as read: the prompt's text and the typed prefix before the query
+    tokens: int
+    vector: torch.Tensor
+    pass_ms: float
+
+
+class Searches:
+    def __init__(self, lab: Lab, cross_encoder: CrossEncoder | None = None):
+        self.lab = lab
+        self.cross_encoder = cross_encoder
+        self._progress: dict[str, tuple[int, int]] = {}  # index id -> (passes done, passes to do), on this worker
+        # Specs read from the store, by id: a spec never changes, and reading one of 3,080 documents back (its
+        # JSON parsed, its id hashed again) cost a query about 10 ms.
+        self._specs: OrderedDict[str, IndexSpec] = OrderedDict()
+
+    async def start(self, spec: IndexSpec, client: Client = ANYONE) -> None:
+        """The index's spec checked and put in the shared store: its id names it on every worker."""
+        search.check_index(spec)
+        await self.lab.engine_for(spec.model, client)
+        await self.lab._stored(spec)
+
+    async def spec(self, index_id: str) -> IndexSpec:
+        """An index's spec by id, of a model this lab serves with the same weights."""
+        spec = self._specs.get(index_id)
+        if spec is None:
+            spec = await asyncio.to_thread(self.lab.specs.get, index_id) if RUN_ID.fullmatch(index_id) else None
+            if not isinstance(spec, IndexSpec):
+                raise IndexNotFound(index_id)
+            spec.__dict__["run_id"] = index_id  # its hash, known: the cached_property's own slot
+            self._specs[index_id] = spec
+            while len(self._specs) > KEPT_SPECS:
+                self._specs.popitem(last=False)
+        self._specs.move_to_end(index_id)
+        engine = self.lab.models.loaded(spec.model)
+        if spec.model not in self.lab.models.names or (
+            engine is not None and spec.model_digest != engine.loaded.digest
+        ):
+            raise ForeignRun(index_id, spec, self.lab.loaded)
+        return spec
+
+    async def progress(self, index_id: str) -> dict:
+        """How far the index's passes are, on this worker or (through the shared store) another."""
+        if self.lab.runs.get(f"index/{index_id}") is not None:
+            return {"state": "done", "done": 0, "total": 0}
+        said = self._progress.get(index_id) or await asyncio.to_thread(self.lab.specs.progress, index_id)
+        if said is None:
+            return {"state": "not running", "done": 0, "total": 0}
+        return {"state": "running", "done": said[0], "total": said[1]}
+
+    async def index(self, spec: IndexSpec, client: Client = ANYONE) -> search.SearchIndex:
+        """The index of a spec: kept, or computed once however many ask at a time, one padded pass per turn of
+        the gate; called off at its next pass once nobody waits for it."""
+        key = f"index/{spec.run_id}"
+        kept = self.lab.runs.get(key)
+        if kept is not None:
+            return kept
+        return await self.lab._once(key, lambda: self._computed_index(key, spec, client))
+
+    async def _computed_index(self, key: str, spec: IndexSpec, client: Client) -> search.SearchIndex:
+        engine = await self.lab.engine_for(spec.model, client)
+        if spec.model_digest != engine.loaded.digest:
+            raise ForeignRun(spec.run_id, spec, engine.loaded)
+        told = Told(self.lab, self._progress, spec.run_id)
+        started = time.perf_counter()
+        try:
+            slices = search.vector_slices(engine, spec, told)
+            found = await self.lab.in_turns(
+                f"the index {spec.run_id}", slices, client, search.index_bytes(engine, spec)
+            )
+        finally:
+            await asyncio.to_thread(told.end)
+        found.seconds = time.perf_counter() - started
+        self.lab.runs.put(key, found, counted=False)
+        return found
+
+    async def graph(self, index: search.SearchIndex, m: int, ef_construction: int, client: Client) -> search.Graph:
+        """The HNSW graph over an index's vectors with these knobs: kept, or built once, BUILD_SLICE vectors a
+        turn of the gate."""
+        key = f"index/{index.index_id}/hnsw/{m}/{ef_construction}"
+        kept = self.lab.runs.get(key)
+        if kept is not None:
+            return kept
+
+        async def build() -> search.Graph:
+            nbytes = search.graph_bytes(len(index.unit), index.unit.shape[1], m)
+            what = f"the HNSW graph (M {m}, ef_construction {ef_construction}) of index {index.index_id}"
+            started = time.perf_counter()
+            graph = await self.lab.in_turns(what, search.graph_slices(index, m, ef_construction), client, nbytes)
+            graph.build_seconds = time.perf_counter() - started
+            self.lab.runs.put(key, graph, counted=False)
+            return graph
+
+        return await self.lab._once(key, build)
+
+    async def query(
+        self,
+        engine: Engine,
+        text: str,
+        prompt: str | None,
+        prefix: str,
+        client: Client = ANYONE,
+        then: Callable | None = None,
+    ) -> tuple[QueryRead, object]:
+        """The query's sentence vector from one pass at a turn of the gate (its prompt and typed prefix before
+        it), and what `then(vector)` returns, computed in the same turn (the searches: a few milliseconds)."""
+        engine.spec(text or " ")  # the lab's cap on characters
+        ids, _ = search.read_texts(engine, [text], prompt, prefix)
+        skip = 0 if engine.loaded.pipeline.include_prompt else engine.prompt_length(prompt)
+
+        short = len(ids[0]) <= SHORT_QUERY_TOKENS
+
+        def read() -> tuple[QueryRead, object]:
+            started = time.perf_counter()
+            if short:
+                use_cores(1)
+            try:
+                (vector,) = search.sentence_vectors(engine, ids, skip)
+            finally:
+                if short:
+                    use_cores(max(1, CORES // self.lab.gate.max_passes))  # the model thread's own (ModelThreads)
+            pass_ms = (time.perf_counter() - started) * 1000
+            before = (engine.loaded.pipeline.prompts[prompt] if prompt is not None else "") + prefix
+            return QueryRead(before + text, len(ids[0]), vector, pass_ms), then(vector) if then else None
+
+        nbytes = engine.transient_bytes(1, len(ids[0]))
+        return await self.lab.in_turns(f"the query of {len(ids[0])} tokens", [read], client, nbytes)
+
+    async def search(
+        self,
+        spec: IndexSpec,
+        text: str,
+        k: int,
+        prompt: str | None,
+        prefix: str,
+        knobs: tuple[int, int, int],
+        client: Client = ANYONE,
+    ) -> dict:
+        """The query's top k by cosine, exact and from the HNSW graph (M, ef_construction, ef), with recall@k of
+        the graph's against the exact list and the time of each."""
+        engine = await self.lab.engine_for(spec.model, client)
+        query_prompt = search.side_prompt(engine, "query", prompt)
+        index = await self.index(spec, client)
+        search.check_k(k, index)
+        m, ef_construction, ef = knobs
+        graph = await self.graph(index, m, ef_construction, client)
+
+        def both(vector: torch.Tensor) -> dict:
+            started = time.perf_counter()
+            exact = search.exact_top(index, vector, k)
+            middle = time.perf_counter()
+            approximate = graph.search(vector, k, ef)
+            ended = time.perf_counter()
+            return {
+                "exact": exact,
+                "exact_ms": (middle - started) * 1000,
+                "approximate": approximate,
+                "approximate_ms": (ended - middle) * 1000,
+            }
+
+        read, found = await self.query(engine, text, query_prompt, prefix, client, both)
+        return {
+            "index": index,
+            "graph": graph,
+            "query": read,
+            "query_prompt": query_prompt,
+            "recall": search.recall(found["approximate"], found["exact"]),
+            **found,
+        }
+
+    async def cosines(
+        self, spec: IndexSpec, text: str, prompt: str | None, prefix: str, client: Client = ANYONE
+    ) -> np.ndarray:
+        """The cosine of the query with every document (exact, float64), in corpus order. [document]"""
+        engine = await self.lab.engine_for(spec.model, client)
+        index = await self.index(spec, client)
+        _, scores = await self.query(engine, text, prompt, prefix, client, lambda vector: search.cosines(index, vector))
+        return scores
+
+    async def pairs(
+        self, spec: IndexSpec, text: str, documents: list[int], layer: int, head: int | None, shown: int, client
+    ) -> dict:
+        """The documents re-read with the query as pairs, [CLS] query [SEP] document [SEP]: each a run of the
+        lab (query as A, document as B), computed together in one turn at the gate, with the share of attention
+        its A tokens give its B tokens (every block and head); the A → B cells of pair `shown` in block `layer`,
+        head `head` (None: the mean of the heads); what reading the pairs costs, timed on padded passes of their
+        own (pair_slices; the runs may be kept); and, where the lab has a cross-encoder, each pair's relevance."""
+        if not 1 <= len(documents) <= MAX_PAIRS:
+            raise InvalidInput(f"re-read 1 to {MAX_PAIRS} documents as pairs, not {len(documents)}")
+        if not 0 <= shown < len(documents):
+            raise InvalidInput(f"shown is {shown}: give the place of one of the {len(documents)} documents")
+        outside = [document for document in documents if not 0 <= document < len(spec.documents)]
+        if outside:
+            raise InvalidInput(f"the index has documents 0 to {len(spec.documents) - 1}, not {outside[0]}")
+        engine = await self.lab.engine_for(spec.model, client)
+        layers, heads = engine.info["layers"], engine.info["heads"]
+        if not 0 <= layer < layers or (head is not None and not 0 <= head < heads):
+            raise InvalidInput(f"no block {layer}, head {head}: blocks are 0 to {layers - 1}, heads 0 to {heads - 1}")
+        specs = [engine.spec(text, spec.documents[document], prompt="") for document in documents]
+        # One turn at the gate for them all (a client may wait for only a few turns at once), then their specs in
+        # the shared store, so that every worker opens them by id.
+        lengths = [engine.length(pair) for pair in specs]
+        for pair in specs:  # their bytes held for this request, which reads them (Budget.hold), as submit does
+            await self.lab._read(engine, pair, client)
+        what = f"the runs of {len(specs)} pairs"
+        outcomes = await self.lab.in_turns(
+            what, [lambda: self.lab.analyze_batch(specs)], client, engine.pass_bytes(lengths)
+        )
+        failed = next((outcome for outcome in outcomes if isinstance(outcome, Exception)), None)
+        if failed is not None:
+            raise failed
+        runs = outcomes
+        await asyncio.gather(*(self.lab._stored(pair) for pair in specs))
+        # The runs may be kept already: what reading the pairs costs is timed on passes of their own.
+        texts = [spec.documents[document] for document in documents]
+        spent: list[float] = []
+        nbytes = search.pair_bytes(engine, text, texts)
+        await self.lab.in_turns(f"{len(texts)} pairs", search.pair_slices(engine, text, texts, spent), client, nbytes)
+        shares = []
+        for run in runs:
+            weights = await self.lab.measured(run, "weights", None, client)
+            shares.append(cross_share(run, weights))
+        chosen = runs[shown]
+        (block,) = await self.lab.measured(chosen, "weights", layer, client)
+        rows, cols = segment(chosen, "A"), segment(chosen, "B")
+        cells = (block.double().mean(0) if head is None else block[head].double())[rows][:, cols]
+        relevance, cross_ms = None, None
+        if self.cross_encoder is not None:
+            cross = self.cross_encoder
+            longest = max(map(len, cross.read(text, texts)))
+            started = time.perf_counter()
+            relevance = await self.lab.in_turns(
+                f"the cross-encoder's {len(texts)} pairs",
+                cross.score_slices(text, texts),
+                client,
+                cross.pass_bytes(len(texts), longest),
+            )
+            cross_ms = (time.perf_counter() - started) * 1000
+        return {
+            "runs": runs,
+            "shares": shares,
+            "pairs_ms": sum(spent) * 1000,
+            "pair_passes": len(spent),
+            "shown": {"run": chosen, "rows": rows, "cols": cols, "cells": cells},
+            "relevance": relevance,
+            "cross_ms": cross_ms,
+        }
+
+
+def segment(run, name: str) -> list[int]:
+    """The positions of segment `name` in a pair's run, as the lab's Segments filter reads them."""
+    return [token.index for token in run.tokens if token.segment == name]
+
+
+def cross_share(run, weights: list[torch.Tensor]) -> float:
+    """The mean share of attention a query token of segment A gives to the tokens of segment B, over every
+    block, head and A token: how much reading the pair together mixes the two (float64)."""
+    rows, cols = segment(run, "A"), segment(run, "B")
+    stacked = torch.stack([block.double() for block in weights])  # [layer, head, query, key]
+    return float(stacked[:, :, rows][..., cols].sum(-1).mean())
+
+
+class Told:
+    """An index's progress as its passes go (on the model's thread): this worker's, and the shared store's at
+    most every PROGRESS_EVERY seconds; once the run is over (done or called off), a pass still finishing in the
+    model's thread says nothing more."""
+
+    def __init__(self, lab: Lab, progress: dict, index_id: str):
+        self.lab, self.progress, self.index_id = lab, progress, index_id
+        self.progress[index_id] = (0, 0)
+        self.said = 0.0
+        self.over = False
+        self.saying = threading.Lock()
+
+    def __call__(self, done: int, total: int) -> None:
+        with self.saying:
+            if self.over:
+                return
+            self.progress[self.index_id] = (done, total)
+            if time.monotonic() - self.said >= PROGRESS_EVERY:
+                self.said = time.monotonic()
+                self.lab._tell_store(self.index_id, done, total)
+
+    def end(self) -> None:
+        with self.saying:
+            self.over = True
+            del self.progress[self.index_id]
+            self.lab._tell_store(self.index_id, -1, -1)

@@ -1,0 +1,93 @@
+"""The search lesson in chromium: index a pasted corpus, ask a query, read the top k against the API's exact
+ranking, re-read them as pairs, open a result as a pair in the lab; and the class question "which document
+comes first?" on a learner's phone, voted and revealed with its ranking."""
+
+import httpx
+import pytest
+from playwright.sync_api import expect
+
+from app.engine import search
+from tests.browser.conftest import wait_until
+from tests.browser.test_classroom import a_class, ready, revealed, viewport_shot, vote_on
+
+pytestmark = pytest.mark.slow
+
+DOCUMENTS = "\n".join(search.shipped_documents()[::40])
+QUERY = "where can I borrow money"
+
+
+def exact_top(server: str, query: str, k: int = 10) -> tuple[str, list[dict]]:
+    index_id = httpx.post(f"{server}/api/search/index", json={"documents": DOCUMENTS}).json()["index_id"]
+    httpx.get(f"{server}/api/search/index/{index_id}", timeout=120).raise_for_status()
+    found = httpx.post(f"{server}/api/search", json={"index_id": index_id, "query": query, "k": k}, timeout=60)
+    return index_id, found.json()["exact"]
+
+
+def test_index_a_corpus_ask_a_query_and_open_a_result_as_a_pair(page, server):
+    page.goto(f"{server}/?text={QUERY.replace(' ', '+')}&panel=lessons&lesson=search")
+    ready(page)
+    page.fill("#search-corpus", DOCUMENTS)
+    page.click("#search-index")
+    expect(page.locator("#search-ask")).to_be_enabled(timeout=120_000)
+    expect(page.locator("#search-status")).to_contain_text(f"{len(DOCUMENTS.splitlines())} documents")
+    assert page.locator("#search-query").input_value() == QUERY  # the prompt is the query
+    page.click("#search-ask")
+    rows = page.locator('[data-field="exact"] tbody tr')
+    expect(rows).to_have_count(10, timeout=60_000)
+    _, expected = exact_top(server, QUERY)
+    assert [int(rows.nth(n).get_attribute("data-document")) for n in range(10)] == [hit["document"] for hit in expected]
+    recall = float(page.locator('[data-field="recall"]').get_attribute("data-value"))
+    assert 0 <= recall <= 1
+    page.click("#search-pairs-read")
+    cells = page.locator('[data-field="cells"]')
+    expect(cells).to_be_visible(timeout=60_000)
+    query_tokens = ["[CLS]", "where", "can", "i", "borrow", "money"]
+    assert page.locator('[data-field="cells"] tbody th').all_inner_texts()[:6] == query_tokens
+    expect(page.locator('[data-field="cost"] [data-way="corpus"]')).to_contain_text(f"{len(DOCUMENTS.splitlines())}")
+    # The first result opened as a pair: the query as A, the document as B, the same run as the API's.
+    rows.nth(0).locator('[data-field="open-pair"]').click()
+    wait_until(page, "document.body.dataset.busy === 'false'")
+    pair = {"text": QUERY, "text_pair": expected[0]["text"], "prompt": ""}
+    run_id = httpx.post(f"{server}/api/analyze", json=pair, timeout=60).json()["run_id"]
+    wait_until(page, f"document.body.dataset.run === '{run_id}'")
+    expect(page.locator("#tokens")).to_contain_text("borrow")
+    expect(page.locator("#tokens")).to_contain_text(expected[0]["text"].split()[-2])
+    assert page.locator("#segments").input_value() == "AB"  # the heatmap shows A → B
+
+
+def test_the_search_question_on_a_phone(browser, server):
+    query = "sitting on the bank watching the water"
+    index_id, ranking = exact_top(server, query, 4)
+    with a_class(browser, server, server, f"text={query.replace(' ', '+')}", sizes=[(390, 844)]) as (
+        teacher,
+        learners,
+        started,
+    ):
+        run_id = teacher.evaluate("() => document.body.dataset.run")
+        body = {"kind": "search", "run_id": run_id, "index_id": index_id}
+        asked = httpx.post(
+            f"{server}/api/classes/{started['code']}/question", json=body, headers={"X-Class-Secret": started["secret"]}
+        )
+        assert asked.status_code == 201, asked.text
+        phone = learners[0]
+        buttons = phone.locator("#class-question .choices button")
+        expect(buttons).to_have_count(4, timeout=30_000)
+        assert sorted(int(buttons.nth(n).get_attribute("data-document")) for n in range(4)) == sorted(
+            hit["document"] for hit in ranking
+        )
+        # A document is a whole line on the phone, and nothing runs off its side.
+        assert phone.evaluate("() => document.documentElement.scrollWidth <= window.innerWidth")
+        width = buttons.nth(0).evaluate("(node) => node.getBoundingClientRect().width")
+        assert width > 300, width
+        vote_on(phone, ranking[0]["text"])
+        viewport_shot(phone, "class-search-question-phone")
+        moved = httpx.post(
+            f"{server}/api/classes/{started['code']}/question/reveal", headers={"X-Class-Secret": started["secret"]}
+        )
+        assert moved.status_code == 200, moved.text
+        state = revealed(server, started["code"])
+        assert state["choices"][state["answer"]["choice"]]["document"] == ranking[0]["document"]
+        line = phone.locator('#class-question [data-field="reveal"]')
+        expect(line).to_contain_text("cosine")
+        expect(line).to_contain_text(f"The ranking: 1. “{ranking[0]['text']}”")
+        viewport_shot(phone, "class-search-question-revealed-phone")
