@@ -209,8 +209,9 @@ class Budget:
     client addresses and the browsers within each, as passes do (app.serving.gate).
 
     Reads together hold at most 1/READS of the budget, and a computation never waits for a read: work always
-    has the rest (large work all but 1/RESERVE of it, kept for small asks: a learner's short pass), so a request that holds its run and waits for its computation's memory waits only for other
-    computations, which end. One address holds at most 1/WORK_SHARE of the budget in work and 1/READ_SHARE in
+    has the rest (large work all but 1/RESERVE of it, kept for small asks: a learner's short pass), so a
+    request that holds its run and waits for its computation's memory waits only for other computations,
+    which end. One address holds at most 1/WORK_SHARE of the budget in work and 1/READ_SHARE in
     reads, so that no client can shut the others out; an ask past that answers 422 naming the setting, a wait
     past `max_wait_seconds` (or past `max_waiting` others) 503 with Retry-After.
 
