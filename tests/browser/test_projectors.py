@@ -80,18 +80,31 @@ def read(page, label: str, width: int) -> list[str]:
     return [f"{label}: {problem}" for problem in problems]
 
 
-@pytest.mark.parametrize(("width", "height"), PROJECTORS, ids=[f"{w}x{h}" for w, h in PROJECTORS])
-def test_a_lesson_in_present_is_whole_at_every_phase_panel_open_and_folded(browser, lab, width, height):
+def every_projector(page, label: str, then=None) -> list[str]:
+    """The page read at every projector size in turn (resized, settled), and left at the first: `then(width,
+    height)` may check more at each."""
     problems = []
-    with lab_page(browser, width, height) as page:
+    for width, height in PROJECTORS:
+        page.set_viewport_size({"width": width, "height": height})
+        settle(page, ["#prompt", "#tokens", "#attends", "#heatmap .hm-canvas", "#class-panel"])
+        problems += read(page, f"{width}×{height}, {label}", width)
+        if then:
+            problems += then(width, height)
+    page.set_viewport_size(dict(zip(("width", "height"), PROJECTORS[0], strict=True)))
+    return problems
+
+
+def test_a_lesson_in_present_is_whole_at_every_projector_and_phase_panel_open_and_folded(browser, lab):
+    problems = []
+    with lab_page(browser, *PROJECTORS[0]) as page:
         open_stage(page, lab, "present=1", f"text={TEXT}", "token=5")
         assert page.locator("#tokens .token").count() == TOKENS
-        problems += read(page, "the stage", width)
+        problems += every_projector(page, "the stage")
         started = start_class(page)
         learners = Learners(lab, started["code"], 3)
         try:
             expect(page.locator("#class-panel")).to_be_visible()
-            problems += read(page, "the class panel open", width)
+            problems += every_projector(page, "the class panel open")
             for folded in (False, True):
                 if folded:
                     page.click("#class-fold")
@@ -104,23 +117,25 @@ def test_a_lesson_in_present_is_whole_at_every_phase_panel_open_and_folded(brows
                 question = httpx.get(f"{lab}/api/classes/{started['code']}").json()["question"]["id"]
                 learners.vote(question, 1, [0, 5, 5])
                 counted(page, 3)
-                problems += read(page, f"asked, panel {where}", width)
+                problems += every_projector(page, f"asked, panel {where}")
                 press("class-show")
                 wait_until(page, "document.getElementById('class-stage').dataset.phase === 'shown'")
-                problems += read(page, f"votes shown, panel {where}", width)
+                problems += every_projector(page, f"votes shown, panel {where}")
                 press("class-again")
                 wait_until(page, "document.getElementById('class-stage').dataset.round === '2'")
                 learners.vote(question, 2, [0, 0, 5])
-                problems += read(page, f"round 2, panel {where}", width)
+                problems += every_projector(page, f"round 2, panel {where}")
                 press("class-reveal")
                 wait_until(page, "document.getElementById('class-stage').hidden")
                 wait_until(page, "document.querySelector('#attends .attend-row.answer')")
-                settle(page, ["#attends", "#heatmap .hm-canvas"])
-                problems += read(page, f"revealed, panel {where}", width)
-                if (seen := page.evaluate(ANSWER_IN_SIGHT)) is not None:
-                    problems.append(f"revealed, panel {where}: {seen}")
-                if (width, height) == (1024, 768) and not folded:
-                    viewport_shot(page, "class-revealed-present-1024x768")
+
+                def answer_in_sight(width, height, where=where):
+                    seen = page.evaluate(ANSWER_IN_SIGHT)
+                    if (width, height) == (1024, 768) and where == "open":
+                        viewport_shot(page, "class-revealed-present-1024x768")
+                    return [] if seen is None else [f"{width}×{height}, revealed, panel {where}: {seen}"]
+
+                problems += every_projector(page, f"revealed, panel {where}", answer_in_sight)
             # A pre-test and a post-test, asked through the API as a plan's steps ask them: the gain on the panel.
             secret = {"X-Class-Secret": started["secret"]}
             run_id = page.evaluate("document.body.dataset.run")
@@ -141,21 +156,23 @@ def test_a_lesson_in_present_is_whole_at_every_phase_panel_open_and_folded(brows
             expect(staged).to_contain_text("pre-test 33% right → post-test 67% right")
             expect(staged).to_contain_text("= 0.50")
             gain = page.locator("#class-gain").bounding_box()
-            assert gain["y"] >= 0 and gain["y"] + gain["height"] <= height, f"the gain is out of sight: {gain}"
-            problems += read(page, "the gain said", width)
-            if (width, height) == (1024, 768):
-                viewport_shot(page, "class-gain-present-1024x768")
+            assert gain["y"] >= 0 and gain["y"] + gain["height"] <= PROJECTORS[0][1], (
+                f"the gain is not in sight: {gain}"
+            )
+            viewport_shot(page, "class-gain-present-1024x768")
+            problems += every_projector(page, "the gain said")
             # A lesson plan's step: the sample plan's first, played.
             page.click("#plan-edit summary")
             page.click("#plan-sample")
             wait_until(page, "document.getElementById('plan-said').textContent.startsWith('Opened')")
+            problems += every_projector(page, "the plan editor")
+            page.click("#plan-edit summary")
             page.click("#plan-next")
             wait_until(page, "document.getElementById('plan-now').dataset.step === '1'")
             wait_until(
                 page, "document.body.dataset.busy === 'false' && document.getElementById('heatmap').dataset.view"
             )
-            settle(page, ["#attends", "#heatmap .hm-canvas"])
-            problems += read(page, "a plan's step", width)
+            problems += every_projector(page, "a plan's step")
         finally:
             learners.close()
             end_class(lab, started)
