@@ -6,7 +6,7 @@ from contextlib import AsyncExitStack
 import numpy as np
 import pytest
 
-from app.serving.gate import Busy, Client
+from app.serving.gate import Busy, Client, TooManyWaiting
 from app.serving.memory import HOLDS, Budget, MemoryTooLarge, resident_bytes, trim_if_over
 from tests.conftest import run_async
 
@@ -233,5 +233,46 @@ def test_large_work_leaves_a_reserve_that_a_short_pass_always_finds():
             async with budget.take(100, Client("learner")):  # 1/64 of the budget: from the reserve
                 assert budget.granted == 6100
             large.cancel()
+
+    run_async(scenario())
+
+
+def test_a_short_pass_is_not_held_behind_a_hog_at_its_own_address():
+    """A prankster's large asks fill its address's share and more wait behind them; a learner at the same
+    address (a school's one NAT) is granted a short pass at once, not after the prankster's queue."""
+
+    async def scenario():
+        budget = Budget(6400)
+        hog = Client("127.0.0.1")
+        async with budget.take(3200, hog):  # the address's half
+            waiting = [asyncio.create_task(budget._ask(1000, hog, "a pass", reads=False)) for _ in range(3)]
+            await asyncio.sleep(0)
+            assert budget.waiting == 3
+            async with budget.take(100, Client("127.0.0.1", "learner")):
+                assert budget.granted == 3300 and budget.waiting == 3
+            for ask in waiting:
+                ask.cancel()
+        await asyncio.gather(*waiting, return_exceptions=True)
+        assert budget.granted == 0 and budget.waiting == 0
+
+    run_async(scenario())
+
+
+def test_one_clients_queue_for_memory_is_bounded_as_at_the_gate():
+    async def scenario():
+        budget = Budget(100, max_waiting_per_client=2, max_waiting_per_address=3)
+        async with budget.take(50, Client("a")):
+            asks = [asyncio.create_task(budget._ask(50, Client("a"), "a pass", reads=False)) for _ in range(2)]
+            await asyncio.sleep(0)
+            with pytest.raises(TooManyWaiting, match="you already have 2 requests waiting for memory"):
+                await budget._ask(50, Client("a"), "a pass", reads=False)
+            asks.append(asyncio.create_task(budget._ask(50, Client("a", "tab"), "a pass", reads=False)))
+            await asyncio.sleep(0)
+            with pytest.raises(TooManyWaiting, match="this address already has 3 requests waiting"):
+                await budget._ask(50, Client("a", "another tab"), "a pass", reads=False)
+            for ask in asks:
+                ask.cancel()
+        await asyncio.gather(*asks, return_exceptions=True)
+        assert budget.waiting == 0
 
     run_async(scenario())

@@ -194,7 +194,13 @@ class Lab:
         # computation takes its bytes from it before it starts. What is kept is bounded within it too: a quarter
         # for computed blocks of weights (Run.weights, each N² floats a head), the rest for the runs and the
         # other measures' blocks; work under way lets the least recently used of them go where it needs room.
-        self.budget = Budget(max_cache_bytes, gate.max_waiting, gate.max_wait_seconds)
+        self.budget = Budget(
+            max_cache_bytes,
+            gate.max_waiting,
+            gate.max_wait_seconds,
+            gate.max_waiting_per_client,
+            gate.max_waiting_per_address,
+        )
         self.blocks = BlockCache(max_cache_bytes // BLOCK_SHARE)
         self.models = Models(loaded, list(folders), max_chars, max_tokens, max_loaded_models, self.blocks)
         self.loads = Loads(model_loads_per_hour)

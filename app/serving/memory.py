@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Protocol
 
 from app.engine.runs import InvalidInput
-from app.serving.gate import ANYONE, Busy, Client
+from app.serving.gate import ANYONE, Busy, Client, TooManyWaiting
 from app.settings import ENV_PREFIX, GIB, Settings, SettingsError
 
 PAGE_BYTES = os.sysconf("SC_PAGE_SIZE")
@@ -168,7 +168,8 @@ WORK_SHARE = 2
 READ_SHARE = 4
 READS = 2
 # Large work leaves the last 1/RESERVE of the budget to small asks (at most 1/SMALL of it: a learner's short
-# pass, a head's weights), so that a class's short requests are never held behind someone's large computations.
+# pass, a head's weights), and an address's share binds large asks only, so that a class's short requests are
+# never held behind someone's large computations, even someone's at the same address (a school's one NAT).
 RESERVE = 16
 SMALL = 64
 HOLDS: ContextVar[AsyncExitStack | None] = ContextVar("holds", default=None)  # the request's reads (Budget.hold)
@@ -197,6 +198,10 @@ class Ask:
     reads: bool  # a request's read of a run, held until the request ends (Budget.hold)
     ready: asyncio.Future = field(default_factory=lambda: asyncio.get_running_loop().create_future())
 
+    @property
+    def size(self) -> tuple[int, bool]:
+        return self.nbytes, self.reads
+
 
 class Budget:
     """One process's memory for everything that grows with its input, granted before the work starts (as
@@ -217,9 +222,18 @@ class Budget:
 
     All bookkeeping is on the event loop, with no lock: an ask that fits costs a few additions."""
 
-    def __init__(self, max_bytes: int, max_waiting: int = 64, max_wait_seconds: float = 30.0):
+    def __init__(
+        self,
+        max_bytes: int,
+        max_waiting: int = 64,
+        max_wait_seconds: float = 30.0,
+        max_waiting_per_client: int | None = None,
+        max_waiting_per_address: int | None = None,
+    ):
         self.max_bytes = max_bytes
         self.max_waiting = max_waiting
+        self.max_waiting_per_client = max_waiting_per_client or max_waiting
+        self.max_waiting_per_address = max_waiting_per_address or max_waiting
         self.max_wait_seconds = max_wait_seconds
         self.setting = f"{ENV_PREFIX}MAX_STORE_BYTES"
         self.granted = 0  # bytes granted to computations under way
@@ -304,12 +318,12 @@ class Budget:
             await self._wait(Ask(client, nbytes, reads), what)
 
     def _within_share(self, address: str, nbytes: int, reads: bool) -> bool:
+        small = nbytes <= self.max_bytes // SMALL
         if reads:
-            return (
-                self._by_address[True][address] + nbytes <= self.max_bytes // READ_SHARE
-                and self.reading + nbytes <= self.max_bytes // READS
+            return self.reading + nbytes <= self.max_bytes // READS and (
+                small or self._by_address[True][address] + nbytes <= self.max_bytes // READ_SHARE
             )
-        return self._by_address[False][address] + nbytes <= self.max_bytes // WORK_SHARE
+        return small or self._by_address[False][address] + nbytes <= self.max_bytes // WORK_SHARE
 
     def _fits(self, address: str, nbytes: int, reads: bool) -> bool:
         if not self._within_share(address, nbytes, reads):
@@ -332,7 +346,21 @@ class Budget:
         if self.waiting >= self.max_waiting:
             raise Busy(f"{self.waiting} requests already wait for memory: try again in a moment", 2)
         address, cookie = ask.client.address, ask.client.cookie
-        self._asks.setdefault(address, {}).setdefault(cookie, deque()).append(ask)
+        browsers = self._asks.setdefault(address, {})
+        # As at the gate: one client's queue is bounded, so a prankster is refused (429) and waits for nobody.
+        if len(browsers.get(cookie, ())) >= self.max_waiting_per_client:
+            raise TooManyWaiting(
+                f"you already have {self.max_waiting_per_client} requests waiting for memory: wait for them, "
+                "then try again",
+                2,
+            )
+        if sum(map(len, browsers.values())) >= self.max_waiting_per_address:
+            raise TooManyWaiting(
+                f"this address already has {self.max_waiting_per_address} requests waiting for memory: wait for "
+                "them, then try again",
+                2,
+            )
+        browsers.setdefault(cookie, deque()).append(ask)
         self.waiting += 1
         self._serve()  # it may fit now: the asks before it may be waiting for their own address's work
         try:
@@ -364,15 +392,15 @@ class Budget:
 
     def _serve(self) -> None:
         """Grants the waiting asks whose turn it is, round the addresses and each one's browsers, where they fit.
-        An ask that does not fit yet is passed over: a learner's short pass is not held behind someone's large
-        computation, which is granted as soon as the memory under way leaves it room (or answers 503 after
-        max_wait_seconds)."""
+        An ask that does not fit yet is passed over, at its own address too: a learner's short pass is not held
+        behind someone's large computation, even one from the same address, which is granted as soon as the
+        memory under way leaves it room (or answers 503 after max_wait_seconds)."""
         for address in list(self._asks):
             browsers = self._asks[address]
-            cookie = next(iter(browsers))
-            ask = browsers[cookie][0]
-            if not self._fits(address, ask.nbytes, ask.reads):
+            cookie = next((cookie for cookie, asks in browsers.items() if self._fits(address, *asks[0].size)), None)
+            if cookie is None:
                 continue
+            ask = browsers[cookie][0]
             self._leave(ask)
             self._grant(address, ask.nbytes, ask.reads)
             ask.ready.set_result(None)
