@@ -154,6 +154,36 @@ def test_a_long_decoders_alti_overviews_beside_each_other_stay_under_the_bound(l
     assert max(times) <= 2
 
 
+def test_a_long_decoders_whole_block_views_beside_each_other_stay_under_the_bound(long_lab):
+    """Eight runs of about 1,400 tokens; then, each from its own address and all at once, every run's heads'
+    statistics, a token's rollout and a head's whole matrices: every block's weights computed, N² float64
+    rollouts and N² numbers written as JSON, about 170 MiB each at their peak."""
+    lab = long_lab
+    with device("127.0.0.4") as teacher:
+        runs = [
+            teacher.post(
+                f"{lab.url}/api/analyze",
+                json={"text": f"view {n} " + " ".join(WORDS[(n + i) % len(WORDS)] for i in range(840))},
+                timeout=60,
+            ).json()["run_id"]
+            for n in range(8)
+        ]
+
+    def views(run: str) -> Heavy:
+        async def work(client: httpx.AsyncClient) -> list[httpx.Response]:
+            paths = ("head-stats", "tokens/5/rollout", "layers/1/heads/2")
+            return await asyncio.gather(*(client.get(f"{lab.url}/api/runs/{run}/{path}") for path in paths))
+
+        return work
+
+    responses, times = beside_a_learner(lab, [views(run) for run in runs])
+    statuses = served_or_refused_with_reason(responses)
+    peak = report("8 long runs' whole-block views", lab, statuses, times)
+    assert statuses[200] >= 12
+    assert peak < BOUND
+    assert max(times) <= 2
+
+
 def test_an_atlas_with_a_large_ablation_sample_stays_under_the_bound(minilm_lab):
     """A corpus of 1,000 sentences: every one in the ablation sample is refused at once, naming the setting;
     the largest sample the default bound allows is computed beside the learner."""

@@ -56,6 +56,11 @@ def added_names(run) -> dict[str, str]:
     return {role: "+".join(dict.fromkeys(found)) for role, found in names.items()}
 
 
+def head_stats_bytes(run) -> int:
+    """head_stats' peak: a block's weights computed, then three blocks of its entropy's terms beside them."""
+    return run.weights_peak_bytes + 3 * run.block_bytes
+
+
 def head_stats(run) -> list[dict]:
     """Per head: mean row entropy (nats) and the mean share of attention each query gives to the token the
     tokenizer put first ([CLS]), to those it put at the ends of the segments ([SEP]), to itself, to the
@@ -91,6 +96,12 @@ def head_stats(run) -> list[dict]:
                 }
             )
     return stats
+
+
+def rollout_bytes(run) -> int:
+    """rollout's peak: a block's weights computed, and six tokens² float64 matrices (the identity, the flow,
+    the mixed block and the steps between)."""
+    return run.weights_peak_bytes + 6 * len(run.tokens) ** 2 * 8
 
 
 def rollout(run) -> Tensor:

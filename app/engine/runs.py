@@ -251,6 +251,24 @@ class Run:
         """The bytes of one block of weights: heads × tokens² float32."""
         return self.n_heads * len(self.tokens) ** 2 * 4
 
+    @property
+    def weights_peak_bytes(self) -> int:
+        """What computing one block's weights (Run.weights) holds at its peak: two blocks (the scores and
+        what the next step makes of them) and the mask, at the length its pass padded it to."""
+        n = self.padded_to or len(self.tokens)
+        return (2 * self.n_heads + 1) * n**2 * 4
+
+    def head_bytes(self) -> int:
+        """Run.head's peak: its block's weights computed, and the head's own scores and weights beside them."""
+        return self.weights_peak_bytes + 3 * len(self.tokens) ** 2 * 4
+
+    def head_numbers(self) -> int:
+        """How many numbers Run.head returns: q, k, v and the context twice (tokens × d each), and the scores
+        and weights (tokens² each)."""
+        self.check_adapter()
+        n, d = len(self.tokens), self.activations[names.attn(0, "q")].shape[-1]
+        return 5 * n * d + 2 * n**2
+
     def check_whole_block(self) -> None:
         """BlockTooLarge where a block of weights is past WHOLE_BLOCK_BYTES (a model without an adapter keeps
         its own, whatever their size)."""

@@ -276,6 +276,12 @@ class Lab:
             raise
         return result
 
+    async def computed(self, what: str, nbytes: int, work: Callable[[], Result], client: Client = ANYONE) -> Result:
+        """Work a view does on a run's kept activations (whole blocks of weights, a rollout, an answer's JSON) on
+        a worker thread, holding `nbytes` of the memory budget, its peak as stated from its shapes."""
+        async with self.budget.take(nbytes, client, what):
+            return await asyncio.to_thread(work)
+
     async def measured(self, run: Run, measure: str, layer: int | None, client: Client = ANYONE) -> list[Tensor]:
         """A measure of a run, [head (or 1), query, key] for each block, or for block `layer` alone (a valid
         one). The weights are kept in the engine's block cache or computed from the run's q and k (Run.weights),

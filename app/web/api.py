@@ -3,7 +3,7 @@
 import base64
 import os
 import socket
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Annotated
 
 import numpy as np
@@ -95,6 +95,22 @@ async def get_pooled_run_b(b: str, lab: LabDep, client: ClientDep) -> Run:
 RunDep = Annotated[Run, Depends(get_run)]
 PooledRunADep = Annotated[Run, Depends(get_pooled_run_a)]
 PooledRunBDep = Annotated[Run, Depends(get_pooled_run_b)]
+
+
+# orjson writes a float32 in at most 15 characters, and a comma: the bytes an answer's JSON takes a number.
+JSON_NUMBER_BYTES = 16
+
+
+async def answered(lab: Lab, client, what: str, nbytes: int, content: Callable[[], dict]) -> NumbersResponse:
+    """An answer whose content grows with the run (whole blocks of weights, a rollout, rows of every token),
+    made and written as JSON on a worker thread, holding `nbytes` of the lab's memory budget: its peak, as
+    stated from the run's shapes before it starts."""
+    return await lab.computed(what, nbytes, lambda: NumbersResponse(content()), client)
+
+
+def json_bytes(tensors: Iterable[Tensor]) -> int:
+    """What the JSON of these tensors takes, and their contiguous copies (numbers)."""
+    return sum(tensor.numel() * (JSON_NUMBER_BYTES + tensor.element_size()) for tensor in tensors)
 
 
 def numbers(tensors: dict) -> dict:
@@ -236,14 +252,25 @@ def compare(run_a: PooledRunADep, run_b: PooledRunBDep, token_a: int, token_b: i
 
 
 @router.get("/runs/{run_id}/head-stats", response_model=HeadStatsResponse, responses=NOT_FOUND)
-def head_stats(run: RunDep):
-    return {"threshold": lessons.LABEL_THRESHOLD, "added": lessons.added_names(run), "heads": lessons.head_stats(run)}
+async def head_stats(run: RunDep, lab: LabDep, client: ClientDep):
+    def content() -> dict:
+        heads = lessons.head_stats(run)
+        return {"threshold": lessons.LABEL_THRESHOLD, "added": lessons.added_names(run), "heads": heads}
+
+    what = f"the head statistics of run {run.run_id}"
+    return await answered(lab, client, what, lessons.head_stats_bytes(run), content)
 
 
 @router.get("/runs/{run_id}/tokens/{token}/rollout", response_model=RolloutResponse, responses=NOT_FOUND)
-def rollout(run: RunDep, token: int):
+async def rollout(run: RunDep, lab: LabDep, client: ClientDep, token: int):
     run.check_token(token)
-    return NumbersResponse({"index": token, "rollout": lessons.rollout(run)[token].numpy()})
+    return await answered(
+        lab,
+        client,
+        f"the rollout of run {run.run_id}",
+        lessons.rollout_bytes(run) + len(run.tokens) * JSON_NUMBER_BYTES,
+        lambda: {"index": token, "rollout": lessons.rollout(run)[token].numpy()},
+    )
 
 
 @router.get("/runs/{run_id}/tokens/{token}/nearest", response_model=NearestResponse, responses=NOT_FOUND)
@@ -347,32 +374,48 @@ async def scoreboard(body: ScoreboardRequest, lab: LabDep, client: ClientDep):
 
 
 @router.get("/runs/{run_id}/layers/{layer}/heads/{head}", response_model=HeadResponse, responses=NOT_FOUND)
-def head(run: RunDep, layer: int, head: int):
-    matrices = numbers(run.head(layer, head))
-    return NumbersResponse({"layer": layer, "head": head, "ablated": run.ablated(layer, head), **matrices})
+async def head(run: RunDep, lab: LabDep, client: ClientDep, layer: int, head: int):
+    nbytes = run.head_bytes() + run.head_numbers() * (JSON_NUMBER_BYTES + 4)
+    return await answered(
+        lab,
+        client,
+        f"head {layer}.{head} of run {run.run_id}",
+        nbytes,
+        lambda: {"layer": layer, "head": head, "ablated": run.ablated(layer, head), **numbers(run.head(layer, head))},
+    )
 
 
 @router.get(
     "/runs/{run_id}/layers/{layer}/heads/{head}/queries/{query}", response_model=QueryResponse, responses=NOT_FOUND
 )
-def query(run: RunDep, layer: int, head: int, query: int):
-    row = numbers(run.query(layer, head, query))
-    return NumbersResponse({"layer": layer, "head": head, "query": query, "ablated": run.ablated(layer, head), **row})
+async def query(run: RunDep, lab: LabDep, client: ClientDep, layer: int, head: int, query: int):
+    row = run.query(layer, head, query)  # linear in the tokens: one row of scores
+    return await answered(
+        lab,
+        client,
+        f"query {query} of head {layer}.{head} of run {run.run_id}",
+        json_bytes(row.values()),
+        lambda: {"layer": layer, "head": head, "query": query, "ablated": run.ablated(layer, head), **numbers(row)},
+    )
 
 
 @router.get("/runs/{run_id}/layers/{layer}", response_model=LayerResponse, responses=NOT_FOUND)
-def layer(run: RunDep, layer: int):
-    return NumbersResponse({"layer": layer, **numbers(run.layer(layer))})
+async def layer(run: RunDep, lab: LabDep, client: ClientDep, layer: int):
+    rows = run.layer(layer)
+    what = f"block {layer}'s rows of run {run.run_id}"
+    return await answered(lab, client, what, json_bytes(rows.values()), lambda: {"layer": layer, **numbers(rows)})
 
 
 @router.get("/runs/{run_id}/embeddings", response_model=EmbeddingsResponse, responses=NOT_FOUND)
-def embeddings(run: RunDep):
-    return NumbersResponse(numbers(run.embeddings()))
+async def embeddings(run: RunDep, lab: LabDep, client: ClientDep):
+    rows = run.embeddings()
+    what = f"the embedding rows of run {run.run_id}"
+    return await answered(lab, client, what, json_bytes(rows.values()), lambda: numbers(rows))
 
 
 @router.get("/runs/{run_id}/tokens/{token}", response_model=TokenTraceResponse, responses=NOT_FOUND)
 def token_trace(run: RunDep, token: int):
-    trace = run.token_trace(token)
+    trace = run.token_trace(token)  # one token's rows: its size is the model's, not the input's
     return NumbersResponse(
         {
             "index": token,
