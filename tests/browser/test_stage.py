@@ -85,7 +85,8 @@ MEASURE = """(selectors) => {
     width: innerWidth, height: innerHeight, dpr: devicePixelRatio, scrollX, scrollY,
     scrollWidth: root.scrollWidth, scrollHeight: root.scrollHeight,
     boxes: Object.fromEntries(selectors.map((s) => [s, box(document.querySelector(s))])),
-    backing: canvas ? [canvas.width, canvas.height] : null,
+    canvas: box(canvas), backing: canvas ? [canvas.width, canvas.height] : null,
+    blind: document.getElementById('heatmap')?.dataset.view === 'blind',
     present: document.body.classList.contains('present'),
     prompt: (() => {
       const prompt = document.getElementById('prompt');
@@ -101,8 +102,12 @@ def measure(page, selectors=CORE) -> dict:
 
 
 def crisp(m: dict) -> bool:
-    canvas, backing = m["boxes"].get(CANVAS), m["backing"]
-    return bool(canvas and backing) and abs(backing[0] - round(canvas["width"] * m["dpr"])) <= 1
+    """The heatmap's canvas drawn for its size (whichever boxes a test waits for): none shown, or blank while a
+    class votes blind, nothing to draw."""
+    canvas, backing = m["canvas"], m["backing"]
+    if m["blind"] or not (canvas and canvas["width"]):
+        return True
+    return abs(backing[0] - round(canvas["width"] * m["dpr"])) <= 1
 
 
 def settle(page, selectors=CORE, timeout=8.0) -> dict:
