@@ -210,3 +210,25 @@ def _answers(url: str) -> bool:
 @pytest.fixture(scope="session")
 def server(live_lab) -> str:
     return live_lab.url
+
+
+def left_midway(lab: "LabProcess", answer: str, progress: str) -> dict:
+    """Asks for `answer` (a corpus's long computation), leaves once `progress` says two of its slices are done,
+    and waits for the lab's log to say the work was called off: the progress as the client left."""
+    seen = lab.log.stat().st_size
+
+    async def leave():
+        async with httpx.AsyncClient(timeout=120) as client:
+            waiting = asyncio.ensure_future(client.get(f"{lab.url}{answer}"))
+            while (found := (await client.get(f"{lab.url}{progress}")).json())["done"] < 2:
+                assert not waiting.done()
+            waiting.cancel()
+            return found
+
+    found = run_async(leave())
+    assert found["state"] == "running" and 2 <= found["done"] < found["total"]
+    deadline = time.monotonic() + 30
+    while b"called off" not in lab.log.read_bytes()[seen:]:
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    return found

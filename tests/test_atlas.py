@@ -3,7 +3,6 @@ sentence at a time; induction on a model built to copy; ablation against the lab
 
 import asyncio
 import shutil
-import time
 from concurrent.futures import ThreadPoolExecutor
 
 import httpx
@@ -20,7 +19,7 @@ from app.engine.capture import block_outputs, head_dim, starting_at
 from app.engine.model import load_model, packaged_model_path
 from app.engine.runs import BATCH_TOKENS, Engine
 from app.engine.spec import AtlasSpec, from_canonical
-from tests.conftest import TOKENIZER_FILES, LabProcess, make_lab, run_async
+from tests.conftest import TOKENIZER_FILES, LabProcess, left_midway, make_lab, run_async
 from tests.families import BUILDERS, build
 from tests.float32 import largest, pass_tolerance
 
@@ -360,22 +359,7 @@ def test_the_bounds_on_a_corpus(live):
 def test_a_corpus_run_reports_progress_and_stops_when_its_client_leaves(live):
     lines = [f"{line} ({n})" for n in range(9) for line in atlas.shipped_sentences()]
     atlas_id = httpx.post(f"{live.url}/api/atlas", json={"sentences": "\n".join(lines)}).json()["atlas_id"]
-    seen = live.log.stat().st_size
-
-    async def leave_midway():
-        async with httpx.AsyncClient(timeout=120) as client:
-            waiting = asyncio.ensure_future(client.get(f"{live.url}/api/atlas/{atlas_id}"))
-            while (progress := (await client.get(f"{live.url}/api/atlas/{atlas_id}/progress")).json())["done"] < 2:
-                assert not waiting.done()
-            waiting.cancel()
-            return progress
-
-    progress = run_async(leave_midway())
-    assert progress["state"] == "running" and 2 <= progress["done"] < progress["total"]
-    deadline = time.monotonic() + 30
-    while b"called off" not in live.log.read_bytes()[seen:]:
-        assert time.monotonic() < deadline
-        time.sleep(0.05)
+    left_midway(live, f"/api/atlas/{atlas_id}", f"/api/atlas/{atlas_id}/progress")
     assert httpx.get(f"{live.url}/api/atlas/{atlas_id}/progress").json()["state"] == "not running"
     # The pass under way when the run was called off ends after it, on the model's thread, before this one:
     # it must not say the run is running again.

@@ -4,10 +4,8 @@ argsort of the cosines; the HNSW graph's recall@k against it; a cross-encoder fo
 the pair view's A → B cells against the engine's run; an index's progress, its cancel and a restart, as the
 atlas's; and the class question "which document comes first?" against the exact ranking."""
 
-import asyncio
 import json
 import shutil
-import time
 from pathlib import Path
 
 import httpx
@@ -26,7 +24,7 @@ from app.engine.spec import IndexSpec, from_canonical
 from app.main import create_app
 from app.serving.search import Searches
 from app.settings import get_settings
-from tests.conftest import TOKENIZER_FILES, LabProcess, make_lab, run_async
+from tests.conftest import TOKENIZER_FILES, LabProcess, left_midway, make_lab, run_async
 from tests.families import build
 from tests.float32 import largest, pass_tolerance
 
@@ -301,24 +299,7 @@ def live(tmp_path_factory):
 def test_indexing_reports_progress_and_stops_when_its_client_leaves(live):
     documents = [f"{line} (1)" for line in search.shipped_documents()]
     index_id = httpx.post(f"{live.url}/api/search/index", json={"documents": "\n".join(documents)}).json()["index_id"]
-    seen = live.log.stat().st_size
-
-    async def leave_midway():
-        async with httpx.AsyncClient(timeout=120) as client:
-            waiting = asyncio.ensure_future(client.get(f"{live.url}/api/search/index/{index_id}"))
-            while (progress := (await client.get(f"{live.url}/api/search/index/{index_id}/progress")).json())[
-                "done"
-            ] < 2:
-                assert not waiting.done()
-            waiting.cancel()
-            return progress
-
-    progress = run_async(leave_midway())
-    assert progress["state"] == "running" and 2 <= progress["done"] < progress["total"]
-    deadline = time.monotonic() + 30
-    while b"called off" not in live.log.read_bytes()[seen:]:
-        assert time.monotonic() < deadline
-        time.sleep(0.05)
+    left_midway(live, f"/api/search/index/{index_id}", f"/api/search/index/{index_id}/progress")
     httpx.post(f"{live.url}/api/analyze", json={"text": "after the index"}, timeout=60).raise_for_status()
     assert httpx.get(f"{live.url}/api/search/index/{index_id}/progress").json()["state"] == "not running"
 
