@@ -11,6 +11,7 @@ import app.engine.runs
 from app.engine.model import load_model
 from app.engine.runs import Engine, NothingToRead
 from app.serving.gate import Client
+from app.serving.memory import RESERVE
 from app.web.api import view_answer
 from app.web.schemas import AttentionView
 from tests.conftest import make_lab, run_async
@@ -206,8 +207,10 @@ def test_a_bursts_views_compute_nothing_while_the_budget_keeps_its_passs_weights
         return [b"".join(pieces) for pieces, _ in answers]
 
     async def views_beside_work_that_needs_the_room(runs):
-        # Two other clients' work takes all the budget the runs leave: the blocks go, the runs stay.
-        need = lab.budget.max_bytes - (lab.budget.held - lab.blocks.nbytes)
+        # Two other clients' work takes all the budget the runs leave to large work (all but its reserve for
+        # small asks, RESERVE): the blocks go, the runs stay.
+        room = lab.budget.max_bytes - lab.budget.max_bytes // RESERVE
+        need = room - (lab.budget.held - lab.blocks.nbytes)
         async with (
             lab.budget.take(need // 2, Client("10.0.2.1")),
             lab.budget.take(need - need // 2, Client("10.0.2.2")),

@@ -18,7 +18,6 @@ from tests.browser.conftest import wait_until
 from tests.browser.test_classroom import Learners, counted, end_class, float32_attention, start_class, viewport_shot
 from tests.browser.test_projector import TOUR
 from tests.browser.test_stage import lab_page, open_stage, settle
-from tests.conftest import LabProcess
 
 pytestmark = pytest.mark.slow
 
@@ -28,16 +27,6 @@ TEXT = "a dog saw a cat and a bird near a tree by the barn"  # 16 tokens with [C
 TOKENS = 16
 SCOPE = "header.topbar, main.stage, #class-panel"
 STAGE = ["#prompt", "#tokens", "#heatmap", "#attends"]
-
-
-@pytest.fixture(scope="module")
-def lab(tmp_path_factory):
-    """A lab of this module's own: a teacher on 127.0.0.1 starts a class at every size, past the 12 an hour that
-    the lab allows an address by default."""
-    process = LabProcess(tmp_path_factory.mktemp("projectors"), env={"ATTENTION_LAB_CLASS_STARTS_PER_HOUR": "1000"})
-    process.start()
-    yield process.url
-    process.stop()
 
 
 def floor(width: int) -> int:
@@ -94,14 +83,14 @@ def every_projector(page, label: str, then=None) -> list[str]:
     return problems
 
 
-def test_a_lesson_in_present_is_whole_at_every_projector_and_phase_panel_open_and_folded(browser, lab):
+def test_a_lesson_in_present_is_whole_at_every_projector_and_phase_panel_open_and_folded(browser, server):
     problems = []
     with lab_page(browser, *PROJECTORS[0]) as page:
-        open_stage(page, lab, "present=1", f"text={TEXT}", "token=5")
+        open_stage(page, server, "present=1", f"text={TEXT}", "token=5")
         assert page.locator("#tokens .token").count() == TOKENS
         problems += every_projector(page, "the stage")
         started = start_class(page)
-        learners = Learners(lab, started["code"], 3)
+        learners = Learners(server, started["code"], 3)
         try:
             expect(page.locator("#class-panel")).to_be_visible()
             problems += every_projector(page, "the class panel open")
@@ -114,7 +103,7 @@ def test_a_lesson_in_present_is_whole_at_every_projector_and_phase_panel_open_an
                 press = lambda button: page.evaluate(f"document.getElementById('{button}').click()")  # noqa: E731
                 press("class-ask")
                 wait_until(page, "document.getElementById('class-stage').dataset.phase === 'open'")
-                question = httpx.get(f"{lab}/api/classes/{started['code']}").json()["question"]["id"]
+                question = httpx.get(f"{server}/api/classes/{started['code']}").json()["question"]["id"]
                 learners.vote(question, 1, [0, 5, 5])
                 counted(page, 3)
                 problems += every_projector(page, f"asked, panel {where}")
@@ -139,14 +128,14 @@ def test_a_lesson_in_present_is_whole_at_every_projector_and_phase_panel_open_an
             # A pre-test and a post-test, asked through the API as a plan's steps ask them: the gain on the panel.
             secret = {"X-Class-Secret": started["secret"]}
             run_id = page.evaluate("document.body.dataset.run")
-            answer = int(np.argmax(float32_attention(lab, run_id)[0, 0, 5]))  # "cat"'s largest weight, from NumPy
+            answer = int(np.argmax(float32_attention(server, run_id)[0, 0, 5]))  # "cat"'s largest weight, from NumPy
             wrong = (answer + 1) % TOKENS
             for test, votes in (("pre", [answer, wrong, wrong]), ("post", [answer, answer, wrong])):
                 ask = {"kind": "attends", "run_id": run_id, "token": 5, "layer": 0, "head": 0, "test": test}
-                asked = httpx.post(f"{lab}/api/classes/{started['code']}/question", json=ask, headers=secret)
+                asked = httpx.post(f"{server}/api/classes/{started['code']}/question", json=ask, headers=secret)
                 assert asked.status_code == 201, asked.text
                 learners.vote(asked.json()["id"], 1, votes)
-                closed = httpx.post(f"{lab}/api/classes/{started['code']}/question/close", headers=secret)
+                closed = httpx.post(f"{server}/api/classes/{started['code']}/question/close", headers=secret)
                 assert closed.status_code == 200, closed.text
             page.click("#class-fold")  # unfolded again
             wait_until(page, "!document.getElementById('class-gain').hidden")
@@ -175,7 +164,7 @@ def test_a_lesson_in_present_is_whole_at_every_projector_and_phase_panel_open_an
             problems += every_projector(page, "a plan's step")
         finally:
             learners.close()
-            end_class(lab, started)
+            end_class(server, started)
     assert not problems, "\n".join(problems)
 
 
@@ -194,13 +183,13 @@ def test_present_on_a_phone_fits_its_width(browser, server, width, height):
 
 
 @pytest.mark.parametrize(("width", "height"), PHONES, ids=[f"{w}x{h}" for w, h in PHONES])
-def test_a_phone_in_class_reads_everything_from_join_to_reveal(browser, lab, width, height):
+def test_a_phone_in_class_reads_everything_from_join_to_reveal(browser, server, width, height):
     """A learner's phone: the name asked as it joins, the view it follows, a question's choices, the reveal and
     Present, each with nothing cut and no sideways scrolling."""
     problems = []
     phone_options = {"is_mobile": True, "has_touch": True, "device_scale_factor": 3}
     with lab_page(browser, 1280, 720) as teacher, lab_page(browser, width, height, **phone_options) as phone:
-        open_stage(teacher, lab, f"text={TEXT}", "token=5")
+        open_stage(teacher, server, f"text={TEXT}", "token=5")
         started = start_class(teacher)
         try:
 
@@ -227,7 +216,7 @@ def test_a_phone_in_class_reads_everything_from_join_to_reveal(browser, lab, wid
             if width == 390:
                 viewport_shot(phone, "class-phone-revealed-present-390")
         finally:
-            end_class(lab, started)
+            end_class(server, started)
     assert not problems, "\n".join(problems)
 
 
@@ -235,14 +224,14 @@ LESSONS = ["compare", "masks", "ablation", "patch", "heads", "nearest", "pooling
 LESSONS += ["scoreboard"]
 
 
-def test_every_experiment_in_present_keeps_the_floor_and_cuts_nothing(browser, lab):
+def test_every_experiment_in_present_keeps_the_floor_and_cuts_nothing(browser, server):
     """Each experiment's panel in presentation mode at 1280×720, and the patch grid and the scoreboard once
     computed, on the stage and enlarged over it."""
     width, height = 1280, 720
     problems = []
     with lab_page(browser, width, height) as page:
         for lesson in LESSONS:
-            open_stage(page, lab, "present=1", "token=5", "panel=lessons", f"lesson={lesson}")
+            open_stage(page, server, "present=1", "token=5", "panel=lessons", f"lesson={lesson}")
             wait_until(page, f"document.getElementById('lesson-panel').dataset.view?.startsWith('{lesson}:')")
             settle(page, ["#lesson-panel"])
             problems += [f"{lesson}: {p}" for p in audit.problems(page, floor(width), 16, "main.stage")]
@@ -250,7 +239,7 @@ def test_every_experiment_in_present_keeps_the_floor_and_cuts_nothing(browser, l
             ("patch", "#patch-run", ".patch-grid .patch-cell"),
             ("scoreboard", "#scoreboard-run", "[data-grid=scoreboard] .patch-cell"),
         ]:
-            open_stage(page, lab, "present=1", "token=5", "panel=lessons", f"lesson={lesson}")
+            open_stage(page, server, "present=1", "token=5", "panel=lessons", f"lesson={lesson}")
             page.click(button)
             page.wait_for_selector(ready, timeout=120_000)
             for enlarged in (False, True):
