@@ -50,7 +50,7 @@ export function renderSearch(container, context) {
   const queryForm = el(
     "form",
     { class: "lesson-form" },
-    el("label", {}, "Query ", query),
+    el("label", { class: "search-query" }, "Query", query),
     number("search-k", "k", kept.k, 1, 100, "How many documents"),
     el("button", { type: "submit", id: "search-ask", disabled: "" }, "Search"),
     prefixes,
