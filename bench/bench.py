@@ -57,7 +57,7 @@ from transformers.utils import logging as transformers_logging  # noqa: E402
 
 from app.engine.atlas import added_tokens, shipped_sentences  # noqa: E402
 from app.engine.runs import BATCH_TOKENS, batches  # noqa: E402
-from app.engine.search import shipped_documents  # noqa: E402
+from app.engine.search import SAMPLE_QUERIES, shipped_documents  # noqa: E402
 from app.engine.spec import AtlasSpec  # noqa: E402
 from app.serving.memory import keep_freed_memory  # noqa: E402
 from tests.families import long_llama  # noqa: E402
@@ -1074,20 +1074,6 @@ def machine_line(machine: dict, reps: int) -> str:
     )
 
 
-SEARCH_QUERIES = (
-    "where can I borrow money to buy a house",
-    "sitting by the water watching the current",
-    "an animal that flies at night",
-    "hitting the ball in a game",
-    "a machine that lifts heavy loads",
-    "looking at cells under a microscope",
-    "a hot spring in the mountains",
-    "catching fish in a lake",
-    "the bass player tuned his guitar",
-    "missed the flight home",
-)
-
-
 def time_raw_index(model, tokenizer, documents: list[str]) -> tuple[float, np.ndarray]:
     """The floor for an index: transformers alone, the documents tokenized (cut at MiniLM's pooling length, 256)
     and sorted by length, in padded passes of at most BATCH_TOKENS padded tokens (as the lab batches them),
@@ -1123,7 +1109,7 @@ def time_raw_query(model, tokenizer, query: str, unit: np.ndarray, k: int) -> tu
 def measure_search(model, tokenizer, reps: int) -> dict:
     """The lab's corpus indexed over HTTP in a fresh lab (POST + GET /api/search/index), interleaved with the raw
     padded passes of the same documents (each repetition numbers them anew, so that the lab computes a new
-    index); then each query of SEARCH_QUERIES over HTTP (POST /api/search at the lab's defaults: k 10, HNSW M 16,
+    index); then each query of SAMPLE_QUERIES over HTTP (POST /api/search at the lab's defaults: k 10, HNSW M 16,
     ef_construction 128, ef 64) against one raw pass + the exact search, and the graph's search time and recall."""
     base_documents = list(shipped_documents())
     raw_index, lab_index, raw_query, lab_query, exact, graph, recall = [], [], [], [], [], [], []
@@ -1138,7 +1124,7 @@ def measure_search(model, tokenizer, reps: int) -> dict:
             client.get(f"/api/search/index/{index_id}").raise_for_status()
             lab_index.append(ms_since(start))
             client.post("/api/search", json={"index_id": index_id, "query": "warm-up"}).raise_for_status()  # the graph
-            for query in SEARCH_QUERIES:
+            for query in SAMPLE_QUERIES:
                 pass_ms, search_ms = time_raw_query(model, tokenizer, query, unit, 10)
                 raw_query.append(pass_ms + search_ms)
                 start = time.perf_counter()
@@ -1161,7 +1147,7 @@ def measure_search(model, tokenizer, reps: int) -> dict:
         "recall_at_10": statistics.fmean(recall),
         "lowest_recall": min(recall),
         "build_seconds": built,
-        "queries": len(SEARCH_QUERIES),
+        "queries": len(SAMPLE_QUERIES),
         "reps": reps,
         **memory,
     }

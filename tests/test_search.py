@@ -20,6 +20,7 @@ from app.engine import corpus, search
 from app.engine.model import load_model, packaged_model_path
 from app.engine.rerank import load_cross_encoder
 from app.engine.runs import Engine
+from app.engine.search import SAMPLE_QUERIES
 from app.engine.spec import IndexSpec, from_canonical
 from app.main import create_app
 from app.serving.search import Searches
@@ -32,18 +33,6 @@ ROOT = Path(__file__).resolve().parents[1]
 # A sample of the shipped corpus, a document longer than MiniLM's 256-token pooling length, and one in French.
 LONG = " ".join(["The river bank was steep and the water was cold."] * 40)
 DOCUMENTS = (*search.shipped_documents()[::40], LONG, "La banque a relevé son taux d'intérêt.")
-QUERIES = (
-    "where can I borrow money to buy a house",
-    "sitting by the water watching the current",
-    "an animal that flies at night",
-    "hitting the ball in a game",
-    "a machine that lifts heavy loads",
-    "looking at cells under a microscope",
-    "a hot spring in the mountains",
-    "catching fish in a lake",
-    "the bass player tuned his guitar",
-    "missed the flight home",
-)
 
 
 def drain(slices):
@@ -105,10 +94,10 @@ def test_a_folder_with_prompts_reads_queries_and_documents_with_their_own(family
     expected = encoder.encode(list(documents), prompt_name="document", convert_to_numpy=True)
     atol = pass_tolerance(loaded.model.config, largest(expected))
     np.testing.assert_allclose(index.vectors.numpy(), expected, atol=atol, rtol=0)
-    read, _ = run_async(searches.query(engine, QUERIES[0], "query", ""))
-    expected = encoder.encode(QUERIES[0], prompt_name="query", convert_to_numpy=True)
+    read, _ = run_async(searches.query(engine, SAMPLE_QUERIES[0], "query", ""))
+    expected = encoder.encode(SAMPLE_QUERIES[0], prompt_name="query", convert_to_numpy=True)
     np.testing.assert_allclose(read.vector.numpy(), expected, atol=atol, rtol=0)
-    assert read.text == loaded.pipeline.prompts["query"] + QUERIES[0]
+    assert read.text == loaded.pipeline.prompts["query"] + SAMPLE_QUERIES[0]
 
 
 def test_the_exact_top_k_is_numpys_argsort_and_the_graphs_recall_is_measured(searches, minilm):
@@ -117,7 +106,7 @@ def test_the_exact_top_k_is_numpys_argsort_and_the_graphs_recall_is_measured(sea
     vectors = index.vectors.double().numpy()
     unit = vectors / np.linalg.norm(vectors, axis=1, keepdims=True)
     recalls = []
-    for query in QUERIES:
+    for query in SAMPLE_QUERIES:
         found = run_async(searches.search(spec, query, 10, None, "", (search.M, search.EF_CONSTRUCTION, search.EF)))
         q = found["query"].vector.double().numpy()
         cosines = unit @ (q / np.linalg.norm(q))
@@ -134,12 +123,12 @@ def test_the_exact_top_k_is_numpys_argsort_and_the_graphs_recall_is_measured(sea
         )
     print(
         f"\nrecall@10 of usearch's HNSW (M {search.M}, ef_construction {search.EF_CONSTRUCTION}, ef {search.EF}) "
-        f"against the exact top 10, {len(spec.documents):,} documents, {len(QUERIES)} queries: "
+        f"against the exact top 10, {len(spec.documents):,} documents, {len(SAMPLE_QUERIES)} queries: "
         f"mean {np.mean(recalls):.3f}, lowest {min(recalls):.1f}"
     )
     assert np.mean(recalls) >= 0.9
     # A graph with one link a vector and a shallow search misses some of them: the knobs matter.
-    sparse = run_async(searches.search(spec, QUERIES[0], 10, None, "", (2, 2, 1)))
+    sparse = run_async(searches.search(spec, SAMPLE_QUERIES[0], 10, None, "", (2, 2, 1)))
     assert sparse["graph"].m == 2 and 0 <= sparse["recall"] <= 1
 
 
@@ -183,10 +172,10 @@ def cross_encoder_folder(folder):
 
 def test_a_cross_encoder_folder_scores_as_cross_encoder_predict(tmp_path):
     folder = cross_encoder_folder(tmp_path / "cross")
-    pairs = [(QUERIES[0], document) for document in DOCUMENTS[:8]]
+    pairs = [(SAMPLE_QUERIES[0], document) for document in DOCUMENTS[:8]]
     expected = CrossEncoder(str(folder), device="cpu").predict(pairs, convert_to_numpy=True)
     cross = load_cross_encoder(folder)
-    found = drain(cross.score_slices(QUERIES[0], list(DOCUMENTS[:8])))
+    found = drain(cross.score_slices(SAMPLE_QUERIES[0], list(DOCUMENTS[:8])))
     np.testing.assert_allclose(found, expected, atol=1e-6, rtol=0)
 
 
@@ -213,16 +202,16 @@ def index_of(client, documents=DOCUMENTS, **body) -> str:
 
 def test_the_pair_view_s_a_to_b_cells_are_the_engine_s(client, minilm):
     index_id = index_of(client)
-    answer = client.post("/api/search", json={"index_id": index_id, "query": QUERIES[0], "k": 5})
+    answer = client.post("/api/search", json={"index_id": index_id, "query": SAMPLE_QUERIES[0], "k": 5})
     assert answer.status_code == 200, answer.text
     top = [hit["document"] for hit in answer.json()["exact"]]
-    asked = {"index_id": index_id, "query": QUERIES[0], "documents": top, "layer": 3, "head": 7, "shown": 1}
+    asked = {"index_id": index_id, "query": SAMPLE_QUERIES[0], "documents": top, "layer": 3, "head": 7, "shown": 1}
     pairs = client.post("/api/search/pairs", json=asked)
     assert pairs.status_code == 200, pairs.text
     body = pairs.json()
     assert body["layout"] == "[CLS] A [SEP] B [SEP]"
     engine = Engine(minilm, 20_000)
-    run = engine.run(engine.spec(QUERIES[0], DOCUMENTS[top[1]], prompt=""))
+    run = engine.run(engine.spec(SAMPLE_QUERIES[0], DOCUMENTS[top[1]], prompt=""))
     assert body["shown"]["run_id"] == run.run_id == body["pairs"][1]["run_id"]
     rows = [token.index for token in run.tokens if token.segment == "A"]
     cols = [token.index for token in run.tokens if token.segment == "B"]
@@ -233,7 +222,7 @@ def test_the_pair_view_s_a_to_b_cells_are_the_engine_s(client, minilm):
     assert body["pairs"][1]["cross_share"] == pytest.approx(float(share), abs=1e-12)
     # The cross-encoder's relevance of each pair, as CrossEncoder.predict gives it.
     expected = CrossEncoder(str(client.cross_folder), device="cpu").predict(
-        [(QUERIES[0], DOCUMENTS[document]) for document in top], convert_to_numpy=True
+        [(SAMPLE_QUERIES[0], DOCUMENTS[document]) for document in top], convert_to_numpy=True
     )
     np.testing.assert_allclose([pair["relevance"] for pair in body["pairs"]], expected, atol=1e-6, rtol=0)
     assert body["cross_encoder"] == "cross" and body["cross_ms"] > 0 and body["pairs_ms"] > 0
@@ -306,7 +295,7 @@ def test_indexing_reports_progress_and_stops_when_its_client_leaves(live):
 
 def test_a_restarted_lab_answers_the_same_index_with_the_same_ranking(live):
     started = httpx.post(f"{live.url}/api/search/index", json={"documents": "\n".join(DOCUMENTS)}).json()
-    body = {"index_id": started["index_id"], "query": QUERIES[1], "k": 10}
+    body = {"index_id": started["index_id"], "query": SAMPLE_QUERIES[1], "k": 10}
     before = httpx.post(f"{live.url}/api/search", json=body, timeout=120).json()
     live.stop()
     live.start()

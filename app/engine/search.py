@@ -41,6 +41,22 @@ QUERY_PROMPTS = ("query",)
 DOCUMENT_PROMPTS = ("document", "passage", "doc", "text")
 
 
+# A query on each of the lab's corpus's topics, its ambiguous words among them: what the bench times and the
+# tests measure recall on.
+SAMPLE_QUERIES = (
+    "where can I borrow money to buy a house",
+    "sitting by the water watching the current",
+    "an animal that flies at night",
+    "hitting the ball in a game",
+    "a machine that lifts heavy loads",
+    "looking at cells under a microscope",
+    "a hot spring in the mountains",
+    "catching fish in a lake",
+    "the bass player tuned his guitar",
+    "missed the flight home",
+)
+
+
 def shipped_documents() -> tuple[str, ...]:
     """The lab's own corpus (app.engine.corpus): one document per line."""
     return documents_of(CORPUS.read_text())
