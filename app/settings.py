@@ -10,7 +10,7 @@ import annotated_types
 from pydantic import Field, IPvAnyNetwork, ValidationError, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
-from app.engine.placement import checked_device, checked_dtype, split_choice
+from app.engine.placement import Placement, checked_device, checked_dtype, split_choice
 
 ENV_PREFIX = "ATTENTION_LAB_"
 KIB = 1024
@@ -141,6 +141,12 @@ class Settings(BaseSettings):
     port: Annotated[int, between(1, 65_535)] = 8000
     # Server processes `python -m app` starts; each loads its own copy of the model (about 0.5 GB).
     workers: Annotated[int, between(1, 64)] = 1
+
+    @property
+    def placement(self) -> Placement:
+        """What a model is read in where it does not choose (app.engine.placement): its weights alone may take
+        at most max_store_bytes of the host's memory."""
+        return Placement(self.dtype, self.device, self.max_store_bytes)
 
     @field_validator("models", "trusted_proxies", mode="before")
     @classmethod

@@ -64,3 +64,34 @@ def split_choice(reference: str) -> tuple[str, dict[str, str]]:
     if "device" in choices:
         checked_device(choices["device"])
     return reference, choices
+
+
+def resolved_device(choice: str) -> torch.device:
+    """The device a choice names; auto: the first CUDA device if there is one, else the CPU."""
+    if choice == "auto":
+        return torch.device("cuda:0" if torch.cuda.is_available() else "cpu")
+    device = torch.device(choice)
+    return torch.device("cuda:0") if device.type == "cuda" and device.index is None else device
+
+
+def saved_dtype(config) -> torch.dtype:
+    """The dtype a checkpoint's config says its weights were saved in (`dtype`, which transformers 5 also
+    reads an older config's `torch_dtype` into); float32 where it says none the lab runs in."""
+    saved = getattr(config, "dtype", None)
+    if isinstance(saved, str):
+        saved = DTYPES.get(saved)
+    return saved if saved in DTYPES.values() else torch.float32
+
+
+def device_budget(device: torch.device, placement: Placement) -> int | None:
+    """The bytes a model's weights may take where they run: on a GPU its free memory now, on the CPU the
+    placement's host budget; None where there is nothing to read (mps)."""
+    if device.type == "cuda":
+        return torch.cuda.mem_get_info(device)[0]
+    if device.type == "cpu":
+        return placement.host_budget_bytes
+    return None
+
+
+def dtype_name(dtype: torch.dtype) -> str:
+    return str(dtype).removeprefix("torch.")
