@@ -45,7 +45,7 @@ def main() -> None:
     one_core_elsewhere()
     try:
         specs = open_spec_store(settings)
-        model = load_model(settings.model_path)
+        model = load_model(settings.model_path, placement=settings.placement)
     except (ModelLoadError, StoreError) as error:
         sys.exit(f"attention-lab: {error}")
     if args.workers == 1:

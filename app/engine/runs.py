@@ -26,6 +26,7 @@ from app.engine.capture import (
     final_states,
     head_dim,
     padded_mask,
+    softmax_weights,
 )
 from app.engine.families.attention_only import reason
 from app.engine.families.base import Family
@@ -102,7 +103,7 @@ class Run:
     spec: RunSpec  # what was run: the numbers below follow from it and the model
     tokens: list[Token]
     truncated: bool
-    activations: dict[str, Tensor]  # float32, named as in app.engine.capture
+    activations: dict[str, Tensor]  # in the model's dtype, on the CPU, named as in app.engine.capture
     # The model's last hidden states (the last block's output; after the final norm in a pre-norm model)
     # for the input its pooling reads: the whole input, or its first max_seq_length tokens, which take a
     # pass of their own (Engine.pooling_pass; None until it is computed). [pooled_tokens, d_model]
@@ -206,13 +207,19 @@ class Run:
         q = self.activations[names.attn(layer, "q")][:, rows][head]
         k = self.activations[names.attn(layer, "k")][head]
         scoring = self.scoring[layer]
-        mask = additive_mask(self.spec.mask, len(self.tokens), scoring.window, queries)
+        mask = additive_mask(self.spec.mask, len(self.tokens), scoring.window, queries, q.dtype)
         bias = self.activations.get(names.attn(layer, "position_bias"))
         return attention_scores(q, k, mask, scoring.scale, None if bias is None else bias[:, rows][head])
 
+    @property
+    def dtype(self) -> torch.dtype:
+        """What the model computed the run in: its numbers (and the weights computed from them) are in it."""
+        return self.activations[names.attn(0, "weights" if self.family.attention_only else "q")].dtype
+
     def weights(self, layer: int) -> Tensor:
-        """Block `layer`'s attention weights, softmax(scores) in float32 as the model's eager attention
-        computes them: kept in the engine's block cache, computed from q and k when it does not hold them.
+        """Block `layer`'s attention weights, softmax(scores) as the model's eager attention computes them (in
+        float32, then rounded to the model's dtype, softmax_weights): kept in the engine's block cache,
+        computed from q and k when it does not hold them.
         A model without an adapter keeps its own output_attentions. A block past WHOLE_BLOCK_BYTES is not
         made at all (BlockTooLarge): its views read rows (weight_rows). [head, query, key]"""
         kept = self.activations.get(names.attn(layer, "weights"))
@@ -225,7 +232,7 @@ class Run:
         def compute() -> Tensor:
             if self.padded_to is not None:
                 return self._padded_weights(layer)
-            return self.scores(layer).softmax(-1, dtype=torch.float32)
+            return softmax_weights(self.scores(layer))
 
         return self.blocks.get(self.run_id, layer, compute)
 
@@ -239,17 +246,17 @@ class Run:
         n, padding = len(self.tokens), self.padded_to - len(self.tokens)
         q, k = (pad_rows(self.activations[names.attn(layer, name)], padding) for name in ("q", "k"))
         scoring = self.scoring[layer]
-        mask = padded_mask(self.spec.mask, n, self.padded_to, scoring.window)
+        mask = padded_mask(self.spec.mask, n, self.padded_to, scoring.window, q.dtype)
         bias = self.activations.get(names.attn(layer, "position_bias"))
         if bias is not None:
             bias = torch.nn.functional.pad(bias, (0, padding, 0, padding))
-        weights = attention_scores(q, k, mask, scoring.scale, bias).softmax(-1, dtype=torch.float32)
+        weights = softmax_weights(attention_scores(q, k, mask, scoring.scale, bias))
         return weights[:, :n, :n].contiguous()
 
     @property
     def block_bytes(self) -> int:
-        """The bytes of one block of weights: heads × tokens² float32."""
-        return self.n_heads * len(self.tokens) ** 2 * 4
+        """The bytes of one block of weights: heads × tokens² numbers of the model's dtype."""
+        return self.n_heads * len(self.tokens) ** 2 * self.dtype.itemsize
 
     @property
     def weights_peak_bytes(self) -> int:
@@ -298,15 +305,15 @@ class Run:
         n = len(self.tokens)
         first = queries.start // ROW_CHUNK * ROW_CHUNK
         last = min(n, -(-queries.stop // ROW_CHUNK) * ROW_CHUNK)
-        rows = torch.empty(len(heads), last - first, n)
-        hidden = 0.0 if softmax else torch.finfo(torch.float32).min  # a hidden key's weight, and its score
+        rows = torch.empty(len(heads), last - first, n, dtype=self.dtype)
+        hidden = 0.0 if softmax else torch.finfo(self.dtype).min  # a hidden key's weight, and its score
         with torch.inference_mode():
             for start in range(first, last, ROW_CHUNK):
                 stop = min(start + ROW_CHUNK, n)
                 scores = self._chunk_scores(layer, heads, start, stop)
                 seen = scores.shape[-1]
                 out = rows[:, start - first : stop - first]
-                out[..., :seen] = scores.softmax(-1, dtype=torch.float32) if softmax else scores
+                out[..., :seen] = softmax_weights(scores) if softmax else scores
                 out[..., seen:] = hidden
         return rows[:, queries.start - first : queries.stop - first]
 
@@ -327,7 +334,8 @@ class Run:
         k = self.activations[names.attn(layer, "k")][:, :seen][heads]
         scores = q @ k.transpose(-1, -2) * scoring.scale
         if causal:
-            scores[..., start:stop] += additive_mask("causal", stop - start)  # the diagonal block's upper triangle
+            # the diagonal block's upper triangle
+            scores[..., start:stop] += additive_mask("causal", stop - start, dtype=scores.dtype)
         return scores
 
     def kept_weights(self, layer: int) -> Tensor | None:
@@ -469,6 +477,8 @@ class Engine:
         pipeline = loaded.pipeline
         return {
             "name": loaded.name,
+            "dtype": loaded.dtype,
+            "device": str(loaded.device),
             "family": family.name,
             "attention_only": None if adapted else reason(family.name),
             "capabilities": dict.fromkeys(NEEDS_ADAPTER, adapted),

@@ -67,7 +67,10 @@ class Dense:
     activation: str  # the torch.nn module's class path its config names, e.g. torch.nn.modules.activation.Tanh
 
     def __call__(self, x: Tensor) -> Tensor:
-        return torch_activation(self.activation)(torch.nn.functional.linear(x, self.weight, self.bias))
+        # A Dense module is float32 (sentence-transformers keeps it apart from the model): a bfloat16 or
+        # float16 model's pooled vector is upcast to it, exactly.
+        linear = torch.nn.functional.linear(x.to(self.weight.dtype), self.weight, self.bias)
+        return torch_activation(self.activation)(linear)
 
     @property
     def title(self) -> str:

@@ -38,6 +38,7 @@ from app.engine.attribution import steps_per_slice
 from app.engine.blocks import BlockCache
 from app.engine.capture import MADE_WEIGHTS_BYTES
 from app.engine.model import LoadedModel
+from app.engine.placement import Placement
 from app.engine.runs import BATCH_TOKENS, Engine, Run
 from app.engine.spec import RUN_ID, AtlasSpec, RunSpec
 from app.engine.threads import ModelThreads
@@ -188,8 +189,11 @@ class Lab:
         max_patch_tokens: int | None = None,
         max_ablation_tokens: int | None = None,
         model_loads_per_hour: int = 20,
+        placement: Placement | None = None,
     ):
-        """`loaded`: the default model; `folders`: more models, loaded when first asked for."""
+        """`loaded`: the default model; `folders`: more models, loaded when first asked for, in `placement`'s
+        dtype and device where they do not choose their own (by default: decided at load, their weights within
+        max_cache_bytes)."""
         # One budget of memory for what is kept and the work under way (app.serving.memory.Budget): every
         # computation takes its bytes from it before it starts. What is kept is bounded within it too: a quarter
         # for computed blocks of weights (Run.weights, each N² floats a head), the rest for the runs and the
@@ -202,7 +206,8 @@ class Lab:
             gate.max_waiting_per_address,
         )
         self.blocks = BlockCache(max_cache_bytes // BLOCK_SHARE)
-        self.models = Models(loaded, list(folders), max_chars, max_tokens, max_loaded_models, self.blocks)
+        placement = placement or Placement(host_budget_bytes=max_cache_bytes)
+        self.models = Models(loaded, list(folders), max_chars, max_tokens, max_loaded_models, self.blocks, placement)
         self.loads = Loads(model_loads_per_hour)
         self.max_attribution_step_tokens = max_attribution_step_tokens
         self.max_patch_tokens = max_patch_tokens

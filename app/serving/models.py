@@ -12,8 +12,10 @@ from pathlib import Path
 
 from app.engine.blocks import BlockCache
 from app.engine.model import (
+    AUTO,
     LoadedModel,
     ModelLoadError,
+    ModelTooLarge,
     Step,
     load_model,
     load_steps,
@@ -21,6 +23,7 @@ from app.engine.model import (
     read_model_config,
     read_sentence_pipeline,
 )
+from app.engine.placement import Placement
 from app.engine.runs import BLOCK_BYTES, Engine, InvalidInput
 from app.serving.gate import TooManyWaiting
 
@@ -76,14 +79,18 @@ class Models:
         max_tokens: int | None,
         max_loaded: int,
         blocks: BlockCache | None = None,
+        placement: Placement = AUTO,
     ):
-        """`folders`: more models, each a folder or a Hub id (app.engine.model.locate). `blocks`: where every
-        engine's runs keep the blocks of weights they compute, one cache for all (Run.weights)."""
+        """`folders`: more models, each a folder or a Hub id (app.engine.model.locate), read in `placement`'s
+        dtype and device where it does not choose its own (`?dtype=…`). `blocks`: where every engine's runs
+        keep the blocks of weights they compute, one cache for all (Run.weights)."""
         self.default = default.name
         # every engine's input limits and block cache (Engine)
         self.limits = (max_chars, max_tokens, BlockCache(BLOCK_BYTES) if blocks is None else blocks)
         self.max_loaded = max_loaded
         self.folders: dict[str, Path] = {default.name: default.path}
+        self.placement = placement
+        self.references: dict[str, str | Path] = {}  # what each model beside the default was listed as
         for folder in folders:
             name, path = locate(folder)
             if name in self.folders:
@@ -93,15 +100,19 @@ class Models:
             # A bad folder stops the lab at start, not a learner's request.
             read_model_config(path / read_sentence_pipeline(path).transformer)
             self.folders[name] = path
+            self.references[name] = folder
         self._engines: OrderedDict[str, Engine] = OrderedDict({default.name: Engine(default, *self.limits)})
         # Each model's shape (Engine.info), read once here: a model is loaded for its runs, never for a view. One
         # that cannot be loaded (its probe fails) leaves the lab starting, and says why when asked for.
         self.infos = {default.name: self._engines[default.name].info}
         self.unreadable: dict[str, str] = {}
-        for name, folder in self.folders.items():
+        for name in self.folders:
             if name not in self.infos:
                 try:
-                    self.infos[name] = Engine(load_model(folder, name), *self.limits).info
+                    loaded = load_model(self.references[name], name, placement)
+                    self.infos[name] = Engine(loaded, *self.limits).info
+                except ModelTooLarge:
+                    raise  # the lab's settings cannot serve it: they are changed, not a learner told
                 except ModelLoadError as error:
                     self.unreadable[name] = str(error)
         self._loading: dict[str, asyncio.Lock] = {}
@@ -141,7 +152,12 @@ class Models:
             async with self._loading.setdefault(name, asyncio.Lock()):
                 engine = self._engines.get(name)
                 if engine is None:
-                    steps = load_steps(self.folders[name], name, then=lambda loaded: Engine(loaded, *self.limits))
+                    steps = load_steps(
+                        self.references[name],
+                        name,
+                        then=lambda loaded: Engine(loaded, *self.limits),
+                        placement=self.placement,
+                    )
                     try:
                         engine = self._engines[name] = await load(name, steps)
                     except ModelLoadError as error:

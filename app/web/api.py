@@ -21,7 +21,7 @@ from app.serving.lab import Lab
 from app.serving.server import is_loopback
 from app.web.compression import MIN_BYTES, chosen_encoding, compressed
 from app.web.deps import ClientDep, LabDep, request_reads
-from app.web.encoding import MEDIA_TYPE, PIECE_BYTES, encode_attention
+from app.web.encoding import MEDIA_TYPE, PIECE_BYTES, encode_attention, on_wire
 from app.web.schemas import (
     AnalyzeRequest,
     AnalyzeResponse,
@@ -64,7 +64,8 @@ NOT_FOUND = {
 
 
 class NumbersResponse(Response):
-    """JSON straight from float32 tensors: orjson writes each float32 exactly, and fast."""
+    """JSON straight from float32 tensors (a bfloat16 or float16 model's upcast, numbers): orjson writes each
+    float32 exactly, and fast."""
 
     media_type = "application/json"
 
@@ -115,7 +116,7 @@ def json_bytes(tensors: Iterable[Tensor]) -> int:
 
 def numbers(tensors: dict) -> dict:
     # orjson writes only C-contiguous arrays; per-head slices are strided views.
-    return {name: np.ascontiguousarray(tensor.numpy()) for name, tensor in tensors.items()}
+    return {name: np.ascontiguousarray(on_wire(tensor).numpy()) for name, tensor in tensors.items()}
 
 
 # Health and model are async: they answer on the event loop even while every worker thread is busy.
@@ -216,12 +217,12 @@ def sentence_vector(run: Run) -> dict:
             {
                 "module": stage.module,
                 "title": stage.title,
-                "vector": stage.vector.numpy(),
+                "vector": on_wire(stage.vector).numpy(),
                 "norm": float(stage.vector.norm()),
             }
             for stage in stages
         ],
-        "embedding": stages[-1].vector.numpy(),
+        "embedding": on_wire(stages[-1].vector).numpy(),
     }
 
 
@@ -230,9 +231,9 @@ def pooled(strategy: str, vector, tokens: int) -> dict:
     return {
         "strategy": strategy,
         "tokens": tokens,
-        "vector": vector.numpy(),
+        "vector": on_wire(vector).numpy(),
         "norm": float(norm),
-        "normalized": (vector / norm).numpy(),
+        "normalized": on_wire(vector / norm).numpy(),
     }
 
 
@@ -269,7 +270,7 @@ async def rollout(run: RunDep, lab: LabDep, client: ClientDep, token: int):
         client,
         f"the rollout of run {run.run_id}",
         lessons.rollout_bytes(run) + len(run.tokens) * JSON_NUMBER_BYTES,
-        lambda: {"index": token, "rollout": lessons.rollout(run)[token].numpy()},
+        lambda: {"index": token, "rollout": on_wire(lessons.rollout(run)[token]).numpy()},
     )
 
 
@@ -346,7 +347,7 @@ async def attribution(body: AttributionRequest, lab: LabDep, client: ClientDep):
         {
             **found,
             "tokens": [token.__dict__ for token in found["tokens"]],
-            "attributions": found["attributions"].numpy(),
+            "attributions": on_wire(found["attributions"]).numpy(),
         }
     )
 

@@ -68,8 +68,14 @@ def _pieces(blocks: list[torch.Tensor], dtype: AttentionDtype, scale: float) -> 
 
 def _encode(matrices: torch.Tensor, dtype: AttentionDtype, scale: float) -> bytes:
     if dtype == "uint8":
-        return _uint8(matrices.numpy(), scale).tobytes()
-    return matrices.numpy().astype("<f2" if dtype == "float16" else "<f4", copy=False).tobytes()
+        return _uint8(on_wire(matrices).numpy(), scale).tobytes()
+    return on_wire(matrices).numpy().astype("<f2" if dtype == "float16" else "<f4", copy=False).tobytes()
+
+
+def on_wire(values: torch.Tensor) -> torch.Tensor:
+    """A model's numbers as they are sent: a bfloat16 or float16 model's upcast to float32, which holds each of
+    them exactly (NumPy has no bfloat16); float32 and float64 as they are."""
+    return values.float() if values.dtype in (torch.bfloat16, torch.float16) else values
 
 
 def _uint8(values: np.ndarray, scale: float) -> np.ndarray:

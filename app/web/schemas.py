@@ -152,6 +152,12 @@ class SentenceModule(BaseModel):
 
 class ModelInfo(BaseModel):
     name: str = Field(description="The folder's name, or the Hub id it was named by (org/name)")
+    dtype: Literal["float32", "bfloat16", "float16"] = Field(
+        description="What the model's weights and passes are in (ATTENTION_LAB_DTYPE): every number of its runs is "
+        "the model's own in it, sent as float32, which holds a bfloat16 or float16 number exactly. In bfloat16 or "
+        "float16 they are not float32's numbers: exact to the model as it ran, not to its float32 weights"
+    )
+    device: str = Field(description="Where its passes run (ATTENTION_LAB_DEVICE): cpu, cuda:0, …")
     attention_only: str | None = Field(
         description="Why only the attention weights are read, for a model of a family without an adapter "
         "(\"no adapter for the 'opt' family: attention weights only\"); null: every view works"
