@@ -34,6 +34,8 @@ def test_analyze_contract(bank):
     assert bank["ablated"] == []
     expected = {
         "name": "sentence-transformers/all-MiniLM-L6-v2",
+        "dtype": "float32",  # auto, on a CPU
+        "device": "cpu",
         "family": "BERT",
         "attention_only": None,
         "capabilities": dict.fromkeys(["qkv", "worked_example", "ffn", "measures", "ablation", "pipeline"], True),

@@ -2,23 +2,30 @@
 them, checkpoints saved in bfloat16 and sharded, and the lab's numbers against transformers' own eager pass in
 the same dtype."""
 
+import copy
 import json
 import os
+import subprocess
+import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 import torch
 from fastapi.testclient import TestClient
-from transformers import AutoConfig, AutoModel, AutoModelForCausalLM
+from transformers import AutoConfig, AutoModel, AutoModelForCausalLM, LlamaConfig
 
-from app.engine import names
-from app.engine.model import load_model
+from app.engine import measures, names
+from app.engine.model import ModelTooLarge, load_model
 from app.engine.placement import Placement, PlacementError, split_choice
 from app.engine.runs import Engine
 from app.main import create_app
+from app.serving.models import Models
 from app.settings import SettingsError, get_settings
 from app.web.encoding import decode_attention
-from tests.families import build
+from tests.families import POSITIONS, build
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.mark.parametrize(
@@ -97,9 +104,9 @@ def sharded(request, tmp_path_factory) -> tuple[str, Path]:
     return request.param, bfloat16_shards(request.param, tmp_path_factory.mktemp(request.param))
 
 
-def eager(folder: Path, dtype: torch.dtype, input_ids: torch.Tensor):
-    """transformers' own eager pass of the folder in `dtype`: its weights and hidden states."""
-    model = model_class(folder).from_pretrained(folder, dtype=dtype, attn_implementation="eager").eval()
+def eager(folder: Path, dtype: torch.dtype, input_ids: torch.Tensor, device: str = "cpu"):
+    """transformers' own eager pass of the folder in `dtype` on `device`: its weights and hidden states."""
+    model = model_class(folder).from_pretrained(folder, dtype=dtype, attn_implementation="eager").to(device).eval()
     with torch.inference_mode():
         return model(input_ids=input_ids[None], output_attentions=True, output_hidden_states=True)
 
@@ -166,3 +173,110 @@ def test_every_answer_of_a_bfloat16_run_is_its_own_numbers_sent_exactly(bfloat16
         assert client.get(f"/api/runs/{run_id}/{path}").status_code == 200, path
     if loaded.has_lm_head:
         assert client.get(f"/api/runs/{run_id}/tokens/2/next").status_code == 200
+
+
+def parameters(folder: Path) -> int:
+    return sum(weight.numel() for weight in model_class(folder).from_pretrained(folder).parameters())
+
+
+def test_auto_reads_bfloat16_on_the_cpu_where_float32_would_not_fit_the_budget(sharded):
+    _, folder = sharded
+    count = parameters(folder)
+    assert load_model(folder, placement=Placement(host_budget_bytes=count * 4)).dtype == "float32"
+    assert load_model(folder, placement=Placement(host_budget_bytes=count * 3)).dtype == "bfloat16"
+
+
+def test_a_model_whose_weights_pass_the_budget_is_refused_with_its_size_and_the_budget(sharded):
+    _, folder = sharded
+    count = parameters(folder)
+    with pytest.raises(ModelTooLarge) as refused:
+        load_model(folder, placement=Placement(dtype="float32", host_budget_bytes=count * 3))
+    size, budget = f"{count * 4 / 1024**3:.2f} GiB", f"{count * 3 / 1024**3:.2f} GiB"
+    assert str(refused.value) == (
+        f"model folder {folder}: its {count:,} weights take {size} in float32, past the host's memory budget, "
+        f"ATTENTION_LAB_MAX_STORE_BYTES, {budget}"
+    )
+
+
+def test_a_listed_model_reads_in_the_dtype_it_chooses_and_is_named_with_it(sharded, tmp_path):
+    _, folder = sharded
+    default = load_model(folder, placement=Placement(dtype="float32"))
+    models = Models(default, [f"{folder}?dtype=bfloat16"], 1000, None, 3, placement=Placement(dtype="float32"))
+    assert models.names == [folder.name, f"{folder.name}?dtype=bfloat16"]
+    assert [models.info(name)["dtype"] for name in models.names] == ["float32", "bfloat16"]
+
+
+# Llama-3.2-1B's shape, two of its 16 blocks and a quarter of its 128,256-token vocabulary (tied, as its own):
+# 189 M weights, 757 MB in float32, where the whole model's 1.24 B take 4.9 GB.
+LLAMA_1B = {
+    "hidden_size": 2048,
+    "intermediate_size": 8192,
+    "num_attention_heads": 32,
+    "num_key_value_heads": 8,
+    "head_dim": 64,
+    "num_hidden_layers": 2,
+    "vocab_size": 32_768,
+    "tie_word_embeddings": True,
+}
+RSS = """
+import gc, sys
+from app.engine.model import load_model
+from app.engine.placement import Placement
+
+def status(field):
+    return next(int(line.split()[1]) * 1024 for line in open("/proc/self/status") if line.startswith(field))
+
+held, peak = status("VmRSS"), status("VmHWM")
+loaded = load_model(sys.argv[1], placement=Placement(dtype=sys.argv[2]))
+gc.collect()
+print(status("VmRSS") - held, status("VmHWM") - peak)
+"""
+
+
+def test_a_1b_shaped_llama_in_bfloat16_takes_about_half_the_memory_of_float32(tmp_path):
+    """The RSS a fresh process holds once a bfloat16 sharded checkpoint is loaded, above what it held after its
+    imports, read in float32 and in bfloat16: about half. The peak while loading is given too: a bfloat16 read
+    maps the shards' pages as the model's own, a float32 one holds them beside its converted copies until it
+    ends (about 1.5 times float32's weights)."""
+    folder = tmp_path / "llama-1b-shape"
+    build("llama", folder)  # its tokenizer
+    (folder / "model.safetensors").unlink()
+    config = LlamaConfig(**LLAMA_1B, max_position_embeddings=POSITIONS, bos_token_id=0, eos_token_id=1)
+    AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16).save_pretrained(folder, max_shard_size="100MB")
+    assert (folder / "model.safetensors.index.json").exists()
+    weights = parameters_of(config)
+    grown = {}
+    for dtype in ("float32", "bfloat16"):
+        command = [sys.executable, "-c", RSS, str(folder), dtype]
+        out = subprocess.run(command, capture_output=True, text=True, check=True, cwd=ROOT).stdout
+        grown[dtype] = [int(value) for value in out.split()[-2:]]  # held, peak
+    print(f"{weights:,} weights; RSS grown by (held, peak): {grown}")
+    assert grown["float32"][0] >= weights * 4
+    assert 0.4 <= grown["bfloat16"][0] / grown["float32"][0] <= 0.65, grown
+
+
+def parameters_of(config) -> int:
+    with torch.device("meta"):
+        return sum(weight.numel() for weight in AutoModelForCausalLM.from_config(config).parameters())
+
+
+def upcast_copy(run, model):
+    """The run as a float32 pass would hold the bfloat16 one's numbers: every activation and every block of
+    weights upcast (exactly), beside a float32 copy of the model."""
+    activations = {name: values.float() for name, values in run.activations.items()}
+    for layer in range(run.n_layers):
+        activations[names.attn(layer, "weights")] = run.weights(layer).float()
+    return replace(run, activations=activations), copy.deepcopy(model).float()
+
+
+def test_alti_of_a_bfloat16_run_is_its_float32_computation_on_the_upcast_numbers(sharded):
+    _, folder = sharded
+    loaded = load_model(folder, placement=Placement(dtype="bfloat16"))
+    run = Engine(loaded, 1000).run(Engine(loaded, 1000).spec(TEXT))
+    upcast, float32_model = upcast_copy(run, loaded.model)
+    for layer in range(run.n_layers):
+        ours = [piece() for piece in measures.alti_slices(run, loaded.model, layer)][-1]
+        theirs = [piece() for piece in measures.alti_slices(upcast, float32_model, layer)][-1]
+        assert ours.dtype == torch.float32
+        assert torch.equal(ours, theirs), layer
+        assert torch.equal(measures.norm(run, loaded.model, layer), measures.norm(upcast, float32_model, layer))

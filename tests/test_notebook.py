@@ -181,8 +181,8 @@ def test_a_model_object_is_refused_where_the_lab_cannot_read_it_as_it_is():
     model, tokenizer = gpt2_objects()
     with pytest.raises(Exception, match="needs its tokenizer"):
         show(SHORT, model)
-    with pytest.raises(ModelLoadError, match="float16: the lab's numbers are float32"):
-        show(SHORT, model.half(), tokenizer)
+    with pytest.raises(ModelLoadError, match="float64: the lab reads float32, bfloat16, float16"):
+        show(SHORT, model.double(), tokenizer)
 
 
 def test_attention_lab_says_so_when_another_app_was_imported_first(tmp_path):

@@ -190,8 +190,9 @@ def query_chunk(n: int, d_model: int) -> int:
 
 
 def attention_output_weights(run, model, layer: int) -> tuple[Tensor, Tensor, torch.nn.LayerNorm | None]:
-    """W_O [d_model, heads·d_head] and b_O of block `layer` (zeros where it has none), and the LayerNorm
-    after its residual in a post-LN model (None in a pre-norm one)."""
+    """W_O [d_model, heads·d_head] and b_O of block `layer` (zeros where it has none), in float32 (a bfloat16 or
+    float16 model's upcast: the measures compute in float32 or more, from the model's own numbers), and the
+    LayerNorm after its residual in a post-LN model (None in a pre-norm one)."""
     family = run.family
     block = model.base_model.get_submodule(f"{family.blocks}.{layer}")
     w_o = block.get_submodule(family.attention_output)
@@ -199,12 +200,13 @@ def attention_output_weights(run, model, layer: int) -> tuple[Tensor, Tensor, to
     weight = w_o.weight.detach() if isinstance(w_o, torch.nn.Linear) else w_o.weight.detach().T
     bias = w_o.bias.detach() if w_o.bias is not None else torch.zeros(len(weight))
     norm = block.get_submodule(family.post_attention_norm) if family.post_attention_norm else None
-    return weight, bias, norm
+    return weight.float(), bias.float(), norm
 
 
 def transformed_values(run, model, layer: int) -> Tensor:
-    """f_h(x_j): each head's value vectors through its columns of W_O. [head, key, d_model]"""
-    v = run.activations[names.attn(layer, "v")]  # [head, pos, d_head]
+    """f_h(x_j): each head's value vectors through its columns of W_O, in float32 (upcast from a bfloat16 or
+    float16 run). [head, key, d_model]"""
+    v = run.activations[names.attn(layer, "v")].float()  # [head, pos, d_head]
     w_o, _, _ = attention_output_weights(run, model, layer)
     d_head = v.shape[-1]
     per_head = w_o.unflatten(1, (run.n_heads, d_head)).permute(1, 2, 0)  # [head, d_head, d_model]
