@@ -34,6 +34,9 @@ export function exportedView({ state, model, matrix, sink, pooled, name, window 
     text: state.text,
     text_pair: run.text_pair,
     model: model.name,
+    // The model's numbers are in this dtype; the matrix holds them as float32, which holds bfloat16 and float16
+    // exactly.
+    dtype: model.dtype,
     mask: run.mask,
     pooling: run.pooling,
     view: {
@@ -78,7 +81,7 @@ export function saveCSV(view, name) {
   const perBlock = view.view.no_head ? ` (${view.view.no_head})` : "";
   const lines = [
     csvCell(`# prompt: ${view.text.replace(/[\r\n]+/g, " ")}`),
-    csvCell(`# model: ${view.model}; mask: ${view.mask}; view: ${view.view.name}${perBlock}; each cell: ${view.view.measure_name} (${view.view.values}); special tokens: ${view.view.sinks}; segments: ${view.view.segments}; rows are queries ${view.rows[0]}–${view.rows[1] - 1}, columns keys ${view.cols[0]}–${view.cols[1] - 1}`),
+    csvCell(`# model: ${view.model} (${view.dtype}); mask: ${view.mask}; view: ${view.view.name}${perBlock}; each cell: ${view.view.measure_name} (${view.view.values}); special tokens: ${view.view.sinks}; segments: ${view.view.segments}; rows are queries ${view.rows[0]}–${view.rows[1] - 1}, columns keys ${view.cols[0]}–${view.cols[1] - 1}`),
     ["query \\ key", ...view.tokens.slice(...view.cols).map((token) => token.label), ...sink].map(csvCell).join(","),
     ...view.matrix.map((row, offset) => {
       const index = view.rows[0] + offset;

@@ -1,23 +1,31 @@
 """The page follows any model a user brings: a sentence-transformers EmbeddingGemma (its prompts beside the
 prompt, its prompt tokens marked, its Dense and Normalize modules in the sentence-vector panel, what its scores
 do besides q·k/√d in the worked example and the tour), and an OPT, a family without an adapter (attention
-weights only: every view that needs an adapter says why instead). Tiny random folders (tests/families.py)
+weights only: every view that needs an adapter says why instead), and a Llama run in bfloat16 (the bar and the
+exports say so, and the numbers are transformers' own bfloat16 ones). Tiny random folders (tests/families.py)
 served by `python -m app`."""
 
-import httpx
-import pytest
-from playwright.sync_api import expect
+import csv
+import io
+import json
 
-from tests.browser.conftest import open_panel, screenshot, wait_until
+import httpx
+import numpy as np
+import pytest
+import torch
+from playwright.sync_api import expect
+from transformers import AutoModel, AutoTokenizer
+
+from tests.browser.conftest import open_panel, save, screenshot, wait_until
 from tests.conftest import LabProcess
 from tests.families import build
 
 TEXT = "The cat sat on the mat."
 
 
-def serve(name: str, tmp_path_factory):
+def serve(name: str, tmp_path_factory, env: dict[str, str] | None = None):
     folder = build(name, tmp_path_factory.mktemp(name) / name)
-    lab = LabProcess(folder.parent, env={"ATTENTION_LAB_MODEL_PATH": str(folder)})
+    lab = LabProcess(folder.parent, env={"ATTENTION_LAB_MODEL_PATH": str(folder), **(env or {})})
     lab.start()
     yield lab.url
     lab.stop()
@@ -31,6 +39,20 @@ def gemma_lab(tmp_path_factory):
 @pytest.fixture(scope="module")
 def opt_lab(tmp_path_factory):
     yield from serve("opt", tmp_path_factory)
+
+
+@pytest.fixture(scope="module")
+def bfloat16_folder(tmp_path_factory):
+    return build("llama", tmp_path_factory.mktemp("llama-bfloat16") / "llama")
+
+
+@pytest.fixture(scope="module")
+def bfloat16_lab(bfloat16_folder):
+    env = {"ATTENTION_LAB_MODEL_PATH": str(bfloat16_folder), "ATTENTION_LAB_DTYPE": "bfloat16"}
+    lab = LabProcess(bfloat16_folder.parent, env=env)
+    lab.start()
+    yield lab.url
+    lab.stop()
 
 
 @pytest.fixture
@@ -170,3 +192,33 @@ def test_a_family_without_an_adapter_shows_its_weights_and_says_why_the_rest_is_
     expect(page.locator("#tour-text")).to_have_text(f"This step's view is not available for {model['name']}: {reason}.")
     screenshot(page, "76-opt-attention-only-tour")
     assert page.locator("#error").is_hidden()
+
+
+def test_a_bfloat16_model_says_so_in_the_bar_and_in_its_exports_whose_numbers_are_its_own(
+    browser, bfloat16_lab, bfloat16_folder
+):
+    context = browser.new_context(viewport={"width": 1280, "height": 720}, accept_downloads=True)
+    page = context.new_page()
+    page.goto(f"{bfloat16_lab}/?text=The+cat+sat+on+the+mat.&layer=1&head=2")
+    wait_until(page, "document.body.dataset.run && document.body.dataset.busy === 'false'")
+    expect(page.locator("#model-dtype")).to_have_text("bfloat16")
+    assert "not those of a float32 pass" in page.locator("#model-name").get_attribute("title")
+    with page.expect_download() as download:
+        save(page, "export-json")
+    exported = json.loads(open(download.value.path()).read())
+    with page.expect_download() as download:
+        save(page, "export-csv")
+    rows = list(csv.reader(io.StringIO(open(download.value.path()).read())))
+    screenshot(page, "any-model-bfloat16-bar", page.locator(".topbar"))
+    context.close()
+
+    # transformers' own eager pass in bfloat16: its weights, upcast exactly, are the export's to the bit
+    model = AutoModel.from_pretrained(bfloat16_folder, dtype=torch.bfloat16, attn_implementation="eager")
+    ids = AutoTokenizer.from_pretrained(bfloat16_folder)("The cat sat on the mat.", return_tensors="pt")
+    with torch.inference_mode():
+        expected = model(**ids, output_attentions=True).attentions[1][0, 2].float().numpy()
+    assert exported["dtype"] == "bfloat16"
+    np.testing.assert_array_equal(np.array(exported["matrix"], dtype=np.float32), expected)
+    assert rows[1][0].startswith("# model: llama (bfloat16);"), rows[1]
+    rows = [row for row in rows if not row[0].startswith("#")]
+    np.testing.assert_array_equal(np.array([row[1:] for row in rows[1:]], dtype=np.float32), expected)
