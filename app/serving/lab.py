@@ -37,7 +37,7 @@ from app.engine.atlas import (
 from app.engine.attribution import steps_per_slice
 from app.engine.blocks import BlockCache
 from app.engine.capture import MADE_WEIGHTS_BYTES
-from app.engine.model import LoadedModel
+from app.engine.model import LoadedModel, in_float32, upcast_bytes
 from app.engine.placement import Placement
 from app.engine.runs import BATCH_TOKENS, Engine, Run
 from app.engine.spec import RUN_ID, AtlasSpec, RunSpec
@@ -504,14 +504,19 @@ class Lab:
         """Which tokens make an output what it is (Engine.attribution's `ask`), checked at once (its text,
         its cost), then computed in slices at turns of the gate."""
         engine = await self.engine_for(model, client)
-        slices = engine.attribution(**ask, max_step_tokens=self.max_attribution_step_tokens)
+        bound = self.max_attribution_step_tokens
+        checked = engine.attribution(**ask, max_step_tokens=bound)
+        slices = in_float32(
+            engine.loaded, checked, lambda float32: engine.attribution(**ask, max_step_tokens=bound, model=float32)
+        )
         what = (
             f"Integrated Gradients of {ask['steps']} steps"
             if ask["method"] == "integrated_gradients"
             else "gradient × input"
         )
         tokens = await self._tokens(engine, ask["text"], ask.get("other"))
-        return await self.in_turns(what, slices, client, engine.backward_bytes(steps_per_slice(tokens), tokens))
+        nbytes = engine.backward_bytes(steps_per_slice(tokens), tokens) + upcast_bytes(engine.loaded)
+        return await self.in_turns(what, slices, client, nbytes)
 
     async def _tokens(self, engine: Engine, *texts: str | None) -> int:
         """The most tokens any of the texts reads (at most the engine's max_tokens), tokenized in a thread."""

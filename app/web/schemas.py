@@ -564,8 +564,22 @@ class AttributionTarget(BaseModel):
     position: int | None = Field(None, description="next_token: the position the LM head reads (the last)")
 
 
+ComputedIn = Annotated[
+    Literal["float32"],
+    Field(
+        description="What the measure computed in: float32, on the model's own numbers upcast (exactly) where the "
+        "model is bfloat16 or float16, a float32 copy of its weights held while the measure runs"
+    ),
+]
+ModelDtype = Annotated[
+    Literal["float32", "bfloat16", "float16"], Field(description="What the model's weights and passes are in")
+]
+
+
 class AttributionResponse(BaseModel):
     method: str
+    computed_in: ComputedIn
+    model_dtype: ModelDtype
     tokens: list[TokenPublic] = Field(description="The text's tokens, as the model's pooling reads them")
     attributions: list[float] = Field(description="Per token: the attribution summed over embedding dimensions")
     target: AttributionTarget
