@@ -333,3 +333,22 @@ def test_attribution_of_a_bfloat16_model_is_the_float32_computation_on_its_upcas
     in_bfloat16 = [piece() for piece in engine.attribution(**ask)][-1]
     assert in_bfloat16["computed_in"] == "bfloat16"
     assert (in_bfloat16["attributions"].float() - torch.tensor(theirs["attributions"])).abs().max() > atol
+
+
+@pytest.mark.parametrize(
+    "patch", [{"site": "head", "sweep": "blocks_heads"}, {"site": "resid_pre", "sweep": "blocks_positions"}]
+)
+def test_patching_a_bfloat16_model_is_the_float32_computation_on_its_upcast_weights(half_and_float32, patch):
+    half, half_client, full_client = half_and_float32
+    ask = {"text": TEXT, "source": "The dog sat on the rug.", "align": "end", **patch}
+    ours = half_client.post("/api/patch", json=ask).json()
+    theirs = full_client.post("/api/patch", json=ask).json()
+    assert (ours["computed_in"], ours["model_dtype"], theirs["model_dtype"]) == ("float32", "bfloat16", "float32")
+    assert ours["target"] == theirs["target"]
+    effects = lambda answer: [answer["a"], answer["b"], *answer["cells"]]  # noqa: E731
+    values = [
+        [effect[key] for effect in effects(answer) for key in ("value", "to_a") if effect.get(key) is not None]
+        for answer in (ours, theirs)
+    ]
+    atol = tolerance(pass_terms(half.model.config), largest(values[1]))
+    assert torch.allclose(torch.tensor(values[0]), torch.tensor(values[1]), rtol=0, atol=atol)

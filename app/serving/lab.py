@@ -527,10 +527,14 @@ class Lab:
         """Input A with activations of input B put in (app.engine.patches.patch_job's `ask`): checked at once
         (its texts, its cells, its cost), then one padded pass of several cells per turn of the gate."""
         engine = await self.engine_for(model, client)
-        slices = patches.patch_job(engine, **ask, max_cell_tokens=self.max_patch_tokens)
+        bound = self.max_patch_tokens
+        checked = patches.patch_job(engine, **ask, max_cell_tokens=bound)
+        on_copy = lambda float32: patches.patch_job(engine, **ask, max_cell_tokens=bound, model=float32)  # noqa: E731
+        slices = in_float32(engine.loaded, checked, on_copy)
         tokens = await self._tokens(engine, ask["text"], ask["source"])
         nbytes = engine.transient_bytes(BATCH_TOKENS // tokens + 2, tokens) + engine.run_bytes(tokens)
-        return await self.in_turns(f"patching of {len(slices) - 1} passes", slices, client, nbytes)
+        nbytes += upcast_bytes(engine.loaded)
+        return await self.in_turns(f"patching of {len(checked) - 1} passes", slices, client, nbytes)
 
     async def scoreboard(
         self, model: str | None, client: Client = ANYONE, *, text: str, query: int | None, other: str | None

@@ -641,6 +641,8 @@ class PatchCell(PatchEffect):
 
 
 class PatchResponse(BaseModel):
+    computed_in: ComputedIn
+    model_dtype: ModelDtype
     a_tokens: list[TokenPublic]
     b_tokens: list[TokenPublic]
     align: str | None
