@@ -352,3 +352,27 @@ def test_patching_a_bfloat16_model_is_the_float32_computation_on_its_upcast_weig
     ]
     atol = tolerance(pass_terms(half.model.config), largest(values[1]))
     assert torch.allclose(torch.tensor(values[0]), torch.tensor(values[1]), rtol=0, atol=atol)
+
+
+def test_the_scoreboard_of_a_bfloat16_model_is_the_float32_computation_on_its_upcast_weights(half_and_float32):
+    """F, each removal's effect and its first-order term are the float32 lab's on the upcast weights (its own
+    pass's contributions taken out), within float32's rounding: F and an effect a pass forward (an effect the
+    difference of two), a first-order term a pass forward and back. The weights account is the bfloat16 run's."""
+    half, half_client, full_client = half_and_float32
+    ask = {"text": TEXT, "query": 6, **({} if half.family.decoder else {"other": OTHER})}
+    ours = half_client.post("/api/scoreboard", json=ask).json()
+    theirs = full_client.post("/api/scoreboard", json=ask).json()
+    assert (ours["computed_in"], ours["model_dtype"], theirs["model_dtype"]) == ("float32", "bfloat16", "float32")
+    assert ours["target"]["kind"] == theirs["target"]["kind"] and ours["keys"] == theirs["keys"]
+    config, value = half.model.config, theirs["target"]["value"]
+    assert ours["target"]["value"] == pytest.approx(value, abs=tolerance(pass_terms(config), abs(value)))
+    for mine, float32 in zip(ours["heads"], theirs["heads"], strict=True):
+        for account, terms in (("intervention", pass_terms(config)), ("gradient", 2 * pass_terms(config))):
+            expected = torch.tensor(float32["values"][account], dtype=torch.float64)
+            atol = 2 * tolerance(terms, max(abs(value), largest(expected)))
+            assert torch.allclose(torch.tensor(mine["values"][account], dtype=torch.float64), expected, atol=atol)
+    run = Engine(half, 1000).run(Engine(half, 1000).spec(TEXT))
+    weights = [run.weights(head["layer"])[head["head"], 6, ours["keys"]].double() for head in ours["heads"]]
+    assert all(
+        torch.equal(torch.tensor(head["values"]["weights"]), w) for head, w in zip(ours["heads"], weights, strict=True)
+    )

@@ -6,7 +6,7 @@ import hashlib
 import json
 import logging
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -400,7 +400,7 @@ def upcast_bytes(loaded: LoadedModel, dtype: torch.dtype = torch.float32) -> int
 
 
 def in_float32(
-    loaded: LoadedModel, slices: list[Step], slices_for: Callable[[PreTrainedModel], list[Step]]
+    loaded: LoadedModel, slices: Iterable[Step], slices_for: Callable[[PreTrainedModel], Iterable[Step]]
 ) -> Iterator[Step]:
     """A computation's slices on the model's own numbers in float32 (Integrated Gradients, patching, the
     scoreboard's passes): `slices` themselves for a float32 model; for a bfloat16 or float16 one, a first slice

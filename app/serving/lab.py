@@ -17,11 +17,12 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Awaitable, Callable, Iterable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TypeVar
 
 from torch import Tensor
+from transformers import PreTrainedModel
 
 from app.engine import cells, faithfulness, measures, patches
 from app.engine.atlas import (
@@ -547,10 +548,20 @@ class Lab:
         faithfulness.check(engine, spec, query, other, self.max_patch_tokens)
         run = await self.submit(spec, client)
         accounts = {measure: await self.measured(run, measure, None, client) for measure in ("weights", "norm", "alti")}
-        slices = faithfulness.scoreboard_slices(engine, run, accounts, query, other)
+        checked = faithfulness.scoreboard_slices(engine, run, accounts, query, other)
+
+        def on_copy(float32: PreTrainedModel) -> Iterator[Callable[[], object]]:
+            made: dict = {}
+            copy = replace(engine.loaded, model=float32)
+            yield lambda: made.update(run=Engine(copy, engine.max_chars, engine.max_tokens).run(spec))
+            yield from faithfulness.scoreboard_slices(engine, run, accounts, query, other, (float32, made["run"]))
+
+        slices = in_float32(engine.loaded, checked, on_copy)
         tokens = len(run.tokens)
         nbytes = engine.backward_bytes(1, tokens) + engine.transient_bytes(BATCH_TOKENS // tokens + 1, tokens)
-        what = f"the scoreboard of run {run.run_id} in {len(slices) - 2} passes"
+        if upcast_bytes(engine.loaded):  # the copy and its run of the text
+            nbytes += upcast_bytes(engine.loaded) + engine.run_bytes(tokens)
+        what = f"the scoreboard of run {run.run_id} in {len(checked) - 2} passes"
         return await self.in_turns(what, slices, client, nbytes)
 
     async def start_atlas(self, spec: AtlasSpec, client: Client = ANYONE) -> None:

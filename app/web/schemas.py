@@ -704,7 +704,14 @@ class ScoreboardResolution(BaseModel):
 
 
 class ScoreboardResponse(BaseModel):
-    run_id: str = Field(description="The text's run: its weights, norm and ALTI are this run's")
+    run_id: str = Field(
+        description="The text's run: its weights, norm and ALTI are this run's (a bfloat16 or float16 run's upcast)"
+    )
+    computed_in: ComputedIn = Field(
+        description="What F, its gradient and the removals computed in: float32 (a bfloat16 or float16 model's "
+        "float32 copy of its own weights, from that copy's pass of the text), and float64 below the resolution"
+    )
+    model_dtype: ModelDtype
     tokens: list[TokenPublic]
     query: int | None
     keys: list[int] = Field(description="The keys ranked: those the query can see, or every key")
