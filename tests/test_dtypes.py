@@ -5,6 +5,7 @@ the same dtype."""
 import copy
 import json
 import os
+import shutil
 import subprocess
 import sys
 from dataclasses import replace
@@ -24,6 +25,7 @@ from app.serving.models import Models
 from app.settings import SettingsError, get_settings
 from app.web.encoding import decode_attention
 from tests.families import POSITIONS, build
+from tests.float32 import largest, pass_terms, tolerance
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -280,3 +282,97 @@ def test_alti_of_a_bfloat16_run_is_its_float32_computation_on_the_upcast_numbers
         assert ours.dtype == torch.float32
         assert torch.equal(ours, theirs), layer
         assert torch.equal(measures.norm(run, loaded.model, layer), measures.norm(upcast, float32_model, layer))
+
+
+OTHER = "A dog lay on the rug."
+UPCAST_FAMILIES = ["llama", "modernbert"]  # a decoder and an encoder
+
+
+def float32_of(folder: Path, into: Path) -> Path:
+    """The bfloat16 checkpoint's weights upcast (model.float()) and saved as a float32 checkpoint of their own,
+    beside the same tokenizer: a model the lab reads in float32, for the independent float32 computation."""
+    shutil.copytree(folder, into, ignore=shutil.ignore_patterns("*.safetensors", "*.safetensors.index.json"))
+    model_class(folder).from_pretrained(folder, dtype=torch.bfloat16).float().save_pretrained(into)
+    return into
+
+
+@pytest.fixture(scope="module", params=UPCAST_FAMILIES)
+def half_and_float32(request, tmp_path_factory):
+    """A lab serving the bfloat16 checkpoint in bfloat16, and one serving its upcast weights in float32."""
+    family = request.param
+    folder = bfloat16_shards(family, tmp_path_factory.mktemp(family))
+    upcast = float32_of(folder, tmp_path_factory.mktemp(f"{family}-float32") / family)
+    half = load_model(folder, placement=Placement(dtype="bfloat16"))
+    full = load_model(upcast, placement=Placement(dtype="float32"))
+    with TestClient(create_app(half)) as half_client, TestClient(create_app(full)) as full_client:
+        yield half, half_client, full_client
+
+
+def asked_of(loaded) -> dict:
+    """What a measure's output is: a decoder's next-token logit, an encoder's similarity to OTHER."""
+    return {"target": "next_token"} if loaded.family.decoder else {"other": OTHER}
+
+
+@pytest.mark.parametrize("method", ["integrated_gradients", "gradient_x_input"])
+def test_attribution_of_a_bfloat16_model_is_the_float32_computation_on_its_upcast_weights(half_and_float32, method):
+    """Through the API: the bfloat16 model's attributions are those of the float32 lab reading its weights
+    upcast, within float32's rounding of a pass forward and back (tests.float32), and say so; computed in
+    bfloat16 they are further apart than that."""
+    half, half_client, full_client = half_and_float32
+    ask = {"text": TEXT, "method": method, "steps": 16, **asked_of(half)}
+    ours = half_client.post("/api/attribution", json=ask).json()
+    theirs = full_client.post("/api/attribution", json=ask).json()
+    assert (ours["computed_in"], ours["model_dtype"]) == ("float32", "bfloat16")
+    assert (theirs["computed_in"], theirs["model_dtype"]) == ("float32", "float32")
+    assert ours["target"] == theirs["target"]
+    atol = tolerance(2 * pass_terms(half.model.config), largest(theirs["attributions"]))
+    assert torch.allclose(torch.tensor(ours["attributions"]), torch.tensor(theirs["attributions"]), rtol=0, atol=atol)
+    for number in ("output", "baseline_output"):
+        assert ours[number] == pytest.approx(theirs[number], abs=tolerance(pass_terms(half.model.config)))
+    engine = Engine(half, 1000)
+    in_bfloat16 = [piece() for piece in engine.attribution(**ask)][-1]
+    assert in_bfloat16["computed_in"] == "bfloat16"
+    assert (in_bfloat16["attributions"].float() - torch.tensor(theirs["attributions"])).abs().max() > atol
+
+
+@pytest.mark.parametrize(
+    "patch", [{"site": "head", "sweep": "blocks_heads"}, {"site": "resid_pre", "sweep": "blocks_positions"}]
+)
+def test_patching_a_bfloat16_model_is_the_float32_computation_on_its_upcast_weights(half_and_float32, patch):
+    half, half_client, full_client = half_and_float32
+    ask = {"text": TEXT, "source": "The dog sat on the rug.", "align": "end", **patch}
+    ours = half_client.post("/api/patch", json=ask).json()
+    theirs = full_client.post("/api/patch", json=ask).json()
+    assert (ours["computed_in"], ours["model_dtype"], theirs["model_dtype"]) == ("float32", "bfloat16", "float32")
+    assert ours["target"] == theirs["target"]
+    effects = lambda answer: [answer["a"], answer["b"], *answer["cells"]]  # noqa: E731
+    values = [
+        [effect[key] for effect in effects(answer) for key in ("value", "to_a") if effect.get(key) is not None]
+        for answer in (ours, theirs)
+    ]
+    atol = tolerance(pass_terms(half.model.config), largest(values[1]))
+    assert torch.allclose(torch.tensor(values[0]), torch.tensor(values[1]), rtol=0, atol=atol)
+
+
+def test_the_scoreboard_of_a_bfloat16_model_is_the_float32_computation_on_its_upcast_weights(half_and_float32):
+    """F, each removal's effect and its first-order term are the float32 lab's on the upcast weights (its own
+    pass's contributions taken out), within float32's rounding: F and an effect a pass forward (an effect the
+    difference of two), a first-order term a pass forward and back. The weights account is the bfloat16 run's."""
+    half, half_client, full_client = half_and_float32
+    ask = {"text": TEXT, "query": 6, **({} if half.family.decoder else {"other": OTHER})}
+    ours = half_client.post("/api/scoreboard", json=ask).json()
+    theirs = full_client.post("/api/scoreboard", json=ask).json()
+    assert (ours["computed_in"], ours["model_dtype"], theirs["model_dtype"]) == ("float32", "bfloat16", "float32")
+    assert ours["target"]["kind"] == theirs["target"]["kind"] and ours["keys"] == theirs["keys"]
+    config, value = half.model.config, theirs["target"]["value"]
+    assert ours["target"]["value"] == pytest.approx(value, abs=tolerance(pass_terms(config), abs(value)))
+    for mine, float32 in zip(ours["heads"], theirs["heads"], strict=True):
+        for account, terms in (("intervention", pass_terms(config)), ("gradient", 2 * pass_terms(config))):
+            expected = torch.tensor(float32["values"][account], dtype=torch.float64)
+            atol = 2 * tolerance(terms, max(abs(value), largest(expected)))
+            assert torch.allclose(torch.tensor(mine["values"][account], dtype=torch.float64), expected, atol=atol)
+    run = Engine(half, 1000).run(Engine(half, 1000).spec(TEXT))
+    weights = [run.weights(head["layer"])[head["head"], 6, ours["keys"]].double() for head in ours["heads"]]
+    assert all(
+        torch.equal(torch.tensor(head["values"]["weights"]), w) for head, w in zip(ours["heads"], weights, strict=True)
+    )

@@ -23,11 +23,16 @@ head's accounts are compared by Spearman's ρ over the keys its query can see (e
 The removals run in float32, whose F is resolved to about |F|·ε₃₂ (ε₃₂ = 2⁻²³): a key whose true effect is
 1e-16 reported a few of those roundings (1e-7), and ranked among the others it moved ρ (MiniLM, query 3 of
 tests/test_scoreboard.py's text: block 0, head 2's weights read 0.80 where the exact ρ is 0.96). An effect
-under resolution(F) = ROUNDINGS·|F|·ε₃₂ is therefore run again in float64, the model read anew from its
-folder in float64 (twice its float32 weights, for the time of the scoreboard), and ρ ranks those exact
-effects. ROUNDINGS = 64: a float32 effect of MiniLM was off by at most 4.2 |F|·ε₃₂ over its 504 removals of
-one query, so an effect kept from float32 is at least 16 times its own rounding, and two such effects swap
-ranks only where they are within that rounding.
+under resolution(F) = ROUNDINGS·|F|·ε₃₂ is therefore run again in float64, the model's own numbers read anew
+from its folder and upcast to float64 (twice its float32 weights, for the time of the scoreboard), and ρ ranks
+those exact effects. ROUNDINGS = 64: a float32 effect of MiniLM was off by at most 4.2 |F|·ε₃₂ over its 504
+removals of one query, so an effect kept from float32 is at least 16 times its own rounding, and two such
+effects swap ranks only where they are within that rounding.
+
+A bfloat16 or float16 model's removals and gradient are computed on its float32 copy (its own weights upcast,
+app.engine.model.upcast), from that copy's own pass of the text: bfloat16 resolves F to |F|·2⁻⁸, and a
+contribution read from the bfloat16 run differs from the one the float32 pass put in by about as much. Its
+weights, norm and ALTI accounts are the run's, upcast, as every view reads them.
 """
 
 import dataclasses
@@ -40,10 +45,13 @@ from itertools import combinations
 import torch
 from scipy.stats import rankdata
 from torch import Tensor
+from transformers import PreTrainedModel
 
 from app.engine import names
 from app.engine.capture import model_inputs, thread_hooks
+from app.engine.model import upcast
 from app.engine.patching import changing_input, site_module
+from app.engine.placement import dtype_name
 from app.engine.runs import BATCH_TOKENS, Engine, InvalidInput, Run, sequence
 from app.engine.sentence import Dense, SentencePipeline
 from app.engine.spec import RunSpec
@@ -125,12 +133,9 @@ def resolution(value: float) -> float:
 
 
 def in_float64(loaded) -> tuple[torch.nn.Module, SentencePipeline]:
-    """The model and its sentence pipeline in float64: the model read anew from its folder (a copy of the
-    served one would carry the hooks other threads' passes have on it), its Dense steps' weights upcast."""
-    folder = loaded.path / loaded.pipeline.transformer
-    model = type(loaded.model).from_pretrained(
-        folder, attn_implementation="eager", dtype=torch.float64, local_files_only=True
-    )
+    """The model and its sentence pipeline in float64: the model's own numbers upcast (app.engine.model.upcast:
+    read anew from its folder in the dtype it is served in), its Dense steps' weights upcast."""
+    model = upcast(loaded, torch.float64)
     steps = tuple(
         Dense(step.weight.double(), None if step.bias is None else step.bias.double(), step.activation)
         if isinstance(step, Dense)
@@ -163,14 +168,23 @@ def removing(model: torch.nn.Module, family, removals: list[Removal], first_row:
 
 
 def scoreboard_slices(
-    engine: Engine, run: Run, accounts: dict[str, list[Tensor]], query: int | None, other: str | None
+    engine: Engine,
+    run: Run,
+    accounts: dict[str, list[Tensor]],
+    query: int | None,
+    other: str | None,
+    float32: tuple[PreTrainedModel, Run] | None = None,
 ) -> list[Callable[[], dict | None]]:
     """The scoreboard of a run in slices to run one after another, the last of which returns it: first the
     output and its gradient at every head's context (one pass forward and back), then A run again without
     each head's key's contribution, in padded passes of at most BATCH_TOKENS tokens.
-    accounts: the run's weights, norm and alti, [head (or 1), query, key] per block."""
+    accounts: the run's weights, norm and alti, [head (or 1), query, key] per block. `float32`: for a bfloat16 or
+    float16 model, its float32 copy (app.engine.model.upcast) and that copy's run of the same text: the passes
+    are the copy's, and take out its own contributions α_ij v_j and read its next token (the run's own
+    contributions differ from what the copy's pass put in by their rounding, which a removal would leave in)."""
     loaded = engine.loaded
-    model, family = loaded.model, loaded.family
+    model, passes = float32 or (loaded.model, run)
+    family = loaded.family
     n_layers, n_heads, n = run.n_layers, run.n_heads, len(run.tokens)
     keys = keys_of(run.spec, n, query)
     a = sequence(run.spec, run.tokens)
@@ -187,7 +201,7 @@ def scoreboard_slices(
     def begin() -> None:
         """F(A) and its gradient at each block's context, [pos, head, d_head], through zeros added there."""
         if family.decoder:
-            work["token"] = int(run.next_tokens[0][n - 1, 0])
+            work["token"] = int(passes.next_tokens[0][n - 1, 0])
         else:
             others, _ = engine.tokenize(other, None, loaded.max_seq_length)
             with torch.inference_mode():
@@ -220,8 +234,8 @@ def scoreboard_slices(
 
     removals = []
     for layer in range(n_layers):
-        weights = accounts["weights"][layer]  # [head, query, key]
-        values = run.activations[names.attn(layer, "v")]  # [head, pos, d_head]
+        weights = accounts["weights"][layer] if passes is run else passes.weights(layer)  # [head, query, key]
+        values = passes.activations[names.attn(layer, "v")]  # [head, pos, d_head]
         for head in range(n_heads):
             queries = tuple(range(n)) if query is None else (query,)
             for key in keys:
@@ -295,6 +309,8 @@ def scoreboard_slices(
         )
         return {
             "run_id": run.run_id,
+            "computed_in": dtype_name(model.dtype),
+            "model_dtype": loaded.dtype,
             "tokens": run.tokens,
             "query": query,
             "keys": keys,

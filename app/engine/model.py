@@ -6,7 +6,7 @@ import hashlib
 import json
 import logging
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -375,3 +375,40 @@ def _has_submodule(model: torch.nn.Module, name: str) -> bool:
     except AttributeError:
         return False
     return True
+
+
+def upcast(loaded: LoadedModel, dtype: torch.dtype = torch.float32) -> PreTrainedModel:
+    """The model's own numbers in `dtype` (float32 or float64), for the measures that compute in it: the model
+    itself where it is already in `dtype`; otherwise read anew from its folder in the dtype it is served in (the
+    same numbers, bit for bit: a copy of the served object would carry the hooks other threads' passes have on
+    it) and upcast, exactly, on its device. It takes upcast_bytes beside the served model."""
+    if loaded.model.dtype == dtype:
+        return loaded.model
+    folder = loaded.path / loaded.pipeline.transformer
+    with _unreadable(folder, "read again to upcast"):
+        model = type(loaded.model).from_pretrained(
+            folder, attn_implementation="eager", dtype=loaded.model.dtype, local_files_only=True
+        )
+    return model.to(loaded.device, dtype).eval()
+
+
+def upcast_bytes(loaded: LoadedModel, dtype: torch.dtype = torch.float32) -> int:
+    """What upcast's copy takes: nothing where the model is in `dtype`, else its weights in `dtype`."""
+    if loaded.model.dtype == dtype:
+        return 0
+    return sum(tensor.numel() for tensor in loaded.model.state_dict().values()) * dtype.itemsize
+
+
+def in_float32(
+    loaded: LoadedModel, slices: Iterable[Step], slices_for: Callable[[PreTrainedModel], Iterable[Step]]
+) -> Iterator[Step]:
+    """A computation's slices on the model's own numbers in float32 (Integrated Gradients, patching, the
+    scoreboard's passes): `slices` themselves for a float32 model; for a bfloat16 or float16 one, a first slice
+    that makes its float32 copy (upcast), then slices_for(the copy), which hold it until the last has run.
+    Asked for one at a time (app.serving.lab.Lab.in_turns), so the copy is made at a turn of the gate."""
+    if loaded.model.dtype == torch.float32:
+        yield from slices
+        return
+    made: dict = {}
+    yield lambda: made.update(model=upcast(loaded))
+    yield from slices_for(made.pop("model"))

@@ -5,9 +5,11 @@ from collections.abc import Callable
 
 import torch
 from torch import Tensor
+from transformers import PreTrainedModel
 
 from app.engine.capture import Sequence
 from app.engine.patching import SITES, Cell, partner, patched_outputs
+from app.engine.placement import dtype_name
 from app.engine.runs import BATCH_TOKENS, Engine, InvalidInput
 
 ALIGNS = ("start", "end")
@@ -66,13 +68,15 @@ def patch_job(
     align: str | None = None,
     target_tokens: list[int] | None = None,
     max_cell_tokens: int | None = None,
+    model: PreTrainedModel | None = None,
 ) -> list[Callable[[], dict | None]]:
     """A patching request, checked here and now (its texts, cells and cost), and its work as slices to run one
     after another, the last of which returns the answer. Each slice is one padded pass of at most
     BATCH_TOKENS tokens (A, B and as many cells as fit; at least one). The whole costs about
-    (cells + 2) × the longer input's tokens, at most max_cell_tokens."""
+    (cells + 2) × the longer input's tokens, at most max_cell_tokens. `model`: the one the passes run (the
+    served one by default; its float32 copy, app.engine.model.upcast)."""
     loaded = engine.loaded
-    family, model = loaded.family, loaded.model
+    family, model = loaded.family, model or loaded.model
     if family.attention_only:
         raise InvalidInput(f"nothing can be patched: {engine.info['attention_only']}")
     for checked in (text, source):
@@ -126,6 +130,8 @@ def patch_job(
             target["tokens"] = engine.pieces(target["token_ids"])
         effect = (lambda row: decoder_effect(row, target)) if decoder else (lambda row: cosines(row, own))
         return {
+            "computed_in": dtype_name(model.dtype),
+            "model_dtype": loaded.dtype,
             "a_tokens": a_tokens,
             "b_tokens": b_tokens,
             "align": align,

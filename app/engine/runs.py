@@ -7,6 +7,7 @@ from functools import cached_property
 
 import torch
 from torch import Tensor
+from transformers import PreTrainedModel
 
 from app.engine import names
 from app.engine.attribution import Target, attribution_slices, next_token_target, similarity_target
@@ -34,6 +35,7 @@ from app.engine.labels import token_labels
 from app.engine.model import LoadedModel
 from app.engine.notes import score_notes
 from app.engine.patching import SITES, Cell, patching
+from app.engine.placement import dtype_name
 from app.engine.sentence import SentencePipeline, Stage
 from app.engine.spec import Patch, RunSpec
 
@@ -917,15 +919,18 @@ class Engine:
         other: str | None = None,
         next_token: int | None = None,
         max_step_tokens: int | None = None,
+        model: PreTrainedModel | None = None,
     ) -> list[Callable[[], dict | None]]:
         """Which tokens of `text` make its output what it is (app.engine.attribution): its similarity to
         `other`, or the LM head's logit of `next_token` after it (its most likely one by default). The
         request is checked here and now; the work comes as slices to run one after another, the last of
-        which returns the answer. Integrated Gradients costs about steps × tokens, at most max_step_tokens."""
+        which returns the answer. Integrated Gradients costs about steps × tokens, at most max_step_tokens.
+        `model`: the one computed with (the served one by default; its float32 copy, app.engine.model.upcast)."""
         for checked in (text, other or ""):
             self.spec(checked or " ")  # the same character cap as any run
         loaded = self.loaded
-        trunk = loaded.model.base_model
+        model = model or loaded.model
+        trunk = model.base_model
         as_ids = lambda found, field: torch.tensor([getattr(token, field) for token in found])  # noqa: E731
         if target == "similarity":
             if other is None:
@@ -955,9 +960,9 @@ class Engine:
 
             def make_target():
                 if about["token_id"] is None:
-                    about["token_id"] = self._next_token(as_ids(tokens, "id"))
+                    about["token_id"] = next_token_of(model, as_ids(tokens, "id"))
                 about["token"] = self.pieces([about["token_id"]])[0]
-                return next_token_target(loaded.model.get_output_embeddings(), about["token_id"], softcap)
+                return next_token_target(model.get_output_embeddings(), about["token_id"], softcap)
 
         cost = steps * len(tokens)
         if method == "integrated_gradients" and max_step_tokens is not None and cost > max_step_tokens:
@@ -970,20 +975,22 @@ class Engine:
         )
 
         def answer() -> dict:
-            return {"method": method, "tokens": tokens, "target": about, **last()}
+            computed = {"computed_in": dtype_name(model.dtype), "model_dtype": loaded.dtype}
+            return {"method": method, "tokens": tokens, "target": about, **computed, **last()}
 
         return [*first, answer]
-
-    def _next_token(self, input_ids: Tensor) -> int:
-        """The LM head's most likely token after the ids."""
-        with torch.inference_mode():
-            return int(self.loaded.model(input_ids=input_ids[None]).logits[0, -1].argmax())
 
     @cached_property
     def unit_embedding_table(self) -> Tensor:
         """The word-embedding table with rows scaled to length 1: cosines to it are one matrix product."""
         table = self.loaded.model.get_input_embeddings().weight.detach()
         return table / table.norm(dim=1, keepdim=True)
+
+
+def next_token_of(model: PreTrainedModel, input_ids: Tensor) -> int:
+    """The LM head's most likely token after the ids."""
+    with torch.inference_mode():
+        return int(model(input_ids=input_ids[None].to(model.device)).logits[0, -1].argmax())
 
 
 def batches(order: list, key, length, max_tokens: int) -> list[list]:

@@ -17,11 +17,12 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Awaitable, Callable, Iterable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TypeVar
 
 from torch import Tensor
+from transformers import PreTrainedModel
 
 from app.engine import cells, faithfulness, measures, patches
 from app.engine.atlas import (
@@ -37,7 +38,7 @@ from app.engine.atlas import (
 from app.engine.attribution import steps_per_slice
 from app.engine.blocks import BlockCache
 from app.engine.capture import MADE_WEIGHTS_BYTES
-from app.engine.model import LoadedModel
+from app.engine.model import LoadedModel, in_float32, upcast_bytes
 from app.engine.placement import Placement
 from app.engine.runs import BATCH_TOKENS, Engine, Run
 from app.engine.spec import RUN_ID, AtlasSpec, RunSpec
@@ -504,14 +505,19 @@ class Lab:
         """Which tokens make an output what it is (Engine.attribution's `ask`), checked at once (its text,
         its cost), then computed in slices at turns of the gate."""
         engine = await self.engine_for(model, client)
-        slices = engine.attribution(**ask, max_step_tokens=self.max_attribution_step_tokens)
+        bound = self.max_attribution_step_tokens
+        checked = engine.attribution(**ask, max_step_tokens=bound)
+        slices = in_float32(
+            engine.loaded, checked, lambda float32: engine.attribution(**ask, max_step_tokens=bound, model=float32)
+        )
         what = (
             f"Integrated Gradients of {ask['steps']} steps"
             if ask["method"] == "integrated_gradients"
             else "gradient × input"
         )
         tokens = await self._tokens(engine, ask["text"], ask.get("other"))
-        return await self.in_turns(what, slices, client, engine.backward_bytes(steps_per_slice(tokens), tokens))
+        nbytes = engine.backward_bytes(steps_per_slice(tokens), tokens) + upcast_bytes(engine.loaded)
+        return await self.in_turns(what, slices, client, nbytes)
 
     async def _tokens(self, engine: Engine, *texts: str | None) -> int:
         """The most tokens any of the texts reads (at most the engine's max_tokens), tokenized in a thread."""
@@ -522,10 +528,14 @@ class Lab:
         """Input A with activations of input B put in (app.engine.patches.patch_job's `ask`): checked at once
         (its texts, its cells, its cost), then one padded pass of several cells per turn of the gate."""
         engine = await self.engine_for(model, client)
-        slices = patches.patch_job(engine, **ask, max_cell_tokens=self.max_patch_tokens)
+        bound = self.max_patch_tokens
+        checked = patches.patch_job(engine, **ask, max_cell_tokens=bound)
+        on_copy = lambda float32: patches.patch_job(engine, **ask, max_cell_tokens=bound, model=float32)  # noqa: E731
+        slices = in_float32(engine.loaded, checked, on_copy)
         tokens = await self._tokens(engine, ask["text"], ask["source"])
         nbytes = engine.transient_bytes(BATCH_TOKENS // tokens + 2, tokens) + engine.run_bytes(tokens)
-        return await self.in_turns(f"patching of {len(slices) - 1} passes", slices, client, nbytes)
+        nbytes += upcast_bytes(engine.loaded)
+        return await self.in_turns(f"patching of {len(checked) - 1} passes", slices, client, nbytes)
 
     async def scoreboard(
         self, model: str | None, client: Client = ANYONE, *, text: str, query: int | None, other: str | None
@@ -538,10 +548,20 @@ class Lab:
         faithfulness.check(engine, spec, query, other, self.max_patch_tokens)
         run = await self.submit(spec, client)
         accounts = {measure: await self.measured(run, measure, None, client) for measure in ("weights", "norm", "alti")}
-        slices = faithfulness.scoreboard_slices(engine, run, accounts, query, other)
+        checked = faithfulness.scoreboard_slices(engine, run, accounts, query, other)
+
+        def on_copy(float32: PreTrainedModel) -> Iterator[Callable[[], object]]:
+            made: dict = {}
+            copy = replace(engine.loaded, model=float32)
+            yield lambda: made.update(run=Engine(copy, engine.max_chars, engine.max_tokens).run(spec))
+            yield from faithfulness.scoreboard_slices(engine, run, accounts, query, other, (float32, made["run"]))
+
+        slices = in_float32(engine.loaded, checked, on_copy)
         tokens = len(run.tokens)
         nbytes = engine.backward_bytes(1, tokens) + engine.transient_bytes(BATCH_TOKENS // tokens + 1, tokens)
-        what = f"the scoreboard of run {run.run_id} in {len(slices) - 2} passes"
+        if upcast_bytes(engine.loaded):  # the copy and its run of the text
+            nbytes += upcast_bytes(engine.loaded) + engine.run_bytes(tokens)
+        what = f"the scoreboard of run {run.run_id} in {len(checked) - 2} passes"
         return await self.in_turns(what, slices, client, nbytes)
 
     async def start_atlas(self, spec: AtlasSpec, client: Client = ANYONE) -> None:

@@ -564,8 +564,22 @@ class AttributionTarget(BaseModel):
     position: int | None = Field(None, description="next_token: the position the LM head reads (the last)")
 
 
+ComputedIn = Annotated[
+    Literal["float32"],
+    Field(
+        description="What the measure computed in: float32, on the model's own numbers upcast (exactly) where the "
+        "model is bfloat16 or float16, a float32 copy of its weights held while the measure runs"
+    ),
+]
+ModelDtype = Annotated[
+    Literal["float32", "bfloat16", "float16"], Field(description="What the model's weights and passes are in")
+]
+
+
 class AttributionResponse(BaseModel):
     method: str
+    computed_in: ComputedIn
+    model_dtype: ModelDtype
     tokens: list[TokenPublic] = Field(description="The text's tokens, as the model's pooling reads them")
     attributions: list[float] = Field(description="Per token: the attribution summed over embedding dimensions")
     target: AttributionTarget
@@ -627,6 +641,8 @@ class PatchCell(PatchEffect):
 
 
 class PatchResponse(BaseModel):
+    computed_in: ComputedIn
+    model_dtype: ModelDtype
     a_tokens: list[TokenPublic]
     b_tokens: list[TokenPublic]
     align: str | None
@@ -688,7 +704,14 @@ class ScoreboardResolution(BaseModel):
 
 
 class ScoreboardResponse(BaseModel):
-    run_id: str = Field(description="The text's run: its weights, norm and ALTI are this run's")
+    run_id: str = Field(
+        description="The text's run: its weights, norm and ALTI are this run's (a bfloat16 or float16 run's upcast)"
+    )
+    computed_in: ComputedIn = Field(
+        description="What F, its gradient and the removals computed in: float32 (a bfloat16 or float16 model's "
+        "float32 copy of its own weights, from that copy's pass of the text), and float64 below the resolution"
+    )
+    model_dtype: ModelDtype
     tokens: list[TokenPublic]
     query: int | None
     keys: list[int] = Field(description="The keys ranked: those the query can see, or every key")
