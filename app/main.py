@@ -172,6 +172,7 @@ def build_lab(settings: Settings, loaded: LoadedModel, store: SpecStore) -> Lab:
         max_ablation_tokens=settings.max_ablation_tokens,
         model_loads_per_hour=settings.model_loads_per_hour,
         placement=settings.placement,
+        max_device_bytes=settings.max_device_bytes,
     )
 
 

@@ -46,6 +46,10 @@ class Settings(BaseSettings):
     # on the CPU unless that would not fit max_store_bytes (then bfloat16); the first GPU, else the CPU.
     dtype: str = "auto"
     device: str = "auto"
+    # The memory of a GPU for the work its passes do there, apart from the host's max_store_bytes: each pass,
+    # measure and ablation on a model on that device takes its stated peak from both. 0: the device's free
+    # memory once its first model is loaded, less an eighth for the allocator's own (app.engine.placement).
+    max_device_bytes: Annotated[int, between(0, 1024 * GIB)] = 0
     # Runs each worker keeps in memory for the per-head and per-layer endpoints: the cache evicts the
     # least recently used run once either bound is passed (and recomputes it from its spec if asked again).
     max_runs: Annotated[int, between(1, 100_000)] = 64

@@ -1,5 +1,5 @@
 """A model on a CUDA device: its passes run there, its numbers are transformers' eager ones on the device, and
-its weights are bounded by the device's free memory. Skipped where torch sees no CUDA device."""
+its weights and the work done there are bounded by the device's memory. Skipped where torch sees no CUDA device."""
 
 import pytest
 import torch
@@ -8,6 +8,10 @@ from app.engine import names
 from app.engine.model import ModelTooLarge, load_model
 from app.engine.placement import Placement
 from app.engine.runs import Engine
+from app.serving.gate import PassGate
+from app.serving.lab import Lab
+from app.serving.memory import MemoryTooLarge
+from tests.conftest import run_async, spec_store
 from tests.test_dtypes import TEXT, bfloat16_shards, eager, parameters, run_ids
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
@@ -46,3 +50,28 @@ def test_a_model_past_the_device_s_free_memory_is_refused(sharded, monkeypatch):
     monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device=None: (free, free))
     with pytest.raises(ModelTooLarge, match="cuda:0's free memory"):
         load_model(sharded, placement=Placement(dtype="bfloat16", device="cuda"))
+
+
+def test_the_gpus_budget_is_its_free_memory_and_bounds_the_work_done_there(sharded, tmp_path):
+    """Work on a model on the GPU takes its peak from the device's own budget (ATTENTION_LAB_MAX_DEVICE_BYTES,
+    by default its free memory less an eighth), apart from the host's."""
+    loaded = load_model(sharded, placement=Placement(dtype="bfloat16", device="cuda"))
+    free = torch.cuda.mem_get_info(loaded.device)[0]
+    lab = Lab(loaded, spec_store(tmp_path), PassGate(1, 64, 4, 30), max_chars=10_000, max_runs=8, max_cache_bytes=10**9)
+    engine = lab.models.loaded(lab.models.default)
+    assert abs(lab.device_budget(engine).max_bytes - free * 7 // 8) < free // 100
+    long = engine.spec("word " * 150)
+    small = Lab(
+        loaded,
+        spec_store(tmp_path / "small"),
+        PassGate(1, 64, 4, 30),
+        max_chars=10_000,
+        max_runs=8,
+        max_cache_bytes=10**9,
+        max_device_bytes=engine.pass_bytes([engine.length(long)]),
+    )
+    with pytest.raises(MemoryTooLarge, match="ATTENTION_LAB_MAX_DEVICE_BYTES"):
+        run_async(small.submit(long))
+    run = run_async(lab.submit(long))
+    assert run.activations[names.attn(0, "q")].device.type == "cpu"
+    assert lab.device_budget(engine).granted == 0

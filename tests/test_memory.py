@@ -1,4 +1,5 @@
 import asyncio
+import contextlib
 import subprocess
 import sys
 from contextlib import AsyncExitStack
@@ -6,9 +7,9 @@ from contextlib import AsyncExitStack
 import numpy as np
 import pytest
 
-from app.serving.gate import Busy, Client, TooManyWaiting
+from app.serving.gate import ANYONE, Busy, Client, TooManyWaiting
 from app.serving.memory import HOLDS, Budget, MemoryTooLarge, resident_bytes, trim_if_over
-from tests.conftest import run_async
+from tests.conftest import make_lab, run_async
 
 
 def test_trimming_gives_freed_pages_back():
@@ -276,3 +277,33 @@ def test_one_clients_queue_for_memory_is_bounded_as_at_the_gate():
         assert budget.waiting == 0
 
     run_async(scenario())
+
+
+def test_work_on_a_gpu_takes_its_peak_from_the_devices_budget_apart_from_the_hosts(tiny, tmp_path, monkeypatch):
+    """The device's budget (app.engine.placement.work_bytes; the CPU has none, so a stand-in for a GPU's here): a
+    pass the host has room for but the device has not is refused naming the device's setting, and a pass that
+    fits takes its peak from both and gives both back."""
+    lab = make_lab(tiny, tmp_path)
+    engine = lab.models.loaded(lab.models.default)
+    long, short = engine.spec("word " * 150), engine.spec("a short prompt")
+    device_bytes = engine.pass_bytes([engine.length(long)])  # one client may take half of it at once
+    assert engine.pass_bytes([lab._length(engine, short)]) < device_bytes // 2 < lab.budget.max_bytes // 2
+    monkeypatch.setattr("app.serving.lab.work_bytes", lambda device, chosen: chosen or device_bytes)
+    device = lab.device_budget(engine)
+    assert device is not lab.budget and device.max_bytes == device_bytes
+    with pytest.raises(MemoryTooLarge, match="ATTENTION_LAB_MAX_DEVICE_BYTES"):
+        run_async(lab.submit(long))
+    taken = []
+
+    async def watched(nbytes, client=ANYONE, what=""):
+        taken.append((lab.budget.granted, device.granted))
+        async with original(nbytes, client, what):
+            taken.append((lab.budget.granted, device.granted))
+            yield
+
+    original = device.take
+    monkeypatch.setattr(device, "take", contextlib.asynccontextmanager(watched))
+    run_async(lab.submit(short))
+    nbytes = engine.pass_bytes([lab._length(engine, short)])
+    assert taken == [(nbytes, 0), (nbytes, nbytes)]  # the host's first, then the device's
+    assert (lab.budget.granted, device.granted) == (0, 0)

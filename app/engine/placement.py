@@ -93,5 +93,17 @@ def device_budget(device: torch.device, placement: Placement) -> int | None:
     return None
 
 
+DEVICE_HEADROOM = 8  # of a GPU's free memory, 1/DEVICE_HEADROOM is left to the allocator's cache and fragments
+
+
+def work_bytes(device: torch.device, chosen: int) -> int | None:
+    """The memory a device has for the work of its passes, apart from the host's (app.serving.memory.Budget):
+    `chosen` bytes (ATTENTION_LAB_MAX_DEVICE_BYTES), or 0 for a GPU's free memory now (its models loaded) less
+    1/DEVICE_HEADROOM. None on the CPU, whose memory is the host's, and on mps, whose memory it shares."""
+    if device.type != "cuda":
+        return None
+    return chosen or torch.cuda.mem_get_info(device)[0] * (DEVICE_HEADROOM - 1) // DEVICE_HEADROOM
+
+
 def dtype_name(dtype: torch.dtype) -> str:
     return str(dtype).removeprefix("torch.")

@@ -16,7 +16,8 @@ import logging
 import threading
 import time
 from collections import Counter
-from collections.abc import Awaitable, Callable, Iterable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TypeVar
@@ -39,7 +40,7 @@ from app.engine.attribution import steps_per_slice
 from app.engine.blocks import BlockCache
 from app.engine.capture import MADE_WEIGHTS_BYTES
 from app.engine.model import LoadedModel, in_float32, upcast_bytes
-from app.engine.placement import Placement
+from app.engine.placement import Placement, work_bytes
 from app.engine.runs import BATCH_TOKENS, Engine, Run
 from app.engine.spec import RUN_ID, AtlasSpec, RunSpec
 from app.engine.threads import ModelThreads
@@ -48,6 +49,7 @@ from app.serving.gate import ANYONE, Client, PassGate, Stopping
 from app.serving.memory import Budget, trim_if_over
 from app.serving.models import Loads, Models
 from app.serving.specs import SpecStore, StoreError
+from app.settings import ENV_PREFIX
 
 Result = TypeVar("Result")
 log = logging.getLogger("uvicorn.error")  # uvicorn shows its INFO lines
@@ -150,8 +152,8 @@ SHORT_TOKENS = 256  # a text whose bytes bound its tokens below this many is not
 class Joins:
     """Lab._joins's test of a waiting spec, with the memory the joined pass takes beyond the first spec's."""
 
-    def __init__(self, engine: Engine, spec: RunSpec, own: int, budget: Budget, client: Client):
-        self.engine, self.spec, self.budget, self.client = engine, spec, budget, client
+    def __init__(self, engine: Engine, spec: RunSpec, own: int, budgets: list[Budget], client: Client):
+        self.engine, self.spec, self.budgets, self.client = engine, spec, budgets, client
         self.shared = engine.max_tokens // SHARED_PART
         self.count, self.longest = 1, None  # the spec's own length is read only when someone waits to join it
         self.own = own  # the first spec's pass, taken with its turn
@@ -165,11 +167,19 @@ class Joins:
         if padded_to > self.shared or (self.count + 1) * padded_to > BATCH_TOKENS:
             return False
         more = self.engine.pass_bytes([padded_to] * (self.count + 1)) - self.own - self.taken
-        if more > 0 and not self.budget.try_take(more, self.client):
-            return False
+        if more > 0:
+            took = [budget for budget in self.budgets if budget.try_take(more, self.client)]
+            if len(took) < len(self.budgets):
+                for budget in took:
+                    budget.give_back(more, self.client)
+                return False
         self.taken += max(more, 0)
         self.count, self.longest = self.count + 1, padded_to
         return True
+
+    def give_back(self) -> None:
+        for budget in self.budgets:
+            budget.give_back(self.taken, self.client)
 
 
 class Lab:
@@ -191,10 +201,12 @@ class Lab:
         max_ablation_tokens: int | None = None,
         model_loads_per_hour: int = 20,
         placement: Placement | None = None,
+        max_device_bytes: int = 0,
     ):
         """`loaded`: the default model; `folders`: more models, loaded when first asked for, in `placement`'s
         dtype and device where they do not choose their own (by default: decided at load, their weights within
-        max_cache_bytes)."""
+        max_cache_bytes). `max_device_bytes`: each GPU's memory for the work done there (0: its free memory,
+        app.engine.placement.work_bytes)."""
         # One budget of memory for what is kept and the work under way (app.serving.memory.Budget): every
         # computation takes its bytes from it before it starts. What is kept is bounded within it too: a quarter
         # for computed blocks of weights (Run.weights, each N² floats a head), the rest for the runs and the
@@ -219,6 +231,10 @@ class Lab:
         self.max_batch_runs = max_batch_runs  # runs one turn at the model may compute together
         self.runs: RunCache[Run] = RunCache(max_runs, max_cache_bytes - self.blocks.max_bytes)
         self.budget.caches = [self.blocks, self.runs]
+        # A GPU's memory apart from the host's: a pass makes its activations there before they come to the host,
+        # so work on a model there takes its peak from both (Lab.taking). Made when its first model is loaded.
+        self.max_device_bytes = max_device_bytes
+        self.device_budgets: dict[str, Budget] = {}
         # Passes under way, by run id: a request for the same run meanwhile awaits that pass. A pass whose
         # waiters have all gone (their clients disconnected) before it started is called off.
         self._passes: dict[str, asyncio.Task] = {}
@@ -259,17 +275,53 @@ class Lab:
         self.loads.take(client.address)
         return await self.in_turns(f"the load of {name}", steps, client)
 
+    def device_budget(self, engine: Engine) -> Budget | None:
+        """The memory of the GPU the engine's model runs on, for the work done there (None on the CPU)."""
+        device = engine.loaded.device
+        budget = self.device_budgets.get(str(device))
+        if budget is None:
+            max_bytes = work_bytes(device, self.max_device_bytes)
+            if max_bytes is None:
+                return None
+            host = self.budget
+            budget = self.device_budgets[str(device)] = Budget(
+                max_bytes,
+                host.max_waiting,
+                host.max_wait_seconds,
+                host.max_waiting_per_client,
+                host.max_waiting_per_address,
+                setting=f"{ENV_PREFIX}MAX_DEVICE_BYTES",
+            )
+        return budget
+
+    @asynccontextmanager
+    async def taking(self, nbytes: int, client: Client, what: str, on: Engine | None = None) -> AsyncIterator[None]:
+        """`nbytes` of the host's memory budget, and of the GPU's too where work runs on a model there (`on`)."""
+        device = None if on is None else self.device_budget(on)
+        async with self.budget.take(nbytes, client, what):
+            if device is None:
+                yield
+            else:
+                async with device.take(nbytes, client, f"{what} on {on.loaded.device}"):
+                    yield
+
     async def in_turns(
-        self, what: str, slices: Iterable[Callable[[], Result]], client: Client = ANYONE, nbytes: int = 0
+        self,
+        what: str,
+        slices: Iterable[Callable[[], Result]],
+        client: Client = ANYONE,
+        nbytes: int = 0,
+        on: Engine | None = None,
     ) -> Result:
         """Runs heavy work (`what`, for the log) one slice per turn at the gate, on the model's thread, and
         returns what the last slice returns (the next slice is asked for once the one before has run), holding
-        `nbytes` of the memory budget, its peak as stated before it starts, from the first slice to the last.
-        Between slices the turn goes to whoever's it is; a request cancelled meanwhile (its client left) stops
-        here, and the slice under way is the last one done."""
+        `nbytes` of the memory budget, its peak as stated before it starts, from the first slice to the last
+        (and of the GPU's where the work runs passes of a model there, `on`). Between slices the turn goes to
+        whoever's it is; a request cancelled meanwhile (its client left) stops here, and the slice under way is
+        the last one done."""
         result, done = None, 0
         try:
-            async with self.budget.take(nbytes, client, what):
+            async with self.taking(nbytes, client, what, on):
                 for piece in slices:
                     async with self.gate.admit(client):
                         result = await self.model_threads.run(piece)
@@ -491,7 +543,7 @@ class Lab:
     async def _pooling_pass(self, run: Run, client: Client) -> Run:
         engine = await self.engine_for(run.spec.model, client)  # loaded before the turn, in case it was let go
         what = f"the pooling pass of run {run.run_id}"
-        async with self.budget.take(engine.pooling_bytes(), client, what), self.gate.admit(client):
+        async with self.taking(engine.pooling_bytes(), client, what, on=engine), self.gate.admit(client):
             return await self.model_threads.run(self._with_sentence_vector, run)
 
     def _with_sentence_vector(self, run: Run) -> Run:
@@ -517,7 +569,7 @@ class Lab:
         )
         tokens = await self._tokens(engine, ask["text"], ask.get("other"))
         nbytes = engine.backward_bytes(steps_per_slice(tokens), tokens) + upcast_bytes(engine.loaded)
-        return await self.in_turns(what, slices, client, nbytes)
+        return await self.in_turns(what, slices, client, nbytes, on=engine)
 
     async def _tokens(self, engine: Engine, *texts: str | None) -> int:
         """The most tokens any of the texts reads (at most the engine's max_tokens), tokenized in a thread."""
@@ -535,7 +587,7 @@ class Lab:
         tokens = await self._tokens(engine, ask["text"], ask["source"])
         nbytes = engine.transient_bytes(BATCH_TOKENS // tokens + 2, tokens) + engine.run_bytes(tokens)
         nbytes += upcast_bytes(engine.loaded)
-        return await self.in_turns(f"patching of {len(checked) - 1} passes", slices, client, nbytes)
+        return await self.in_turns(f"patching of {len(checked) - 1} passes", slices, client, nbytes, on=engine)
 
     async def scoreboard(
         self, model: str | None, client: Client = ANYONE, *, text: str, query: int | None, other: str | None
@@ -562,7 +614,7 @@ class Lab:
         if upcast_bytes(engine.loaded):  # the copy and its run of the text
             nbytes += upcast_bytes(engine.loaded) + engine.run_bytes(tokens)
         what = f"the scoreboard of run {run.run_id} in {len(checked) - 2} passes"
-        return await self.in_turns(what, slices, client, nbytes)
+        return await self.in_turns(what, slices, client, nbytes, on=engine)
 
     async def start_atlas(self, spec: AtlasSpec, client: Client = ANYONE) -> None:
         """The atlas's spec checked (its corpus, and its ablation sample's cost in its model) and put in the
@@ -629,7 +681,9 @@ class Lab:
 
         try:
             slices = atlas_slices(engine, spec, report, self.max_ablation_tokens)
-            found = await self.in_turns(f"the atlas {spec.run_id}", slices, client, atlas_bytes(engine, spec))
+            found = await self.in_turns(
+                f"the atlas {spec.run_id}", slices, client, atlas_bytes(engine, spec), on=engine
+            )
         finally:
             await asyncio.to_thread(end)
         self.runs.put(key, found, counted=False)
@@ -709,7 +763,7 @@ class Lab:
             engine = await self.engine_for(spec.model, client)  # loaded before the turn, in case it was let go
             length = self._length(engine, spec)
             what = f"the pass of {length:,} tokens"
-            async with self.budget.take(engine.pass_bytes([length]), client, what):
+            async with self.taking(engine.pass_bytes([length]), client, what, on=engine):
                 async with self.gate.admit(client, job=spec) as claimed:
                     self._started.add(spec.run_id)
                     if claimed is not None:
@@ -721,7 +775,7 @@ class Lab:
                         self._started.update(job.run_id for job, _ in others)
                         outcomes = await self.model_threads.run(self.analyze_batch, [spec, *(job for job, _ in others)])
                     finally:
-                        self.budget.give_back(joins.taken, client)
+                        joins.give_back()
                     for (_, answer), outcome in zip(others, outcomes[1:], strict=True):
                         if answer.done():  # its request went away meanwhile
                             continue
@@ -764,14 +818,15 @@ class Lab:
     def _joins(self, spec: RunSpec, length: int, client: Client) -> "Joins":
         """Which waiting specs may join this one's turn: of the same model, each of at most a quarter of the
         model's positions, while all of them padded to the longest fit in one pass of the engine
-        (BATCH_TOKENS) and the memory the larger pass takes is free at once (Joins.taken, for `client` to give
-        back). A longer input takes its turn alone, so it neither pads short ones nor waits behind
-        them. A full turn of short prompts takes about twice a 512-token analyze (340 against 157 ms for
-        MiniLM here), and a class's 48 prompts take two turns instead of four: a burst 379 against 476 ms
-        (servers alternating), since each pass beside the HTTP work of the learners answered before it
-        runs at about half speed."""
+        (BATCH_TOKENS) and the memory the larger pass takes is free at once, on the host and on the model's GPU
+        (Joins.taken, given back by Joins.give_back). A longer input takes its turn alone, so it neither pads
+        short ones nor waits behind them. A full turn of short prompts takes about twice a 512-token analyze
+        (340 against 157 ms for MiniLM here), and a class's 48 prompts take two turns instead of four: a burst
+        379 against 476 ms (servers alternating), since each pass beside the HTTP work of the learners answered
+        before it runs at about half speed."""
         engine = self.models.loaded(spec.model)
-        return Joins(engine, spec, engine.pass_bytes([length]), self.budget, client)
+        budgets = [self.budget, *filter(None, [self.device_budget(engine)])]
+        return Joins(engine, spec, engine.pass_bytes([length]), budgets, client)
 
     def analyze(self, spec: RunSpec) -> Run:
         """The kept run of the spec, or one forward pass of it, kept, with its sentence vector (its pooling's

@@ -229,13 +229,14 @@ class Budget:
         max_wait_seconds: float = 30.0,
         max_waiting_per_client: int | None = None,
         max_waiting_per_address: int | None = None,
+        setting: str = f"{ENV_PREFIX}MAX_STORE_BYTES",
     ):
         self.max_bytes = max_bytes
         self.max_waiting = max_waiting
         self.max_waiting_per_client = max_waiting_per_client or max_waiting
         self.max_waiting_per_address = max_waiting_per_address or max_waiting
         self.max_wait_seconds = max_wait_seconds
-        self.setting = f"{ENV_PREFIX}MAX_STORE_BYTES"
+        self.setting = setting  # what bounds it, named where an ask is refused
         self.granted = 0  # bytes granted to computations under way
         self.reading = 0  # bytes of the runs requests hold
         self.caches: list[Held] = []  # let go of in this order where room is needed

@@ -109,7 +109,7 @@ class Searches:
         try:
             slices = search.vector_slices(engine, spec, told)
             found = await self.lab.in_turns(
-                f"the index {spec.run_id}", slices, client, search.index_bytes(engine, spec)
+                f"the index {spec.run_id}", slices, client, search.index_bytes(engine, spec), on=engine
             )
         finally:
             await asyncio.to_thread(told.end)
@@ -167,7 +167,7 @@ class Searches:
             return QueryRead(before + text, len(ids[0]), vector, pass_ms), then(vector) if then else None
 
         nbytes = engine.transient_bytes(1, len(ids[0]))
-        return await self.lab.in_turns(f"the query of {len(ids[0])} tokens", [read], client, nbytes)
+        return await self.lab.in_turns(f"the query of {len(ids[0])} tokens", [read], client, nbytes, on=engine)
 
     async def search(
         self,
@@ -247,7 +247,7 @@ class Searches:
             await self.lab._read(engine, pair, client)
         what = f"the runs of {len(specs)} pairs"
         outcomes = await self.lab.in_turns(
-            what, [lambda: self.lab.analyze_batch(specs)], client, engine.pass_bytes(lengths)
+            what, [lambda: self.lab.analyze_batch(specs)], client, engine.pass_bytes(lengths), on=engine
         )
         failed = next((outcome for outcome in outcomes if isinstance(outcome, Exception)), None)
         if failed is not None:
@@ -258,7 +258,8 @@ class Searches:
         texts = [spec.documents[document] for document in documents]
         spent: list[float] = []
         nbytes = search.pair_bytes(engine, text, texts)
-        await self.lab.in_turns(f"{len(texts)} pairs", search.pair_slices(engine, text, texts, spent), client, nbytes)
+        slices = search.pair_slices(engine, text, texts, spent)
+        await self.lab.in_turns(f"{len(texts)} pairs", slices, client, nbytes, on=engine)
         shares = []
         for run in runs:
             weights = await self.lab.measured(run, "weights", None, client)
