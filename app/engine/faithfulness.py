@@ -23,8 +23,8 @@ head's accounts are compared by Spearman's ρ over the keys its query can see (e
 The removals run in float32, whose F is resolved to about |F|·ε₃₂ (ε₃₂ = 2⁻²³): a key whose true effect is
 1e-16 reported a few of those roundings (1e-7), and ranked among the others it moved ρ (MiniLM, query 3 of
 tests/test_scoreboard.py's text: block 0, head 2's weights read 0.80 where the exact ρ is 0.96). An effect
-under resolution(F) = ROUNDINGS·|F|·ε₃₂ is therefore run again in float64, the model's own numbers read anew
-from its folder and upcast to float64 (twice its float32 weights, for the time of the scoreboard), and ρ ranks
+under resolution(F) = ROUNDINGS·|F|·ε₃₂ is therefore run again in float64, on a copy of the model's own numbers
+upcast to float64 (app.engine.model.upcast: twice its float32 weights, for the time of the scoreboard), and ρ ranks
 those exact effects. ROUNDINGS = 64: a float32 effect of MiniLM was off by at most 4.2 |F|·ε₃₂ over its 504
 removals of one query, so an effect kept from float32 is at least 16 times its own rounding, and two such
 effects swap ranks only where they are within that rounding.
