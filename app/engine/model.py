@@ -367,7 +367,8 @@ def _digest_weights(digest, weights: list[tuple[str, torch.Tensor]]) -> None:
     """The next weights into the digest (model_digest)."""
     for name, tensor in weights:
         digest.update(f"{name} {tensor.dtype} {tuple(tensor.shape)}".encode())
-        digest.update(memoryview(tensor.detach().contiguous().reshape(-1).view(torch.uint8).numpy()))
+        # A model on a GPU is hashed from a host copy of each weight: NumPy reads host memory only.
+        digest.update(memoryview(tensor.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy()))
 
 
 def _has_submodule(model: torch.nn.Module, name: str) -> bool:
