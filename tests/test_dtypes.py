@@ -14,10 +14,10 @@ from pathlib import Path
 import pytest
 import torch
 from fastapi.testclient import TestClient
-from transformers import AutoConfig, AutoModel, AutoModelForCausalLM, LlamaConfig
+from transformers import AutoConfig, AutoModel, AutoModelForCausalLM, AutoTokenizer, LlamaConfig
 
 from app.engine import measures, names
-from app.engine.model import ModelTooLarge, load_model
+from app.engine.model import ModelTooLarge, adopt, load_model, upcast
 from app.engine.placement import Placement, PlacementError, split_choice
 from app.engine.runs import Engine
 from app.main import create_app
@@ -89,7 +89,7 @@ CHECKPOINT_FAMILIES = ["llama", "qwen3", "modernbert"]
 
 def model_class(folder: Path):
     config = AutoConfig.from_pretrained(folder)
-    return AutoModelForCausalLM if config.architectures[0].endswith("ForCausalLM") else AutoModel
+    return AutoModelForCausalLM if config.architectures[0].endswith(("ForCausalLM", "LMHeadModel")) else AutoModel
 
 
 def bfloat16_shards(family: str, folder: Path) -> Path:
@@ -375,4 +375,58 @@ def test_the_scoreboard_of_a_bfloat16_model_is_the_float32_computation_on_its_up
     weights = [run.weights(head["layer"])[head["head"], 6, ours["keys"]].double() for head in ours["heads"]]
     assert all(
         torch.equal(torch.tensor(head["values"]["weights"]), w) for head, w in zip(ours["heads"], weights, strict=True)
+    )
+
+
+@pytest.mark.parametrize("family", [*CHECKPOINT_FAMILIES, "gpt2"])  # GPT-2: an LM head tied to its embedding
+def test_the_float32_copy_is_the_folder_read_again_and_upcast_bit_for_bit(family, tmp_path):
+    """upcast builds its copy from the served model itself: the same weights and buffers (RoPE's inv_freq, not in
+    the state_dict) as the folder read again in bfloat16 and upcast, the same pass, and its config its own."""
+    folder = bfloat16_shards(family, tmp_path / family)
+    loaded = load_model(folder, placement=Placement(dtype="bfloat16"))
+    ours = upcast(loaded)
+    read_again = type(loaded.model).from_pretrained(folder, attn_implementation="eager", dtype=torch.bfloat16)
+    theirs = read_again.float()
+    for own, read in (
+        (ours.state_dict(), theirs.state_dict()),
+        (dict(ours.named_buffers()), dict(theirs.named_buffers())),
+    ):
+        assert own.keys() == read.keys()
+        assert all(own[name].dtype == torch.float32 and torch.equal(own[name], read[name]) for name in own)
+    if family == "gpt2":
+        for model in (ours, theirs):
+            assert model.get_input_embeddings().weight.data_ptr() == model.get_output_embeddings().weight.data_ptr()
+    assert (ours.training, ours.config._attn_implementation) == (False, "eager")
+    assert ours.config is not loaded.model.config
+    ids = torch.tensor([[1, 5, 9, 3, 7, 2]])
+    with torch.inference_mode():
+        mine, read = (
+            model(input_ids=ids, output_hidden_states=True, output_attentions=True) for model in (ours, theirs)
+        )
+    assert all(torch.equal(a, b) for a, b in zip(mine.hidden_states, read.hidden_states, strict=True))
+    assert all(torch.equal(a, b) for a, b in zip(mine.attentions, read.attentions, strict=True))
+
+
+@pytest.mark.parametrize("method", ["integrated_gradients", "gradient_x_input"])
+def test_a_bfloat16_model_adopted_without_a_folder_computes_on_its_float32_copy(sharded, method, tmp_path):
+    """A model object whose folder is gone (a notebook's): its attributions are those of the float32 model
+    built from its upcast weights, bit for bit, where reading its folder again failed partway."""
+    family, folder = sharded
+    gone = shutil.copytree(folder, tmp_path / family)
+    model = model_class(gone).from_pretrained(gone, dtype=torch.bfloat16)
+    tokenizer = AutoTokenizer.from_pretrained(gone)
+    shutil.rmtree(gone)
+    half = adopt(model, tokenizer)
+    full = adopt(copy.deepcopy(model).float(), tokenizer)
+    ask = {"text": TEXT, "method": method, "steps": 16, **asked_of(half)}
+    with TestClient(create_app(half)) as half_client, TestClient(create_app(full)) as full_client:
+        ours = half_client.post("/api/attribution", json=ask)
+        theirs = full_client.post("/api/attribution", json=ask)
+    assert ours.status_code == 200, ours.text
+    ours, theirs = ours.json(), theirs.json()
+    assert (ours["computed_in"], ours["model_dtype"], theirs["model_dtype"]) == ("float32", "bfloat16", "float32")
+    assert (ours["target"], ours["attributions"], ours["output"]) == (
+        theirs["target"],
+        theirs["attributions"],
+        theirs["output"],
     )

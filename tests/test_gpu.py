@@ -3,16 +3,20 @@ its weights and the work done there are bounded by the device's memory. Skipped 
 
 import pytest
 import torch
+from fastapi.testclient import TestClient
 
 from app.engine import names
 from app.engine.model import ModelTooLarge, load_model
 from app.engine.placement import Placement
 from app.engine.runs import Engine
+from app.main import create_app
 from app.serving.gate import PassGate
 from app.serving.lab import Lab
 from app.serving.memory import MemoryTooLarge
 from tests.conftest import run_async, spec_store
-from tests.test_dtypes import TEXT, bfloat16_shards, eager, parameters, run_ids
+from tests.families import build
+from tests.float32 import largest, pass_terms, tolerance
+from tests.test_dtypes import OTHER, TEXT, asked_of, bfloat16_shards, eager, parameters, run_ids
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 
@@ -75,3 +79,72 @@ def test_the_gpus_budget_is_its_free_memory_and_bounds_the_work_done_there(shard
     run = run_async(lab.submit(long))
     assert run.activations[names.attn(0, "q")].device.type == "cpu"
     assert lab.device_budget(engine).granted == 0
+
+
+MEASURE_FAMILIES = ["llama", "embeddinggemma"]  # a decoder with RoPE, an encoder with Dense steps after its pooling
+MEASURE_DTYPES = ["float32", "bfloat16"]  # computed on the model itself, and on its float32 copy
+
+
+@pytest.fixture(scope="module", params=[(family, dtype) for family in MEASURE_FAMILIES for dtype in MEASURE_DTYPES])
+def gpu_and_cpu(request, tmp_path_factory):
+    """One folder served by two labs in the same dtype, on cuda:0 and on the CPU. A bfloat16 lab computes the
+    measures on its float32 copy, made on its own device."""
+    family, dtype = request.param
+    folder = build(family, tmp_path_factory.mktemp(family))
+    gpu, cpu = (load_model(folder, placement=Placement(dtype=dtype, device=device)) for device in ("cuda:0", "cpu"))
+    assert str(gpu.device) == "cuda:0"
+    with TestClient(create_app(gpu)) as gpu_client, TestClient(create_app(cpu)) as cpu_client:
+        yield gpu, gpu_client, cpu_client
+
+
+def both(gpu_and_cpu, path: str, ask: dict) -> tuple[dict, dict]:
+    _, gpu_client, cpu_client = gpu_and_cpu
+    answers = [client.post(path, json=ask) for client in (gpu_client, cpu_client)]
+    assert [answer.status_code for answer in answers] == [200, 200], [answer.text for answer in answers]
+    return answers[0].json(), answers[1].json()
+
+
+@pytest.mark.parametrize("method", ["integrated_gradients", "gradient_x_input"])
+def test_attribution_on_the_gpu_is_the_cpu_s_within_float32_rounding(gpu_and_cpu, method):
+    """Its inputs, its baseline and the Dense steps' weights are made on the device, its answer brought back."""
+    loaded = gpu_and_cpu[0]
+    ask = {"text": TEXT, "method": method, "steps": 16, **asked_of(loaded)}
+    ours, theirs = both(gpu_and_cpu, "/api/attribution", ask)
+    assert ours["target"] == theirs["target"] and ours["computed_in"] == theirs["computed_in"] == "float32"
+    atol = tolerance(2 * pass_terms(loaded.model.config), largest(theirs["attributions"]))
+    assert torch.allclose(torch.tensor(ours["attributions"]), torch.tensor(theirs["attributions"]), rtol=0, atol=atol)
+    for number in ("output", "baseline_output"):
+        assert ours[number] == pytest.approx(theirs[number], abs=tolerance(pass_terms(loaded.model.config)))
+
+
+@pytest.mark.parametrize(
+    "patch", [{"site": "head", "sweep": "blocks_heads"}, {"site": "resid_pre", "sweep": "blocks_positions"}]
+)
+def test_patching_on_the_gpu_is_the_cpu_s_within_float32_rounding(gpu_and_cpu, patch):
+    loaded = gpu_and_cpu[0]
+    ask = {"text": TEXT, "source": "The dog sat on the rug.", "align": "end", **patch}
+    ours, theirs = both(gpu_and_cpu, "/api/patch", ask)
+    assert ours["target"] == theirs["target"] and ours["computed_in"] == theirs["computed_in"] == "float32"
+    effects = lambda answer: [answer["a"], answer["b"], *answer["cells"]]  # noqa: E731
+    values = [
+        [effect[key] for effect in effects(answer) for key in ("value", "to_a") if effect.get(key) is not None]
+        for answer in (ours, theirs)
+    ]
+    atol = tolerance(pass_terms(loaded.model.config), largest(values[1]))
+    assert torch.allclose(torch.tensor(values[0]), torch.tensor(values[1]), rtol=0, atol=atol)
+
+
+def test_the_scoreboard_on_the_gpu_is_the_cpu_s_within_float32_rounding(gpu_and_cpu):
+    """F, each removal's effect and its first-order term: its zeros at each head's context are made on the
+    device, its gradients and effects brought back."""
+    loaded = gpu_and_cpu[0]
+    ask = {"text": TEXT, "query": 6, **({} if loaded.family.decoder else {"other": OTHER})}
+    ours, theirs = both(gpu_and_cpu, "/api/scoreboard", ask)
+    assert ours["target"]["kind"] == theirs["target"]["kind"] and ours["keys"] == theirs["keys"]
+    config, value = loaded.model.config, theirs["target"]["value"]
+    assert ours["target"]["value"] == pytest.approx(value, abs=tolerance(pass_terms(config), abs(value)))
+    for mine, cpu in zip(ours["heads"], theirs["heads"], strict=True):
+        for account, terms in (("intervention", pass_terms(config)), ("gradient", 2 * pass_terms(config))):
+            expected = torch.tensor(cpu["values"][account], dtype=torch.float64)
+            atol = 2 * tolerance(terms, max(abs(value), largest(expected)))
+            assert torch.allclose(torch.tensor(mine["values"][account], dtype=torch.float64), expected, atol=atol)

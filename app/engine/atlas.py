@@ -25,7 +25,15 @@ from sklearn.manifold import TSNE
 from torch import Tensor
 
 from app.engine import names
-from app.engine.capture import Sequence, ablating_rows, block_outputs, capture_batch, model_inputs, starting_at
+from app.engine.capture import (
+    Sequence,
+    ablating_rows,
+    block_outputs,
+    capture_batch,
+    model_inputs,
+    on_cpu,
+    starting_at,
+)
 from app.engine.runs import BATCH_TOKENS, Engine, InvalidInput, batches
 from app.engine.spec import AtlasSpec
 
@@ -300,16 +308,17 @@ def atlas_slices(
         ]
         with torch.inference_mode():
             out = model(**model_inputs(model, family, sequences), output_attentions=True)
+        attentions = [on_cpu(weights) for weights in out.attentions]  # where the sums are kept
         added = torch.zeros(len(group), max(len(ids[index]) for index in group), dtype=torch.bool)
         for row, index in enumerate(group):
             added[row, : len(ids[index])] = torch.isin(torch.tensor(ids[index]), special)
-        sums.add_sentences(out.attentions, [len(ids[index]) for index in group], group, added)
+        sums.add_sentences(attentions, [len(ids[index]) for index in group], group, added)
 
     def repeated(rows: Tensor):
         sequences = [Sequence(row, torch.zeros_like(row), spec.mask) for row in rows]
         with torch.inference_mode():
             out = model(**model_inputs(model, family, sequences), output_attentions=True)
-        sums.add_repeats(out.attentions, start, spec.repeat_length)
+        sums.add_repeats([on_cpu(weights) for weights in out.attentions], start, spec.repeat_length)
 
     for group in groups:
         yield step(lambda group=group: sentences(group))
@@ -365,19 +374,18 @@ def sentence_vectors(
     engine: Engine, rows: list[Tensor], mask: str, *switched: contextlib.AbstractContextManager
 ) -> Tensor:
     """The sentence vector of each row of ids (the model's pipeline after its default pooling, no prompt),
-    read with `mask`, in one padded pass under the `switched` contexts. [row, size], float64."""
+    read with `mask`, in one padded pass under the `switched` contexts. [row, size], float64, on the CPU."""
     loaded = engine.loaded
     sequences = [Sequence(row, torch.zeros_like(row), mask) for row in rows]
     with torch.inference_mode(), contextlib.ExitStack() as stack:
         for context in switched:
             stack.enter_context(context)
         states = loaded.model.base_model(**model_inputs(loaded.model, loaded.family, sequences)).last_hidden_state
-    return torch.stack(
-        [
-            loaded.pipeline.stages(states[index, : len(row)], loaded.default_pooling)[-1].vector.double()
-            for index, row in enumerate(rows)
-        ]
-    )
+    pipeline = loaded.pipeline.to(states.device)
+    vectors = [
+        pipeline.stages(states[index, : len(row)], loaded.default_pooling)[-1].vector for index, row in enumerate(rows)
+    ]
+    return on_cpu(torch.stack(vectors)).double()
 
 
 def ablated_vectors(engine: Engine, sample: list[Tensor], mask: str, layer: int, before: list) -> Tensor:

@@ -22,6 +22,8 @@ from captum.attr import InputXGradient, IntegratedGradients
 from captum.attr._utils.approximation_methods import approximation_parameters
 from torch import Tensor
 
+from app.engine.capture import on_cpu
+
 Method = Literal["integrated_gradients", "gradient_x_input"]
 Target = Literal["similarity", "next_token"]
 IG_METHOD = "gausslegendre"  # Captum's default rule for the path integral
@@ -54,7 +56,8 @@ def attribution_slices(
     """Attributions in slices, to run one after another: the last returns {attributions [pos], output,
     baseline_output, delta}. The first slice makes the target and the output at both ends of the path, each
     next one a batch of IG's steps. trunk: the model without a head; make_target: the target (making it may
-    run the model), a function of the last hidden states [batch, pos, d_model] -> one number per batch row."""
+    run the model), a function of the last hidden states [batch, pos, d_model] -> one number per batch row.
+    The ids are on the trunk's device; the attributions come back on the CPU."""
     work: dict = {}
 
     def begin() -> None:
@@ -73,7 +76,7 @@ def attribution_slices(
 
     def finish(attributions: Tensor, delta: float | None) -> dict:
         return {
-            "attributions": attributions[0].sum(-1).detach(),  # [pos]
+            "attributions": on_cpu(attributions[0].sum(-1).detach()),  # [pos]
             "output": float(work["output"][0]),
             "baseline_output": float(work["at_baseline"][0]),
             "delta": delta,

@@ -232,8 +232,8 @@ def ablating(model: torch.nn.Module, family: Family, heads: Heads) -> Iterator[N
 def ablating_rows(model: torch.nn.Module, family: Family, layer: int, heads: list[int]) -> Iterator[None]:
     """Switches one head of block `layer` off in each row of a padded pass: head heads[r] in row r, as
     ablating does for a whole pass, so that one pass holds a block's every head switched off in turn."""
-    rows = torch.arange(len(heads))
-    chosen = torch.tensor(heads)
+    rows = torch.arange(len(heads), device=model.device)
+    chosen = torch.tensor(heads, device=model.device)
     with _zeroing_contexts(model, family, [layer], lambda _: (rows, slice(None), chosen)):
         yield
 

@@ -23,8 +23,8 @@ head's accounts are compared by Spearman's ρ over the keys its query can see (e
 The removals run in float32, whose F is resolved to about |F|·ε₃₂ (ε₃₂ = 2⁻²³): a key whose true effect is
 1e-16 reported a few of those roundings (1e-7), and ranked among the others it moved ρ (MiniLM, query 3 of
 tests/test_scoreboard.py's text: block 0, head 2's weights read 0.80 where the exact ρ is 0.96). An effect
-under resolution(F) = ROUNDINGS·|F|·ε₃₂ is therefore run again in float64, the model's own numbers read anew
-from its folder and upcast to float64 (twice its float32 weights, for the time of the scoreboard), and ρ ranks
+under resolution(F) = ROUNDINGS·|F|·ε₃₂ is therefore run again in float64, on a copy of the model's own numbers
+upcast to float64 (app.engine.model.upcast: twice its float32 weights, for the time of the scoreboard), and ρ ranks
 those exact effects. ROUNDINGS = 64: a float32 effect of MiniLM was off by at most 4.2 |F|·ε₃₂ over its 504
 removals of one query, so an effect kept from float32 is at least 16 times its own rounding, and two such
 effects swap ranks only where they are within that rounding.
@@ -35,7 +35,6 @@ contribution read from the bfloat16 run differs from the one the float32 pass pu
 weights, norm and ALTI accounts are the run's, upcast, as every view reads them.
 """
 
-import dataclasses
 import functools
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -48,12 +47,12 @@ from torch import Tensor
 from transformers import PreTrainedModel
 
 from app.engine import names
-from app.engine.capture import model_inputs, thread_hooks
+from app.engine.capture import model_inputs, on_cpu, thread_hooks
 from app.engine.model import upcast
 from app.engine.patching import changing_input, site_module
 from app.engine.placement import dtype_name
 from app.engine.runs import BATCH_TOKENS, Engine, InvalidInput, Run, sequence
-from app.engine.sentence import Dense, SentencePipeline
+from app.engine.sentence import SentencePipeline
 from app.engine.spec import RunSpec
 
 ACCOUNTS = ("weights", "norm", "alti", "gradient")
@@ -133,16 +132,10 @@ def resolution(value: float) -> float:
 
 
 def in_float64(loaded) -> tuple[torch.nn.Module, SentencePipeline]:
-    """The model and its sentence pipeline in float64: the model's own numbers upcast (app.engine.model.upcast:
-    read anew from its folder in the dtype it is served in), its Dense steps' weights upcast."""
+    """The model and its sentence pipeline in float64, on the model's device: the model's own numbers upcast
+    (app.engine.model.upcast), its Dense steps' weights upcast."""
     model = upcast(loaded, torch.float64)
-    steps = tuple(
-        Dense(step.weight.double(), None if step.bias is None else step.bias.double(), step.activation)
-        if isinstance(step, Dense)
-        else step
-        for step in loaded.pipeline.steps
-    )
-    return model.eval(), dataclasses.replace(loaded.pipeline, steps=steps)
+    return model.eval(), loaded.pipeline.to(model.device, torch.float64)
 
 
 @contextmanager
@@ -157,7 +150,7 @@ def removing(model: torch.nn.Module, family, removals: list[Removal], first_row:
     def take(value: Tensor, rows: list[tuple[int, Removal]]) -> Tensor:
         heads = value.unflatten(-1, (n_heads, -1)).clone()  # [batch, pos, head, d_head]
         for row, removal in rows:
-            heads[row, list(removal.queries), removal.head] -= removal.delta.to(heads.dtype)
+            heads[row, list(removal.queries), removal.head] -= removal.delta.to(heads)  # the pass's device and dtype
         return heads.flatten(-2)
 
     with thread_hooks() as hook:
@@ -188,9 +181,10 @@ def scoreboard_slices(
     n_layers, n_heads, n = run.n_layers, run.n_heads, len(run.tokens)
     keys = keys_of(run.spec, n, query)
     a = sequence(run.spec, run.tokens)
+    pipeline = loaded.pipeline.to(model.device)
     work: dict = {}
 
-    def output(inputs: dict, model=model, pipeline=loaded.pipeline) -> Tensor:
+    def output(inputs: dict, model=model, pipeline=pipeline) -> Tensor:
         """F for every row of a padded pass of A, by `model` and `pipeline` (the served ones, or float64's): [batch]."""
         if family.decoder:
             return model(**inputs).logits[:, n - 1, work["token"]]
@@ -206,14 +200,14 @@ def scoreboard_slices(
             others, _ = engine.tokenize(other, None, loaded.max_seq_length)
             with torch.inference_mode():
                 hidden = model.base_model(**model_inputs(model, family, [sequence(run.spec, others)]))
-            work["other"] = loaded.pipeline.stages(hidden.last_hidden_state[0], run.spec.pooling)[-1].vector.clone()
+            work["other"] = pipeline.stages(hidden.last_hidden_state[0], run.spec.pooling)[-1].vector.clone()
         zeros, handles = [], []
         try:
             for layer in range(n_layers):
                 module = site_module(model, family, "head", layer)
                 # W_O's input width: a Linear keeps [out, in], GPT-2's Conv1D [in, out].
                 width = module.in_features if isinstance(module, torch.nn.Linear) else module.weight.shape[0]
-                zero = torch.zeros(1, n, width, requires_grad=True)
+                zero = torch.zeros(1, n, width, device=model.device, requires_grad=True)
                 zeros.append(zero)
 
                 def add(module, args, kwargs, zero=zero):
@@ -230,7 +224,7 @@ def scoreboard_slices(
                 handle.remove()
         work["value"] = float(value.detach())
         # [head, pos, d_head] per block
-        work["gradient"] = [g[0].unflatten(-1, (n_heads, -1)).transpose(0, 1).double() for g in gradients]
+        work["gradient"] = [on_cpu(g[0]).unflatten(-1, (n_heads, -1)).transpose(0, 1).double() for g in gradients]
 
     removals = []
     for layer in range(n_layers):
@@ -257,7 +251,7 @@ def scoreboard_slices(
         @torch.inference_mode()
         def compute() -> None:
             first = len(effects)
-            effects.extend(effects_of(chunk, model, loaded.pipeline))
+            effects.extend(effects_of(chunk, model, pipeline))
             below = [at for at in range(first, len(effects)) if effects[at] < resolution(work["value"])]
             if below:
                 if "float64" not in work:

@@ -122,7 +122,7 @@ def nearest_rows(run, index: int, table: Tensor, tokenizer, k: int) -> list[dict
     stages = {name: vector for name, vector in token_stages(run, index).items() if name != "word embedding"}
     found = []
     for name, vector in stages.items():
-        cosines = table @ (vector / vector.norm())
+        cosines = table @ (vector / vector.norm()).to(table.device)  # the table stays with the model (a GPU's)
         top = cosines.topk(k)
         ids = top.indices.tolist()
         found.append(

@@ -8,6 +8,7 @@ import logging
 import time
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
+from copy import deepcopy
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TypeVar
@@ -366,7 +367,8 @@ def _digest_weights(digest, weights: list[tuple[str, torch.Tensor]]) -> None:
     """The next weights into the digest (model_digest)."""
     for name, tensor in weights:
         digest.update(f"{name} {tensor.dtype} {tuple(tensor.shape)}".encode())
-        digest.update(memoryview(tensor.detach().contiguous().reshape(-1).view(torch.uint8).numpy()))
+        # A model on a GPU is hashed from a host copy of each weight: NumPy reads host memory only.
+        digest.update(memoryview(tensor.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy()))
 
 
 def _has_submodule(model: torch.nn.Module, name: str) -> bool:
@@ -379,17 +381,37 @@ def _has_submodule(model: torch.nn.Module, name: str) -> bool:
 
 def upcast(loaded: LoadedModel, dtype: torch.dtype = torch.float32) -> PreTrainedModel:
     """The model's own numbers in `dtype` (float32 or float64), for the measures that compute in it: the model
-    itself where it is already in `dtype`; otherwise read anew from its folder in the dtype it is served in (the
-    same numbers, bit for bit: a copy of the served object would carry the hooks other threads' passes have on
-    it) and upcast, exactly, on its device. It takes upcast_bytes beside the served model."""
+    itself where it is already in `dtype`; otherwise a copy of it upcast, exactly, on its device. It takes
+    upcast_bytes beside the served model."""
     if loaded.model.dtype == dtype:
         return loaded.model
-    folder = loaded.path / loaded.pipeline.transformer
-    with _unreadable(folder, "read again to upcast"):
-        model = type(loaded.model).from_pretrained(
-            folder, attn_implementation="eager", dtype=loaded.model.dtype, local_files_only=True
-        )
-    return model.to(loaded.device, dtype).eval()
+    return upcast_copy(loaded.model, dtype)
+
+
+def upcast_copy(model: PreTrainedModel, dtype: torch.dtype) -> PreTrainedModel:
+    """A new model of the same class and config whose weights and buffers are `model`'s in `dtype`, in eval mode
+    with eager attention: the numbers read anew from its folder and upcast, bit for bit, with no folder (a model
+    adopted in a notebook has none) and no second read of the disk. Built on the meta device, so nothing is
+    initialised at random before the weights are put in, and not deep-copied, which would carry the hooks other
+    threads' passes have on the served model. Its config is its own: switching its attention (fused_attention)
+    does not switch the served model's."""
+    with torch.device("meta"):
+        copied = type(model)(deepcopy(model.config))
+    weights, upcast_of = {}, {}  # tied weights (an LM head and its embedding) stay one tensor
+    for name, tensor in model.state_dict().items():
+        memory = (tensor.data_ptr(), tensor.shape, tensor.stride())
+        if memory not in upcast_of:
+            upcast_of[memory] = tensor.to(dtype, copy=True)
+        weights[name] = upcast_of[memory]
+    copied.load_state_dict(weights, assign=True)
+    # Buffers outside the state_dict (RoPE's inv_freq) are computed at construction: meta tensors until put in.
+    for name, buffer in model.named_buffers():
+        if name not in weights:
+            module, _, leaf = name.rpartition(".")
+            own = buffer.to(dtype, copy=True) if buffer.is_floating_point() else buffer.clone()
+            setattr(copied.get_submodule(module), leaf, own)
+    copied.set_attn_implementation("eager")
+    return copied.eval()
 
 
 def upcast_bytes(loaded: LoadedModel, dtype: torch.dtype = torch.float32) -> int:

@@ -106,11 +106,12 @@ def patch_job(
         )
     target = next_token_target(engine, target_tokens) if decoder else {"kind": "cosine"}
     pooling = loaded.default_pooling
+    pipeline = loaded.pipeline.to(model.device)  # it reads the pass's output where the pass is
 
     def read(output: Tensor, length: int) -> Tensor:
         if decoder:
             return output[length - 1]  # the logits of the token after the row's last: [vocab]
-        return loaded.pipeline.stages(output, pooling)[-1].vector  # the sentence vector: [size]
+        return pipeline.stages(output, pooling)[-1].vector  # the sentence vector: [size]
 
     a, b = (sequence_of(engine, tokens) for tokens in (a_tokens, b_tokens))
     per_pass = max(1, BATCH_TOKENS // longest - 2)

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from app.engine.capture import Sequence, model_inputs, thread_hooks
+from app.engine.capture import Sequence, model_inputs, on_cpu, thread_hooks
 
 SITES = ("resid_pre", "attention_output", "head", "ffn_output")
 
@@ -119,11 +119,11 @@ def patched_outputs(
     decoder: bool,
 ) -> list[Tensor]:
     """One padded pass of A, B and A patched by each cell: read(output row, row's length) for each row, A's
-    and B's first. The output is the LM head's logits for a decoder, the base model's last hidden states
-    for an encoder."""
+    and B's first, on the CPU. The output is the LM head's logits for a decoder, the base model's last hidden
+    states for an encoder; `read` takes it on the model's device."""
     sequences = [a, b, *[a] * len(cells)]
     inputs = model_inputs(model, family, sequences)
     with torch.inference_mode(), patching(model, family, cells, first_row=2, source_row=1):
         out = model(**inputs).logits if decoder else model.base_model(**inputs).last_hidden_state
     lengths = [len(sequence.input_ids) for sequence in sequences]
-    return [read(out[row, :length], length) for row, length in enumerate(lengths)]
+    return [on_cpu(read(out[row, :length], length)) for row, length in enumerate(lengths)]

@@ -931,7 +931,11 @@ class Engine:
         loaded = self.loaded
         model = model or loaded.model
         trunk = model.base_model
-        as_ids = lambda found, field: torch.tensor([getattr(token, field) for token in found])  # noqa: E731
+
+        def as_ids(found: list[Token], field: str) -> Tensor:  # on the model's device, as its pipeline below
+            return torch.tensor([getattr(token, field) for token in found], device=model.device)
+
+        pipeline = loaded.pipeline.to(model.device)
         if target == "similarity":
             if other is None:
                 raise InvalidInput("the similarity target needs `other`, the sentence to compare with")
@@ -945,7 +949,7 @@ class Engine:
                     loaded.family,
                     as_ids(others, "id"),
                     as_ids(others, "token_type"),
-                    lambda hidden: loaded.pipeline.stages(hidden, loaded.default_pooling)[-1].vector,
+                    lambda hidden: pipeline.stages(hidden, loaded.default_pooling)[-1].vector,
                 )
         else:
             if not loaded.has_lm_head:

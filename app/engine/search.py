@@ -22,7 +22,7 @@ import torch
 from torch import Tensor
 from usearch.index import Index as UsearchIndex
 
-from app.engine.capture import Sequence, model_inputs
+from app.engine.capture import Sequence, model_inputs, on_cpu
 from app.engine.runs import BATCH_TOKENS, Engine, InvalidInput, batches
 from app.engine.spec import IndexSpec
 
@@ -161,14 +161,15 @@ def vector_slices(engine: Engine, spec: IndexSpec, progress: Callable[[int, int]
 def sentence_vectors(engine: Engine, rows: list[list[int]], skip: int = 0) -> list[Tensor]:
     """The sentence vector of each row of ids in one padded pass (padded on the right, so that each row's states
     are its own): the model's pipeline after its default pooling, `skip` leading tokens left out of it (a prompt
-    the folder's Pooling excludes). float32, [size] each."""
+    the folder's Pooling excludes). float32, [size] each, on the CPU."""
     loaded = engine.loaded
     mask = loaded.family.native_mask
     sequences = [Sequence(torch.tensor(row), torch.zeros(len(row), dtype=torch.long), mask) for row in rows]
     with torch.inference_mode():
         states = loaded.model.base_model(**model_inputs(loaded.model, loaded.family, sequences)).last_hidden_state
+    pipeline = loaded.pipeline.to(states.device)
     return [
-        loaded.pipeline.stages(states[index, : len(row)], loaded.default_pooling, skip)[-1].vector
+        on_cpu(pipeline.stages(states[index, : len(row)], loaded.default_pooling, skip)[-1].vector)
         for index, row in enumerate(rows)
     ]
 

@@ -4,6 +4,7 @@ config_sentence_transformers.json offers. A folder without modules.json is poole
 and nothing follows the pooling. Every step is the formula sentence-transformers computes, on one sequence
 (no padding), so that the vector is what SentenceTransformer(folder).encode gives."""
 
+import dataclasses
 import importlib
 import json
 from dataclasses import dataclass, field
@@ -53,8 +54,8 @@ def pool(output: Tensor, strategy: str, skip: int = 0) -> Tensor:
     if strategy == "mean_sqrt_len":
         return kept.sum(dim=0) / len(kept) ** 0.5
     if strategy == "weighted_mean":
-        weights = torch.arange(skip + 1, len(output) + 1, dtype=output.dtype)[:, None]  # position + 1
-        return (kept * weights).sum(dim=0) / weights.sum()
+        weights = torch.arange(skip + 1, len(output) + 1, dtype=output.dtype, device=output.device)  # position + 1
+        return (kept * weights[:, None]).sum(dim=0) / weights.sum()
     return kept.mean(dim=0)
 
 
@@ -71,6 +72,10 @@ class Dense:
         # float16 model's pooled vector is upcast to it, exactly.
         linear = torch.nn.functional.linear(x.to(self.weight.dtype), self.weight, self.bias)
         return torch_activation(self.activation)(linear)
+
+    def to(self, device: torch.device, dtype: torch.dtype | None = None) -> "Dense":
+        bias = None if self.bias is None else self.bias.to(device, dtype)
+        return Dense(self.weight.to(device, dtype), bias, self.activation)
 
     @property
     def title(self) -> str:
@@ -115,6 +120,12 @@ class SentencePipeline:
                 vector = step(vector)
                 stages.append(Stage("Dense", step.title, vector))
         return stages
+
+    def to(self, device: torch.device, dtype: torch.dtype | None = None) -> "SentencePipeline":
+        """The pipeline with its Dense weights on `device` (a model's: the steps run on its hidden states where
+        they are), in `dtype` where one is given (their own float32 by default)."""
+        steps = tuple(step.to(device, dtype) if isinstance(step, Dense) else step for step in self.steps)
+        return dataclasses.replace(self, steps=steps)
 
     def describe(self) -> list[dict]:
         """The steps as data, for the model's digest and for /api/model: what changes the vector."""
