@@ -177,6 +177,19 @@ def test_every_answer_of_a_bfloat16_run_is_its_own_numbers_sent_exactly(bfloat16
         assert client.get(f"/api/runs/{run_id}/tokens/2/next").status_code == 200
 
 
+def test_the_attention_answer_says_what_each_measure_was_computed_in(bfloat16_client, client):
+    """The weights are the model's bfloat16 numbers; ALTI and the norm measure are computed in float32 from them
+    (X-Attention-Computed-In, and the same in analyze's embedded first view). A float32 model says float32."""
+    _, _, half = bfloat16_client
+    for lab, weights_in in ((half, "bfloat16"), (client, "float32")):
+        view = {"dtype": "float32", "layer": 0, "head": 0}
+        answer = lab.post("/api/analyze", json={"text": TEXT, "attention": view}).json()
+        assert answer["attention"]["computed_in"] == weights_in
+        for measure, computed_in in (("weights", weights_in), ("norm", "float32"), ("alti", "float32")):
+            got = lab.get(f"/api/runs/{answer['run_id']}/attention", params={"measure": measure, "layer": 0})
+            assert got.headers["X-Attention-Computed-In"] == computed_in, measure
+
+
 def parameters(folder: Path) -> int:
     return sum(weight.numel() for weight in model_class(folder).from_pretrained(folder).parameters())
 

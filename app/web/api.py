@@ -15,6 +15,7 @@ from torch import Tensor
 
 from app.engine import cells, lessons, measures
 from app.engine.capture import NEXT_TOKENS
+from app.engine.placement import dtype_name
 from app.engine.runs import InvalidInput, OutOfRange, Run, pick
 from app.engine.spec import Patch
 from app.serving.lab import Lab
@@ -473,6 +474,7 @@ def embedded_attention(pieces: Iterator[bytes], headers: dict[str, str], view: A
         "measure": view.measure,
         "window": [int(n) for n in headers["X-Attention-Window"].split(",")],
         "pooling": headers.get("X-Attention-Pooling"),
+        "computed_in": headers["X-Attention-Computed-In"],
         "data": base64.b64encode(b"".join(pieces)).decode("ascii"),
     }
 
@@ -492,6 +494,7 @@ async def view_answer(run: Run, lab: Lab, view: AttentionView, client) -> tuple[
         headers["X-Attention-Window"] = f"0,{n},0,{n}"
         if view.size is not None and n > view.size:
             headers["X-Attention-Pooling"] = "max"
+        headers["X-Attention-Computed-In"] = computed_in(run, view.measure)
         return pieces, headers
     plan, window = cell_plan(run, view)
     found = await lab.cells(run, plan, window, client)  # [layer, head, query, key]
@@ -503,7 +506,14 @@ async def view_answer(run: Run, lab: Lab, view: AttentionView, client) -> tuple[
     )
     if window.pooled:
         headers["X-Attention-Pooling"] = "max"
+    headers["X-Attention-Computed-In"] = computed_in(run, view.measure)
     return pieces, headers
+
+
+def computed_in(run: Run, measure: str) -> str:
+    """What a measure's numbers were computed in: the weights in the model's own dtype (its eager attention's
+    numbers); the other measures in float32 or more, from a bfloat16 or float16 model's numbers upcast."""
+    return dtype_name(run.dtype) if measure == "weights" else "float32"
 
 
 def cell_plan(run: Run, view: AttentionView) -> tuple[cells.Plan, cells.Window]:

@@ -314,6 +314,10 @@ class EmbeddedAttention(BaseModel):
         description="X-Attention-Window: the query rows and key columns held, [start, stop, start, stop]"
     )
     pooling: Literal["max"] | None = Field(description="X-Attention-Pooling: max where cells are pooled bins")
+    computed_in: Literal["float32", "bfloat16", "float16"] = Field(
+        description="X-Attention-Computed-In: the weights in the model's own dtype; every other measure in "
+        "float32 (or more), from a bfloat16 or float16 model's numbers upcast"
+    )
     data: str = Field(description="The little-endian C-order array, base64")
 
 

@@ -62,23 +62,29 @@ function showControls(state, changed, lab) {
   $("layer").value = String(state.layer);
   $("head").value = String(state.head);
   $("sinks").value = state.sinks;
-  showMeasure(state);
+  showMeasure(state, lab.model);
   $("scale").value = state.scale;
   $("all-heads").checked = state.allHeads;
   $("present").setAttribute("aria-pressed", String(state.present));
   document.body.classList.toggle("present", state.present);
   if (changed.has("head") || changed.has("heads")) {
     renderHeadSet($("head-set"), state, lab.model.heads, (heads) => lab.setState({ heads }));
-    showMeasure(state);
+    showMeasure(state, lab.model);
   }
 }
 
-// The measure and what it is: its meaning read with the control, its line marked in "What is this?", and
-// the choices it leaves without a meaning disabled, saying why (ALTI has one picture per block: no head).
-function showMeasure(state) {
+function precision(measure, dtype) {
+  if (dtype === "float32") return "";
+  return measure === "weights" ? ` The model's own ${dtype} numbers.` : ` Computed in float32 from the model's ${dtype} numbers.`;
+}
+
+// The measure and what it is: its meaning read with the control (and, for a model in half precision, what it
+// is computed in, as the API's X-Attention-Computed-In says), its line marked in "What is this?", and the
+// choices it leaves without a meaning disabled, saying why (ALTI has one picture per block: no head).
+function showMeasure(state, model) {
   const measure = measureOf(state.measure);
   $("measure").value = state.measure;
-  $("measure-meaning").textContent = measure.meaning;
+  $("measure-meaning").textContent = `${measure.meaning}${precision(state.measure, model.dtype)}`;
   for (const line of document.querySelectorAll(".measure-line")) line.classList.toggle("current", line.dataset.measure === state.measure);
   const why = noHead(measure) ?? "";
   for (const id of ["head", "all-heads"]) {

@@ -203,6 +203,11 @@ def test_a_bfloat16_model_says_so_in_the_bar_and_in_its_exports_whose_numbers_ar
     wait_until(page, "document.body.dataset.run && document.body.dataset.busy === 'false'")
     expect(page.locator("#model-dtype")).to_have_text("bfloat16")
     assert "not those of a float32 pass" in page.locator("#model-name").get_attribute("title")
+    expect(page.locator("#measure-meaning")).to_contain_text("The model's own bfloat16 numbers.")
+    page.goto(f"{bfloat16_lab}/?text=The+cat+sat+on+the+mat.&layer=1&measure=alti")
+    expect(page.locator("#measure-meaning")).to_contain_text("Computed in float32 from the model's bfloat16 numbers.")
+    page.goto(f"{bfloat16_lab}/?text=The+cat+sat+on+the+mat.&layer=1&head=2")
+    wait_until(page, "document.body.dataset.run && document.body.dataset.busy === 'false'")
     with page.expect_download() as download:
         save(page, "export-json")
     exported = json.loads(open(download.value.path()).read())
