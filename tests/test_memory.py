@@ -7,6 +7,7 @@ from contextlib import AsyncExitStack
 import numpy as np
 import pytest
 
+from app.engine.runs import Engine
 from app.serving.gate import ANYONE, Busy, Client, TooManyWaiting
 from app.serving.memory import HOLDS, Budget, MemoryTooLarge, resident_bytes, trim_if_over
 from tests.conftest import make_lab, run_async
@@ -307,3 +308,16 @@ def test_work_on_a_gpu_takes_its_peak_from_the_devices_budget_apart_from_the_hos
     nbytes = engine.pass_bytes([lab._length(engine, short)])
     assert taken == [(nbytes, 0), (nbytes, nbytes)]  # the host's first, then the device's
     assert (lab.budget.granted, device.granted) == (0, 0)
+
+
+def test_the_budget_counts_the_weights_of_every_loaded_model(tiny, minilm, tmp_path):
+    """A model's weights are held in the budget beside the runs (Models.held_bytes), whatever its dtype."""
+    lab = make_lab(minilm, tmp_path)
+    weights = {
+        loaded.name: sum(tensor.numel() * tensor.element_size() for tensor in loaded.model.state_dict().values())
+        for loaded in (minilm, tiny)
+    }
+    others = lab.budget.held - lab.models.held_bytes  # the caches' and the work's
+    assert lab.models.held_bytes == weights[minilm.name]
+    lab.models._engines[tiny.name] = Engine(tiny, 1000)
+    assert lab.budget.held - others == weights[minilm.name] + weights[tiny.name]

@@ -469,6 +469,7 @@ class Engine:
         self.max_chars = max_chars
         self.max_tokens = min(loaded.max_tokens, max_tokens or loaded.max_tokens)
         self.scoring = block_scoring(loaded.model, loaded.family)  # read once: the modules do not change
+        self.weights_bytes = loaded.nbytes  # read once too, for the memory budget (app.serving.models)
         self._kept = self._kept_bytes()
         self.info = self._info()  # at start: the health and model endpoints answer on the event loop
 

@@ -230,7 +230,7 @@ class Lab:
         self.model_threads = ModelThreads(gate.max_passes)  # the cores go to the passes (app.engine.threads)
         self.max_batch_runs = max_batch_runs  # runs one turn at the model may compute together
         self.runs: RunCache[Run] = RunCache(max_runs, max_cache_bytes - self.blocks.max_bytes)
-        self.budget.caches = [self.blocks, self.runs]
+        self.budget.caches = [self.blocks, self.runs, self.models]
         # A GPU's memory apart from the host's: a pass makes its activations there before they come to the host,
         # so work on a model there takes its peak from both (Lab.taking). Made when its first model is loaded.
         self.max_device_bytes = max_device_bytes

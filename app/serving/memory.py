@@ -204,21 +204,21 @@ class Ask:
 
 
 class Budget:
-    """One process's memory for everything that grows with its input, granted before the work starts (as
-    Spark's unified memory manager grants execution memory, and PostgreSQL's work_mem bounds a sort): the
-    caches' bytes (Held: runs, blocks, measures), the runs requests read (hold), and the computations under
-    way (take), together at most `max_bytes` (ATTENTION_LAB_MAX_STORE_BYTES). A computation states its peak
-    from its shapes and takes it before it starts; a request holds a run's bytes before it reads it, until it
-    ends (a run the cache lets go meanwhile stays in memory for it). Where the caches leave too little room,
-    their least recently used entries go first; where work or reads do, an ask waits its turn, round the
+    """One process's memory for everything that grows with its input, granted before the work starts (as Spark's
+    unified memory manager grants execution memory, and PostgreSQL's work_mem bounds a sort): the caches' bytes
+    (Held: runs, blocks, measures, and the loaded models' weights), the runs requests read (hold), and the
+    computations under way (take), together at most `max_bytes` (ATTENTION_LAB_MAX_STORE_BYTES). A computation
+    states its peak from its shapes and takes it before it starts; a request holds a run's bytes before it reads it,
+    until it ends (a run the cache lets go meanwhile stays in memory for it). Where the caches leave too little
+    room, their least recently used entries go first; where work or reads do, an ask waits its turn, round the
     client addresses and the browsers within each, as passes do (app.serving.gate).
 
-    Reads together hold at most 1/READS of the budget, and a computation never waits for a read: work always
-    has the rest (large work all but 1/RESERVE of it, kept for small asks: a learner's short pass), so a
-    request that holds its run and waits for its computation's memory waits only for other computations,
-    which end. One address holds at most 1/WORK_SHARE of the budget in work and 1/READ_SHARE in
-    reads, so that no client can shut the others out; an ask past that answers 422 naming the setting, a wait
-    past `max_wait_seconds` (or past `max_waiting` others) 503 with Retry-After.
+    Reads together hold at most 1/READS of the budget, and a computation never waits for a read: work always has the
+    rest (large work all but 1/RESERVE of it, kept for small asks: a learner's short pass), so a request that holds
+    its run and waits for its computation's memory waits only for other computations, which end. One address holds
+    at most 1/WORK_SHARE of the budget in work and 1/READ_SHARE in reads, so that no client can shut the others out;
+    an ask past that answers 422 naming the setting, a wait past `max_wait_seconds` (or past `max_waiting` others)
+    503 with Retry-After.
 
     All bookkeeping is on the event loop, with no lock: an ask that fits costs a few additions."""
 
