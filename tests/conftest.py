@@ -167,9 +167,16 @@ class LabProcess:
 
     def start(self) -> None:
         """Starts the server and returns once every worker has started and the lab answers."""
+        start_together(self)
+
+    def launch(self) -> int:
+        """Starts the server's process; returns where its log was, for wait_started."""
         seen = self.log.stat().st_size
         with self.log.open("a") as log:  # a file, not a pipe: a full pipe would stall a server nobody reads
             self.process = subprocess.Popen(self.command, env=self.env, stdout=log, stderr=subprocess.STDOUT)
+        return seen
+
+    def wait_started(self, seen: int) -> None:
         deadline = time.monotonic() + 180
         while not self._started(seen):
             if self.process.poll() is not None or time.monotonic() > deadline:
@@ -184,6 +191,14 @@ class LabProcess:
     def stop(self) -> None:
         self.process.terminate()
         self.process.wait(timeout=60)
+
+
+def start_together(*labs: LabProcess) -> None:
+    """Starts the labs at once and returns once each has started: a start is mostly one core's imports and
+    model load, so two starting together on two cores take about the time of one."""
+    seen = [lab.launch() for lab in labs]
+    for lab, offset in zip(labs, seen, strict=True):
+        lab.wait_started(offset)
 
 
 # A proxy the live lab trusts: a test that sends from this address, naming a client in X-Forwarded-For, is a

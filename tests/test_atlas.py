@@ -19,7 +19,7 @@ from app.engine.capture import block_outputs, head_dim, starting_at
 from app.engine.model import load_model, packaged_model_path
 from app.engine.runs import BATCH_TOKENS, Engine
 from app.engine.spec import AtlasSpec, from_canonical
-from tests.conftest import TOKENIZER_FILES, LabProcess, left_midway, make_lab, run_async
+from tests.conftest import TOKENIZER_FILES, LabProcess, left_midway, make_lab, run_async, start_together
 from tests.families import BUILDERS, build
 from tests.float32 import largest, pass_tolerance
 
@@ -372,8 +372,7 @@ def test_another_worker_on_the_same_store_says_how_far_a_corpus_run_is(tmp_path_
     computing the atlas reads its progress from the store, and after the run nobody says it is running."""
     store = {"ATTENTION_LAB_DATA_DIR": str(tmp_path_factory.mktemp("shared-store"))}
     running, other = (LabProcess(tmp_path_factory.mktemp(name), env=store) for name in ("running", "other"))
-    running.start()
-    other.start()
+    start_together(running, other)
     try:
         lines = [f"{line} ({n})" for n in range(9) for line in atlas.shipped_sentences()]
         atlas_id = httpx.post(f"{running.url}/api/atlas", json={"sentences": "\n".join(lines)}).json()["atlas_id"]

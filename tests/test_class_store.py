@@ -9,7 +9,7 @@ import pytest
 import redis
 
 from tests.class_client import Listener, device, start_class
-from tests.conftest import LabProcess, RedisServer, free_port
+from tests.conftest import LabProcess, RedisServer, free_port, start_together
 
 pytestmark = pytest.mark.slow
 
@@ -27,8 +27,7 @@ def store():
 def labs(tmp_path_factory, tiny_model_dir, store):
     env = {"ATTENTION_LAB_MODEL_PATH": str(tiny_model_dir), "ATTENTION_LAB_STORE": store.url}
     labs = [LabProcess(tmp_path_factory.mktemp(f"class-{name}"), env=env) for name in "ab"]
-    for lab in labs:
-        lab.start()
+    start_together(*labs)
     yield labs
     for lab in labs:
         lab.stop()

@@ -17,7 +17,7 @@ import httpx
 import pytest
 
 from tests.class_client import Listener, device, start_class
-from tests.conftest import LabProcess, RedisServer, free_port
+from tests.conftest import LabProcess, RedisServer, free_port, start_together
 
 pytestmark = pytest.mark.slow
 
@@ -115,8 +115,7 @@ def school(tmp_path_factory, tiny_model_dir):
         "ATTENTION_LAB_TRUSTED_PROXIES": PROXY,
     }
     replicas = [LabProcess(tmp_path_factory.mktemp(f"replica-{name}"), env=env) for name in "ab"]
-    for replica in replicas:
-        replica.start()
+    start_together(*replicas)
     proxy = Nginx(tmp_path_factory.mktemp("nginx"), [replica.port for replica in replicas])
     proxy.start()
     yield proxy, replicas

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from app.web.encoding import decode_attention
-from tests.conftest import LAB_PROTOCOL, LabProcess, RedisServer, free_port
+from tests.conftest import LAB_PROTOCOL, LabProcess, RedisServer, free_port, start_together
 from tests.float32 import pass_tolerance
 
 pytestmark = pytest.mark.slow
@@ -164,8 +164,7 @@ def replicas(tmp_path_factory, redis_server_of_replicas):
         )
         for name in "ab"
     ]
-    for lab in labs:
-        lab.start()
+    start_together(*labs)
     yield labs
     for lab in labs:
         lab.stop()

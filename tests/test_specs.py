@@ -115,10 +115,11 @@ def test_sqlite_workers_on_one_machine_open_a_new_file_and_write_at_once(tmp_pat
     of them ("database is locked" at once) in a third of such starts; WAL and the busy timeout then let
     every write through."""
     script = (
-        "import os, sys; from pathlib import Path; from app.engine.spec import RunSpec\n"
+        "import os, sys, time; from pathlib import Path; from app.engine.spec import RunSpec\n"
         "from app.serving.specs import SqliteSpecStore\n"
         "Path(sys.argv[3] + '.ready').touch()\n"
-        "while not os.path.exists(sys.argv[4]): pass\n"
+        # A millisecond's nap, not a spin: five spinning workers took the two cores from those still importing.
+        "while not os.path.exists(sys.argv[4]): time.sleep(0.001)\n"
         "store = SqliteSpecStore(Path(sys.argv[1]), max_specs=10_000, max_age_seconds=3600, timeout_seconds=10)\n"
         "for i in range(100): store.put(RunSpec('m', 'd', f'{sys.argv[2]} {i}'))\n"
     )

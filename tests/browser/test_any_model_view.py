@@ -17,42 +17,51 @@ from playwright.sync_api import expect
 from transformers import AutoModel, AutoTokenizer
 
 from tests.browser.conftest import open_panel, save, screenshot, wait_until
-from tests.conftest import LabProcess
+from tests.conftest import LabProcess, start_together
 from tests.families import build
 
 TEXT = "The cat sat on the mat."
 
 
-def serve(name: str, tmp_path_factory, env: dict[str, str] | None = None):
-    folder = build(name, tmp_path_factory.mktemp(name) / name)
-    lab = LabProcess(folder.parent, env={"ATTENTION_LAB_MODEL_PATH": str(folder), **(env or {})})
-    lab.start()
-    yield lab.url
-    lab.stop()
+# Each lab's model family and settings beside its model folder.
+SERVED = {
+    "embeddinggemma": ("embeddinggemma", {}),
+    "opt": ("opt", {}),
+    "bfloat16": ("llama", {"ATTENTION_LAB_DTYPE": "bfloat16"}),
+}
 
 
 @pytest.fixture(scope="module")
-def gemma_lab(tmp_path_factory):
-    yield from serve("embeddinggemma", tmp_path_factory)
+def labs(tmp_path_factory):
+    """The module's labs by name, (url, model folder), started together."""
+    served = {}
+    for name, (family, env) in SERVED.items():
+        folder = build(family, tmp_path_factory.mktemp(name) / family)
+        served[name] = (LabProcess(folder.parent, env={"ATTENTION_LAB_MODEL_PATH": str(folder), **env}), folder)
+    start_together(*(lab for lab, _ in served.values()))
+    yield {name: (lab.url, folder) for name, (lab, folder) in served.items()}
+    for lab, _ in served.values():
+        lab.stop()
 
 
 @pytest.fixture(scope="module")
-def opt_lab(tmp_path_factory):
-    yield from serve("opt", tmp_path_factory)
+def gemma_lab(labs):
+    return labs["embeddinggemma"][0]
 
 
 @pytest.fixture(scope="module")
-def bfloat16_folder(tmp_path_factory):
-    return build("llama", tmp_path_factory.mktemp("llama-bfloat16") / "llama")
+def opt_lab(labs):
+    return labs["opt"][0]
 
 
 @pytest.fixture(scope="module")
-def bfloat16_lab(bfloat16_folder):
-    env = {"ATTENTION_LAB_MODEL_PATH": str(bfloat16_folder), "ATTENTION_LAB_DTYPE": "bfloat16"}
-    lab = LabProcess(bfloat16_folder.parent, env=env)
-    lab.start()
-    yield lab.url
-    lab.stop()
+def bfloat16_lab(labs):
+    return labs["bfloat16"][0]
+
+
+@pytest.fixture(scope="module")
+def bfloat16_folder(labs):
+    return labs["bfloat16"][1]
 
 
 @pytest.fixture

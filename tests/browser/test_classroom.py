@@ -18,7 +18,7 @@ from playwright.sync_api import expect
 
 from tests.browser.conftest import ARTIFACTS, wait_until
 from tests.class_client import device
-from tests.conftest import LabProcess
+from tests.conftest import LabProcess, start_together
 from tests.families import build
 
 pytestmark = pytest.mark.slow
@@ -38,8 +38,7 @@ def labs(request, server, tmp_path, redis_server):
     for name in "ab":
         (tmp_path / name).mkdir()
         processes.append(LabProcess(tmp_path / name, env=env))
-    for process in processes:
-        process.start()
+    start_together(*processes)
     yield processes[0].url, processes[1].url
     for process in processes:
         process.stop()

@@ -7,26 +7,31 @@ import pytest
 from playwright.sync_api import expect
 
 from tests.browser.conftest import open_panel, screenshot, wait_until
-from tests.conftest import LabProcess
+from tests.conftest import LabProcess, start_together
 from tests.families import build
 
 
-def serve(name: str, tmp_path_factory):
-    folder = build(name, tmp_path_factory.mktemp(name) / "model")
-    lab = LabProcess(folder.parent, env={"ATTENTION_LAB_MODEL_PATH": str(folder)})
-    lab.start()
-    yield name, lab.url
-    lab.stop()
+@pytest.fixture(scope="module")
+def labs(tmp_path_factory):
+    """A Mistral's lab and a RoBERTa's, by family, started together."""
+    served = {}
+    for name in ("mistral", "roberta"):
+        folder = build(name, tmp_path_factory.mktemp(name) / "model")
+        served[name] = LabProcess(folder.parent, env={"ATTENTION_LAB_MODEL_PATH": str(folder)})
+    start_together(*served.values())
+    yield {name: lab.url for name, lab in served.items()}
+    for lab in served.values():
+        lab.stop()
 
 
 @pytest.fixture(scope="module")
-def mistral_lab(tmp_path_factory):
-    yield from serve("mistral", tmp_path_factory)
+def mistral_lab(labs):
+    return "mistral", labs["mistral"]
 
 
 @pytest.fixture(scope="module")
-def roberta_lab(tmp_path_factory):
-    yield from serve("roberta", tmp_path_factory)
+def roberta_lab(labs):
+    return "roberta", labs["roberta"]
 
 
 @pytest.fixture(scope="module", params=["mistral", "roberta"])
