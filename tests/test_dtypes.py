@@ -358,12 +358,18 @@ def test_patching_a_bfloat16_model_is_the_float32_computation_on_its_upcast_weig
     theirs = full_client.post("/api/patch", json=ask).json()
     assert (ours["computed_in"], ours["model_dtype"], theirs["model_dtype"]) == ("float32", "bfloat16", "float32")
     assert ours["target"] == theirs["target"]
+    assert_same_patches(half.model.config, ours, theirs)
+
+
+def assert_same_patches(config, ours: dict, theirs: dict) -> None:
+    """Two patching answers' effects (A, B and every cell, each value and its share of B − A) agree within
+    float32's rounding of a pass forward."""
     effects = lambda answer: [answer["a"], answer["b"], *answer["cells"]]  # noqa: E731
     values = [
         [effect[key] for effect in effects(answer) for key in ("value", "to_a") if effect.get(key) is not None]
         for answer in (ours, theirs)
     ]
-    atol = tolerance(pass_terms(half.model.config), largest(values[1]))
+    atol = tolerance(pass_terms(config), largest(values[1]))
     assert torch.allclose(torch.tensor(values[0]), torch.tensor(values[1]), rtol=0, atol=atol)
 
 
@@ -376,19 +382,25 @@ def test_the_scoreboard_of_a_bfloat16_model_is_the_float32_computation_on_its_up
     ours = half_client.post("/api/scoreboard", json=ask).json()
     theirs = full_client.post("/api/scoreboard", json=ask).json()
     assert (ours["computed_in"], ours["model_dtype"], theirs["model_dtype"]) == ("float32", "bfloat16", "float32")
-    assert ours["target"]["kind"] == theirs["target"]["kind"] and ours["keys"] == theirs["keys"]
-    config, value = half.model.config, theirs["target"]["value"]
-    assert ours["target"]["value"] == pytest.approx(value, abs=tolerance(pass_terms(config), abs(value)))
-    for mine, float32 in zip(ours["heads"], theirs["heads"], strict=True):
-        for account, terms in (("intervention", pass_terms(config)), ("gradient", 2 * pass_terms(config))):
-            expected = torch.tensor(float32["values"][account], dtype=torch.float64)
-            atol = 2 * tolerance(terms, max(abs(value), largest(expected)))
-            assert torch.allclose(torch.tensor(mine["values"][account], dtype=torch.float64), expected, atol=atol)
+    assert_same_scoreboards(half.model.config, ours, theirs)
     run = Engine(half, 1000).run(Engine(half, 1000).spec(TEXT))
     weights = [run.weights(head["layer"])[head["head"], 6, ours["keys"]].double() for head in ours["heads"]]
     assert all(
         torch.equal(torch.tensor(head["values"]["weights"]), w) for head, w in zip(ours["heads"], weights, strict=True)
     )
+
+
+def assert_same_scoreboards(config, ours: dict, theirs: dict) -> None:
+    """Two scoreboards' F, each removal's effect and its first-order term agree within float32's rounding: F and
+    an effect a pass forward (an effect the difference of two), a first-order term a pass forward and back."""
+    assert ours["target"]["kind"] == theirs["target"]["kind"] and ours["keys"] == theirs["keys"]
+    value = theirs["target"]["value"]
+    assert ours["target"]["value"] == pytest.approx(value, abs=tolerance(pass_terms(config), abs(value)))
+    for mine, other in zip(ours["heads"], theirs["heads"], strict=True):
+        for account, terms in (("intervention", pass_terms(config)), ("gradient", 2 * pass_terms(config))):
+            expected = torch.tensor(other["values"][account], dtype=torch.float64)
+            atol = 2 * tolerance(terms, max(abs(value), largest(expected)))
+            assert torch.allclose(torch.tensor(mine["values"][account], dtype=torch.float64), expected, atol=atol)
 
 
 @pytest.mark.parametrize("family", [*CHECKPOINT_FAMILIES, "gpt2"])  # GPT-2: an LM head tied to its embedding

@@ -16,7 +16,17 @@ from app.serving.memory import MemoryTooLarge
 from tests.conftest import run_async, spec_store
 from tests.families import build
 from tests.float32 import largest, pass_terms, tolerance
-from tests.test_dtypes import OTHER, TEXT, asked_of, bfloat16_shards, eager, parameters, run_ids
+from tests.test_dtypes import (
+    OTHER,
+    TEXT,
+    asked_of,
+    assert_same_patches,
+    assert_same_scoreboards,
+    bfloat16_shards,
+    eager,
+    parameters,
+    run_ids,
+)
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 
@@ -125,13 +135,7 @@ def test_patching_on_the_gpu_is_the_cpu_s_within_float32_rounding(gpu_and_cpu, p
     ask = {"text": TEXT, "source": "The dog sat on the rug.", "align": "end", **patch}
     ours, theirs = both(gpu_and_cpu, "/api/patch", ask)
     assert ours["target"] == theirs["target"] and ours["computed_in"] == theirs["computed_in"] == "float32"
-    effects = lambda answer: [answer["a"], answer["b"], *answer["cells"]]  # noqa: E731
-    values = [
-        [effect[key] for effect in effects(answer) for key in ("value", "to_a") if effect.get(key) is not None]
-        for answer in (ours, theirs)
-    ]
-    atol = tolerance(pass_terms(loaded.model.config), largest(values[1]))
-    assert torch.allclose(torch.tensor(values[0]), torch.tensor(values[1]), rtol=0, atol=atol)
+    assert_same_patches(loaded.model.config, ours, theirs)
 
 
 def test_the_scoreboard_on_the_gpu_is_the_cpu_s_within_float32_rounding(gpu_and_cpu):
@@ -140,11 +144,4 @@ def test_the_scoreboard_on_the_gpu_is_the_cpu_s_within_float32_rounding(gpu_and_
     loaded = gpu_and_cpu[0]
     ask = {"text": TEXT, "query": 6, **({} if loaded.family.decoder else {"other": OTHER})}
     ours, theirs = both(gpu_and_cpu, "/api/scoreboard", ask)
-    assert ours["target"]["kind"] == theirs["target"]["kind"] and ours["keys"] == theirs["keys"]
-    config, value = loaded.model.config, theirs["target"]["value"]
-    assert ours["target"]["value"] == pytest.approx(value, abs=tolerance(pass_terms(config), abs(value)))
-    for mine, cpu in zip(ours["heads"], theirs["heads"], strict=True):
-        for account, terms in (("intervention", pass_terms(config)), ("gradient", 2 * pass_terms(config))):
-            expected = torch.tensor(cpu["values"][account], dtype=torch.float64)
-            atol = 2 * tolerance(terms, max(abs(value), largest(expected)))
-            assert torch.allclose(torch.tensor(mine["values"][account], dtype=torch.float64), expected, atol=atol)
+    assert_same_scoreboards(loaded.model.config, ours, theirs)
