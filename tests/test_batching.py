@@ -3,6 +3,7 @@ pooled vector and the next-token candidates, for mixed lengths, pairs, both mask
 on MiniLM's tiny random twin and on tiny random models of other families."""
 
 import asyncio
+import dataclasses
 
 import pytest
 import torch
@@ -279,3 +280,35 @@ def test_the_runs_of_a_pass_are_put_in_the_shared_store_in_one_write(tiny, tmp_p
     runs = queue_behind_a_held_turn(lab, requests)
     assert writes == [len(TEXTS)]
     assert [lab.specs.get(run.run_id) for run in runs] == [run.spec for run in runs]
+
+
+def test_each_input_is_read_once_by_the_lab_that_states_its_pass_and_joins_its_batch(tiny, tmp_path, monkeypatch):
+    """An input read to state its pass's memory (a long one) or to join a waiting batch is not read again by
+    its pass: the pass takes the tokens read ahead, and they are the tokens it would have read."""
+    lab = make_lab(tiny, tmp_path, max_chars=100_000)
+    reads = []
+
+    class CountedTokenizer:
+        def __call__(self, text, *args, **kwargs):
+            reads.append(text)
+            return tiny.tokenizer(text, *args, **kwargs)
+
+        def __getattr__(self, name):
+            return getattr(tiny.tokenizer, name)
+
+    monkeypatch.setattr(lab.engine, "loaded", dataclasses.replace(tiny, tokenizer=CountedTokenizer()))
+    long = " ".join(["river"] * 300)  # past SHORT_TOKENS bytes: read on the event loop before its turn
+    requests = [(long, Client("10.0.0.1")), *((text, Client(f"10.0.1.{n}")) for n, text in enumerate(CLASS))]
+    runs = queue_behind_a_held_turn(lab, requests)
+    assert sorted(reads) == sorted(text for text, _ in requests)
+    for run in runs:
+        assert run.tokens == Engine(tiny, 100_000).tokenize(run.spec.text)[0]
+
+
+def test_the_tokens_read_ahead_are_bounded(tiny):
+    engine = Engine(tiny, 100_000)
+    count = 2 * app.engine.runs.READ_AHEAD_TOKENS // 400
+    for text in (f"text {number} " + " ".join(["river"] * 400) for number in range(count)):
+        assert engine.read_ahead(engine.spec(text)) == engine.length(engine.spec(text))
+    kept = sum(len(tokens) for tokens, _ in engine._read_ahead.values())
+    assert app.engine.runs.READ_AHEAD_TOKENS - 402 < kept <= app.engine.runs.READ_AHEAD_TOKENS

@@ -162,8 +162,8 @@ class Joins:
     def __call__(self, job: object) -> bool:
         if not isinstance(job, RunSpec) or job.model != self.spec.model:
             return False
-        self.longest = self.longest or self.engine.length(self.spec)
-        padded_to = max(self.longest, self.engine.length(job))
+        self.longest = self.longest or self.engine.read_ahead(self.spec)
+        padded_to = max(self.longest, self.engine.read_ahead(job))
         if padded_to > self.shared or (self.count + 1) * padded_to > BATCH_TOKENS:
             return False
         more = self.engine.pass_bytes([padded_to] * (self.count + 1)) - self.own - self.taken
@@ -808,12 +808,13 @@ class Lab:
     def _length(self, engine: Engine, spec: RunSpec) -> int:
         """The spec's tokens as read, or more: every token reads at least one byte of its text, beside the few
         the tokenizer adds, so a short text's bytes bound them without tokenizing; a longer one is tokenized
-        (Engine.length) here, on the event loop, so that the request keeps its place in the gate's order."""
+        (Engine.read_ahead, which keeps the tokens for its pass) here, on the event loop, so that the request
+        keeps its place in the gate's order."""
         prompt = engine.loaded.pipeline.prompts[spec.prompt] if spec.prompt is not None else ""
         bound = sum(len(text.encode()) for text in (spec.text, spec.text_pair or "", prompt)) + ADDED_TOKENS
         if bound <= SHORT_TOKENS:
             return min(bound, engine.max_tokens)
-        return engine.length(spec)
+        return engine.read_ahead(spec)
 
     def _joins(self, spec: RunSpec, length: int, client: Client) -> "Joins":
         """Which waiting specs may join this one's turn: of the same model, each of at most a quarter of the
