@@ -237,7 +237,8 @@ def test_a_long_input_takes_its_turn_alone(tiny, tmp_path, monkeypatch):
     long = " ".join(["word"] * 600)
     requests = [("short", Client("10.0.0.1")), (long, Client("10.0.0.2")), ("also short", Client("10.0.0.3"))]
     queue_behind_a_held_turn(lab, requests)
-    assert batches == [["short"], [long], ["also short"]]
+    # The short passes, new to the gate, go before the long one (PassGate.admit's `short`), and share a turn.
+    assert batches == [["short", "also short"], [long]]
 
 
 def texts_of(engine, tokens: int, count: int, tag: str) -> list[str]:
@@ -269,7 +270,8 @@ def test_an_input_over_a_quarter_of_the_positions_takes_its_turn_alone(tiny, tmp
     (quarter,) = texts_of(lab.engine, 512 // 4, 1, "quarter")
     requests = [("short", Client("10.0.0.1")), (over, Client("10.0.0.2")), (quarter, Client("10.0.0.3"))]
     queue_behind_a_held_turn(lab, [*requests, ("also short", Client("10.0.0.4"))])
-    assert batches == [["short"], [over], [quarter, "also short"]]
+    # The passes of at most 128 tokens, new to the gate, go first (PassGate.admit's `short`) and share a turn.
+    assert batches == [["short", quarter, "also short"], [over]]
 
 
 def test_the_runs_of_a_pass_are_put_in_the_shared_store_in_one_write(tiny, tmp_path, monkeypatch):

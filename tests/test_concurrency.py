@@ -53,18 +53,20 @@ def test_gate_gives_up_after_the_longest_wait():
     run_async(scenario())
 
 
-def test_turns_go_round_the_keys_and_rested_keys_go_first():
-    turns = Rotation()
+def test_turns_go_round_the_keys_and_the_tiers_ahead_of_the_round_go_first():
+    turns = Rotation(tiers=2)
     for key in "ABC":
         for number in range(2):
             turns.append((key,), f"{key}{number}")
     assert [turns.popleft() for _ in range(3)] == ["A0", "B0", "C0"]
     turns.append(("A",), "A2")  # into the round, behind B and C, whose second items wait
-    turns.append(("L",), "L0", rested=True)
-    turns.append(("M",), "M0", rested=True)
-    turns.append(("L",), "L1", rested=True)  # L waits already: behind its own first
-    assert turns.peek() == "L0"
-    assert [turns.popleft() for _ in range(7)] == ["L0", "M0", "A1", "B1", "C1", "L1", "A2"]
+    turns.append(("H",), "H0", tier=1)  # rested, heavy work's first slice
+    turns.append(("L",), "L0", tier=0)  # rested, a short pass
+    turns.append(("M",), "M0", tier=0)
+    turns.append(("L",), "L1", tier=1)  # L waits already: behind its own first, wherever asked
+    assert turns.peek() == "L0" and turns.count(("L",)) == 2
+    assert [turns.popleft() for _ in range(8)] == ["L0", "M0", "H0", "A1", "B1", "C1", "L1", "A2"]
+    assert len(turns) == 0
 
 
 def test_a_learner_waits_one_turn_beside_a_crowd_of_heavy_work(monkeypatch):
@@ -90,7 +92,7 @@ def test_a_learner_waits_one_turn_beside_a_crowd_of_heavy_work(monkeypatch):
             await crowd_started.wait()
             for _ in range(2):
                 asked.append(len(order))
-                async with gate.admit(Client("10.0.9.9")):
+                async with gate.admit(Client("10.0.9.9"), short=True):
                     order.append("learner")
                 await asyncio.sleep(0.02)  # reading the answer: longer than REST_SECONDS
 
@@ -100,6 +102,34 @@ def test_a_learner_waits_one_turn_beside_a_crowd_of_heavy_work(monkeypatch):
     order, asked = run_async(scenario())
     served = [index for index, who in enumerate(order) if who == "learner"]
     assert [at - when for at, when in zip(served, asked, strict=True)] in ([0, 0], [0, 1], [1, 0], [1, 1])
+
+
+def test_a_short_pass_goes_before_the_first_slices_of_heavy_work_asked_for_at_once():
+    """Twenty addresses ask for heavy work at the same moment, each new to the gate; a learner's short pass asked
+    just after them waits for the slice under way only."""
+
+    async def scenario():
+        gate = PassGate(max_passes=1, max_waiting=64, max_waiting_per_client=4, max_wait_seconds=5)
+        order = []
+        release = asyncio.Event()
+
+        async def request(client, name, short=False):
+            async with gate.admit(client, short=short):
+                order.append(name)
+                await release.wait()
+
+        tasks = [asyncio.create_task(request(Client(f"10.0.0.{n}"), f"heavy{n}")) for n in range(20)]
+        while gate.waiting < 19:
+            await asyncio.sleep(0)
+        tasks.append(asyncio.create_task(request(Client("10.0.9.9"), "learner", short=True)))
+        while gate.waiting < 20:
+            await asyncio.sleep(0)
+        release.set()
+        await asyncio.gather(*tasks)
+        return order
+
+    order = run_async(scenario())
+    assert order[:3] == ["heavy0", "learner", "heavy1"]
 
 
 def test_a_stopping_gate_tells_the_waiting_and_every_later_request_to_come_back():

@@ -66,25 +66,29 @@ class Turn:
 
 class Rotation:
     """Queues by key, served round the keys in turn: the key served goes to the back of the round. A key may
-    start waiting before the round (append's `rested`): such keys are served first, in the order they came, and
-    then join the round like any other."""
+    start waiting ahead of the round, in one of the tiers before it (append's `tier`): the first tier's keys are
+    served first, in the order they came, then the next tier's, and each then joins the round like any other."""
 
-    def __init__(self):
-        self._rested: dict = {}  # key -> deque or Rotation, served before the round
-        self._queues: dict = {}  # key -> deque or Rotation: the round; insertion order is the order of turns
+    def __init__(self, tiers: int = 1):
+        # key -> deque or Rotation, for each tier ahead of the round, and the round last; insertion order is the
+        # order of turns within each
+        self._tiers: list[dict] = [{} for _ in range(tiers + 1)]
 
     def __len__(self) -> int:
-        return len(self._rested) + len(self._queues)
+        return sum(len(keys) for keys in self._tiers)
 
-    def _queue(self, key):
-        return self._rested.get(key, self._queues.get(key))
+    def _holding(self, key) -> dict | None:
+        return next((keys for keys in self._tiers if key in keys), None)
 
-    def append(self, keys: tuple, item, rested: bool = False) -> None:
+    def append(self, keys: tuple, item, tier: int | None = None) -> None:
+        """`tier`: where the key waits if it waits for nothing yet: a tier ahead of the round, or the round
+        (None)."""
         key, *inner = keys
-        queue = self._queue(key)
-        if queue is None:
-            queue = Rotation() if inner else deque()
-            (self._rested if rested else self._queues)[key] = queue
+        holding = self._holding(key)
+        if holding is None:
+            holding = self._tiers[-1 if tier is None else tier]
+            holding[key] = Rotation() if inner else deque()
+        queue = holding[key]
         if inner:
             queue.append(tuple(inner), item)
         else:
@@ -92,43 +96,46 @@ class Rotation:
 
     def count(self, keys: tuple) -> int:
         key, *inner = keys
-        queue = self._queue(key)
-        if queue is None:
+        holding = self._holding(key)
+        if holding is None:
             return 0
-        return queue.count(tuple(inner)) if inner else len(queue)
+        return holding[key].count(tuple(inner)) if inner else len(holding[key])
 
     def peek(self):
         """The item whose turn is next, left in place."""
-        queue = next(iter((self._rested or self._queues).values()))
+        queue = next(iter(next(keys for keys in self._tiers if keys).values()))
         return queue.peek() if isinstance(queue, Rotation) else queue[0]
 
     def popleft(self):
-        keys = self._rested or self._queues
+        keys = next(keys for keys in self._tiers if keys)
         key, queue = next(iter(keys.items()))
         item = queue.popleft()
         del keys[key]
         if queue:
-            self._queues[key] = queue
+            self._tiers[-1][key] = queue
         return item
 
     def remove(self, keys: tuple, item) -> None:
         key, *inner = keys
-        held = self._rested if key in self._rested else self._queues
-        queue = held[key]
+        holding = self._holding(key)
+        queue = holding[key]
         if inner:
             queue.remove(tuple(inner), item)
         else:
             queue.remove(item)
         if not queue:
-            del held[key]
+            del holding[key]
 
 
 # An address none of whose requests has held a turn for this long is served before the round (Rotation), as
 # fair queuing serves a sparse flow first (FQ-CoDel's new flows): a learner's short request, asked now and then,
 # waits for the turn under way, not for a turn of every address with heavy work waiting (1.4-1.7 s, every time,
 # beside 24 Integrated Gradients from 24 addresses). Heavy work asks for its next slice's turn as its last one
-# ends, so it stays in the round, one turn a round, as does a client that asks again at once.
+# ends, so it stays in the round, one turn a round, as does a client that asks again at once. Among the rested,
+# a short turn (admit's `short`: a learner's pass) goes before heavy work's first slice: fifteen kinds of heavy
+# work asked for at once from fifteen addresses held a learner 1.5 s behind their first slices.
 REST_SECONDS = 0.1
+RESTED_SHORT, RESTED = 0, 1  # the tiers ahead of the round
 
 
 class PassGate:
@@ -147,7 +154,7 @@ class PassGate:
         self.max_wait_seconds = max_wait_seconds
         self.running = 0
         self.waiting = 0
-        self._turns = Rotation()  # the waiting requests' turns, by address, then by cookie
+        self._turns = Rotation(tiers=2)  # the waiting requests' turns, by address, then by cookie
         self._by_address: Counter[str] = Counter()  # waiting requests per address
         self._holding: Counter[str] = Counter()  # turns held now, per address
         self._last_turn: dict[str, float] = {}  # address -> when its last turn ended (time.monotonic), lately
@@ -164,16 +171,18 @@ class PassGate:
             turn.ready.set_exception(Stopping())
 
     @asynccontextmanager
-    async def admit(self, client: Client = ANYONE, job: object = None) -> AsyncIterator[asyncio.Future | None]:
+    async def admit(
+        self, client: Client = ANYONE, job: object = None, short: bool = False
+    ) -> AsyncIterator[asyncio.Future | None]:
         """Yields None when this request may run, or the future of its answer when a running pass claimed
-        its `job` while it waited (it then takes no turn)."""
+        its `job` while it waited (it then takes no turn). `short`: the turn is a short pass (REST_SECONDS)."""
         if self.stopping:
             raise Stopping()
         if self.running < self.max_passes and self.waiting == 0:
             self.running += 1
             claimed = None
         else:
-            claimed = await self._wait_for_turn(Turn((client.address, client.cookie), job))
+            claimed = await self._wait_for_turn(Turn((client.address, client.cookie), job), short)
         if claimed is None:
             self._holding[client.address] += 1
         try:
@@ -212,7 +221,7 @@ class PassGate:
             claimed.append((turn.job, answer))
         return claimed
 
-    async def _wait_for_turn(self, turn: Turn) -> asyncio.Future | None:
+    async def _wait_for_turn(self, turn: Turn, short: bool) -> asyncio.Future | None:
         keys = turn.keys
         if self._turns.count(keys) >= self.max_waiting_per_client:
             raise TooManyWaiting(
@@ -228,7 +237,7 @@ class PassGate:
             )
         if self.waiting >= self.max_waiting:
             raise Busy(f"{self.waiting} requests are already waiting for the model: try again in a moment", 2)
-        self._turns.append(keys, turn, rested=self._rested(keys[0]))
+        self._turns.append(keys, turn, tier=(RESTED_SHORT if short else RESTED) if self._rested(keys[0]) else None)
         self.waiting += 1
         self._by_address[keys[0]] += 1
         try:

@@ -147,6 +147,7 @@ def answer_claimed(done: asyncio.Future, answers: list[asyncio.Future]) -> None:
 
 ADDED_TOKENS = 16  # tokens a tokenizer adds around a text or a pair, at most ([CLS], [SEP], <s>, a "▁")
 SHORT_TOKENS = 256  # a text whose bytes bound its tokens below this many is not tokenized to state its pass
+SHORT_PASS_TOKENS = 128  # a pass of at most this many tokens goes before heavy work's slices (PassGate.admit)
 
 
 class Joins:
@@ -764,7 +765,7 @@ class Lab:
             length = self._length(engine, spec)
             what = f"the pass of {length:,} tokens"
             async with self.taking(engine.pass_bytes([length]), client, what, on=engine):
-                async with self.gate.admit(client, job=spec) as claimed:
+                async with self.gate.admit(client, job=spec, short=length <= SHORT_PASS_TOKENS) as claimed:
                     self._started.add(spec.run_id)
                     if claimed is not None:
                         return await claimed
