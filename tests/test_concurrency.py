@@ -65,8 +65,20 @@ def test_turns_go_round_the_keys_and_the_tiers_ahead_of_the_round_go_first():
     turns.append(("M",), "M0", tier=0)
     turns.append(("L",), "L1", tier=1)  # L waits already: behind its own first, wherever asked
     assert turns.peek() == "L0" and turns.count(("L",)) == 2
-    assert [turns.popleft() for _ in range(8)] == ["L0", "M0", "H0", "A1", "B1", "C1", "L1", "A2"]
+    # Ahead of the round first, the round every other turn while both wait.
+    assert [turns.popleft() for _ in range(8)] == ["L0", "A1", "M0", "B1", "H0", "C1", "L1", "A2"]
     assert len(turns) == 0
+
+
+def test_a_steady_stream_of_newcomers_never_holds_the_round_back():
+    turns, served = Rotation(tiers=2), []
+    turns.append(("heavy",), "heavy")
+    for number in range(10):
+        turns.append((f"learner{number}",), f"learner{number}", tier=0)
+        served.append(turns.popleft())
+        if served[-1] == "heavy":
+            turns.append(("heavy",), "heavy")  # its next slice, asked as this one ends
+    assert served == [name for number in range(5) for name in (f"learner{number}", "heavy")]
 
 
 def test_a_learner_waits_one_turn_beside_a_crowd_of_heavy_work(monkeypatch):

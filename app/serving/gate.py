@@ -67,12 +67,15 @@ class Turn:
 class Rotation:
     """Queues by key, served round the keys in turn: the key served goes to the back of the round. A key may
     start waiting ahead of the round, in one of the tiers before it (append's `tier`): the first tier's keys are
-    served first, in the order they came, then the next tier's, and each then joins the round like any other."""
+    served first, in the order they came, then the next tier's, and each then joins the round like any other.
+    A turn from ahead of the round is followed by one from the round where the round has keys waiting: a
+    steady stream of newcomers (a class's learners, each asking now and then) never holds the round back."""
 
     def __init__(self, tiers: int = 1):
         # key -> deque or Rotation, for each tier ahead of the round, and the round last; insertion order is the
         # order of turns within each
         self._tiers: list[dict] = [{} for _ in range(tiers + 1)]
+        self._round_next = False  # the last turn came from ahead of the round
 
     def __len__(self) -> int:
         return sum(len(keys) for keys in self._tiers)
@@ -101,16 +104,25 @@ class Rotation:
             return 0
         return holding[key].count(tuple(inner)) if inner else len(holding[key])
 
+    def _next_keys(self) -> dict:
+        """The keys whose first has the next turn: the round's after a turn from ahead of it, else the first
+        tier with keys waiting."""
+        if self._round_next and self._tiers[-1]:
+            return self._tiers[-1]
+        return next(keys for keys in self._tiers if keys)
+
     def peek(self):
         """The item whose turn is next, left in place."""
-        queue = next(iter(next(keys for keys in self._tiers if keys).values()))
+        queue = next(iter(self._next_keys().values()))
         return queue.peek() if isinstance(queue, Rotation) else queue[0]
 
     def popleft(self):
-        keys = next(keys for keys in self._tiers if keys)
+        keys = self._next_keys()
         key, queue = next(iter(keys.items()))
         item = queue.popleft()
         del keys[key]
+        # The round's turn next where it had keys waiting (not this one, which joins it only now).
+        self._round_next = keys is not self._tiers[-1] and bool(self._tiers[-1])
         if queue:
             self._tiers[-1][key] = queue
         return item
@@ -133,7 +145,8 @@ class Rotation:
 # beside 24 Integrated Gradients from 24 addresses). Heavy work asks for its next slice's turn as its last one
 # ends, so it stays in the round, one turn a round, as does a client that asks again at once. Among the rested,
 # a short turn (admit's `short`: a learner's pass) goes before heavy work's first slice: fifteen kinds of heavy
-# work asked for at once from fifteen addresses held a learner 1.5 s behind their first slices.
+# work asked for at once from fifteen addresses held a learner 1.5 s behind their first slices. The round still
+# gets every other turn while newcomers keep coming (Rotation).
 REST_SECONDS = 0.1
 RESTED_SHORT, RESTED = 0, 1  # the tiers ahead of the round
 
