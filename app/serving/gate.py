@@ -71,7 +71,7 @@ class Rotation:
     A turn from ahead of the round is followed by one from the round where the round has keys waiting: a
     steady stream of newcomers (a class's learners, each asking now and then) never holds the round back."""
 
-    def __init__(self, tiers: int = 1):
+    def __init__(self, tiers: int = 0):
         # key -> deque or Rotation, for each tier ahead of the round, and the round last; insertion order is the
         # order of turns within each
         self._tiers: list[dict] = [{} for _ in range(tiers + 1)]
@@ -80,18 +80,18 @@ class Rotation:
     def __len__(self) -> int:
         return sum(len(keys) for keys in self._tiers)
 
-    def _holding(self, key) -> dict | None:
+    def _tier_of(self, key) -> dict | None:
         return next((keys for keys in self._tiers if key in keys), None)
 
     def append(self, keys: tuple, item, tier: int | None = None) -> None:
         """`tier`: where the key waits if it waits for nothing yet: a tier ahead of the round, or the round
         (None)."""
         key, *inner = keys
-        holding = self._holding(key)
-        if holding is None:
-            holding = self._tiers[-1 if tier is None else tier]
-            holding[key] = Rotation() if inner else deque()
-        queue = holding[key]
+        tier_keys = self._tier_of(key)
+        if tier_keys is None:
+            tier_keys = self._tiers[-1 if tier is None else tier]
+            tier_keys[key] = Rotation() if inner else deque()
+        queue = tier_keys[key]
         if inner:
             queue.append(tuple(inner), item)
         else:
@@ -99,10 +99,10 @@ class Rotation:
 
     def count(self, keys: tuple) -> int:
         key, *inner = keys
-        holding = self._holding(key)
-        if holding is None:
+        tier_keys = self._tier_of(key)
+        if tier_keys is None:
             return 0
-        return holding[key].count(tuple(inner)) if inner else len(holding[key])
+        return tier_keys[key].count(tuple(inner)) if inner else len(tier_keys[key])
 
     def _next_keys(self) -> dict:
         """The keys whose first has the next turn: the round's after a turn from ahead of it, else the first
@@ -129,14 +129,14 @@ class Rotation:
 
     def remove(self, keys: tuple, item) -> None:
         key, *inner = keys
-        holding = self._holding(key)
-        queue = holding[key]
+        tier_keys = self._tier_of(key)
+        queue = tier_keys[key]
         if inner:
             queue.remove(tuple(inner), item)
         else:
             queue.remove(item)
         if not queue:
-            del holding[key]
+            del tier_keys[key]
 
 
 # An address none of whose requests has held a turn for this long is served before the round (Rotation), as
