@@ -41,7 +41,7 @@ export async function initState(defaults, limits) {
   mostTokens = config.model.max_input_tokens;
   let view = {};
   try {
-    view = readView(await linkParams(), limits);
+    view = readView(await linkParams(window.location), limits);
   } catch (error) {
     if (!(error instanceof LinkRefused)) throw error;
     sayRefused(error.message);
@@ -75,11 +75,16 @@ export function subscribe(listener) {
   listeners.add(listener);
 }
 
-async function linkParams() {
-  if (!window.location.hash.startsWith(COMPRESSED)) return new URLSearchParams(window.location.search);
+// A link's view, read as the page reads its own on opening: a link past the bounds is refused (LinkRefused).
+export async function viewOfURL(url) {
+  return readView(await linkParams(new URL(url)), linkLimits);
+}
+
+async function linkParams(url) {
+  if (!url.hash.startsWith(COMPRESSED)) return new URLSearchParams(url.search);
   let pairs;
   try {
-    pairs = JSON.parse(await inflate(window.location.hash.slice(COMPRESSED.length)));
+    pairs = JSON.parse(await inflate(url.hash.slice(COMPRESSED.length)));
   } catch (error) {
     if (error instanceof LinkRefused) throw error;
     throw new LinkRefused("This link is damaged (cut short in copying?): the lab opened without its view.");

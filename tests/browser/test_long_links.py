@@ -77,9 +77,14 @@ def crafted(head: bytes, repeat: bytes, times: int, tail: bytes) -> str:
     return base64.urlsafe_b64encode(b"".join(parts)).decode().rstrip("=")
 
 
+READING_SECONDS = 0.2  # the page's own reading of a link: 2 ms for the 300 MB one; one piece took 0.8 s
+OPENING_SECONDS = 5  # the whole page, on a busy machine: a tab that froze never opened
+
+
 def opens_or_is_refused(browser, url: str, name: str) -> tuple[float, str]:
-    """Opens the link in a fresh page: the seconds until the page has either opened its view or said why it
-    would not, and what its error line says. The lab must then work as usual (its default run shown)."""
+    """Opens the link in a fresh page, which must open the lab without the link's view (its default run shown)
+    and say why on its error line; then times, in that page, the reading the page did of the link on opening
+    (a page's load time is the machine's, not the link's). The seconds the reading took, and what the page said."""
     page = browser.new_page(viewport={"width": 1280, "height": 720})
     errors = []
     page.on("pageerror", lambda error: errors.append(str(error)))
@@ -87,13 +92,28 @@ def opens_or_is_refused(browser, url: str, name: str) -> tuple[float, str]:
         start = time.monotonic()
         page.goto(url, wait_until="commit")
         wait_until(page, "document.body.dataset.run && !document.getElementById('error').hidden", timeout=20)
-        took = time.monotonic() - start
+        assert time.monotonic() - start < OPENING_SECONDS
         said = page.locator("#error").inner_text()
         assert page.locator("#prompt").input_value().strip()  # the lab opened with its own prompt
         screenshot(page, f"link-{name}")
+        took, refused = page.evaluate(
+            """async (url) => {
+                const module = document.querySelector("link[rel=modulepreload][href$='/state.js']").href;
+                const { viewOfURL } = await import(module);
+                const start = performance.now();
+                try {
+                  await viewOfURL(url);
+                  return [(performance.now() - start) / 1000, null];
+                } catch (error) {
+                  return [(performance.now() - start) / 1000, error.message];
+                }
+            }""",
+            url,
+        )
     finally:
         page.close()
     assert errors == []
+    assert refused == said
     return took, said
 
 
@@ -105,17 +125,17 @@ def opens_or_is_refused(browser, url: str, name: str) -> tuple[float, str]:
         ("million-with", b'[["text","hi"],["token","1"],["with","0', b",0", 999_999, b'"]]', (2, 4), "larger"),
     ],
 )
-def test_a_crafted_link_is_refused_within_a_second_saying_why(
+def test_a_crafted_link_is_refused_at_once_saying_why(
     browser, server, name, head, repeat, times, tail, size_kb, said
 ):
     """A #z= link inflating to 300 MB (408 KB), to 50 MB (68 KB), and a 2.7 KB one whose `with` lists a
-    million tokens (2 MB inflated): each once crashed or froze the tab; now the page opens within a second,
-    without the link's view, and says why."""
+    million tokens (2 MB inflated): each once crashed or froze the tab; now the page reads each at once and
+    opens without the link's view, saying why."""
     link = crafted(head, repeat, times, tail)
     assert size_kb[0] * 1000 <= len(link) <= size_kb[1] * 1000, len(link)
     took, message = opens_or_is_refused(browser, f"{server}/#z={link}", name)
-    print(f"{name}: a {len(link) / 1000:.1f} kB link refused in {took:.2f} s: {message}")
-    assert said in message and took < 1
+    print(f"{name}: a {len(link) / 1000:.1f} kB link read in {took * 1000:.1f} ms and refused: {message}")
+    assert said in message and took < READING_SECONDS
 
 
 def test_a_list_longer_than_a_view_can_hold_is_refused(browser, server):
@@ -125,9 +145,9 @@ def test_a_list_longer_than_a_view_can_hold_is_refused(browser, server):
         ("heads", f"?text=hello&head=mean&heads={','.join(['0'] * 13)}"),
     ):
         took, message = opens_or_is_refused(browser, f"{server}/{query}", f"list-{name}")
-        assert "lists more" in message and took < 1, (took, message)
+        assert "lists more" in message and took < READING_SECONDS, (took, message)
 
 
 def test_a_damaged_link_opens_the_lab_saying_so(browser, server):
     took, message = opens_or_is_refused(browser, f"{server}/#z=not-deflate-at-all", "damaged")
-    assert "damaged" in message and took < 1
+    assert "damaged" in message and took < READING_SECONDS
