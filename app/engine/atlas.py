@@ -20,8 +20,6 @@ from pathlib import Path
 from typing import Literal
 
 import torch
-from sklearn.decomposition import PCA
-from sklearn.manifold import TSNE
 from torch import Tensor
 
 from app.engine import names
@@ -490,6 +488,10 @@ def project(q: Tensor, k: Tensor, projection: Projection = Projection()) -> dict
     scale = float((k.norm(dim=1).mean() / q.norm(dim=1).mean()).sqrt())
     q, k = q * scale, k / scale
     rows = torch.cat([q, k]).numpy()
+    # Imported here, where a map is drawn: scikit-learn adds 0.3 s to every start of the lab.
+    from sklearn.decomposition import PCA
+    from sklearn.manifold import TSNE
+
     if projection.method == "pca":
         pca = PCA(n_components=2, svd_solver="full")
         points, explained = pca.fit_transform(rows), pca.explained_variance_ratio_.tolist()

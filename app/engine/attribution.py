@@ -18,8 +18,6 @@ from collections.abc import Callable
 from typing import Literal
 
 import torch
-from captum.attr import InputXGradient, IntegratedGradients
-from captum.attr._utils.approximation_methods import approximation_parameters
 from torch import Tensor
 
 from app.engine.capture import on_cpu
@@ -58,6 +56,10 @@ def attribution_slices(
     next one a batch of IG's steps. trunk: the model without a head; make_target: the target (making it may
     run the model), a function of the last hidden states [batch, pos, d_model] -> one number per batch row.
     The ids are on the trunk's device; the attributions come back on the CPU."""
+    # Imported here, where attributions are made: Captum loads matplotlib, 0.7 s of every start of the lab.
+    from captum.attr import InputXGradient, IntegratedGradients
+    from captum.attr._utils.approximation_methods import approximation_parameters
+
     work: dict = {}
 
     def begin() -> None:
