@@ -5,28 +5,18 @@ import argparse
 import os
 import sys
 
-import uvicorn
-
-from app.engine.model import ModelLoadError, load_model
-from app.engine.threads import one_core_elsewhere
-from app.main import create_app
-from app.serving.memory import check_memory, keep_freed_memory
-from app.serving.server import connections, server_options
-from app.serving.specs import StoreError, open_spec_store
-from app.settings import ENV_PREFIX, SettingsError, get_settings
+from app.settings import ENV_PREFIX, Settings, SettingsError, get_settings
 
 
-def checked_settings():
+def settings_or_exit() -> Settings:
     try:
-        settings = get_settings()
-        check_memory(settings)
+        return get_settings()
     except SettingsError as error:
         sys.exit(f"attention-lab: {error}")
-    return settings
 
 
 def main() -> None:
-    settings = checked_settings()
+    settings = settings_or_exit()
     parser = argparse.ArgumentParser(prog="attention-lab", description=__doc__)
     parser.add_argument("--host", default=settings.host, help="127.0.0.1 by default; 0.0.0.0 opens it to the network")
     parser.add_argument("--port", type=int, default=settings.port)
@@ -37,7 +27,25 @@ def main() -> None:
     # The workers read their count from the settings (each one's share of the reserve, class mode's store).
     os.environ[f"{ENV_PREFIX}WORKERS"] = str(args.workers)
     get_settings.cache_clear()
-    settings = checked_settings()
+    serve(settings_or_exit(), args.host, args.port, args.workers)
+
+
+def serve(settings: Settings, host: str, port: int, workers: int) -> None:
+    # Imported once the settings are known good: transformers, the lab and its web stack take 4 s to load, and
+    # a bad setting is said before that.
+    import uvicorn
+
+    from app.engine.model import ModelLoadError, load_model
+    from app.engine.threads import one_core_elsewhere
+    from app.main import create_app
+    from app.serving.memory import check_memory, keep_freed_memory
+    from app.serving.server import connections, server_options
+    from app.serving.specs import StoreError, open_spec_store
+
+    try:
+        check_memory(settings)
+    except SettingsError as error:
+        sys.exit(f"attention-lab: {error}")
     connections(settings)  # the open-file limit raised (or the bound lowered, saying so) before serving
     # Before the model loads, as the lifespan does when it loads the model itself: this thread, which goes on
     # to serve, then keeps no OpenMP team that would outnumber the cores with the passes' own.
@@ -48,14 +56,14 @@ def main() -> None:
         model = load_model(settings.model_path, placement=settings.placement)
     except (ModelLoadError, StoreError) as error:
         sys.exit(f"attention-lab: {error}")
-    if args.workers == 1:
-        uvicorn.run(create_app(model, specs), host=args.host, port=args.port, **server_options(settings))
+    if workers == 1:
+        uvicorn.run(create_app(model, specs), host=host, port=port, **server_options(settings))
         return
     # Each worker loads its own model and opens its own store: these two only made a bad setting fail here,
     # in one line and with an exit status (uvicorn's supervisor exits 0 when a worker fails to start).
     del model
     specs.close()
-    uvicorn.run("app.main:app", host=args.host, port=args.port, workers=args.workers, **server_options(settings))
+    uvicorn.run("app.main:app", host=host, port=port, workers=workers, **server_options(settings))
 
 
 if __name__ == "__main__":
