@@ -125,9 +125,7 @@ def opens_or_is_refused(browser, url: str, name: str) -> tuple[float, str]:
         ("million-with", b'[["text","hi"],["token","1"],["with","0', b",0", 999_999, b'"]]', (2, 4), "larger"),
     ],
 )
-def test_a_crafted_link_is_refused_at_once_saying_why(
-    browser, server, name, head, repeat, times, tail, size_kb, said
-):
+def test_a_crafted_link_is_refused_at_once_saying_why(browser, server, name, head, repeat, times, tail, size_kb, said):
     """A #z= link inflating to 300 MB (408 KB), to 50 MB (68 KB), and a 2.7 KB one whose `with` lists a
     million tokens (2 MB inflated): each once crashed or froze the tab; now the page reads each at once and
     opens without the link's view, saying why."""
