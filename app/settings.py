@@ -10,7 +10,7 @@ import annotated_types
 from pydantic import Field, IPvAnyNetwork, ValidationError, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
-from app.engine.placement import Placement, checked_device, checked_dtype, split_choice
+from app.engine.choices import Placement, checked_device, checked_dtype, split_choice
 
 ENV_PREFIX = "ATTENTION_LAB_"
 KIB = 1024
@@ -38,10 +38,10 @@ class Settings(BaseSettings):
     # More models (folders or Hub ids) the page offers in its model picker, separated by commas; each is read
     # once at start for its shape, then loaded when a run first needs it, and at most max_loaded_models stay
     # loaded at once (the default one always). Each may choose its own dtype and device after a `?`:
-    # `org/name?dtype=bfloat16&device=cuda:1` (app.engine.placement).
+    # `org/name?dtype=bfloat16&device=cuda:1` (app.engine.choices).
     models: Annotated[list[str], NoDecode] = []
     max_loaded_models: Annotated[int, between(1, 64)] = 3
-    # What every model's weights and passes are in, and where they run (app.engine.placement): auto, float32,
+    # What every model's weights and passes are in, and where they run (app.engine.choices): auto, float32,
     # bfloat16 or float16; auto, cpu, cuda, cuda:N or mps. auto: the checkpoint's own dtype on a GPU, float32
     # on the CPU unless that would not fit max_store_bytes (then bfloat16); the first GPU, else the CPU.
     dtype: str = "auto"
@@ -148,7 +148,7 @@ class Settings(BaseSettings):
 
     @property
     def placement(self) -> Placement:
-        """What a model is read in where it does not choose (app.engine.placement): its weights alone may take
+        """What a model is read in where it does not choose (app.engine.choices): its weights alone may take
         at most max_store_bytes of the host's memory."""
         return Placement(self.dtype, self.device, self.max_store_bytes)
 

@@ -17,8 +17,8 @@ from fastapi.testclient import TestClient
 from transformers import AutoConfig, AutoModel, AutoModelForCausalLM, AutoTokenizer, LlamaConfig
 
 from app.engine import measures, names
+from app.engine.choices import Placement, PlacementError, split_choice
 from app.engine.model import ModelTooLarge, adopt, load_model, upcast
-from app.engine.placement import Placement, PlacementError, split_choice
 from app.engine.runs import Engine
 from app.main import create_app
 from app.serving.models import Models
@@ -236,7 +236,7 @@ LLAMA_1B = {
 RSS = """
 import gc, sys
 from app.engine.model import load_model
-from app.engine.placement import Placement
+from app.engine.choices import Placement
 
 def status(field):
     return next(int(line.split()[1]) * 1024 for line in open("/proc/self/status") if line.startswith(field))

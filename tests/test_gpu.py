@@ -6,8 +6,8 @@ import torch
 from fastapi.testclient import TestClient
 
 from app.engine import names
+from app.engine.choices import Placement
 from app.engine.model import ModelTooLarge, load_model
-from app.engine.placement import Placement
 from app.engine.runs import Engine
 from app.main import create_app
 from app.serving.gate import PassGate

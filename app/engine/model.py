@@ -26,18 +26,11 @@ from transformers import (
 from transformers.utils import logging as transformers_logging
 
 from app.engine.capture import hook_table
+from app.engine.choices import Placement, split_choice
 from app.engine.families import Family, UnknownFamily, family_of
 from app.engine.families.attention_only import NoAttention, attention_only
 from app.engine.hub import NotInCache, is_hub_id, snapshot
-from app.engine.placement import (
-    DTYPES,
-    Placement,
-    device_budget,
-    dtype_name,
-    resolved_device,
-    saved_dtype,
-    split_choice,
-)
+from app.engine.placement import DTYPES, device_budget, dtype_name, resolved_device, saved_dtype
 from app.engine.sentence import PipelineError, SentencePipeline, read_pipeline
 
 PACKAGED_MODEL_NAME = "sentence-transformers/all-MiniLM-L6-v2"
@@ -112,7 +105,7 @@ def locate(reference: str | Path | None) -> tuple[str, Path]:
     """A model's name and folder: the packaged MiniLM for None; a folder by its path (named by the folder);
     a Hub id, `org/name` or `org/name@revision`, that is not a folder here: its snapshot in the local Hugging
     Face cache (app.engine.hub), named by the id. A reference choosing its dtype or device (`?dtype=…`,
-    app.engine.placement) keeps its choice in its name: the same folder may be served in two dtypes."""
+    app.engine.choices) keeps its choice in its name: the same folder may be served in two dtypes."""
     if reference is None:
         return PACKAGED_MODEL_NAME, packaged_model_path()
     if isinstance(reference, str) and "?" in reference:

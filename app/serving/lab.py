@@ -39,8 +39,9 @@ from app.engine.atlas import (
 from app.engine.attribution import steps_per_slice
 from app.engine.blocks import BlockCache
 from app.engine.capture import MADE_WEIGHTS_BYTES
+from app.engine.choices import Placement
 from app.engine.model import LoadedModel, in_float32, upcast_bytes
-from app.engine.placement import Placement, work_bytes
+from app.engine.placement import work_bytes
 from app.engine.runs import BATCH_TOKENS, Engine, Run
 from app.engine.spec import RUN_ID, AtlasSpec, RunSpec
 from app.engine.threads import ModelThreads

@@ -11,6 +11,7 @@ from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 
 from app.engine.blocks import BlockCache
+from app.engine.choices import Placement
 from app.engine.model import (
     AUTO,
     LoadedModel,
@@ -23,7 +24,6 @@ from app.engine.model import (
     read_model_config,
     read_sentence_pipeline,
 )
-from app.engine.placement import Placement
 from app.engine.runs import BLOCK_BYTES, Engine, InvalidInput
 from app.serving.gate import TooManyWaiting
 
