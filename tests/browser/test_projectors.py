@@ -16,8 +16,18 @@ from playwright.sync_api import expect
 from tests.browser import audit
 from tests.browser.conftest import wait_until
 from tests.browser.test_classroom import Learners, counted, end_class, float32_attention, start_class, viewport_shot
-from tests.browser.test_projector import TOUR
-from tests.browser.test_stage import lab_page, open_stage, settle
+from tests.browser.test_stage import (
+    CANVAS,
+    TOUR_TARGETS,
+    lab_page,
+    off_screen,
+    open_stage,
+    overlap,
+    rounded,
+    settle,
+    tour_problems,
+    tour_selectors,
+)
 
 pytestmark = pytest.mark.slow
 
@@ -253,6 +263,37 @@ def test_every_experiment_in_present_keeps_the_floor_and_cuts_nothing(browser, s
 
 # --- the tour ---------------------------------------------------------------------------------------------------
 
+# Where a step's part of a tall panel is (the page scrolls the panel to it).
+PARTS = {
+    3: '[data-field="word"]',
+    4: '[data-field="position"]',
+    5: '[data-field="normalized"]',
+    11: ".blocks",
+    12: ".blocks",
+}
+
+TOUR = """(part) => {
+  const box = document.getElementById('tour').getBoundingClientRect();
+  const within = (b, o) =>
+    b.left >= o.left - 0.5 && b.right <= o.right + 0.5 && b.top >= o.top - 0.5 && b.bottom <= o.bottom + 0.5;
+  const inside = (b) => within(b, box);
+  const cut = ['tour-counter', 'tour-title', 'tour-text', 'tour-shape', 'tour-back', 'tour-next', 'tour-close']
+    .filter((id) => !inside(document.getElementById(id).getBoundingClientRect()));
+  const tour = document.getElementById('tour');
+  const focus = document.querySelector('.tour-focus');
+  const outlined = focus.getBoundingClientRect();
+  const screen = { left: 0, top: 0, right: innerWidth, bottom: innerHeight };
+  const visible = within(outlined, screen);
+  const covers = box.left < outlined.right && outlined.left < box.right
+    && box.top < outlined.bottom && outlined.top < box.bottom;
+  const inWindow = within(box, screen);
+  // A part of a tall panel: its top within the panel's visible area.
+  const b = part ? focus.querySelector(part)?.getBoundingClientRect() : null;
+  const partShown = !part || (Boolean(b) && b.top >= outlined.top - 1 && b.top < outlined.bottom - 20);
+  return { cut, scrolls: tour.scrollHeight > tour.clientHeight + 1, visible, covers, inWindow, partShown };
+}"""
+
+
 SHEET = """() => {
   // A phone's sheet along the bottom: its text whole, and the step's view in sight above it.
   const box = document.getElementById('tour').getBoundingClientRect();
@@ -263,13 +304,17 @@ SHEET = """() => {
     sideways: document.scrollingElement.scrollWidth > innerWidth, atBottom: Math.abs(box.bottom - innerHeight) < 1 };
 }"""
 
-TOURS = [(w, h, True) for w, h in PROJECTORS] + [(1024, 768, False), (360, 740, False), (390, 844, False)]
+TOURS = [(w, h, present) for w, h in PROJECTORS for present in (True, False)] + [(w, h, False) for w, h in PHONES]
 
 
 @pytest.mark.parametrize(
     ("width", "height", "present"), TOURS, ids=[f"{w}x{h}{'-present' if p else ''}" for w, h, p in TOURS]
 )
 def test_the_tour_keeps_its_text_whole_and_each_view_in_sight(browser, server, width, height, present):
+    """Every step at every size: the tour's text whole (never cut, never scrolling), its box in the window, and
+    the view it explains in sight, its panel opened and scrolled to the step's part. On a projector the box
+    covers neither that view nor the heatmap; on a phone the sheet along the bottom leaves the view in sight
+    above it (below, at 360×740, it may cover the heatmap's top while a step explains the tokens)."""
     phone = width < 900
     options = {"is_mobile": True, "has_touch": True} if phone else {}
     problems = []
@@ -277,22 +322,34 @@ def test_the_tour_keeps_its_text_whole_and_each_view_in_sight(browser, server, w
         open_stage(page, server, "present=1" if present else "", "tour=1", "token=5")
         for step in range(1, 17):
             expect(page.locator("#tour-counter")).to_have_text(f"Step {step} of 16")
-            settle(page, ["#tour", ".tour-focus"])
             label = f"{width}×{height}{' present' if present else ''} step {step}"
+            if step in PARTS:
+                wait_until(page, f"document.querySelector('{PARTS[step]}')")
+            targets = tour_selectors(step) if step in TOUR_TARGETS else []
+            m = settle(page, ["#tour", ".tour-focus", CANVAS, *targets, *([PARTS[step]] if step in PARTS else [])])
             if phone:
                 seen = page.evaluate(SHEET)
                 if seen["scrolls"] or seen["sideways"] or not seen["atBottom"]:
                     problems.append(f"{label}: the sheet's text is cut or the page scrolls sideways: {seen}")
                 if seen["seen"] < seen["need"] - 1:
                     problems.append(f"{label}: {seen['seen']:.0f} px of the step's view in sight above the sheet")
+                sheet = m["boxes"]["#tour"]
+                if off_screen(sheet, m) or (TOUR_TARGETS.get(step) == "heatmap" and overlap(sheet, m["boxes"][CANVAS])):
+                    problems.append(f"{label}: the sheet leaves the window or covers the heatmap: {rounded(sheet)}")
             else:
-                seen = page.evaluate(TOUR, None)
+                seen = page.evaluate(TOUR, PARTS.get(step))
                 if seen["cut"] or seen["scrolls"] or not seen["inWindow"]:
                     problems.append(f"{label}: text cut {seen['cut']}, box scrolls {seen['scrolls']}")
                 if not seen["visible"] or seen["covers"]:
                     problems.append(f"{label}: the view is out of sight ({seen['visible']}) or covered")
+                if not seen["partShown"]:
+                    problems.append(f"{label}: the panel is not scrolled to {PARTS[step]}")
+                if targets:
+                    problems += tour_problems(page, step, label, m)
             if phone and step == 8:
                 viewport_shot(page, f"tour-step-8-phone-{width}")
+            if (width, height, present, step) == (1280, 720, True, 3):
+                viewport_shot(page, "tour-step-3-present-1280x720")
             if step < 16:
                 page.click("#tour-next")
     assert not problems, "\n".join(problems)

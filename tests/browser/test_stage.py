@@ -331,12 +331,17 @@ TOUR_BOX = """() => {
 }"""
 
 
-def tour_problems(page, step: int, label: str) -> list[str]:
+def tour_selectors(step: int) -> list[str]:
+    """What tour_problems measures at a step: the tour box, the heatmap and the view the step outlines (a view
+    in a panel that scrolls is seen through the panel: what the step outlines is that visible area)."""
+    return ["#tour", CANVAS, f'[data-tour-target="{TOUR_TARGETS[step]}"]']
+
+
+def tour_problems(page, step: int, label: str, m: dict | None = None) -> list[str]:
+    """Everything wrong with the tour at a step, in words; m: the layout settled with tour_selectors in it."""
     target = TOUR_TARGETS[step]
-    # A view in a panel that scrolls is seen through the panel: what the step outlines is that visible area.
     shown = f'[data-tour-target="{target}"]'
-    selectors = ["#tour", CANVAS, shown]
-    m = settle(page, selectors)
+    m = m or settle(page, tour_selectors(step))
     boxes = m["boxes"] | {f"#{target}": m["boxes"][shown]}
     problems = []
     if not page.locator("#tour").is_visible():
@@ -359,25 +364,6 @@ def tour_problems(page, step: int, label: str) -> list[str]:
     if clipped:
         problems.append(f"{label} step {step}: tour text cut off instead of scrolling: {clipped}")
     return problems
-
-
-def walk_the_tour(page, label: str) -> list[str]:
-    problems = []
-    for step in range(1, 16):
-        expect(page.locator("#tour-counter")).to_have_text(f"Step {step} of 16")
-        problems += tour_problems(page, step, label)
-        if step < 15:
-            page.click("#tour-next")
-    return problems
-
-
-@pytest.mark.parametrize("mode", MODES)
-@pytest.mark.parametrize(("width", "height"), [(1024, 768), (1280, 720)], ids=["1024x768", "1280x720"])
-def test_the_tour_never_covers_the_heatmap_or_its_subject(browser, server, mode, width, height):
-    with lab_page(browser, width, height) as page:
-        open_stage(page, server, MODES[mode], "tour=1")
-        problems = walk_the_tour(page, f"{width}×{height} {mode}")
-    assert not problems, "\n".join(problems)
 
 
 def test_a_tour_link_opens_the_panel_of_its_step(browser, server):
@@ -407,22 +393,6 @@ def test_long_tour_text_scrolls_inside_the_box(browser, server):
             }"""
         )
         assert scrolls, "the long text neither fits nor scrolls inside the tour box"
-
-
-def test_the_tour_on_a_phone_stays_off_the_heatmap(browser, server):
-    problems = []
-    with lab_page(browser, 390, 844, is_mobile=True, has_touch=True, device_scale_factor=3) as page:
-        open_stage(page, server, "tour=1")
-        for step in range(1, 16):
-            expect(page.locator("#tour-counter")).to_have_text(f"Step {step} of 16")
-            m = settle(page, ["#tour", CANVAS])
-            if off_screen(m["boxes"]["#tour"], m):
-                problems.append(f"phone step {step}: the tour box leaves the window: {rounded(m['boxes']['#tour'])}")
-            if overlap(m["boxes"]["#tour"], m["boxes"][CANVAS]):
-                problems.append(f"phone step {step}: the tour box covers the heatmap")
-            if step < 15:
-                page.locator("#tour-next").tap()
-    assert not problems, "\n".join(problems)
 
 
 # --- the keyboard ----------------------------------------------------------------------------------------------
