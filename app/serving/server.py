@@ -43,6 +43,12 @@ TOO_MANY = "The lab has {limit:,} connections open: try again in a moment."
 HEAD_END = b"\r\n\r\n"
 STREAM_EXTENSION = "attention_lab.stream"  # in a request's scope: call it when the answer is an event stream
 FILES_BESIDE_CONNECTIONS = 256  # open files a process needs besides its connections: the model, stores, logs
+# A connection answered before its request was read whole (refused, or the request too large or too slow) is
+# read to its end before it closes, for at most LINGER_SECONDS (nginx's lingering close): closed with the
+# client's bytes unread, its socket sends a reset, which can reach the client before it has read the answer.
+# At most MOST_LINGERING at once (open files besides the connections' own); past them a connection closes at once.
+LINGER_SECONDS = 1.0
+MOST_LINGERING = 512
 log = logging.getLogger("uvicorn.error")
 
 
@@ -71,6 +77,7 @@ class Connections:
         self.by_address: dict[str, int] = {}
         self.waiting: dict[str, OrderedDict] = {}  # address -> its WAITING connections, longest waiting first
         self.waiting_count = 0
+        self.lingering = 0  # answered connections read to their end before they close (LabProtocol._answer)
 
     def refusal(self, address: str) -> tuple[int, str, str] | None:
         """Why a new connection from `address` cannot be taken: (status, reason, message), or None."""
@@ -190,6 +197,7 @@ class LabProtocol(HttpToolsProtocol):
         super().connection_made(transport)
         self._request_deadline: asyncio.TimerHandle | None = None
         self._head: bytes | None = b""  # what has arrived of the request head being read; None in a body
+        self._linger: asyncio.TimerHandle | None = None  # answered early: what the client sends is dropped
         self.address = self.client[0] if self.client else ""
         refusal = self.bounds.refusal(self.address)
         if refusal is not None:
@@ -198,7 +206,7 @@ class LabProtocol(HttpToolsProtocol):
         self.bounds.opened(self)
 
     def data_received(self, data: bytes) -> None:
-        if self.state is None:  # refused, or let go to make room: whatever it sends is not read
+        if self.state is None or self._linger is not None:  # refused, answered early or let go: not read
             return
         # The clock starts with the first byte of a request and stops when the whole of it has arrived.
         if self._request_deadline is None:
@@ -233,6 +241,9 @@ class LabProtocol(HttpToolsProtocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._stop_deadline()
+        if self._linger is not None:
+            self._linger.cancel()
+            self.bounds.lingering -= 1
         if self.state is not None:
             self.bounds.closed(self)
         super().connection_lost(exc)
@@ -263,20 +274,27 @@ class LabProtocol(HttpToolsProtocol):
             f"content-length: {len(body)}\r\nconnection: close\r\n\r\n"
         )
         self.transport.write(head.encode() + body)
-        self.transport.close()
+        if self.bounds.lingering >= MOST_LINGERING or not self.transport.can_write_eof():
+            self.transport.close()
+            return
+        # The answer, then the end of the stream; the client's end (eof_received) or LINGER_SECONDS close it.
+        self.bounds.lingering += 1
+        self._linger = self.loop.call_later(LINGER_SECONDS, self.transport.close)
+        self.transport.write_eof()
 
 
 def effective_max_connections(settings: Settings) -> int:
     """max_connections, within the open files this process may have: the soft limit is raised as far as
     the hard one allows, and the bound lowered (saying so) where even that is too few."""
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    wanted = settings.max_connections + FILES_BESIDE_CONNECTIONS
+    beside = FILES_BESIDE_CONNECTIONS + MOST_LINGERING
+    wanted = settings.max_connections + beside
     if soft != resource.RLIM_INFINITY and soft < wanted:
         soft = wanted if hard == resource.RLIM_INFINITY else min(wanted, hard)
         resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
     if soft == resource.RLIM_INFINITY or soft >= wanted:
         return settings.max_connections
-    lowered = max(soft - FILES_BESIDE_CONNECTIONS, settings.connections_kept_for_requests + 8)
+    lowered = max(soft - beside, settings.connections_kept_for_requests + 8)
     log.warning(
         "ATTENTION_LAB_MAX_CONNECTIONS=%d lowered to %d: this process may open %d files (ulimit -n)",
         settings.max_connections,
