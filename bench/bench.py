@@ -304,14 +304,15 @@ def free_port() -> int:
 
 
 @contextmanager
-def lab_server(env: dict[str, str] | None = None):
-    """The lab as `python -m app` on a free loopback port; yields (base URL, process)."""
+def lab_server(env: dict[str, str] | None = None, code: Path = REPO):
+    """The lab as `python -m app` on a free loopback port, from the code in `code` (this checkout by default);
+    yields (base URL, process)."""
     port = free_port()
     # A file, not a pipe: nobody reads the access log while we run, and a full pipe would block uvicorn.
     with tempfile.TemporaryFile("w+") as log:
         process = subprocess.Popen(
             [sys.executable, "-m", "app", "--host", "127.0.0.1", "--port", str(port)],
-            cwd=REPO,
+            cwd=code,
             env={**os.environ, **(env or {})},
             stdout=log,
             stderr=subprocess.STDOUT,
@@ -375,31 +376,67 @@ def time_lab(client: httpx.Client, text: str, n: int) -> dict:
     }
 
 
-def measure_requests(model, tokenizer, texts: Texts, client: httpx.Client, n: int, reps: int) -> tuple[list, list]:
+def measure_requests(
+    model, tokenizer, texts: Texts, client: httpx.Client, n: int, reps: int, reference: httpx.Client | None = None
+) -> tuple[list, list, list]:
     """The raw pass and the lab's analyze + all attention at N tokens, interleaved, so that a slow patch of the
-    machine hits both sides of the ratio alike: the samples of each."""
+    machine hits both sides of the ratio alike, and the 2026-12-04 lab's (`reference`) beside them, the two labs
+    taking turns at going first: the samples of each (the reference's empty without one)."""
+    labs = [client] if reference is None else [client, reference]
     # One untimed pass each first: the first call of a shape pays allocation and warm-up.
     time_raw_forward(model, tokenizer, texts.unique(n))
-    time_lab(client, texts.unique(n), n)
-    raw, lab = [], []
-    for _ in range(reps):
+    for lab in labs:
+        time_lab(lab, texts.unique(n), n)
+    raw, samples = [], {lab: [] for lab in labs}
+    for rep in range(reps):
         raw.append({"ms": time_raw_floor(model, tokenizer, texts, n)})
-        lab.append(time_lab(client, texts.unique(n), n))
-    print(f"  N={n}: raw {median(raw, 'ms'):.1f} ms, lab {median(lab, 'total_ms'):.1f} ms", flush=True)
-    return raw, lab
+        for lab in labs if rep % 2 == 0 else labs[::-1]:
+            samples[lab].append(time_lab(lab, texts.unique(n), n))
+    lab, before = samples[client], samples.get(reference, [])
+    beside = f", the 2026-12-04 lab {median(before, 'total_ms'):.1f} ms" if before else ""
+    print(f"  N={n}: raw {median(raw, 'ms'):.1f} ms, lab {median(lab, 'total_ms'):.1f} ms{beside}", flush=True)
+    return raw, lab, before
 
 
 def lab_over_raw(raw: list[dict], lab: list[dict]) -> float:
     return median(lab, "total_ms") / median(raw, "ms")
 
 
-# Per request, analyze + all attention over HTTP against the raw pass (issue #45): the ratios of 2026-12-04.
+# Per request, analyze + all attention over HTTP against the raw pass (issue #45): the ratios of 2026-12-04, as
+# the issue measured them, with a raw side of its own.
 REQUEST_RATIOS_2026_12_04 = {10: "1.29–1.68×", 130: "1.28–1.41×", 512: "1.13–1.40×"}
+# The lab of 2026-12-04, measured beside today's by the same client against the same raw passes: that day's last
+# commit, "Engine.tokenize and Engine.length say they cut at max_tokens" (21:09 UTC).
+REFERENCE_COMMIT = "56b4dc1"
 
 
-def per_request_line(ratios: dict[int, float], reps: int) -> str:
-    before = {n: f" (2026-12-04: {ratio})" for n, ratio in REQUEST_RATIOS_2026_12_04.items()}
-    parts = ", ".join(f"{n} tokens {ratio:.2f}×{before.get(n, '')}" for n, ratio in ratios.items())
+@contextmanager
+def reference_lab() -> Iterator[str | None]:
+    """The lab at REFERENCE_COMMIT as `python -m app`, from that commit's files (git archive) in a temporary folder,
+    on this environment; yields its base URL, or None where this clone lacks the commit (a shallow one)."""
+    archive = subprocess.run(["git", "-C", str(REPO), "archive", REFERENCE_COMMIT], capture_output=True)
+    if archive.returncode:
+        print(f"  the 2026-12-04 lab is not measured: {archive.stderr.decode().strip()}", flush=True)
+        yield None
+        return
+    with tempfile.TemporaryDirectory(prefix="lab-2026-12-04-") as folder:
+        subprocess.run(["tar", "-x", "-C", folder], input=archive.stdout, check=True)
+        with lab_server(code=Path(folder)) as (base, _):
+            yield base
+
+
+def request_ratios(rows: list[dict]) -> tuple[dict[int, float], dict[int, float]]:
+    """The rows' lab/raw ratios by size, and the 2026-12-04 lab's where it was measured beside them."""
+    before = {row["n"]: row["lab_2026_12_04_over_raw"] for row in rows if "lab_2026_12_04_over_raw" in row}
+    return {row["n"]: row["lab_over_raw"] for row in rows}, before
+
+
+def per_request_line(ratios: dict[int, float], reps: int, before: dict[int, float] | None = None) -> str:
+    issue = {n: f"the issue's {ratio}" for n, ratio in REQUEST_RATIOS_2026_12_04.items()}
+    beside = {n: f"the 2026-12-04 lab beside it {ratio:.2f}×" for n, ratio in (before or {}).items()}
+    notes = {n: "; ".join(note[n] for note in (beside, issue) if n in note) for n in ratios}
+    said = {n: f" ({note})" if note else "" for n, note in notes.items()}
+    parts = ", ".join(f"{n} tokens {ratio:.2f}×{said[n]}" for n, ratio in ratios.items())
     return (
         f"Per request (analyze + all-heads attention over HTTP against the raw pass with output_attentions, "
         f"interleaved, medians of {reps}): {parts}."
@@ -1031,7 +1068,11 @@ def lab_version() -> dict:
     return {"commit": commit or "unknown", "lab_uncommitted_changes": bool(changed.stdout.strip())}
 
 
-def summarize(n: int, raw: list[dict], lab: list[dict], wire: int, bertviz: list[dict], browser: list[dict]) -> dict:
+def summarize(
+    n: int, raw: list[dict], lab: list[dict], before: list[dict], wire: int, bertviz: list[dict], browser: list[dict]
+) -> dict:
+    """A size's row: the raw pass, the lab and the 2026-12-04 lab beside it (`before`, where measured), bertviz and
+    the browser."""
     row = {
         "n": n,
         "raw_forward_ms": median(raw, "ms"),
@@ -1044,6 +1085,9 @@ def summarize(n: int, raw: list[dict], lab: list[dict], wire: int, bertviz: list
         "overview_bytes": lab[0]["overview_bytes"],
     }
     row["lab_over_raw"] = row["lab_total_ms"] / row["raw_forward_ms"]
+    if before:
+        row["lab_2026_12_04_total_ms"] = median(before, "total_ms")
+        row["lab_2026_12_04_over_raw"] = row["lab_2026_12_04_total_ms"] / row["raw_forward_ms"]
     if bertviz:
         row["bertviz_ms"] = median(bertviz, "head_view_ms")
         row["bertviz_bytes"] = bertviz[0]["html_bytes"]
@@ -1054,7 +1098,7 @@ def summarize(n: int, raw: list[dict], lab: list[dict], wire: int, bertviz: list
         row["first_heatmap_bytes"] = median(browser, "first_heatmap_bytes")
         row["enter_to_heatmap_ms"] = median(browser, "enter_to_heatmap_ms")
         row["click_to_view_ms"] = median(browser, "click_to_view_ms")
-    row["samples"] = {"raw": raw, "lab": lab, "bertviz": bertviz, "browser": browser}
+    row["samples"] = {"raw": raw, "lab": lab, "lab_2026_12_04": before, "bertviz": bertviz, "browser": browser}
     return row
 
 
@@ -1237,8 +1281,9 @@ def write_markdown(
     # bench/lighthouse.py keeps its own section at the end of the file.
     old = path.read_text() if path.exists() else ""
     lighthouse = old[old.index("<!-- lighthouse -->") :] if "<!-- lighthouse -->" in old else ""
+    ratios, before = request_ratios(rows)
     body = (
-        f"{markdown_table(rows)}\n\n{per_request_line({row['n']: row['lab_over_raw'] for row in rows}, reps)}\n\n"
+        f"{markdown_table(rows)}\n\n{per_request_line(ratios, reps, before)}\n\n"
         f"{memory_line(memory)}\n\n{burst_line(burst)}\n\n{join_line(join)}\n\n"
         f"{atlas_line(atlas)}\n\n{search_line(search)}\n\n{long_table(long)}\n\n"
         f"{machine_line(machine, reps)}\n\n{notes}\n"
@@ -1291,25 +1336,37 @@ def main() -> None:
         print(long_table(measure_long(args.reps, not args.no_browser)))
         return
     if args.requests_only:
-        with lab_server() as (base, _), httpx.Client(base_url=base, timeout=120) as client:
+        before = {}
+        with (
+            lab_server() as (base, _),
+            reference_lab() as reference,
+            httpx.Client(base_url=base, timeout=120) as client,
+            httpx.Client(base_url=reference or base, timeout=120) as beside,
+        ):
             for n in args.sizes:
-                raw[n], lab[n] = measure_requests(model, tokenizer, texts, client, n, args.reps)
-        print(per_request_line({n: lab_over_raw(raw[n], lab[n]) for n in args.sizes}, args.reps))
+                raw[n], lab[n], before[n] = measure_requests(
+                    model, tokenizer, texts, client, n, args.reps, beside if reference else None
+                )
+        ratios = {n: lab_over_raw(raw[n], lab[n]) for n in args.sizes}
+        print(per_request_line(ratios, args.reps, {n: lab_over_raw(raw[n], before[n]) for n in before if before[n]}))
         return
     if args.burst_only:
         with lab_server() as (base, _), lab_server({"ATTENTION_LAB_MAX_BATCH_RUNS": "1"}) as (unbatched, _):
             print(burst_line(measure_burst(model, tokenizer, {"lab": base, "lab, batching off": unbatched})))
         return
 
-    wire = {}
+    wire, before = {}, {}
     with (
         lab_server({"ATTENTION_LAB_TRUSTED_PROXIES": PROXY_ADDRESS}) as (base, process),
         httpx.Client(base_url=base, timeout=120) as client,
         elsewhere_client(base) as elsewhere,
     ):
-        for n in args.sizes:
-            raw[n], lab[n] = measure_requests(model, tokenizer, texts, client, n, args.reps)
-            wire[n] = wire_bytes(elsewhere, texts.unique(n))
+        with reference_lab() as reference, httpx.Client(base_url=reference or base, timeout=120) as beside:
+            for n in args.sizes:
+                raw[n], lab[n], before[n] = measure_requests(
+                    model, tokenizer, texts, client, n, args.reps, beside if reference else None
+                )
+                wire[n] = wire_bytes(elsewhere, texts.unique(n))
 
         if not args.no_bertviz:
             for n in args.sizes:
@@ -1335,12 +1392,15 @@ def main() -> None:
     print(f"  {search_line(search)}", flush=True)
     long = measure_long(args.reps, not args.no_browser)
 
-    rows = [summarize(n, raw[n], lab[n], wire[n], bertviz.get(n, []), browser.get(n, [])) for n in args.sizes]
+    rows = [
+        summarize(n, raw[n], lab[n], before[n], wire[n], bertviz.get(n, []), browser.get(n, [])) for n in args.sizes
+    ]
     machine = machine_info(load_at_start)
     print()
     print(text_table(rows))
     print()
-    print(per_request_line({row["n"]: row["lab_over_raw"] for row in rows}, args.reps))
+    ratios, before = request_ratios(rows)
+    print(per_request_line(ratios, args.reps, before))
     print(memory_line(memory))
     print(burst_line(burst))
     print(join_line(join))
