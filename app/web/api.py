@@ -494,7 +494,11 @@ async def view_answer(run: Run, lab: Lab, view: AttentionView, client) -> tuple[
     n = len(run.tokens)
     if view.rows is None and view.cols is None and run.block_bytes <= cells.ROWS_FROM_BYTES:
         matrices = await lab.measured(run, view.measure, view.layer, client)
-        pieces, headers = await beside_loop(sum(block.numel() for block in matrices), encoded_view, matrices, view)
+        # The body's pieces are encoded as it is sent: before that a view only computes its mean, pooling or
+        # largest value, if any (the weights as they are: nothing).
+        computes = view.heads or view.blocks or view.measure == "norm" or (view.size is not None and n > view.size)
+        values = sum(block.numel() for block in matrices) if computes else 0
+        pieces, headers = await beside_loop(values, encoded_view, matrices, view)
         headers["X-Attention-Window"] = f"0,{n},0,{n}"
         if view.size is not None and n > view.size:
             headers["X-Attention-Pooling"] = "max"
@@ -503,7 +507,7 @@ async def view_answer(run: Run, lab: Lab, view: AttentionView, client) -> tuple[
     plan, window = cell_plan(run, view)
     found = await lab.cells(run, plan, window, client)  # [layer, head, query, key]
     top = float(found.max()) if view.measure == "norm" else 1.0
-    pieces, headers = await beside_loop(found.numel(), encode_attention, list(found), view.dtype, None, top)
+    pieces, headers = encode_attention(list(found), view.dtype, None, top)  # pieces made as the body is sent
     headers["X-Attention-Measure"] = view.measure
     headers["X-Attention-Window"] = ",".join(
         str(bound) for bound in (window.rows.start, window.rows.stop, window.cols.start, window.cols.stop)
@@ -514,7 +518,7 @@ async def view_answer(run: Run, lab: Lab, view: AttentionView, client) -> tuple[
     return pieces, headers
 
 
-# A view of at most this many values is encoded on the event loop: the hop to a worker thread and back took
+# Work on at most this many attention values is done on the event loop: the hop to a worker thread and back took
 # longer (0.25 ms after an idle moment, 2026-12-06) than encoding a 30-token run's 72 heads (64,800 values).
 INLINE_VALUES = 65_536
 
