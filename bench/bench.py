@@ -393,7 +393,10 @@ def measure_requests(
         for lab in labs if rep % 2 == 0 else labs[::-1]:
             samples[lab].append(time_lab(lab, texts.unique(n), n))
     lab, before = samples[client], samples.get(reference, [])
-    beside = f", the 2026-12-04 lab {median(before, 'total_ms'):.1f} ms" if before else ""
+    beside = ""
+    if before:  # a repetition's two labs ran back to back: their difference is less noisy than two medians'
+        paired = statistics.median(now["total_ms"] - then["total_ms"] for now, then in zip(lab, before, strict=True))
+        beside = f", the 2026-12-04 lab {median(before, 'total_ms'):.1f} ms (paired difference {paired:+.1f} ms)"
     print(f"  N={n}: raw {median(raw, 'ms'):.1f} ms, lab {median(lab, 'total_ms'):.1f} ms{beside}", flush=True)
     return raw, lab, before
 
