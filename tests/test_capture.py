@@ -70,15 +70,28 @@ def hook_count(model):
     return sum(len(module._forward_hooks) + len(module._forward_pre_hooks) for module in model.modules())
 
 
-def test_no_hook_remains_after_a_run_even_a_failed_one(tiny):
-    before = hook_count(tiny.model)
+def test_the_recording_hooks_go_on_once_and_record_only_this_threads_passes_inside_the_block(tiny):
+    """Put on at a model's first recording and kept (recording): a pass of another thread meanwhile, and one
+    after the block, even a block whose pass failed, records nothing."""
     ids, types = encode(tiny)
     captured(tiny, ids, types, "causal")
-    assert hook_count(tiny.model) == before
-    with pytest.raises(RuntimeError), recording(tiny.model, tiny.family):
-        assert hook_count(tiny.model) > before
+    hooks = hook_count(tiny.model)
+
+    def forward():
+        with torch.inference_mode():
+            tiny.model(ids[None])
+
+    with pytest.raises(RuntimeError), recording(tiny.model, tiny.family) as recorded, ThreadPoolExecutor(1) as other:
+        other.submit(forward).result()
+        assert recorded == {}
+        forward()
+        assert "blocks.1.output" in recorded
+        recorded.clear()
         raise RuntimeError("a forward pass that fails")
-    assert hook_count(tiny.model) == before
+    forward()
+    assert recorded == {}
+    captured(tiny, ids, types, "bidirectional")
+    assert hook_count(tiny.model) == hooks
 
 
 def test_the_weights_are_not_recorded_but_computed_equal_to_output_attentions(tiny):
@@ -132,8 +145,8 @@ def test_causal_matches_a_decoder_configured_model(tiny):
 
 
 def test_thread_hooks_act_in_their_own_threads_passes_only_and_are_gone_after(tiny):
-    """What recording, the zeroing of heads, patching and the scoreboard's removals stand on: a pass on
-    another thread at the same time is not touched."""
+    """What the zeroing of heads, patching and the scoreboard's removals stand on: a pass on another thread at
+    the same time is not touched."""
     block = tiny.model.base_model.get_submodule(f"{tiny.family.blocks}.0")
     ids, _ = encode(tiny)
 

@@ -135,8 +135,10 @@ def block_scoring(model: torch.nn.Module, family: Family) -> tuple[Scoring, ...]
 
 @contextmanager
 def thread_hooks() -> Iterator[Callable[..., None]]:
-    """Yields `hook(module, fn, before=False, with_kwargs=False)`, which puts fn on the module as a forward
-    hook (a pre-hook with `before`) acting only in the passes of this thread; all are removed at the end.
+    """Yields `hook(module, fn, before=False, with_kwargs=False, first=False)`, which puts fn on the module as a
+    forward hook (a pre-hook with `before`) acting only in the passes of this thread; all are removed at the
+    end. `first`: before the module's other hooks, the recording's among them (recording): a hook that changes
+    a value in a recorded pass (patching) is put first, so that the value recorded is the changed one.
 
     Hooks are global to a model, so two passes may run at once on one model (the model's threads, a view's,
     the atlas's) without one's recording, zeroing or patching reaching into the other.
@@ -144,12 +146,14 @@ def thread_hooks() -> Iterator[Callable[..., None]]:
     owner = threading.get_ident()
     handles = []
 
-    def hook(module: torch.nn.Module, fn: Callable, before: bool = False, with_kwargs: bool = False) -> None:
+    def hook(
+        module: torch.nn.Module, fn: Callable, before: bool = False, with_kwargs: bool = False, first: bool = False
+    ) -> None:
         def in_this_thread(*args):
             return fn(*args) if threading.get_ident() == owner else None
 
         register = module.register_forward_pre_hook if before else module.register_forward_hook
-        handles.append(register(in_this_thread, with_kwargs=with_kwargs))
+        handles.append(register(in_this_thread, with_kwargs=with_kwargs, prepend=first))
 
     try:
         yield hook
@@ -158,20 +162,42 @@ def thread_hooks() -> Iterator[Callable[..., None]]:
             handle.remove()
 
 
+# What the passes of each thread record (recording): None where a thread records nothing.
+_RECORDED = threading.local()
+# The models whose recording hooks are on, and the lock that puts them on once per model.
+_RECORDING: weakref.WeakSet = weakref.WeakSet()
+_RECORDING_LOCK = threading.Lock()
+
+
 @contextmanager
 def recording(model: torch.nn.Module, family: Family) -> Iterator[dict[str, Tensor]]:
-    """Hooks every module of the family's table for the duration of the block, recording this thread's
-    passes (thread_hooks), and always removes them."""
+    """Records every module of the family's table in this thread's passes for the duration of the block.
+    The hooks are put on the model at its first recording and stay: putting 59 on and taking them off again
+    took 0.5 ms of MiniLM's 10-token pass (9.4 against 8.9 ms in process), and a pass nobody records (a
+    pooling pass, IG's, the search's) finds no recording in its thread and goes on at once (0.2 ms)."""
+    with _RECORDING_LOCK:
+        if model not in _RECORDING:
+            _put_recording_hooks(model, family)
+            _RECORDING.add(model)
     activations: dict[str, Tensor] = {}
-    with thread_hooks() as hook:
-        for module, layer, table_hook in hooked(model, family):
-            # No copies: in eval mode nothing the model computes is modified in place after its module
-            # returns (the output_attentions tests would see it), so keeping the tensors is enough.
-            def record(module, args, out=None, layer=layer, read=table_hook.read):
+    _RECORDED.activations = activations
+    try:
+        yield activations
+    finally:
+        _RECORDED.activations = None
+
+
+def _put_recording_hooks(model: torch.nn.Module, family: Family) -> None:
+    for module, layer, table_hook in hooked(model, family):
+        # No copies: in eval mode nothing the model computes is modified in place after its module returns (the
+        # output_attentions tests would see it), so keeping the tensors is enough.
+        def record(module, args, out=None, layer=layer, read=table_hook.read):
+            activations = getattr(_RECORDED, "activations", None)
+            if activations is not None:
                 activations.update({name.replace(LAYER, layer): value for name, value in read(args, out).items()})
 
-            hook(module, record, before=table_hook.before)
-        yield activations
+        register = module.register_forward_pre_hook if table_hook.before else module.register_forward_hook
+        register(record)
 
 
 # model -> passes under way with its fused attention (fused_attention), and whether it has one at all.

@@ -267,8 +267,9 @@ def adopt(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase) -> LoadedM
     """A model object already in memory, with its tokenizer, read as the lab reads a folder (adapted): by its
     family's adapter, or for its attention alone. It is used as it is, not copied: it is put in eval mode with
     eager attention (the weights are computed from its own q and k, and a model without an adapter returns
-    them), in its own dtype (float32, bfloat16 or float16) and on its own device. Named by where it was read
-    from, else by its class."""
+    them), in its own dtype (float32, bfloat16 or float16) and on its own device, and keeps the lab's recording
+    hooks once it has been read (app.engine.capture.recording: they record only the lab's own passes). Named by
+    where it was read from, else by its class."""
     name = model.name_or_path or type(model).__name__
     where = f"model {name}"
     if model.dtype not in DTYPES.values():

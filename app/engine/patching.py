@@ -97,7 +97,7 @@ def patching(model: torch.nn.Module, family, cells: list[Cell], first_row: int, 
             module = site_module(model, family, site, layer)
             if site in ("resid_pre", "head"):
                 change = functools.partial(put, rows=rows, heads=site == "head")
-                hook(module, changing_input(change), before=True, with_kwargs=True)
+                hook(module, changing_input(change), before=True, with_kwargs=True, first=True)
             else:
 
                 def after(module, args, out, rows=rows):
@@ -105,7 +105,7 @@ def patching(model: torch.nn.Module, family, cells: list[Cell], first_row: int, 
                         return (put(out[0], rows, False), *out[1:])
                     return put(out, rows, False)
 
-                hook(module, after)
+                hook(module, after, first=True)
         yield
 
 
