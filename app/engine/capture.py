@@ -191,10 +191,16 @@ def _put_recording_hooks(model: torch.nn.Module, family: Family) -> None:
     for module, layer, table_hook in hooked(model, family):
         # No copies: in eval mode nothing the model computes is modified in place after its module returns (the
         # output_attentions tests would see it), so keeping the tensors is enough.
-        def record(module, args, out=None, layer=layer, read=table_hook.read):
+        names: dict[str, str] = {}  # the table's names with this block's number, each made once
+
+        def record(module, args, out=None, layer=layer, read=table_hook.read, names=names):
             activations = getattr(_RECORDED, "activations", None)
-            if activations is not None:
-                activations.update({name.replace(LAYER, layer): value for name, value in read(args, out).items()})
+            if activations is None:
+                return
+            for name, value in read(args, out).items():
+                if name not in names:
+                    names[name] = name.replace(LAYER, layer)
+                activations[names[name]] = value
 
         register = module.register_forward_pre_hook if table_hook.before else module.register_forward_hook
         register(record)
