@@ -494,10 +494,7 @@ async def view_answer(run: Run, lab: Lab, view: AttentionView, client) -> tuple[
     n = len(run.tokens)
     if view.rows is None and view.cols is None and run.block_bytes <= cells.ROWS_FROM_BYTES:
         matrices = await lab.measured(run, view.measure, view.layer, client)
-        # The body's pieces are encoded as it is sent: before that a view only computes its mean, pooling or
-        # largest value, if any (the weights as they are: nothing).
-        computes = view.heads or view.blocks or view.measure == "norm" or (view.size is not None and n > view.size)
-        values = sum(block.numel() for block in matrices) if computes else 0
+        values = sum(block.numel() for block in matrices) if view_computes(view, n) else 0
         pieces, headers = await beside_loop(values, encoded_view, matrices, view)
         headers["X-Attention-Window"] = f"0,{n},0,{n}"
         if view.size is not None and n > view.size:
@@ -561,6 +558,13 @@ def cell_plan(run: Run, view: AttentionView) -> tuple[cells.Plan, cells.Window]:
     except ValueError as error:
         raise InvalidInput(str(error)) from None
     return plan, window
+
+
+def view_computes(view: AttentionView, n: int) -> bool:
+    """Whether encoded_view computes before the body's first piece (a mean of heads or blocks, a norm's largest
+    value, a pooling to `size`); of the weights as they are it only takes slices, encoded as the body is sent."""
+    pooled = view.size is not None and n > view.size
+    return view.heads is not None or view.blocks is not None or view.measure == "norm" or pooled
 
 
 def encoded_view(matrices: list[Tensor], view: AttentionView) -> tuple[Iterator[bytes], dict[str, str]]:
