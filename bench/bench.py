@@ -431,9 +431,9 @@ REFERENCE_COMMIT = "56b4dc1"
 
 
 @contextmanager
-def reference_lab() -> Iterator[str | None]:
-    """The lab at REFERENCE_COMMIT as `python -m app`, from that commit's files (git archive) in a temporary folder,
-    on this environment; yields its base URL, or None where this clone lacks the commit (a shallow one)."""
+def reference_client() -> Iterator[httpx.Client | None]:
+    """A client of the lab at REFERENCE_COMMIT, served by `python -m app` from that commit's files (git archive)
+    in a temporary folder, on this environment; None where this clone lacks the commit (a shallow one)."""
     archive = subprocess.run(["git", "-C", str(REPO), "archive", REFERENCE_COMMIT], capture_output=True)
     if archive.returncode:
         print(f"  the 2026-12-04 lab is not measured: {archive.stderr.decode().strip()}", flush=True)
@@ -441,8 +441,8 @@ def reference_lab() -> Iterator[str | None]:
         return
     with tempfile.TemporaryDirectory(prefix="lab-2026-12-04-") as folder:
         subprocess.run(["tar", "-x", "-C", folder], input=archive.stdout, check=True)
-        with lab_server(code=Path(folder)) as (base, _):
-            yield base
+        with lab_server(code=Path(folder)) as (base, _), httpx.Client(base_url=base, timeout=120) as client:
+            yield client
 
 
 def request_ratios(rows: list[dict]) -> tuple[dict[int, float], dict[int, float]]:
@@ -1359,14 +1359,11 @@ def main() -> None:
         before = {}
         with (
             lab_server() as (base, _),
-            reference_lab() as reference,
+            reference_client() as beside,
             httpx.Client(base_url=base, timeout=120) as client,
-            httpx.Client(base_url=reference or base, timeout=120) as beside,
         ):
             for n in args.sizes:
-                raw[n], lab[n], before[n] = measure_requests(
-                    model, tokenizer, texts, client, n, args.reps, beside if reference else None
-                )
+                raw[n], lab[n], before[n] = measure_requests(model, tokenizer, texts, client, n, args.reps, beside)
         ratios = {n: lab_over_raw(raw[n], lab[n]) for n in args.sizes}
         print(per_request_line(ratios, args.reps, {n: lab_over_raw(raw[n], before[n]) for n in before if before[n]}))
         return
@@ -1381,11 +1378,9 @@ def main() -> None:
         httpx.Client(base_url=base, timeout=120) as client,
         elsewhere_client(base) as elsewhere,
     ):
-        with reference_lab() as reference, httpx.Client(base_url=reference or base, timeout=120) as beside:
+        with reference_client() as beside:
             for n in args.sizes:
-                raw[n], lab[n], before[n] = measure_requests(
-                    model, tokenizer, texts, client, n, args.reps, beside if reference else None
-                )
+                raw[n], lab[n], before[n] = measure_requests(model, tokenizer, texts, client, n, args.reps, beside)
                 wire[n] = wire_bytes(elsewhere, texts.unique(n))
 
         if not args.no_bertviz:
