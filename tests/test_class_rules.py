@@ -105,7 +105,7 @@ def test_a_choice_that_ties_the_answer_counts_right_for_the_learner_and_on_every
         classes = Classes(MemoryBackend(), LIMITS)
         code, _ = await classes.start_class(Client("10.0.0.1"))
         voters = [Client(f"10.0.1.{n}", cookie=f"voter{n}") for n in range(3)]
-        learners = [(await classes.join(code, voter, ""))[0] for voter in voters]
+        learners = [(await classes.join(code, voter, "")).learner for voter in voters]
         asked = await classes.ask(code, question, {"layer": 0}, None, None)
         for learner, voter, choice in zip(learners, voters, [0, 1, 2], strict=True):
             await classes.vote(code, learner, voter, asked.id, 1, choice)
@@ -124,7 +124,7 @@ PRE_POST = Question("head", "Which head?", (Choice("head 0", 0.1), Choice("head 
 
 async def learners_of(classes: Classes, code: str, count: int) -> list[tuple[str, Client]]:
     voters = [Client(f"10.0.2.{n}", cookie=f"tester{n}") for n in range(count)]
-    return [((await classes.join(code, voter, ""))[0], voter) for voter in voters]
+    return [((await classes.join(code, voter, "")).learner, voter) for voter in voters]
 
 
 async def take_test(classes: Classes, code: str, learners, test: str, choices: list[int]):

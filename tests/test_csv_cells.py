@@ -59,7 +59,8 @@ def test_the_class_answers_csv_defuses_every_text_cell():
         code, _ = await classes.start_class(Client("10.0.0.1"))
         voters = [Client(f"10.0.1.{n}", cookie=f"voter{n}") for n in range(2)]
         learners = [
-            (await classes.join(code, voter, name))[0] for voter, name in zip(voters, ["-2 + 3", "  =1"], strict=True)
+            (await classes.join(code, voter, name)).learner
+            for voter, name in zip(voters, ["-2 + 3", "  =1"], strict=True)
         ]
         step = {"index": 1, "title": "  =cmd|' /C calc'!A0"}
         asked = await classes.ask(code, question, {"layer": 0}, step, '\t=HYPERLINK("x")')

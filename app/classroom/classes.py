@@ -44,6 +44,7 @@ from app.classroom.schemas import (
     EndEvent,
     Gain,
     GainEvent,
+    Joined,
     Presence,
     QuestionEvent,
     QuestionState,
@@ -243,9 +244,10 @@ class Classes:
 
     # Starting and ending
 
-    async def start_class(self, client: Client) -> tuple[str, str]:
+    async def start_class(self, client: Client, anonymous: bool = False) -> tuple[str, str]:
         """A new class: its join code and the teacher's secret. An address holds at most
-        classes_per_client live classes and starts at most starts_per_hour an hour."""
+        classes_per_client live classes and starts at most starts_per_hour an hour. An anonymous class keeps
+        no nickname (a class of minors leaves no names on the teacher's computer): its learners are numbers."""
         address = digest(client.address)
         owned = f"lab:class-owner:{address}"
         live = 0
@@ -264,7 +266,7 @@ class Classes:
             raise ClassLimit(f"{self.limits.max_classes} classes are running on this lab: try again later")
         code = "".join(secrets.choice(CODE_ALPHABET) for _ in range(CODE_LENGTH))
         secret = secrets.token_urlsafe(24)
-        record = {"secret": digest_secret(secret), "started": time.time(), "owner": address}
+        record = {"secret": digest_secret(secret), "started": time.time(), "owner": address, "anonymous": anonymous}
         ttl = self.limits.ttl_seconds
         await self.backend.set(self._key(code), json.dumps(record), ttl)
         await self.backend.set(self._alive_key(code), "1", min(ttl, self.limits.teacher_away_seconds))
@@ -557,8 +559,8 @@ class Classes:
         - "question": the whole class on it, each round's share right and the change in points;
         - "lesson": the means of those shares over the questions revealed after two rounds, and the change;
         - "learner gain" and "class gain", once a pre-test and a post-test are closed: pre, post and g.
-        Nicknames, or "learner N" in join order; no address, no id."""
-        await self._record(code)
+        Nicknames, or "learner N" in join order (always in an anonymous class); no address, no id."""
+        anonymous = is_anonymous(await self._record(code))
         records = sorted(
             (json.loads(found) for found in (await self.backend.hgetall(self._key(code, "questions"))).values()),
             key=lambda record: record["asked"],
@@ -570,7 +572,9 @@ class Classes:
             ),
             key=lambda entry: entry["number"],
         )
-        name = {entry["id"]: entry["nickname"] or f"learner {entry['number']}" for entry in learners}
+        name = {
+            entry["id"]: (not anonymous and entry["nickname"]) or f"learner {entry['number']}" for entry in learners
+        }
         rows = []
         paired = []  # each question's share right in round 1 and round 2, where it was revealed after both
         for record in records:
@@ -630,13 +634,15 @@ class Classes:
 
     # What learners do
 
-    async def join(self, code: str, client: Client, nickname: str) -> tuple[str, bool]:
+    async def join(self, code: str, client: Client, nickname: str) -> Joined:
         """A learner for this browser: the one it joined with before, or a new one. New learners from one
-        address come at most joins_per_minute a minute (a class behind one NAT joins from one address)."""
+        address come at most joins_per_minute a minute (a class behind one NAT joins from one address). An
+        anonymous class drops the nickname unread."""
         record = await self._record(code)
         ttl = await self._ttl(code, record)
         browser = browser_of(client)
-        nickname = nickname.strip()[:MAX_NICKNAME]
+        anonymous = is_anonymous(record)
+        nickname = "" if anonymous else nickname.strip()[:MAX_NICKNAME]
         # This browser's learner: by its cookie, or one its address joined before it had a cookie.
         for key in dict.fromkeys([browser, browser_of(Client(client.address))]):
             known = await self.backend.hget(self._key(code, "browsers"), key)
@@ -649,7 +655,7 @@ class Classes:
             if nickname:
                 entry["nickname"] = nickname
                 await self.backend.hset(self._key(code, "learners"), {known: json.dumps(entry)}, ttl)
-            return known, True
+            return Joined(learner=known, rejoined=True, anonymous=anonymous)
         if await self.backend.hlen(self._key(code, "learners")) >= self.limits.max_learners:
             raise ClassLimit(f"this class is full ({self.limits.max_learners} learners)")
         if not await self._take_window(f"lab:class-joins:{digest(client.address)}", self.limits.joins_per_minute, 60):
@@ -668,7 +674,7 @@ class Classes:
         await self.backend.hset(self._key(code, "learners"), {learner: json.dumps(entry)}, ttl)
         await self.backend.hset(self._key(code, "browsers"), {browser: learner}, ttl)
         self._presence_due.add(code)
-        return learner, False
+        return Joined(learner=learner, rejoined=False, anonymous=anonymous)
 
     async def _learner(self, code: str, learner: str, client: Client, acting: bool = True) -> dict:
         """The learner, if this browser joined it; its actions count against its own rate."""
@@ -692,9 +698,11 @@ class Classes:
         return entry
 
     async def update(self, code: str, learner: str, client: Client, following: bool, nickname: str) -> None:
-        """Whether the learner follows the teacher or explores alone, and the name it goes by."""
+        """Whether the learner follows the teacher or explores alone, and the name it goes by (none in an
+        anonymous class)."""
         entry = {**await self._learner(code, learner, client), "following": following}
-        entry["nickname"] = nickname.strip()[:MAX_NICKNAME]
+        anonymous = is_anonymous(await self._record(code))
+        entry["nickname"] = "" if anonymous else nickname.strip()[:MAX_NICKNAME]
         await self.backend.hset(self._key(code, "learners"), {learner: json.dumps(entry)}, await self._ttl(code))
         self._presence_due.add(code)
 
@@ -761,10 +769,11 @@ class Classes:
 
     async def snapshot(self, code: str) -> ClassSnapshot:
         """What a screen that connects now needs: the view, the question's state and the class's numbers."""
-        await self._record(code)
+        record = await self._record(code)
         view, gain = await self.backend.mget(self._key(code, "view"), self._key(code, "gain"))
         return ClassSnapshot(
             code=code,
+            anonymous=is_anonymous(record),
             view=json.loads(view) if view else None,
             question=await self.question(code),
             gain=json.loads(gain) if gain else None,
@@ -913,6 +922,12 @@ def not_shared(backend, workers: int) -> str | None:
         "class mode is off: this lab runs several server processes and would keep each class in one of them; "
         "set ATTENTION_LAB_STORE=redis://… to share classes between them, or run one process"
     )
+
+
+def is_anonymous(record: dict) -> bool:
+    """Whether a class keeps no nicknames. A class that a lab before anonymous classes started (in a Redis
+    shared with it) has no such field: it has names."""
+    return record.get("anonymous", False)
 
 
 def digest_secret(secret: str) -> str:

@@ -19,6 +19,7 @@ from app.classroom.classes import Classes, ClassModeOff
 from app.classroom.schemas import (
     AttendsAsk,
     ClassSnapshot,
+    ClassStart,
     ClassStarted,
     ClassView,
     Code,
@@ -79,10 +80,14 @@ def network_address() -> str:
 
 
 @router.post("", response_model=ClassStarted, status_code=201)
-async def start(request: Request, response: Response, classes: ClassesDep, client: ClientDep):
-    """A new class. Its secret also goes back as a cookie that only this class's event stream and answers
-    are sent: the teacher's own page opens its stream with it (an EventSource sends no header)."""
-    code, secret = await classes.start_class(client)
+async def start(
+    request: Request, response: Response, classes: ClassesDep, client: ClientDep, body: ClassStart | None = None
+):
+    """A new class, anonymous or not (no body: not). Its secret also goes back as a cookie that only this
+    class's event stream and answers are sent: the teacher's own page opens its stream with it (an EventSource
+    sends no header)."""
+    anonymous = body is not None and body.anonymous
+    code, secret = await classes.start_class(client, anonymous)
     url, reachable = join_url(request, code)
     response.set_cookie(
         TEACHER_COOKIE,
@@ -92,7 +97,7 @@ async def start(request: Request, response: Response, classes: ClassesDep, clien
         httponly=True,
         samesite="strict",
     )
-    return {"code": code, "secret": secret, "join_url": url, "reachable": reachable}
+    return {"code": code, "secret": secret, "join_url": url, "reachable": reachable, "anonymous": anonymous}
 
 
 @router.delete("/{code}", status_code=204)
@@ -211,7 +216,8 @@ async def reveal(code: Code, classes: ClassesDep, secret: Secret = None):
 
 @router.get("/{code}/answers.csv", response_class=Response, responses={200: {"content": {"text/csv": {}}}})
 async def answers(code: Code, classes: ClassesDep, secret: Secret = None, cookie: TeacherCookie = None):
-    """Every learner's votes per question, for the teacher: nicknames or "learner N", never an address."""
+    """Every learner's votes per question, for the teacher: nicknames or "learner N" (always "learner N" in an
+    anonymous class), never an address."""
     await classes.check_teacher(code, secret or cookie)
     return Response(
         await classes.answers_csv(code),
@@ -222,8 +228,7 @@ async def answers(code: Code, classes: ClassesDep, secret: Secret = None, cookie
 
 @router.post("/{code}/learners", response_model=Joined, status_code=201)
 async def join(code: Code, body: Join, classes: ClassesDep, client: ClientDep):
-    learner, rejoined = await classes.join(code, client, body.nickname)
-    return {"learner": learner, "rejoined": rejoined}
+    return await classes.join(code, client, body.nickname)
 
 
 @router.put("/{code}/learners/{learner}", status_code=204)

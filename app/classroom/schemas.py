@@ -17,11 +17,21 @@ class Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
+class ClassStart(Strict):
+    """How a class starts (the request's body may be left out: a class with nicknames)."""
+
+    anonymous: bool = Field(
+        False,
+        description='Answers without names: the CSV numbers learners ("learner 1", …) and no nickname is kept',
+    )
+
+
 class ClassStarted(BaseModel):
     code: str
     secret: str = Field(description="The teacher's token: send it as X-Class-Secret with every teacher action")
     join_url: str = Field(description="What learners open (the QR code says the same)")
     reachable: bool = Field(description="False when the join address is this computer's loopback only")
+    anonymous: bool
 
 
 class ClassView(Strict):
@@ -177,23 +187,25 @@ class Presence(BaseModel):
 
 class ClassSnapshot(Presence):
     code: str
+    anonymous: bool = Field(description="The class takes no nicknames: its CSV numbers learners")
     view: dict[str, Any] | None
     question: QuestionState | None
     gain: ClassGain | None = Field(description="Once a pre-test and a post-test are closed")
 
 
 class Join(Strict):
-    nickname: str = Field("", max_length=40)
+    nickname: str = Field("", max_length=40, description="Dropped unread in an anonymous class")
 
 
 class Joined(BaseModel):
     learner: str
     rejoined: bool = Field(description="True when this browser had joined already: its learner is given back")
+    anonymous: bool = Field(description="The class kept no nickname: its CSV numbers this learner")
 
 
 class LearnerState(Strict):
     following: bool
-    nickname: str = Field("", max_length=40)
+    nickname: str = Field("", max_length=40, description="Dropped unread in an anonymous class")
 
 
 class Vote(Strict):
