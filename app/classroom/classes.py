@@ -762,7 +762,7 @@ class Classes:
         post = sum(gain.post for gain in matched) / len(matched) if matched else None
         gain, why = hake(pre, post)
         if not matched:
-            why = "no learner answered both a pre-test and a post-test"
+            why = "No learner answered both a pre-test and a post-test"
         return ClassGain(pre=pre, post=post, gain=gain, why=why, learners=len(matched)), gains
 
     # Reading a class
@@ -942,11 +942,11 @@ def share_right(counts: dict[str, int], right: list[int]) -> float | None:
 
 def hake(pre: float | None, post: float | None) -> tuple[float | None, str | None]:
     """Hake's normalised gain g = (post − pre) / (1 − pre): the share of what was left to learn that was
-    learned. (g, None), or (None, why not)."""
+    learned. (g, None), or (None, why not: a sentence, shown on its own on every screen and in the CSV)."""
     if pre is None or post is None:
-        return None, f"no {'pre' if pre is None else 'post'}-test answered"
+        return None, f"No {'pre' if pre is None else 'post'}-test answered"
     if pre >= 1:
-        return None, "g is undefined: every pre-test answer was right (pre = 100%), nothing was left to gain"
+        return None, "The gain g is undefined: every pre-test answer was right (pre = 100%), nothing was left to gain"
     return (post - pre) / (1 - pre), None
 
 

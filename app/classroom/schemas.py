@@ -172,7 +172,7 @@ class Gain(BaseModel):
     pre: float | None
     post: float | None
     gain: float | None
-    why: str | None = Field(description="Why there is no gain, in words (pre = 1, or a test not answered)")
+    why: str | None = Field(description="Why there is no gain, in a sentence (pre = 1, or a test not answered)")
 
 
 class ClassGain(Gain):

@@ -7,6 +7,7 @@ float32 numbers, never against the page; every vote against the answers' CSV."""
 import csv
 import io
 import json
+import re
 import time
 from collections import Counter
 from contextlib import contextmanager
@@ -153,6 +154,16 @@ def viewport_shot(page, name: str):
 def counted(teacher, votes: int):
     """The teacher's stage counts this many votes in the open round (the count goes out within a second)."""
     wait_until(teacher, f"document.getElementById('class-stage').textContent.includes('{votes} vote')")
+
+
+def lowercase_sentences(page) -> list[str]:
+    """The sentences on the learner's bar (its status, hints and lines, not the choices' token labels) that
+    start with a small letter: at its start, or after a full stop, a question mark or an exclamation mark."""
+    texts = page.evaluate(
+        """() => [...document.querySelectorAll('#class-bar > span, #class-bar p')]
+                   .filter((node) => node.offsetParent !== null).map((node) => node.innerText)"""
+    )
+    return [text for text in texts if re.search(r"(^|[.?!]\s+)[a-z]", text.strip())]
 
 
 def choice_labels(page) -> list[str]:
@@ -822,7 +833,8 @@ def test_a_lesson_with_a_pre_test_two_questions_in_rounds_and_a_post_test_measur
             if before:
                 expect(mine).to_contain_text("undefined")
             else:
-                expect(mine).to_contain_text(f"your gain g = (post − pre) / (1 − pre) = {float(after):.2f}")
+                expect(mine).to_contain_text(f"Your gain g = (post − pre) / (1 − pre) = {float(after):.2f}")
+            assert lowercase_sentences(page) == []
         viewport_shot(learners[0], "class-gain-phone-390")
         teacher.click("#class-reveal")  # the post-test's answer, at last
         revealed(server, started["code"])
@@ -852,7 +864,7 @@ def test_a_lesson_with_a_pre_test_two_questions_in_rounds_and_a_post_test_measur
         for row, before, after in zip(gains, was, now, strict=True):
             assert (number(row, "pre-test share right"), number(row, "post-test share right")) == (before, after)
             if before:
-                assert row["gain g"].startswith("g is undefined")
+                assert row["gain g"].startswith("The gain g is undefined")
             else:
                 assert number(row, "gain g") == after
         (whole,) = [row for row in rows if row["row"] == "class gain"]
@@ -877,6 +889,8 @@ def test_a_joining_phone_asks_the_name_up_front_one_tap_skips_it_and_the_bar_cha
     started = start_class(teacher)
     phones = [new_page(browser, width, height, errors) for _ in range(2)]
     try:
+        assert started["anonymous"] is False
+        expect(teacher.locator("#class-names")).to_be_hidden()
         for phone in phones:
             phone.goto(started["join_url"])
             ready(phone)
@@ -915,11 +929,19 @@ def test_a_joining_phone_asks_the_name_up_front_one_tap_skips_it_and_the_bar_cha
             return [row["learner"] for row in answers_csv(server, started) if row["row"] == "learner"]
 
         assert names() == ["Ada", "learner 2"]
+        # What each phone says of its vote is what the CSV does with it.
+        tally = "The class sees only the tally; the teacher's file lists your vote under"
+        who = [phone.locator('#class-question [data-field="who-sees"]') for phone in phones]
+        expect(who[0]).to_have_text(f"{tally} your name “Ada”.")
+        expect(who[1]).to_have_text(f"{tally} a number (you gave no name).")
+        expect(phones[0].locator("#class-anonymous")).to_be_hidden()
         edit.click()
         expect(phones[1].locator("#class-name")).to_be_visible()
         phones[1].fill("#class-nickname", "Bo")
         phones[1].press("#class-nickname", "Enter")
         expect(edit).to_have_text("Name: Bo")
+        expect(who[1]).to_have_text(f"{tally} your name “Bo”.")
+        assert [lowercase_sentences(phone) for phone in phones] == [[], []]
         deadline = time.monotonic() + 10
         while names() != ["Ada", "Bo"] and time.monotonic() < deadline:
             time.sleep(0.05)

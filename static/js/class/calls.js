@@ -20,7 +20,8 @@ async function call(method, url, { body, secret, as = "json" } = {}) {
 const base = (code) => `/api/classes/${code}`;
 
 // The teacher's side: {code, secret} is the class this tab teaches.
-export const startClass = () => call("POST", "/api/classes");
+// anonymous: the class keeps no nickname, and its CSV numbers learners (chosen once, as it starts).
+export const startClass = (anonymous) => call("POST", "/api/classes", { body: { anonymous } });
 export const endClass = ({ code, secret }) => call("DELETE", base(code), { secret });
 export const showView = ({ code, secret }, view) => call("PUT", `${base(code)}/view`, { body: { view }, secret });
 // ask: a QuestionAsk ({kind: "attends" | "head" | "next_token", run_id, ...}); the server builds the choices.

@@ -2,10 +2,11 @@
 // view until the learner explores alone, and votes on the class's questions. Whether its views show numbers
 // is the server's question phase (blind.js), following or not. On a phone that follows, the prompt, the
 // tokens and the controls fold away ("Controls"), so the views the teacher moves come first. The learner's
-// name for the teacher's list is asked up front (optional: one tap skips it) and changed from the bar.
+// name for the teacher's list is asked up front (optional: one tap skips it) and changed from the bar; an
+// anonymous class asks none, and the name this browser keeps is never sent to it.
 
 import { el } from "../format.js";
-import { joinClass, score, updateLearner, vote } from "./calls.js";
+import { classSnapshot, joinClass, score, updateLearner, vote } from "./calls.js";
 import { listen } from "./live.js";
 import { answerLine, askedUnder, gainLine, phaseLine } from "./question.js";
 import { applyView } from "./shared.js";
@@ -22,8 +23,12 @@ export async function initLearner(lab, code) {
   nickname.value = localStorage.getItem(NICKNAME_KEY) ?? "";
   let learner;
   let rejoined;
+  let anonymous;
+  let sent; // the name the teacher's list has, as this page last sent it
   try {
-    ({ learner, rejoined } = await joinClass(code, nickname.value));
+    ({ anonymous } = await classSnapshot(code)); // before joining: an anonymous class is sent no name
+    sent = anonymous ? "" : nickname.value;
+    ({ learner, rejoined } = await joinClass(code, sent));
   } catch (error) {
     status.textContent = `Could not join class ${code}: ${error.message}.`;
     return;
@@ -35,7 +40,10 @@ export async function initLearner(lab, code) {
   let latest = null;
   let question = null;
   const said = () => (following ? `Class ${code}: your screen follows the teacher.` : `Class ${code}: you explore on your own.`);
-  const update = () => updateLearner(code, learner, following, nickname.value).catch(() => {});
+  const update = () => {
+    sent = anonymous ? "" : nickname.value;
+    return updateLearner(code, learner, following, sent).catch(() => {});
+  };
   const showFollowing = () => {
     follow.setAttribute("aria-pressed", String(following));
     follow.textContent = following ? "Following the teacher" : "Exploring alone · follow again";
@@ -57,10 +65,22 @@ export async function initLearner(lab, code) {
     localStorage.setItem(NICKNAME_KEY, nickname.value);
     update();
     showName(false);
+    ask(); // the question box says under which name the teacher's file lists the vote
   });
   $("class-name-skip").addEventListener("click", () => showName(false));
   rename.addEventListener("click", () => showName(true));
-  showName(!rejoined);
+  $("class-anonymous").hidden = !anonymous;
+  if (anonymous) {
+    naming.hidden = rename.hidden = true;
+  } else {
+    showName(!rejoined);
+  }
+  // Who sees a vote, as it is: the class only the tally; the teacher's answers file the name, or a number.
+  const whoSees = () => {
+    if (anonymous) return "Your answers are anonymous: the class sees only the tally, and the teacher's file numbers learners without names.";
+    const name = sent.trim();
+    return `The class sees only the tally; the teacher's file lists your vote ${name ? `under your name “${name}”` : "under a number (you gave no name)"}.`;
+  };
   follow.addEventListener("click", () => {
     following = !following;
     showFollowing();
@@ -103,7 +123,7 @@ export async function initLearner(lab, code) {
     if (question.phase === "open") {
       const current = mine[question.round] ?? null;
       parts.push(
-        el("p", { class: "hint" }, question.test ? `A ${question.test}-test: answer alone, without talking. Nobody sees the votes.` : `Round ${question.round}: vote.`),
+        el("p", { class: "hint" }, question.test ? `A ${question.test}-test: answer alone, without talking. No screen shows the votes.` : `Round ${question.round}: vote.`),
         el(
           "div",
           { class: "choices", role: "group", "aria-label": "Your vote" },
@@ -121,8 +141,9 @@ export async function initLearner(lab, code) {
             ? `Your vote: “${label(current)}”. You may change it until the round closes.`
             : question.round === 2 && mine[1] !== undefined
               ? `Round 2: vote again. In round 1 you chose “${label(mine[1])}”; keep it or change it.`
-              : "Pick one: your vote is counted without your name.",
+              : "Pick one.",
         ),
+        el("p", { class: "hint", dataset: { field: "who-sees" } }, whoSees()),
       );
     } else if (question.phase === "shown") {
       const current = mine[question.round];

@@ -110,7 +110,7 @@ export function changeLine(question) {
 // learners): each share right and Hake's normalised gain g = (post − pre) / (1 − pre), or why there is none.
 export function gainLine(gain, whose) {
   const share = (value) => (value === null ? "no answer" : percent(value));
-  const g = gain.gain === null ? `${gain.why}.` : `${whose === "class" ? "⟨g⟩" : "your gain g"} = (post − pre) / (1 − pre) = ${gain.gain.toFixed(2)}.`;
+  const g = gain.gain === null ? `${gain.why}.` : `${whose === "class" ? "⟨g⟩" : "Your gain g"} = (post − pre) / (1 − pre) = ${gain.gain.toFixed(2)}.`;
   const who = whose === "class" ? `What the class learned (${gain.learners} learner${gain.learners === 1 ? "" : "s"} took both tests)` : "Your tests";
   return el(
     "p",

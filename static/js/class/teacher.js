@@ -137,8 +137,9 @@ export function initTeacher(lab) {
     sessionStorage.setItem(TEACHER_KEY, JSON.stringify(started));
     const { code } = started;
     $("class-code").textContent = code;
-    $("class-open").hidden = true;
+    $("class-opening").hidden = true;
     $("class-live").hidden = false;
+    $("class-names").hidden = !started.anonymous;
     $("class-end").hidden = false;
     $("class-qr-show").replaceChildren(el("img", { id: "class-qr", src: qrURL(code), alt: `QR code of the join link for class ${code}` }));
     $("class-qr-code").textContent = code;
@@ -175,13 +176,13 @@ export function initTeacher(lab) {
     lab.setState({ question: null });
     showGain(null);
     $("class-code").textContent = "";
-    $("class-open").hidden = false;
+    $("class-opening").hidden = false;
     $("class-live").hidden = true;
     $("class-end").hidden = true;
     showFlow();
   }
 
-  $("class-open").addEventListener("click", act(async () => live(await startClass())));
+  $("class-open").addEventListener("click", act(async () => live(await startClass($("class-anonymous-start").checked))));
   if (taught) {
     openPanel(true);
     live(taught);
