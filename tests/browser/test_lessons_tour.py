@@ -240,3 +240,44 @@ def test_predict_first_under_a_causal_mask_offers_only_visible_tokens(page, serv
     page.keyboard.press("Enter")
     expect(page.locator("#predict-result")).to_contain_text("Right")
     assert page.evaluate("document.activeElement.id") == "predict-result"
+
+
+TOUR_HINTS = {
+    "keys": "← → move between steps, Esc closes.",
+    "touch": "Tap Next or Back to move between steps, Close to close.",
+}
+
+
+@pytest.mark.parametrize("screen", ["keys", "touch"])
+def test_the_tours_hint_names_the_controls_of_the_screen_it_is_on(browser, server, screen):
+    """A desktop's tour says its keys; a phone's (a touch screen, no mouse) says its taps, and each does what
+    it says."""
+    if screen == "touch":
+        options = {"viewport": {"width": 390, "height": 844}, "has_touch": True, "is_mobile": True}
+    else:
+        options = {"viewport": {"width": 1280, "height": 720}}
+    context = browser.new_context(**options)
+    try:
+        page = context.new_page()
+        open_lab(page, server)
+        n = page.locator("#tokens .token").count()
+        press = page.tap if screen == "touch" else page.click
+        press("#tour-start")
+        expect_step(page, 1, n)
+        hint = page.locator("#tour .hint:visible")
+        expect(hint).to_have_count(1)
+        expect(hint).to_have_text(TOUR_HINTS[screen])
+        viewport_shot(page, f"tour-hint-{screen}")
+        if screen == "touch":
+            page.tap("#tour-next")
+            expect_step(page, 2, n)
+            page.tap("#tour-back")
+            expect_step(page, 1, n)
+            page.tap("#tour-close")
+        else:
+            page.keyboard.press("ArrowRight")
+            expect_step(page, 2, n)
+            page.keyboard.press("Escape")
+        expect(page.locator("#tour")).to_be_hidden()
+    finally:
+        context.close()
