@@ -327,7 +327,8 @@ def test_one_vote_per_learner_per_round_within_the_choices(lab):
     first = learner.post(f"{classes}/learners", json={"nickname": "Ada"}).json()
     assert first["rejoined"] is False
     again = learner.post(f"{classes}/learners", json={"nickname": "Ada L."}).json()
-    assert again == {"learner": first["learner"], "rejoined": True}  # the same browser gets its learner back
+    # The same browser gets its learner back.
+    assert again == {"learner": first["learner"], "rejoined": True, "anonymous": False}
     assert teacher.get(classes).json()["learners"] == 1
     run = teacher.post(f"{lab.url}/api/analyze", json={"text": TEXT}).json()["run_id"]
     ask = {"kind": "head", "run_id": run, "layer": 0, "pattern": "previous"}
