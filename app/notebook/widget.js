@@ -82,7 +82,9 @@ function traitState(model) {
 }
 
 // The frame the views draw into: the page's element ids and classes (lab.css lays them out), a bar of the
-// view's pickers above.
+// view's pickers above, and the panels under the views at the output's whole width: beside them, a notebook's
+// side column is too narrow for the page's type (every head's twelve head numbers, its switch), and a
+// notebook scrolls down.
 function frame(el) {
   const node = (tag, attributes = {}, ...children) => {
     const made = document.createElement(tag);
@@ -109,17 +111,17 @@ function frame(el) {
     "div",
     { class: "side" },
     node("section", { class: "attends-panel" }, node("h2", {}, "What does the selected token attend to?"), node("div", { id: "attends", class: "attends", tabindex: "0", role: "region" })),
-    node(
-      "section",
-      { class: "panels open" },
-      node("div", { class: "panel-bar" }, node("div", { class: "panel-tabs", role: "tablist", id: "panel-tabs" })),
-      node("div", { class: "panel-body" }, node("div", { class: "panel", id: "panel-dissection", role: "tabpanel" }, node("div", { id: "dissection", class: "dissection" })), gridPanel),
-    ),
+  );
+  const panels = node(
+    "section",
+    { class: "panels open" },
+    node("div", { class: "panel-bar" }, node("div", { class: "panel-tabs", role: "tablist", id: "panel-tabs" })),
+    node("div", { class: "panel-body" }, node("div", { class: "panel", id: "panel-dissection", role: "tabpanel" }, node("div", { id: "dissection", class: "dissection" })), gridPanel),
   );
   el.append(
     node(
       "div",
-      { class: "lab-widget" },
+      { class: "lab-widget type-floor" },
       node("div", { class: "toolbar widget-bar", id: "widget-bar", role: "group", "aria-label": "What the attention views show" }),
       node("p", { id: "error", class: "error", role: "alert", hidden: "" }),
       node(
@@ -129,6 +131,7 @@ function frame(el) {
         node("div", { id: "tokens", class: "token-strip", role: "listbox", "aria-label": "Tokens", tabindex: "0" }),
       ),
       node("div", { class: "views", id: "views" }, heatmapColumn, side),
+      panels,
     ),
   );
 }

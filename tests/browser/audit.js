@@ -4,8 +4,8 @@
 // but for the views made to scroll so: a long input's grids, a table wider than a phone), ellipsised, past the window, or under the type
 // floor (`labelFloor` for labels, ids, tick labels and numbers, `floor` for the rest). Scrolled away up or down
 // inside a scroller is how a long panel reads: the reader scrolls to it. `pageScrolls`: a phone's page scrolls
-// down, so only sideways is off-screen there.
-({ floor, labelFloor, scope, pageScrolls = false }) => {
+// down, so only sideways is off-screen there. `within`: where `scope` is looked for (a widget's shadow root).
+({ floor, labelFloor, scope, pageScrolls = false, within = document }) => {
   const problems = [];
   const SIDEWAYS = ".scroll-x, .patch-grid, .head-roles, .ablation-grid, .hm-plot, .numbers-table, .softmax";
   const LABELS = [
@@ -22,7 +22,7 @@
   const visible = (node) =>
     node.checkVisibility({ visibilityProperty: true, opacityProperty: true }) && !node.closest(".visually-hidden");
   const nodes = new Set();
-  for (const root of document.querySelectorAll(scope)) {
+  for (const root of within.querySelectorAll(scope)) {
     for (const node of root.querySelectorAll(CONTROLS)) nodes.add(node);
     const walker = document.createTreeWalker(root, NodeFilter.SHOW_TEXT);
     for (let text = walker.nextNode(); text; text = walker.nextNode()) {

@@ -18,7 +18,8 @@ ATTENDS_ROWS = """() => {
 }"""
 
 
-def problems(page, floor: float, label_floor: float, scope: str, page_scrolls: bool = False) -> list[str]:
-    return page.evaluate(
-        AUDIT, {"floor": floor, "labelFloor": label_floor, "scope": scope, "pageScrolls": page_scrolls}
-    )
+def problems(page, floor: float, label_floor: float, scope: str, page_scrolls: bool = False, within=None) -> list[str]:
+    """`within`: a handle of the node `scope` is looked for in (a widget's shadow root); the page's document if
+    none."""
+    found = {"floor": floor, "labelFloor": label_floor, "scope": scope, "pageScrolls": page_scrolls}
+    return page.evaluate(AUDIT, {**found, **({"within": within} if within is not None else {})})

@@ -16,7 +16,9 @@ import numpy as np
 import pytest
 
 from app.engine.runs import Engine
+from tests.browser import audit
 from tests.browser.conftest import screenshot, wait_until
+from tests.browser.test_grid_switch import SWITCH
 from tests.conftest import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -101,6 +103,31 @@ def wait_in_widget(page, condition: str, timeout: float = 120):
     wait_until(page, f"(() => {{ const root = {WIDGET}; return root && ({condition}); }})()", timeout)
 
 
+def settle(page):
+    """Waits for the widget's layout after a resize: its boxes the same three times running, 100 ms apart."""
+    boxes = (
+        "[...root.querySelectorAll('.lab-widget, .heatmap-column, .side, .panels, .hm-canvas')]"
+        ".map((e) => JSON.stringify(e.getBoundingClientRect())).join()"
+    )
+    history = [shown(page, boxes)]
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and not (len(history) >= 3 and len(set(history[-3:])) == 1):
+        page.wait_for_timeout(100)
+        history.append(shown(page, boxes))
+
+
+# The page's type floor on a laptop-sized screen (Present at 1024×768, README "Using the page"): 16 px for every
+# text, labels, ids and numbers included.
+FLOOR = 16
+
+
+def read_whole(page, where: str) -> list[str]:
+    """Everything wrong in the widget as it is drawn (tests/browser/audit.js in its shadow root): a text or
+    control cut, ellipsised or past the window, or under the floor."""
+    root = page.evaluate_handle(f"() => {WIDGET}")
+    return [f"{where}: {problem}" for problem in audit.problems(page, FLOOR, FLOOR, ".lab-widget", True, root)]
+
+
 @pytest.mark.slow
 def test_the_widget_in_jupyterlab_draws_the_engines_numbers_and_follows_clicks(jupyterlab, page, minilm):
     page.set_viewport_size({"width": 1400, "height": 1000})
@@ -137,6 +164,15 @@ def test_the_widget_in_jupyterlab_draws_the_engines_numbers_and_follows_clicks(j
     assert [index for index, _ in weights] == list(range(n))
     np.testing.assert_array_equal(np.array([weight for _, weight in weights], np.float32), row)
     assert screenshot(page, "notebook-widget-jupyterlab").stat().st_size > 0  # the README's picture (docs/)
+    # The heatmap's labels and the tokens' ids are read at the page's floor, and nothing in the widget is cut.
+    sizes = shown(
+        page,
+        "Object.fromEntries(['#heatmap .hm-ylabels span', '#heatmap .hm-xlabels span', '#tokens .token-id'].map("
+        "(s) => [s, [...root.querySelectorAll(s)].map((e) => parseFloat(getComputedStyle(e).fontSize))]))",
+    )
+    assert all(sizes.values()), sizes
+    problems = [f"{where}: {min(found)} px < {FLOOR}" for where, found in sizes.items() if min(found) < FLOOR]
+    problems += read_whole(page, "the heatmap and the attends view")
     run_cell(page, 1)
     output = page.locator(".jp-Notebook .jp-Cell").nth(1).locator(".jp-OutputArea-output")
     output.wait_for(timeout=60_000)
@@ -159,6 +195,23 @@ def test_the_widget_in_jupyterlab_draws_the_engines_numbers_and_follows_clicks(j
         page,
         "root.getElementById('grid').dataset.view?.startsWith(root.getElementById('heatmap').dataset.view.split(':')[0])",
     )
+    # The panel's switch is whole in the side column, as is all the rest.
+    switch = shown(page, f"({SWITCH})(root)")
+    assert switch["text"] == "share on [CLS]+[SEP] (S) and on “.”", switch
+    problems += [f"the switch: {problem}" for problem in switch["problems"]]
+    problems += read_whole(page, "every head")
+    page.locator(".jp-OutputArea-output .panels").scroll_into_view_if_needed()
+    screenshot(page, "notebook-widget-every-head")
+    # A laptop's window: JupyterLab's sidebar open, the notebook narrower.
+    page.set_viewport_size({"width": 1280, "height": 720})
+    settle(page)
+    problems += [f"1280×720: {problem}" for problem in shown(page, f"({SWITCH})(root)")["problems"]]
+    problems += read_whole(page, "every head at 1280×720")
+    page.locator(".jp-OutputArea-output .panels").scroll_into_view_if_needed()
+    screenshot(page, "notebook-widget-every-head-1280x720")
+    assert problems == [], "\n".join(problems)
+    page.set_viewport_size({"width": 1400, "height": 1000})
+    settle(page)
     page.locator(".jp-OutputArea-output #grid .grid-cell[data-layer='0'][data-head='5']").click()
     wait_in_widget(page, "root.getElementById('heatmap').dataset.view?.endsWith(':0:5:9')")
 
