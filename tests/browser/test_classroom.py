@@ -485,10 +485,19 @@ def test_a_lesson_plan_step_asks_which_token_matters_most_when_patched(browser, 
         assert saved["steps"][0]["question"] == {"kind": "patch", "by": "position", "source": "the bank raised rates"}
         teacher.click("#plan-next")
         expect(teacher.locator("#plan-now")).to_have_text("Step 1 of 1: Which word decides?")
-        assert choice_labels(learners[0]) == ["[CLS]", "the #1", "bank", "of", "the #4", "river"]
+        offered = choice_labels(learners[0])
+        assert offered == ["[CLS]", "the #1", "bank", "of", "the #4", "river"]
         vote_on(learners[0], "river")
         counted(teacher, 1)
         teacher.click("#class-reveal")
+        # The projector says the answer in the question's own measure, above the heatmap, whose attention
+        # weights are not what the question measured.
+        shares = patch_shares(server, "the bank of the river", "the bank raised rates", 2)
+        best = int(np.argmax(shares))
+        verdict = teacher.locator("#class-verdict")
+        expect(verdict).to_have_text(f"The answer: “{offered[best]}”, share of the way to B {shares[best]:.4f}.")
+        box, heatmap = verdict.bounding_box(), teacher.locator("#heatmap").bounding_box()
+        assert 0 <= box["y"] and box["y"] + box["height"] <= heatmap["y"], (box, heatmap)
         rows = [(row["step"], row["round 1"]) for row in answers_csv(server, started) if row["row"] == "learner"]
         assert rows == [("1", "river")]
 

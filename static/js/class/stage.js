@@ -1,12 +1,13 @@
 // The stage during a class question, on every screen of the class (the projector is the teacher's own
 // page): while a round is open, the question and its count of votes over the views, which are drawn blank
 // (views.js, blind.js); once the round's votes are shown, its histogram in their place, large; once
-// revealed, nothing over the views, which show everything again with the answer marked. A pre-test or a
+// revealed, nothing over the views, which show everything again with the answer marked, and on the
+// projector the answer said above the heatmap in the question's own measure. A pre-test or a
 // post-test is answered alone, and closed with nothing of it shown: a pre-test's views come back (the lesson
 // goes on), a post-test's stay covered until its reveal.
 
 import { el } from "../format.js";
-import { askedUnder, gainLine, histogram, phaseLine } from "./question.js";
+import { answerLine, askedUnder, gainLine, histogram, phaseLine } from "./question.js";
 
 const $ = (id) => document.getElementById(id);
 let gain = null; // what the class's pre-test and post-test measured, once both are closed (the server's ClassGain)
@@ -23,6 +24,7 @@ export function showStageGain(next) {
 // to do now.
 export function showStage(question, role) {
   shown = [question, role];
+  showVerdict(question, role);
   const cover = $("class-stage");
   const covered = Boolean(question) && question.phase !== "revealed" && !(question.phase === "closed" && question.test === "pre");
   cover.hidden = !covered;
@@ -53,4 +55,17 @@ export function showStage(question, role) {
     ...(question.phase === "shown" ? [histogram(question, question.round)] : []),
     el("p", { class: "hint" }, todo),
   );
+}
+
+// Once revealed, the projector states the answer in the question's own measure over the heatmap: the views
+// under it draw attention, which is not what a patch, head or next-token question measured (an attends
+// question's row is marked in the attends view too). A learner reads it in the class bar. A search question's
+// answer is a document, said with its ranking in the panel.
+function showVerdict(question, role) {
+  const verdict = $("class-verdict");
+  const said = role === "teacher" && question?.phase === "revealed" && question.kind !== "search";
+  verdict.hidden = !said;
+  verdict.textContent = said ? answerLine(question) : "";
+  if (said) verdict.dataset.answer = String(question.answer.choice);
+  else delete verdict.dataset.answer;
 }
