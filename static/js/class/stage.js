@@ -1,11 +1,12 @@
 // The stage during a class question, on every screen of the class (the projector is the teacher's own
 // page): while a round is open, the question and its count of votes over the views, which are drawn blank
 // (views.js, blind.js); once the round's votes are shown, its histogram in their place, large; once
-// revealed, nothing over the views, which show everything again with the answer marked, and on the
-// projector the answer said above the heatmap in the question's own measure. A pre-test or a
+// revealed, nothing over the views, which show everything again with the answer marked (or on the
+// projector, where no view marks it, said above the heatmap in its own measure). A pre-test or a
 // post-test is answered alone, and closed with nothing of it shown: a pre-test's views come back (the lesson
 // goes on), a post-test's stay covered until its reveal.
 
+import { revealedKey } from "../blind.js";
 import { el } from "../format.js";
 import { answerLine, askedUnder, gainLine, histogram, phaseLine } from "./question.js";
 
@@ -24,7 +25,6 @@ export function showStageGain(next) {
 // to do now.
 export function showStage(question, role) {
   shown = [question, role];
-  showVerdict(question, role);
   const cover = $("class-stage");
   const covered = Boolean(question) && question.phase !== "revealed" && !(question.phase === "closed" && question.test === "pre");
   cover.hidden = !covered;
@@ -57,13 +57,14 @@ export function showStage(question, role) {
   );
 }
 
-// Once revealed, the projector states the answer in the question's own measure over the heatmap: the views
-// under it draw attention, which is not what a patch, head or next-token question measured (an attends
-// question's row is marked in the attends view too). A learner reads it in the class bar. A search question's
-// answer is a document, said with its ranking in the panel.
-function showVerdict(question, role) {
+// Once revealed, the projector states the answer in the question's own measure, above the heatmap, unless a
+// view marks it where it was asked (an attends question's row and cell, revealedKey): the views draw
+// attention, which is not what a patch, head or next-token question measured. A search question's answer is a
+// document, said with its ranking in the panel. (A learner reads the answer in the class bar.)
+export function showVerdict(state) {
+  const { question } = state;
   const verdict = $("class-verdict");
-  const said = role === "teacher" && question?.phase === "revealed" && question.kind !== "search";
+  const said = question?.phase === "revealed" && question.kind !== "search" && revealedKey(state) === null;
   verdict.hidden = !said;
   verdict.textContent = said ? answerLine(question) : "";
   if (said) verdict.dataset.answer = String(question.answer.choice);

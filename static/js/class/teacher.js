@@ -12,7 +12,7 @@ import { listen } from "./live.js";
 import { initPlanner } from "./planner.js";
 import { answerLine, changeLine, gainLine, phaseLine, rounds } from "./question.js";
 import { sharedView, SHARED } from "./shared.js";
-import { showStageGain } from "./stage.js";
+import { showStageGain, showVerdict } from "./stage.js";
 
 const $ = (id) => document.getElementById(id);
 const TEACHER_KEY = "attention-lab-class"; // sessionStorage: the class this tab teaches, and its secret
@@ -124,6 +124,8 @@ export function initTeacher(lab) {
     }),
   );
 
+  // A revealed answer is said on the projector's stage wherever no view marks it (stage.js).
+  lab.subscribe(showVerdict);
   // The teacher's view reaches the class, a little after it settles (a dragged selection sends its end).
   let pushing = null;
   lab.subscribe((state, changed) => {
