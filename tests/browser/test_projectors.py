@@ -15,7 +15,15 @@ from playwright.sync_api import expect
 
 from tests.browser import audit
 from tests.browser.conftest import wait_until
-from tests.browser.test_classroom import Learners, counted, end_class, float32_attention, start_class, viewport_shot
+from tests.browser.test_classroom import (
+    Learners,
+    counted,
+    end_class,
+    float32_attention,
+    labels_of,
+    start_class,
+    viewport_shot,
+)
 from tests.browser.test_stage import (
     CANVAS,
     TOUR_TARGETS,
@@ -135,10 +143,20 @@ def test_a_lesson_in_present_is_whole_at_every_projector_and_phase_panel_open_an
                     return [] if seen is None else [f"{width}×{height}, revealed, panel {where}: {seen}"]
 
                 problems += every_projector(page, f"revealed, panel {where}", answer_in_sight)
+            # The view moved off the one the question was asked in, no view marks the answer: the stage says it,
+            # in the question's measure.
+            run_id = page.evaluate("document.body.dataset.run")
+            row = float32_attention(server, run_id)[0, 0, 5]
+            answer = int(np.argmax(row))  # "cat"'s largest weight, from NumPy
+            labels = labels_of(httpx.post(f"{server}/api/analyze", json={"text": TEXT}).json()["tokens"])
+            verdict = page.locator("#class-verdict")
+            expect(verdict).to_be_hidden()
+            page.select_option("#head", "1")
+            expect(verdict).to_have_text(f"The answer: “{labels[answer]}”, attention weight {row[answer]:.4f}.")
+            page.select_option("#head", "0")
+            expect(verdict).to_be_hidden()
             # A pre-test and a post-test, asked through the API as a plan's steps ask them: the gain on the panel.
             secret = {"X-Class-Secret": started["secret"]}
-            run_id = page.evaluate("document.body.dataset.run")
-            answer = int(np.argmax(float32_attention(server, run_id)[0, 0, 5]))  # "cat"'s largest weight, from NumPy
             wrong = (answer + 1) % TOKENS
             for test, votes in (("pre", [answer, wrong, wrong]), ("post", [answer, answer, wrong])):
                 ask = {"kind": "attends", "run_id": run_id, "token": 5, "layer": 0, "head": 0, "test": test}
