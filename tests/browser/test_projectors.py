@@ -77,9 +77,57 @@ ANSWER_IN_SIGHT = """() => {
 }"""
 
 
+# The class panel's head, its question's buttons and "End the class": in sight wherever the panel's content is
+# scrolled (as it is, at its top, at its end), each wholly inside the window and every box that clips it, and
+# on top (what is at its centre is itself).
+PANEL_KEYS = """() => {
+  const body = document.getElementById('class-body');
+  if (!body || !body.checkVisibility()) return [];
+  const keys = ['#class-title', '#class-fold', '#class-ask-title', '#class-kind', '#class-ask', '#class-show',
+    '#class-again', '#class-close', '#class-reveal', '#class-end'];
+  let box = document.getElementById('class-phase');
+  while (box && !['auto', 'scroll'].includes(getComputedStyle(box).overflowY)) box = box.parentElement;
+  const before = box.scrollTop;
+  const problems = [];
+  for (const [where, top] of [['as it is', before], ['at its top', 0], ['at its end', box.scrollHeight]]) {
+    box.scrollTop = top;
+    for (const key of keys) {
+      const node = document.querySelector(key);
+      if (node.hidden) continue;
+      const r = node.getBoundingClientRect();
+      let out = r.top < -0.5 || r.left < -0.5 || r.bottom > innerHeight + 0.5 || r.right > innerWidth + 0.5;
+      for (let up = node.parentElement; up && !out; up = up.parentElement) {
+        const s = getComputedStyle(up);
+        if (s.overflowX === 'visible' && s.overflowY === 'visible') continue;
+        const b = up.getBoundingClientRect();
+        out = r.top < b.top - 0.5 || r.left < b.left - 0.5 || r.bottom > b.bottom + 0.5 || r.right > b.right + 0.5;
+      }
+      const top = document.elementFromPoint((r.left + r.right) / 2, (r.top + r.bottom) / 2);
+      const at = `${Math.round(r.top)}–${Math.round(r.bottom)} px`;
+      if (out || !node.contains(top)) problems.push(`the class panel's content ${where}: ${key} out of sight at ${at}`);
+    }
+  }
+  box.scrollTop = before;
+  return problems;
+}"""
+
+# The class's gain in the panel: wholly inside the box the panel's content scrolls in, and in the window.
+GAIN_IN_SIGHT = """() => {
+  const gain = document.getElementById('class-gain');
+  let box = gain.parentElement;
+  while (box && !['auto', 'scroll'].includes(getComputedStyle(box).overflowY)) box = box.parentElement;
+  const r = gain.getBoundingClientRect();
+  const b = box.getBoundingClientRect();
+  const inside = r.top >= Math.max(b.top, 0) - 0.5 && r.bottom <= Math.min(b.bottom, innerHeight) + 0.5;
+  const at = (x) => `${Math.round(x.top)}–${Math.round(x.bottom)} px`;
+  return inside ? null : `the gain at ${at(r)}, the box it scrolls in at ${at(b)}`;
+}"""
+
+
 def read(page, label: str, width: int) -> list[str]:
     """Everything a class could not read on this screen, in words."""
     problems = audit.problems(page, floor(width), 16, SCOPE)
+    problems += page.evaluate(PANEL_KEYS)
     rows = page.evaluate(audit.ATTENDS_ROWS)
     if rows["rows"] and rows["seen"] < rows["rows"]:
         problems.append(f"the attends view shows {rows['seen']} of {rows['rows']} rows")
@@ -177,7 +225,14 @@ def test_a_lesson_in_present_is_whole_at_every_projector_and_phase_panel_open_an
                 f"the gain is not in sight: {gain}"
             )
             viewport_shot(page, "class-gain-present-1024x768")
-            problems += every_projector(page, "the gain said")
+
+            def gain_in_sight(width, height):
+                seen = page.evaluate(GAIN_IN_SIGHT)
+                if (width, height) == (1280, 720):
+                    viewport_shot(page, "class-gain-present-1280x720")
+                return [] if seen is None else [f"{width}×{height}, the gain said: {seen}"]
+
+            problems += every_projector(page, "the gain said", gain_in_sight)
             # A lesson plan's step: the sample plan's first, played.
             page.click("#plan-edit summary")
             page.click("#plan-sample")

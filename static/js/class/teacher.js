@@ -20,6 +20,7 @@ const TEACHER_KEY = "attention-lab-class"; // sessionStorage: the class this tab
 export function initTeacher(lab) {
   const panel = $("class-panel");
   const opener = $("class-start");
+  const show = keptInSight($("class-scroll"));
   let taught = JSON.parse(sessionStorage.getItem(TEACHER_KEY) ?? "null");
   let feed = null;
   let question = null;
@@ -36,7 +37,7 @@ export function initTeacher(lab) {
     $("class-fold").setAttribute("aria-expanded", String(!folded));
     $("class-fold").textContent = folded ? "Unfold" : "Fold";
     // Unfolded, the panel shows where the class stands now: what it learned, else the question's phase.
-    if (!folded) reveal(panel, $("class-gain").hidden ? $("class-phase") : $("class-gain"));
+    if (!folded) show($("class-gain").hidden ? $("class-phase") : $("class-gain"));
   });
   initQR();
 
@@ -62,7 +63,7 @@ export function initTeacher(lab) {
     const before = phaseShown;
     phaseShown = question ? `${question.id}:${question.phase}:${question.round}` : null;
     showQuestion(question, lab);
-    if (question && phaseShown !== before) reveal(panel, $("class-gain").hidden ? $("class-phase") : $("class-gain"));
+    if (question && phaseShown !== before) show($("class-gain").hidden ? $("class-phase") : $("class-gain"));
   };
 
   const act = (action) => async () => {
@@ -115,7 +116,6 @@ export function initTeacher(lab) {
         end.textContent = "Its answers go with it: click again to end, or take Answers as CSV first";
         end.classList.add("danger");
         armed = setTimeout(disarm, 8000);
-        end.scrollIntoView({ block: "nearest" });
         return;
       }
       disarm();
@@ -153,7 +153,7 @@ export function initTeacher(lab) {
     showView(started, sharedView(lab.getState())).catch((error) => lab.showError(error.message));
     feed = listen(lab, code, "teacher", {
       presence: showPresence,
-      gain: showGain,
+      gain: (gain) => showGain(gain, show),
       question: (next) => {
         question = next;
         showFlow();
@@ -176,7 +176,7 @@ export function initTeacher(lab) {
     question = null;
     sessionStorage.removeItem(TEACHER_KEY);
     lab.setState({ question: null });
-    showGain(null);
+    showGain(null, show);
     $("class-code").textContent = "";
     $("class-opening").hidden = false;
     $("class-live").hidden = true;
@@ -199,14 +199,15 @@ function showPresence({ learners, following, connected }) {
   presence.dataset.following = String(following);
 }
 
-// What the class's pre-tests and post-tests measured, once one of each is closed (the server's ClassGain).
-function showGain(gain) {
+// What the class's pre-tests and post-tests measured, once one of each is closed (the server's ClassGain),
+// brought into sight by `show` as it first comes.
+function showGain(gain, show) {
   showStageGain(gain);
   const box = $("class-gain");
   const shown = !box.hidden;
   box.hidden = !gain;
   box.replaceChildren(...(gain ? [gainLine(gain, "class")] : []));
-  if (gain && !shown) reveal($("class-panel"), box);
+  if (gain && !shown) show(box);
 }
 
 // The question in the teacher's panel: where it stands, and once revealed, the answer, what the second round
@@ -235,10 +236,21 @@ function showQuestion(question, lab) {
   tally.replaceChildren();
 }
 
-// Scrolls the panel (never the page) to a part of it: the question's new phase at the top, what follows
-// (the rounds, once revealed) under it.
-function reveal(panel, part) {
-  panel.scrollTop += part.getBoundingClientRect().top - panel.getBoundingClientRect().top - 8;
+// Scrolls the panel's scrolling box (never the page) to a part of it: the question's new phase at the top,
+// what follows (the rounds, once revealed) under it. The part stays at the top as the window is resized (the
+// panel's width and type change with it, and the text above the part rewraps), until the teacher scrolls.
+function keptInSight(box) {
+  let kept = null;
+  const place = () => {
+    if (!kept?.isConnected || kept.hidden || !box.clientHeight) return;
+    box.scrollTop += kept.getBoundingClientRect().top - box.getBoundingClientRect().top - 8;
+  };
+  new ResizeObserver(place).observe(box);
+  for (const type of ["wheel", "touchstart", "pointerdown", "keydown"]) box.addEventListener(type, () => (kept = null), { passive: true });
+  return (part) => {
+    kept = part;
+    place();
+  };
 }
 
 function button(label, action) {
