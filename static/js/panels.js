@@ -69,4 +69,37 @@ export function initPanels(lab) {
   };
   lab.subscribe((state, changed) => changed.has("panel") && show(state));
   show(lab.getState());
+  showCost(lab);
+}
+
+// Where the side column stacks the attends view over the open panel (lab.css: one screen, narrower than a
+// wide screen's side by side).
+const STACKED = "(min-width: 900px) and (min-height: 500px) and (max-width: 1499px)";
+
+// Presentation mode shows every row of a short prompt in the attends view, but an open panel under it takes
+// more than half the column, which then holds 6 to 9 of 16 rows from 1024×768 to 1366×768: a panel would get
+// too little room to read if the rows kept theirs. So the panel says, under its tabs (at its own cost, not
+// the rows'), how many of the rows above are in sight, and one click closes it and gives them back.
+function showCost(lab) {
+  const attends = document.getElementById("attends");
+  const cost = document.getElementById("panel-cost");
+  const stacked = matchMedia(STACKED);
+  const update = () => {
+    const { panel, present } = lab.getState();
+    const view = attends.getBoundingClientRect();
+    const rows = [...attends.querySelectorAll(".attend-keys > li[data-index]")];
+    const seen = rows.filter((row) => {
+      const box = row.getBoundingClientRect();
+      return box.top >= view.top - 0.5 && box.bottom <= view.bottom + 0.5;
+    }).length;
+    cost.hidden = !(present && panel !== null && stacked.matches && seen < rows.length);
+    if (cost.hidden) return;
+    document.getElementById("panel-cost-rows").textContent = `${seen} of ${rows.length} rows in sight above.`;
+    document.getElementById("panel-cost-close").title = `Close ${PANELS[panel]}: the attends view takes its room back`;
+  };
+  new ResizeObserver(update).observe(attends);
+  new MutationObserver(update).observe(attends, { childList: true });
+  attends.addEventListener("scroll", update, { passive: true });
+  lab.subscribe((state, changed) => (changed.has("panel") || changed.has("present")) && update());
+  document.getElementById("panel-cost-close").addEventListener("click", () => lab.setState({ panel: null }));
 }

@@ -26,6 +26,7 @@ from tests.browser.test_classroom import (
 )
 from tests.browser.test_stage import (
     CANVAS,
+    PANELS,
     TOUR_TARGETS,
     lab_page,
     off_screen,
@@ -331,6 +332,61 @@ def test_every_experiment_in_present_keeps_the_floor_and_cuts_nothing(browser, s
                 where = f"{lesson}{' enlarged' if enlarged else ''}"
                 problems += [f"{where}: {p}" for p in audit.problems(page, floor(width), 16, "main.stage")]
         viewport_shot(page, f"scoreboard-enlarged-present-{width}x{height}")
+    assert not problems, "\n".join(problems)
+
+
+# Which of the attends view's rows are in sight, what the open panel says it costs them, and whether a panel is
+# open.
+ROWS_AND_COST = f"""() => {{
+  const rows = ({audit.ATTENDS_ROWS})();
+  const cost = document.getElementById('panel-cost');
+  const said = cost?.checkVisibility() ? cost.innerText.replace(/\\s+/g, ' ').trim() : null;
+  return {{ ...rows, said, open: document.querySelector('.panels').classList.contains('open') }};
+}}"""
+SAID = "`${r.seen} of ${r.rows} rows in sight above. Close the panel`"
+
+
+def test_an_open_panel_says_what_it_costs_the_attends_view_and_one_click_gives_the_rows_back(browser, server):
+    """Present promises every row of a 16-token prompt in the attends view. An open panel under it takes more
+    than half the side column (a panel left the room of a strip would help nobody): at each projector size, each
+    panel open, with the class panel open and not, every row is in sight (side by side at 1920×1080), or the panel
+    says how many are, and its button closes it and every row is back."""
+    problems = []
+
+    def until(condition: str) -> dict | None:
+        """None once `condition` (of r, the rows and the cost) holds; what the page shows if it does not."""
+        try:
+            wait_until(page, f"(r => {condition})(({ROWS_AND_COST})())", timeout=3)
+        except TimeoutError:
+            return page.evaluate(ROWS_AND_COST)
+        return None
+
+    with lab_page(browser, *PROJECTORS[0]) as page:
+        open_stage(page, server, "present=1", f"text={TEXT}", "token=5")
+        for class_panel in (False, True):
+            if class_panel:
+                page.click("#class-start")
+                expect(page.locator("#class-panel")).to_be_visible()
+            for width, height in PROJECTORS:
+                page.set_viewport_size({"width": width, "height": height})
+                where = f"{width}×{height}{', the class panel open' if class_panel else ''}"
+                for panel in PANELS:  # each opened in turn; the last one closed from its cost
+                    if page.get_attribute(f"#panel-tab-{panel}", "aria-selected") != "true":
+                        page.evaluate(f"document.getElementById('panel-tab-{panel}').click()")
+                    wrong = until(f"r.open && (r.seen === r.rows ? r.said === null : r.said === {SAID})")
+                    if wrong:
+                        problems.append(
+                            f"{where}, {panel}: {wrong['seen']} of {wrong['rows']} rows, said {wrong['said']}"
+                        )
+                if page.evaluate(ROWS_AND_COST)["said"] is None:
+                    continue
+                problems += [f"{where}: {p}" for p in audit.problems(page, floor(width), 16, "#panel-cost")]
+                if class_panel and (width, height) in PROJECTORS[:2]:
+                    viewport_shot(page, f"panel-cost-present-{width}x{height}")
+                page.click("#panel-cost-close")
+                wrong = until("!r.open && r.seen === r.rows && r.said === null")
+                if wrong:
+                    problems.append(f"{where}, closed: {wrong['seen']} of {wrong['rows']} rows in sight")
     assert not problems, "\n".join(problems)
 
 
