@@ -160,7 +160,9 @@ def test_a_lesson_in_present_is_whole_at_every_projector_and_phase_panel_open_an
         learners = Learners(server, started["code"], 3)
         try:
             expect(page.locator("#class-panel")).to_be_visible()
+            page.select_option("#class-kind", "patch-position")  # with its input B in the panel
             problems += every_projector(page, "the class panel open")
+            page.select_option("#class-kind", "attends")
             for folded in (False, True):
                 if folded:
                     page.click("#class-fold")
