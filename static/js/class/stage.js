@@ -67,6 +67,4 @@ export function showVerdict(state) {
   const said = question?.phase === "revealed" && question.kind !== "search" && revealedKey(state) === null;
   verdict.hidden = !said;
   verdict.textContent = said ? answerLine(question) : "";
-  if (said) verdict.dataset.answer = String(question.answer.choice);
-  else delete verdict.dataset.answer;
 }
