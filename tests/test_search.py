@@ -216,10 +216,12 @@ def test_the_pair_view_s_a_to_b_cells_are_the_engine_s(client, minilm):
     rows = [token.index for token in run.tokens if token.segment == "A"]
     cols = [token.index for token in run.tokens if token.segment == "B"]
     weights = run.weights(3)[7]
-    np.testing.assert_array_equal(np.array(body["shown"]["cells"]), weights[rows][:, cols].double().numpy())
+    # The pairs ran as one padded batch, the run alone: the same sums in other orders (tests/float32.py).
+    atol = pass_tolerance(minilm.model.config)
+    np.testing.assert_allclose(body["shown"]["cells"], weights[rows][:, cols].double().numpy(), atol=atol, rtol=0)
     assert body["shown"]["rows"][:2] == ["[CLS]", "where"] and body["shown"]["cols"][-1].startswith("[SEP]")
     share = torch.stack([run.weights(layer).double() for layer in range(6)])[:, :, rows][..., cols].sum(-1).mean()
-    assert body["pairs"][1]["cross_share"] == pytest.approx(float(share), abs=1e-12)
+    assert body["pairs"][1]["cross_share"] == pytest.approx(float(share), abs=atol)  # a share of 1, as a weight
     # The cross-encoder's relevance of each pair, as CrossEncoder.predict gives it.
     expected = CrossEncoder(str(client.cross_folder), device="cpu").predict(
         [(SAMPLE_QUERIES[0], DOCUMENTS[document]) for document in top], convert_to_numpy=True
