@@ -17,7 +17,7 @@ from sentence_transformers import CrossEncoder, SentenceTransformer
 from transformers import BertConfig, BertForSequenceClassification
 
 from app.engine import corpus, search
-from app.engine.model import load_model, packaged_model_path
+from app.engine.model import ModelLoadError, load_model, packaged_model_path
 from app.engine.rerank import load_cross_encoder
 from app.engine.runs import Engine
 from app.engine.search import SAMPLE_QUERIES
@@ -177,6 +177,56 @@ def test_a_cross_encoder_folder_scores_as_cross_encoder_predict(tmp_path):
     cross = load_cross_encoder(folder)
     found = drain(cross.score_slices(SAMPLE_QUERIES[0], list(DOCUMENTS[:8])))
     np.testing.assert_allclose(found, expected, atol=1e-6, rtol=0)
+
+
+def predicted_and_scored(folder):
+    """CrossEncoder.predict's scores of eight pairs and the lab's, with the tolerance they may differ by: their
+    padded passes group the pairs differently (tests/float32.py), a logit of at most 1 or its sigmoid."""
+    pairs = [(SAMPLE_QUERIES[0], document) for document in DOCUMENTS[:8]]
+    expected = CrossEncoder(str(folder), device="cpu").predict(pairs, convert_to_numpy=True)
+    cross = load_cross_encoder(folder)
+    found = drain(cross.score_slices(SAMPLE_QUERIES[0], list(DOCUMENTS[:8])))
+    return np.array(found), expected, pass_tolerance(cross.model.config, max(1.0, largest(expected)))
+
+
+@pytest.mark.parametrize("activation", [torch.nn.Sigmoid(), torch.nn.Identity()], ids=["sigmoid", "identity"])
+def test_a_folder_cross_encoder_save_wrote_scores_through_its_own_activation(tmp_path, activation):
+    """The installed sentence-transformers (5.4 on) writes the activation in config_sentence_transformers.json:
+    an Identity folder's scores are its logits, not their sigmoid."""
+    folder = tmp_path / "saved"
+    CrossEncoder(str(cross_encoder_folder(tmp_path / "cross")), device="cpu", activation_fn=activation).save(
+        str(folder)
+    )
+    saved = json.loads((folder / "config_sentence_transformers.json").read_text())
+    assert saved["activation_fn"] == f"{type(activation).__module__}.{type(activation).__name__}"
+    found, expected, atol = predicted_and_scored(folder)
+    np.testing.assert_allclose(found, expected, atol=atol, rtol=0)
+    logits = np.log(expected / (1 - expected)) if isinstance(activation, torch.nn.Sigmoid) else expected
+    assert np.abs(1 / (1 + np.exp(-logits)) - logits).min() > 0.3  # the two activations' scores far apart here
+
+
+@pytest.mark.parametrize(
+    "written",
+    [
+        {"sentence_transformers": {"activation_fn": "torch.nn.modules.linear.Identity"}},  # 4.0 to 5.3
+        {"sbert_ce_default_activation_function": "torch.nn.modules.linear.Identity"},  # before 4.0
+    ],
+    ids=["config-block", "before-4"],
+)
+def test_the_places_older_sentence_transformers_wrote_the_activation_are_read(tmp_path, written):
+    folder = cross_encoder_folder(tmp_path / "cross")
+    config = json.loads((folder / "config.json").read_text())
+    (folder / "config.json").write_text(json.dumps({**config, **written}))
+    found, expected, atol = predicted_and_scored(folder)
+    assert np.abs(expected).max() < 0.1  # predict reads Identity there too: logits near 0, not sigmoids near 0.5
+    np.testing.assert_allclose(found, expected, atol=atol, rtol=0)
+
+
+def test_an_activation_that_is_not_a_torch_nn_module_stops_the_cross_encoder_at_load(tmp_path):
+    folder = cross_encoder_folder(tmp_path / "cross")
+    (folder / "config_sentence_transformers.json").write_text(json.dumps({"activation_fn": "builtins.print"}))
+    with pytest.raises(ModelLoadError, match="the cross-encoder's activation 'builtins.print'"):
+        load_cross_encoder(folder)
 
 
 @pytest.fixture(scope="module")

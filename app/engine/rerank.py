@@ -1,8 +1,8 @@
 """A cross-encoder: a transformer with a sequence-classification head of one label, reading a query and a
 document as one input ([CLS] query [SEP] document [SEP]) and giving their relevance, as sentence-transformers'
-CrossEncoder saves and predicts it: the label's logit through the folder's activation (config.json's
-`sentence_transformers.activation_fn`, a torch.nn module; Sigmoid where it names none). One pass per pair: it
-re-ranks a bi-encoder's top k, it cannot search a corpus."""
+CrossEncoder saves and predicts it: the label's logit through the folder's activation (a torch.nn module,
+read where sentence-transformers wrote it: saved_activation; Sigmoid where it names none). One pass per pair:
+it re-ranks a bi-encoder's top k, it cannot search a corpus."""
 
 import json
 from collections.abc import Callable, Iterator
@@ -14,7 +14,7 @@ from transformers import AutoModelForSequenceClassification, AutoTokenizer, PreT
 
 from app.engine.model import ModelLoadError
 from app.engine.runs import BATCH_TOKENS, batches
-from app.engine.sentence import torch_activation
+from app.engine.sentence import PipelineError, torch_activation
 
 SIGMOID = "torch.nn.modules.activation.Sigmoid"
 
@@ -24,7 +24,7 @@ class CrossEncoder:
     name: str
     model: PreTrainedModel
     tokenizer: PreTrainedTokenizerBase
-    activation: str  # the torch.nn module's class path applied to the logit
+    activation: torch.nn.Module  # applied to the logit
     max_length: int
 
     def read(self, query: str, documents: list[str]) -> list[list[int]]:
@@ -49,7 +49,7 @@ class CrossEncoder:
                 return_tensors="pt",
             )
             with torch.inference_mode():
-                relevance = torch_activation(self.activation)(self.model(**encoded).logits[:, 0])
+                relevance = self.activation(self.model(**encoded).logits[:, 0])
             for index, value in zip(group, relevance.tolist(), strict=True):
                 scores[index] = value
 
@@ -79,7 +79,38 @@ def load_cross_encoder(folder: Path) -> CrossEncoder:
         raise ModelLoadError(
             f"{folder} has {model.config.num_labels} labels: a cross-encoder that scores relevance has one"
         )
-    settings = json.loads((folder / "config.json").read_text()).get("sentence_transformers") or {}
-    activation = settings.get("activation_fn") or SIGMOID
+    try:
+        activation = torch_activation(saved_activation(folder), what=f"{folder}: the cross-encoder's activation")
+    except PipelineError as error:
+        raise ModelLoadError(str(error)) from error
     positions = getattr(model.config, "max_position_embeddings", None) or tokenizer.model_max_length
     return CrossEncoder(folder.name, model, tokenizer, activation, min(tokenizer.model_max_length, positions))
+
+
+def saved_activation(folder: Path) -> str:
+    """The activation's class path where each sentence-transformers version saves it, read in the order
+    CrossEncoder reads them: config_sentence_transformers.json's `activation_fn` (5.4 on), config.json's
+    `sentence_transformers.activation_fn` (4.0 to 5.3), config.json's `sbert_ce_default_activation_function`
+    (before 4.0); Sigmoid where none names one, CrossEncoder's default for one label."""
+    config = _json_object(folder / "config.json")
+    for value in (
+        _json_object(folder / "config_sentence_transformers.json").get("activation_fn"),
+        (config.get("sentence_transformers") or {}).get("activation_fn"),
+        config.get("sbert_ce_default_activation_function"),
+    ):
+        if value:
+            return value
+    return SIGMOID
+
+
+def _json_object(path: Path) -> dict:
+    """A JSON file's object; {} where there is no such file."""
+    if not path.is_file():
+        return {}
+    try:
+        found = json.loads(path.read_text())
+    except (OSError, ValueError) as error:
+        raise ModelLoadError(f"{path} could not be read: {error}") from error
+    if not isinstance(found, dict):
+        raise ModelLoadError(f"{path} is not a JSON object")
+    return found

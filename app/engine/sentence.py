@@ -256,18 +256,18 @@ def _dense(path: Path) -> Dense:
     return Dense(weight, None if bias is None else bias.float(), activation)
 
 
-def torch_activation(path: str) -> torch.nn.Module:
+def torch_activation(path: str, what: str = "a Dense activation") -> torch.nn.Module:
     """A torch.nn module by its class path, as sentence-transformers writes it; nothing else is imported."""
     module, _, name = path.rpartition(".")
     if not module.startswith("torch.nn"):
-        raise PipelineError(f"a Dense activation {path!r}: the lab runs torch.nn's only")
+        raise PipelineError(f"{what} {path!r}: the lab runs torch.nn's only")
     found = getattr(importlib.import_module(module), name, None)
     if not (isinstance(found, type) and issubclass(found, torch.nn.Module)):
-        raise PipelineError(f"a Dense activation {path!r}, which is not a torch.nn module")
+        raise PipelineError(f"{what} {path!r}, which is not a torch.nn module")
     try:
         return found()
     except TypeError as error:
-        raise PipelineError(f"a Dense activation {path!r} that takes arguments: {error}") from error
+        raise PipelineError(f"{what} {path!r} that takes arguments: {error}") from error
 
 
 def _max_seq_length(folder: Path) -> int | None:
