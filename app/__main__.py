@@ -1,5 +1,5 @@
-"""`python -m app`: check the settings, load the model and open the run store (or exit with one line
-saying why), then serve the lab with its HTTP limits (app.serving.server)."""
+"""`python -m app`: check the settings, load the model (and the cross-encoder, where one is set) and open the
+run store (or exit with one line saying why), then serve the lab with its HTTP limits (app.serving.server)."""
 
 import argparse
 import os
@@ -36,6 +36,7 @@ def serve(settings: Settings, host: str, port: int, workers: int) -> None:
     import uvicorn
 
     from app.engine.model import ModelLoadError, load_model
+    from app.engine.rerank import load_cross_encoder
     from app.engine.threads import one_core_elsewhere
     from app.main import create_app
     from app.serving.memory import check_memory, keep_freed_memory
@@ -54,14 +55,15 @@ def serve(settings: Settings, host: str, port: int, workers: int) -> None:
     try:
         specs = open_spec_store(settings)
         model = load_model(settings.model_path, placement=settings.placement)
+        cross_encoder = load_cross_encoder(settings.cross_encoder) if settings.cross_encoder else None
     except (ModelLoadError, StoreError) as error:
         sys.exit(f"attention-lab: {error}")
     if workers == 1:
-        uvicorn.run(create_app(model, specs), host=host, port=port, **server_options(settings))
+        uvicorn.run(create_app(model, specs, cross_encoder), host=host, port=port, **server_options(settings))
         return
-    # Each worker loads its own model and opens its own store: these two only made a bad setting fail here,
-    # in one line and with an exit status (uvicorn's supervisor exits 0 when a worker fails to start).
-    del model
+    # Each worker loads its own models and opens its own store: these only made a bad setting fail here, in
+    # one line and with an exit status (uvicorn's supervisor exits 0 when a worker fails to start).
+    del model, cross_encoder
     specs.close()
     uvicorn.run("app.main:app", host=host, port=port, workers=workers, **server_options(settings))
 

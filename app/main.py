@@ -32,7 +32,7 @@ from app.classroom.classes import (
 )
 from app.classroom.streams import TooManyStreams, stop_on_signals
 from app.engine.model import LoadedModel, ModelLoadError, load_model
-from app.engine.rerank import load_cross_encoder
+from app.engine.rerank import CrossEncoder, load_cross_encoder
 from app.engine.runs import InvalidInput, OutOfRange, PassFailed, TextTooLong
 from app.engine.threads import one_core_elsewhere
 from app.serving.gate import Busy, PassGate, TooManyWaiting
@@ -58,9 +58,11 @@ from app.web.middleware import (
 log = logging.getLogger("uvicorn.error")  # uvicorn shows its INFO lines
 
 
-def create_app(model: LoadedModel | None = None, specs: SpecStore | None = None) -> FastAPI:
-    """The lab's app; `model` is loaded and `specs` opened in the lifespan unless given (the CLI opens
-    both first, to fail early)."""
+def create_app(
+    model: LoadedModel | None = None, specs: SpecStore | None = None, cross_encoder: CrossEncoder | None = None
+) -> FastAPI:
+    """The lab's app; `model` and the settings' cross-encoder are loaded and `specs` opened in the lifespan
+    unless given (the CLI opens them first, to fail early in one line)."""
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
@@ -75,8 +77,8 @@ def create_app(model: LoadedModel | None = None, specs: SpecStore | None = None)
         app.state.lab = build_lab(settings, loaded, store)
         # Told to stop, the work under way answers 503 at its next turn instead of being cut off at the grace.
         stop_on_signals(app.state.lab.gate.stop)
-        cross_encoder = load_cross_encoder(settings.cross_encoder) if settings.cross_encoder else None
-        app.state.searches = Searches(app.state.lab, cross_encoder)
+        cross = cross_encoder or (load_cross_encoder(settings.cross_encoder) if settings.cross_encoder else None)
+        app.state.searches = Searches(app.state.lab, cross)
         # A class lives where the run specs do when that is Redis (every worker sees it), else in this process.
         backend = (
             RedisBackend(settings.store, settings.store_timeout_seconds)

@@ -105,3 +105,25 @@ def test_python_m_app_with_workers_checks_the_model_folder_before_starting_them(
     )
     assert result.returncode != 0
     assert result.stderr.strip().splitlines() == [f"attention-lab: model folder {missing} does not exist"]
+
+
+@pytest.mark.parametrize("broken, workers", [(False, 1), (True, 2)], ids=["missing", "broken-with-workers"])
+def test_a_bad_cross_encoder_folder_stops_python_m_app_with_one_line_before_the_server_starts(
+    tmp_path, broken, workers
+):
+    """As a bad model folder: said in one line before uvicorn's start-up lines, whatever the workers."""
+    folder = tmp_path / ("broken" if broken else "no-such-cross-encoder")
+    if broken:
+        folder.mkdir()
+        (folder / "config.json").write_text("{ not json")
+    result = subprocess.run(
+        [sys.executable, "-m", "app", "--workers", str(workers), "--port", str(free_port())],
+        env={**os.environ, "ATTENTION_LAB_CROSS_ENCODER": str(folder)},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode != 0
+    lines = result.stderr.strip().splitlines()
+    says = str(folder) if broken else f"cross-encoder folder {folder} does not exist"
+    assert len(lines) == 1 and lines[0].startswith("attention-lab: ") and says in lines[0], result.stderr

@@ -68,6 +68,8 @@ class CrossEncoder:
 
 def load_cross_encoder(folder: Path) -> CrossEncoder:
     """A cross-encoder folder as save_pretrained (or CrossEncoder.save) writes it: one label, a fast tokenizer."""
+    if not folder.is_dir():
+        raise ModelLoadError(f"cross-encoder folder {folder} does not exist")
     if not (folder / "config.json").is_file():
         raise ModelLoadError(f"{folder} is not a cross-encoder folder: it has no config.json")
     try:
