@@ -69,3 +69,14 @@ def sum_tolerance(terms) -> float:
     """tolerance() for a float32 sum of exactly these terms."""
     terms = np.asarray(terms, dtype=np.float64)
     return tolerance(terms.size, float(np.abs(terms).sum()))
+
+
+# Two computations are compared bit for bit only for one of these reasons, said at the comparison as a comment
+# `# bit for bit: <reason>` (tests/test_exactness.py reads the suite for it). Two passes of different shapes or
+# paths (padded and lone, batched and alone, windowed and whole, cached and full) take a tolerance above.
+BITWISE_REASONS = {
+    "read back": "the same numbers stored or sent and read back: a cache, JSON, an encoding, a page, the same run",
+    "same shapes": "the same kernels on the same shapes and inputs: a lone pass against the model's own lone pass, "
+    "a block computed again at its pass's padded length, one model's copy against the other",
+    "no rounding": "nothing is rounded: a table's rows, a max, integers, booleans",
+}

@@ -176,7 +176,7 @@ def test_json_floats_are_the_exact_float32_values(client, lab):
     run_id = client.post("/api/analyze", json={"text": "exact numbers"}).json()["run_id"]
     served = client.app.state.lab.runs.get(run_id)
     q = np.array(client.get(f"/api/runs/{run_id}/layers/0/heads/0").json()["q"], dtype=np.float32)
-    assert np.array_equal(q, served.head(0, 0)["q"].numpy())
+    assert np.array_equal(q, served.head(0, 0)["q"].numpy())  # bit for bit: read back (JSON)
 
 
 def test_layer_and_embeddings_shapes(client, bank):
@@ -227,7 +227,7 @@ def test_one_layer_of_exact_float32_attention(client, bank):
     assert response.headers["x-attention-shape"] == "1,12,5,5"
     weights = decode_attention(response.content, response.headers)
     exact = np.array(client.get(f"/api/runs/{bank['run_id']}/layers/4/heads/11").json()["weights"], dtype=np.float32)
-    assert np.array_equal(weights[0, 11], exact)
+    assert np.array_equal(weights[0, 11], exact)  # bit for bit: read back (the body and JSON)
     assert client.get(f"/api/runs/{bank['run_id']}/attention", params={"layer": 6}).status_code == 404
     assert client.get(f"/api/runs/{bank['run_id']}/attention", params={"dtype": "int4"}).status_code == 422
 
@@ -240,14 +240,14 @@ def test_one_head_and_overview_thumbnails(client):
     one = client.get(f"/api/runs/{run_id}/attention", params={"dtype": "float32", "layer": 2, "head": 7})
     assert one.headers["x-attention-shape"] == f"1,1,{n},{n}"
     exact = np.array(client.get(f"/api/runs/{run_id}/layers/2/heads/7").json()["weights"], dtype=np.float32)
-    assert np.array_equal(decode_attention(one.content, one.headers)[0, 0], exact)
+    assert np.array_equal(decode_attention(one.content, one.headers)[0, 0], exact)  # bit for bit: read back
     thumbs = client.get(f"/api/runs/{run_id}/attention", params={"size": 16, "dtype": "float32"})
     assert thumbs.headers["x-attention-shape"] == "6,12,16,16"
     small = decode_attention(thumbs.content, thumbs.headers)[2, 7]
     edges = [(i * n) // 16 for i in range(16)] + [n]  # adaptive pooling: block i covers floor(i*n/16)..ceil((i+1)*n/16)
     ends = [-(-(i + 1) * n // 16) for i in range(16)]
     expected = np.array([[exact[edges[i] : ends[i], edges[j] : ends[j]].max() for j in range(16)] for i in range(16)])
-    np.testing.assert_array_equal(small, expected)
+    np.testing.assert_array_equal(small, expected)  # bit for bit: no rounding (a max of what was read back)
     assert client.get(f"/api/runs/{run_id}/attention", params={"head": 1}).status_code == 404
     assert client.get(f"/api/runs/{run_id}/attention", params={"layer": 1, "head": 12}).status_code == 404
     assert client.get(f"/api/runs/{run_id}/attention", params={"size": 0}).status_code == 422

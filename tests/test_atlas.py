@@ -177,7 +177,8 @@ def test_the_ablation_sample_goes_in_passes_of_the_lab_s_batch_and_gives_the_sam
     ]
     few = computed(lab, AtlasSpec(minilm.name, minilm.digest, sentences[:3], 1, 4, ablation_sentences=3))
     mean = sum(alone.scores["ablation"] for alone in one) / 3
-    torch.testing.assert_close(few.scores["ablation"], mean, rtol=0, atol=1e-6)
+    atol = pass_tolerance(minilm.model.config)  # cosines of padded passes of three and of one
+    torch.testing.assert_close(few.scores["ablation"], mean, rtol=0, atol=atol)
     assert found.scores["ablation"].shape == (6, 12)
 
 

@@ -49,9 +49,15 @@ def assert_same(batched, alone, config):
         torch.testing.assert_close(batched.activations[name], value, atol=atol, rtol=0, msg=name)
     torch.testing.assert_close(batched.pooled, alone.pooled, atol=pass_tolerance(config, largest(alone.pooled)), rtol=0)
     if alone.next_tokens is not None:
-        assert torch.equal(batched.next_tokens[0][:, :5], alone.next_tokens[0][:, :5])
-        atol = pass_tolerance(config, largest(alone.next_tokens[1]))
-        torch.testing.assert_close(batched.next_tokens[1], alone.next_tokens[1], atol=atol, rtol=0)
+        logits = alone.next_tokens[1]
+        atol = pass_tolerance(config, largest(logits))
+        torch.testing.assert_close(batched.next_tokens[1], logits, atol=atol, rtol=0)
+        # The best five's ids, the same but where two neighbours' logits tie within float rounding: there the
+        # two passes may order them either way.
+        close = (logits[:, 1:] - logits[:, :-1]).abs() <= 2 * atol
+        tied = torch.nn.functional.pad(close, (1, 0)) | torch.nn.functional.pad(close, (0, 1))
+        differ = batched.next_tokens[0][:, :5] != alone.next_tokens[0][:, :5]
+        assert not (differ & ~tied[:, :5]).any(), "a next token's rank moved by more than float rounding"
 
 
 # mistral: GQA, RoPE and a window; modernbert and embeddinggemma: a mask per block type, windows on either side
@@ -94,6 +100,7 @@ def test_a_padded_runs_block_computed_again_is_the_one_its_pass_made(engine, mon
     engine.blocks.put("another run", 0, torch.zeros(1))  # every block let go
     for run in runs:
         for layer in range(run.n_layers):
+            # bit for bit: same shapes (the block computed again at the pass's padded length)
             assert torch.equal(run.weights(layer), kept[run.run_id, layer]), (run.spec.text, layer)
 
 

@@ -41,16 +41,16 @@ def test_a_block_is_computed_once_while_kept_and_again_the_same_after_it_is_let_
     reference = minilm.model(input_ids=ids, output_attentions=True).attentions
 
     first = run.weights(0)
-    assert torch.equal(first, reference[0][0])  # bitwise the model's own
+    assert torch.equal(first, reference[0][0])  # bit for bit: same shapes (the model's own lone pass)
     assert run.weights(0) is first and engine.blocks.computed == 1  # kept: not computed again
     run.weights(1), run.weights(2)  # block 0 is the least recently used of three: let go
     assert engine.blocks.nbytes == 2 * block_bytes and run.kept_weights(0) is None
     assert engine.blocks.computed == 3
     again = run.weights(0)
     assert again is not first and engine.blocks.computed == 4
-    assert torch.equal(again, first)
+    assert torch.equal(again, first)  # bit for bit: same shapes (the same block computed again)
     engine.blocks.max_bytes = block_bytes - 1  # a block larger than the bound is answered, not kept
-    assert torch.equal(run.weights(3), reference[3][0])
+    assert torch.equal(run.weights(3), reference[3][0])  # bit for bit: same shapes (the model's own lone pass)
     assert engine.blocks.nbytes == 0
     assert run.kept_weights(3) is None
 
@@ -86,6 +86,7 @@ def test_a_long_decoder_run_keeps_its_formulas_bytes_and_its_fused_weights_are_t
     assert sum(run.storages.values()) == 4 * n * (blocks * (4 * heads + 4 * width + ffn) + 2 * width) + 16 * n * 20
     with torch.inference_mode():
         reference = loaded.model(input_ids=torch.tensor([[t.id for t in run.tokens]]), output_attentions=True)
+    # bit for bit: same shapes (block 0's q and k: the same projections of the same embeddings)
     assert torch.equal(run.weights(0), reference.attentions[0][0])
     for layer in range(1, blocks):
         atol = pass_tolerance(config)
@@ -99,27 +100,30 @@ def test_the_lab_keeps_the_blocks_its_pass_made_and_computes_one_let_go_once_wit
     everything = run_async(lab.measured(run, "weights", None))
     assert lab.blocks.computed == 0 and all(run.kept_weights(layer) is not None for layer in range(6))
     alone = Engine(minilm, max_chars=1000, blocks=BlockCache(max_bytes=0)).run(lab.spec(TEXT))
-    assert all(torch.equal(everything[layer], alone.weights(layer)) for layer in range(6))  # bit for bit
+    # bit for bit: same shapes (two lone passes of the text)
+    assert all(torch.equal(everything[layer], alone.weights(layer)) for layer in range(6))
     lab.blocks.max_bytes = 0  # let go of them all: a view computes a block once, then keeps it
     lab.blocks.put("another run", 0, torch.zeros(1))
     lab.blocks.max_bytes = 10**9 // 4
     first = run_async(lab.measured(run, "weights", 2))
     again = run_async(lab.measured(run, "weights", 2))
     assert first[0] is again[0] and lab.blocks.computed == 1
-    assert torch.equal(first[0], everything[2])
+    assert torch.equal(first[0], everything[2])  # bit for bit: same shapes (from the pass's own q and k)
     # One bound in bytes for what the lab keeps: a quarter for blocks of weights, the rest for runs.
     assert (lab.blocks.max_bytes, lab.runs.max_bytes) == (10**9 // 4, 10**9 - 10**9 // 4)
 
 
 def test_a_padded_row_of_a_batch_keeps_its_passs_own_block(minilm):
-    """A padded pass's weights are kept too, each row's cut to its own tokens: the longest row's are the
-    block's own bits; a shorter row's equal output_attentions of it alone to float rounding (tests/float32.py:
-    the whole pass alone), and what its q and k give when the block is computed again bit for bit (computed at
-    the pass's padded length, Run.padded_to)."""
+    """A padded pass's weights are kept too, each row's cut to its own tokens: each row's equal its pass alone
+    to float rounding (tests/float32.py: the batch sums in other orders than a pass alone, the longest row's
+    too), and a shorter row's equal what its q and k give when the block is computed again bit for bit
+    (computed at the pass's padded length, Run.padded_to)."""
     engine = Engine(minilm, max_chars=1000)
     long, short = engine.run_batch([engine.spec(TEXT), engine.spec("a short one")])
     alone = Engine(minilm, max_chars=1000, blocks=BlockCache(max_bytes=0))
-    assert all(torch.equal(long.kept_weights(layer), alone.run(long.spec).weights(layer)) for layer in range(6))
+    atol = pass_tolerance(minilm.model.config)
+    for layer in range(6):
+        torch.testing.assert_close(long.kept_weights(layer), alone.run(long.spec).weights(layer), atol=atol, rtol=0)
     ids = torch.tensor([[token.id for token in short.tokens]])
     with torch.inference_mode():
         reference = minilm.model(input_ids=ids, output_attentions=True).attentions
@@ -128,6 +132,5 @@ def test_a_padded_row_of_a_batch_keeps_its_passs_own_block(minilm):
     engine.blocks.put("another run", 0, torch.zeros(1))  # every block let go: computed again from q and k
     for layer in range(6):
         assert kept[layer].shape == (12, len(short.tokens), len(short.tokens))
-        atol = pass_tolerance(minilm.model.config)  # as batching's tests
         torch.testing.assert_close(kept[layer], reference[layer][0], atol=atol, rtol=0)
-        assert torch.equal(short.weights(layer), kept[layer])
+        assert torch.equal(short.weights(layer), kept[layer])  # bit for bit: same shapes (at the padded length)

@@ -100,7 +100,7 @@ def test_the_weights_are_not_recorded_but_computed_equal_to_output_attentions(ti
     run = run_of(tiny, "bidirectional")
     reference = tiny.model(input_ids=ids[None], output_attentions=True)
     for layer, weights in enumerate(reference.attentions):
-        assert torch.equal(run.weights(layer), weights[0])  # bitwise: the model's own arithmetic
+        assert torch.equal(run.weights(layer), weights[0])  # bit for bit: same shapes (the model's own lone pass)
     last = reference.last_hidden_state[0]
     atol = pass_tolerance(tiny.model.config, largest(last.detach()))
     torch.testing.assert_close(run.activations["blocks.1.output"], last, atol=atol, rtol=0)

@@ -80,21 +80,25 @@ def test_the_run_is_read_row_by_row(llama, reference):
 
 
 def test_rows_of_a_long_run_are_the_models_weights(llama, reference):
-    """Any rows of any head, computed alone, equal transformers' eager weights: block 0 bit for bit (the pass
-    was fused, so later blocks' q and k differ from the eager pass's in the last bits: tests/float32.py)."""
+    """Any rows of any head, computed alone, equal transformers' eager weights to float rounding: rows alone
+    and the whole block are products of other shapes, and the pass was fused (tests/float32.py: the errors of
+    the blocks up to the one read)."""
     engine = Engine(llama, max_chars=100_000)
     run = engine.run(engine.spec(TEXT))
     for layer, expected in enumerate(reference):
+        atol = pass_tolerance(llama.model.config, blocks=layer + 1)
         for heads, rows in (([0], range(0, 3)), ([5], range(100, 170)), ([2, 3, 7], range(1500, len(run.tokens)))):
             got = run.weight_rows(layer, heads, rows).numpy()
-            want = expected[heads, rows.start : rows.stop]
-            if layer == 0:
-                assert np.array_equal(got, want)
-            else:
-                np.testing.assert_allclose(got, want, atol=pass_tolerance(llama.model.config), rtol=0)
+            np.testing.assert_allclose(got, expected[heads, rows.start : rows.stop], atol=atol, rtol=0)
     # A query's row in the worked example is the same row.
     row = run.query(0, 4, 777)
-    assert np.array_equal(row["weights"].numpy(), reference[0][4, 777])
+    np.testing.assert_allclose(row["weights"].numpy(), reference[0][4, 777], atol=block_0(llama), rtol=0)
+
+
+def block_0(llama) -> float:
+    """How far block 0's cells computed a window at a time may be from the whole block's: one block's sums in
+    other orders (tests/float32.py)."""
+    return pass_tolerance(llama.model.config, blocks=1)
 
 
 def test_slices_and_their_pieces_put_together_the_same_cells(llama, reference, monkeypatch):
@@ -116,14 +120,14 @@ def test_slices_and_their_pieces_put_together_the_same_cells(llama, reference, m
         slices = cells.window_slices(source, plan, window, n)
         assert len(slices) > 1
         *_, got = (compute() for compute in slices)
-        assert np.array_equal(got[0, 0].numpy(), want)
+        np.testing.assert_allclose(got[0, 0].numpy(), want, atol=block_0(llama), rtol=0)
 
 
 def test_a_zoomed_window_holds_the_exact_cells(client, run_id, reference, llama):
     got, headers = attention(client, run_id, layer=0, head=3, rows="640:704", cols="600:664")
     assert got.shape == (1, 1, 64, 64) and "X-Attention-Pooling" not in headers
     assert headers["X-Attention-Window"] == "640,704,600,664"
-    assert np.array_equal(got[0, 0], reference[0][3, 640:704, 600:664])
+    np.testing.assert_allclose(got[0, 0], reference[0][3, 640:704, 600:664], atol=block_0(llama), rtol=0)
     got, _ = attention(client, run_id, layer=2, head=6, rows="1001:1010", cols="0:1600")
     np.testing.assert_allclose(got[0, 0], reference[2][6, 1001:1010, :1600], atol=pass_tolerance(llama.model.config))
 
@@ -132,10 +136,11 @@ def test_the_overview_is_the_exact_matrix_max_pooled(client, run_id, reference, 
     got, headers = attention(client, run_id, layer=0, head=1, size=512)
     n = reference[0].shape[-1]
     assert headers["X-Attention-Pooling"] == "max" and headers["X-Attention-Window"] == f"0,{n},0,{n}"
-    assert np.array_equal(got[0, 0], max_pooled(reference[0][1], 512))
+    np.testing.assert_allclose(got[0, 0], max_pooled(reference[0][1], 512), atol=block_0(llama), rtol=0)
     # A window of the overview, pooled to its own bins; every head of a block; uint8 as the small pictures.
     got, _ = attention(client, run_id, layer=0, head=1, rows="200:1400", cols="100:1300", size=300)
-    assert np.array_equal(got[0, 0], max_pooled(reference[0][1, 200:1400, 100:1300], 300))
+    want = max_pooled(reference[0][1, 200:1400, 100:1300], 300)
+    np.testing.assert_allclose(got[0, 0], want, atol=block_0(llama), rtol=0)
     got, _ = attention(client, run_id, layer=3, size=64)
     want = np.stack([max_pooled(head, 64) for head in reference[3]])
     np.testing.assert_allclose(got[0], want, atol=pass_tolerance(llama.model.config), rtol=0)
@@ -192,7 +197,7 @@ def test_minilm_windows_and_overviews_are_cut_from_its_whole_blocks(minilm, tmp_
         with torch.inference_mode():
             reference = minilm.model(input_ids=ids, output_attentions=True).attentions[4][0].numpy()
         got, headers = attention(client, run_id, layer=4, head=7, rows="3:40", cols="10:20")
-        assert np.array_equal(got[0, 0], reference[7, 3:40, 10:20])
+        assert np.array_equal(got[0, 0], reference[7, 3:40, 10:20])  # bit for bit: same shapes (lone passes)
         got, headers = attention(client, run_id, layer=4, head=7, size=16)
         assert headers["X-Attention-Pooling"] == "max"
-        assert np.array_equal(got[0, 0], max_pooled(reference[7], 16))
+        assert np.array_equal(got[0, 0], max_pooled(reference[7], 16))  # bit for bit: same shapes, then a max

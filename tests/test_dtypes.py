@@ -137,7 +137,9 @@ def test_the_lab_s_numbers_are_transformers_eager_ones_in_the_same_dtype(sharded
     for layer in range(run.n_layers):
         weights = run.weights(layer)
         assert weights.dtype == dtype
+        # bit for bit: same shapes (the lab's lone pass and transformers' own, in the same dtype)
         assert torch.equal(weights, theirs.attentions[layer][0]), (family, layer)
+        # bit for bit: same shapes (as above)
         assert torch.equal(run.activations[names.block(layer, "output")], theirs.hidden_states[layer + 1][0]) or (
             layer == run.n_layers - 1  # a pre-norm model's last hidden state is after its final norm
         )
@@ -168,8 +170,10 @@ def test_every_answer_of_a_bfloat16_run_is_its_own_numbers_sent_exactly(bfloat16
     got = client.get(f"/api/runs/{run_id}/attention", params={"dtype": "float32"})
     assert got.status_code == 200
     sent = torch.from_numpy(decode_attention(got.content, got.headers).copy())
+    # bit for bit: read back (the served run's numbers, sent as float32)
     assert torch.equal(sent, torch.stack([run.weights(layer) for layer in range(run.n_layers)]).float())
     head = client.get(f"/api/runs/{run_id}/layers/1/heads/0").json()
+    # bit for bit: read back
     assert torch.equal(torch.tensor(head["q"]), run.activations[names.attn(1, "q")][0].float())
     for path in ("layers/1", "embeddings", "tokens/2", "head-stats", "tokens/2/rollout", "pooled"):
         assert client.get(f"/api/runs/{run_id}/{path}").status_code == 200, path
@@ -293,7 +297,8 @@ def test_alti_of_a_bfloat16_run_is_its_float32_computation_on_the_upcast_numbers
         ours = [piece() for piece in measures.alti_slices(run, loaded.model, layer)][-1]
         theirs = [piece() for piece in measures.alti_slices(upcast, float32_model, layer)][-1]
         assert ours.dtype == torch.float32
-        assert torch.equal(ours, theirs), layer
+        assert torch.equal(ours, theirs), layer  # bit for bit: same shapes (one computation, the same numbers)
+        # bit for bit: same shapes (as above)
         assert torch.equal(measures.norm(run, loaded.model, layer), measures.norm(upcast, float32_model, layer))
 
 
@@ -385,7 +390,7 @@ def test_the_scoreboard_of_a_bfloat16_model_is_the_float32_computation_on_its_up
     assert_same_scoreboards(half.model.config, ours, theirs)
     run = Engine(half, 1000).run(Engine(half, 1000).spec(TEXT))
     weights = [run.weights(head["layer"])[head["head"], 6, ours["keys"]].double() for head in ours["heads"]]
-    assert all(
+    assert all(  # bit for bit: read back (the run's weights as the scoreboard sent them)
         torch.equal(torch.tensor(head["values"]["weights"]), w) for head, w in zip(ours["heads"], weights, strict=True)
     )
 
@@ -417,6 +422,7 @@ def test_the_float32_copy_is_the_folder_read_again_and_upcast_bit_for_bit(family
         (dict(ours.named_buffers()), dict(theirs.named_buffers())),
     ):
         assert own.keys() == read.keys()
+        # bit for bit: no rounding (bfloat16 weights upcast to float32 exactly)
         assert all(own[name].dtype == torch.float32 and torch.equal(own[name], read[name]) for name in own)
     if family == "gpt2":
         for model in (ours, theirs):
@@ -428,7 +434,9 @@ def test_the_float32_copy_is_the_folder_read_again_and_upcast_bit_for_bit(family
         mine, read = (
             model(input_ids=ids, output_hidden_states=True, output_attentions=True) for model in (ours, theirs)
         )
+    # bit for bit: same shapes (one model class, the same weights, the same input)
     assert all(torch.equal(a, b) for a, b in zip(mine.hidden_states, read.hidden_states, strict=True))
+    # bit for bit: same shapes (as above)
     assert all(torch.equal(a, b) for a, b in zip(mine.attentions, read.attentions, strict=True))
 
 

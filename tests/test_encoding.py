@@ -51,7 +51,7 @@ def test_float16_is_within_its_relative_bound_and_float32_is_exact():
     exact = torch.stack(blocks).numpy()
     half = decode_attention(*encode(blocks, "float16"))
     assert np.all(np.abs(half - exact) <= exact * 2**-11 + 2**-24)
-    assert np.array_equal(decode_attention(*encode(blocks, "float32")), exact)
+    assert np.array_equal(decode_attention(*encode(blocks, "float32")), exact)  # bit for bit: read back (encoded)
 
 
 def test_the_body_is_little_endian_c_order():
@@ -66,6 +66,6 @@ def test_thumbnails_keep_each_blocks_largest_weight():
     assert headers["X-Attention-Shape"] == "1,1,4,4"
     small = decode_attention(body, headers)[0, 0]
     expected = blocks[0][0].reshape(4, 2, 4, 2).amax(dim=(1, 3)).numpy()
-    assert np.array_equal(small, expected)
+    assert np.array_equal(small, expected)  # bit for bit: no rounding (a max)
     _, unchanged = encode(blocks, "uint8", size=64)
     assert unchanged["X-Attention-Shape"] == "1,1,8,8"

@@ -462,7 +462,7 @@ def test_gemma_scales_its_word_rows_by_the_root_of_its_width(new_family):
     rows = client.get(f"/api/runs/{body['run_id']}/embeddings").json()
     table = loaded.model.get_input_embeddings().weight.detach().numpy()
     ids = [token["id"] for token in body["tokens"]]
-    assert np.array_equal(np.array(rows["word"], dtype=np.float32), table[ids])
+    assert np.array_equal(np.array(rows["word"], dtype=np.float32), table[ids])  # bit for bit: no rounding (rows)
     np.testing.assert_allclose(rows["scaled"], table[ids] * 8, rtol=1e-6)  # √64
     notes = " ".join(client.get("/api/model").json()["score_notes"])
     assert "1/√24 (query_pre_attn_scalar), not 1/√16" in notes and "attn_logit_softcapping = 50" in notes
@@ -484,6 +484,7 @@ def test_weights_computed_when_asked_equal_output_attentions_and_so_do_norm_and_
     reference = model_outputs(name, loaded, [t.id for t in run.tokens], [t.token_type for t in run.tokens])
     eager_weights = {names.attn(layer, "weights"): w[0] for layer, w in enumerate(reference.attentions)}
     eager = replace(run, activations={**run.activations, **eager_weights})
+    # bit for bit: same shapes (a lone pass; block 0's q and k the same projections of the same embeddings)
     assert torch.equal(run.weights(0), eager.weights(0))
     for layer in range(2):
         norms = [measures.norm(which, loaded.model, layer) for which in (run, eager)]
@@ -494,8 +495,9 @@ def test_weights_computed_when_asked_equal_output_attentions_and_so_do_norm_and_
             torch.testing.assert_close(*norms, atol=pass_tolerance(loaded.model.config, largest(norms[1])), rtol=0)
             torch.testing.assert_close(*alti, atol=atol, rtol=0)
         else:
+            # bit for bit: same shapes (the lab's lone pass and transformers' own)
             assert torch.equal(run.weights(layer), eager.weights(layer)), f"block {layer}"
-            assert torch.equal(*norms) and torch.equal(*alti)
+            assert torch.equal(*norms) and torch.equal(*alti)  # bit for bit: same shapes (from those weights)
 
 
 def test_rows_computed_alone_are_the_blocks_own_bits(family):
@@ -509,6 +511,8 @@ def test_rows_computed_alone_are_the_blocks_own_bits(family):
         n = len(run.tokens)
         for layer in range(run.n_layers):
             rows = run.score_rows(layer, list(range(run.n_heads)), range(n), softmax=True)
+            # bit for bit: same shapes (a run shorter than ROW_CHUNK: one chunk of rows, the whole block)
             assert torch.equal(rows, run.weights(layer)), f"{name}, {mask} mask, block {layer}"
             scores = run.score_rows(layer, [1, 2], range(3, n))
+            # bit for bit: same shapes (the rows cut from that one chunk)
             assert torch.equal(scores, run.scores(layer, [1, 2])[:, 3:]), f"{name}, {mask} mask, block {layer}"

@@ -53,6 +53,7 @@ def test_a_run_on_the_gpu_is_its_eager_pass_on_the_device(sharded):
     assert all(values.device.type == "cpu" for values in run.activations.values())  # brought back once
     theirs = eager(sharded, torch.bfloat16, run_ids(run).cuda(), device="cuda")
     for layer in range(run.n_layers - 1):
+        # bit for bit: same shapes (the lab's lone pass and transformers' own on the device)
         assert torch.equal(run.activations[names.block(layer, "output")], theirs.hidden_states[layer + 1][0].cpu())
     for layer in range(run.n_layers):
         mine, device = run.weights(layer).float(), theirs.attentions[layer][0].float().cpu()

@@ -71,13 +71,13 @@ def test_ablating_a_head_changes_only_what_follows_it(client, lab, minilm):
     assert ablated.spec.ablated == ((2, 5),)
     for name, value in original.activations.items():
         layer = int(name.split(".")[1]) if name.startswith("blocks.") else -1
-        same = torch.equal(value, ablated.activations[name])
+        same = torch.equal(value, ablated.activations[name])  # bit for bit: same shapes (the same text alone)
         if layer < 2 or name in ("blocks.2.attn.q", "blocks.2.attn.k", "blocks.2.attn.v", "blocks.2.attn.context"):
             assert same, name
         else:
             assert not same, name
-    assert torch.equal(original.weights(2), ablated.weights(2))  # computed from the same q and k
-    assert not torch.equal(original.weights(3), ablated.weights(3))
+    assert torch.equal(original.weights(2), ablated.weights(2))  # bit for bit: same shapes (the same q and k)
+    assert not torch.equal(original.weights(3), ablated.weights(3))  # bit for bit: same shapes
     # Block 2's attention output, recomputed in NumPy from the original contexts with head 5 zeroed.
     context = original.activations["blocks.2.attn.context"].double().numpy().copy()  # [head, pos, 32]
     context[5] = 0
@@ -88,7 +88,7 @@ def test_ablating_a_head_changes_only_what_follows_it(client, lab, minilm):
     np.testing.assert_allclose(ablated.activations["blocks.2.attention_output"].numpy(), expected, atol=atol)
     # The switched-off head reports what it computes, and that W_O received zeros from it.
     head = ablated.head(2, 5)
-    assert torch.equal(head["context"], original.activations["blocks.2.attn.context"][5])
+    assert torch.equal(head["context"], original.activations["blocks.2.attn.context"][5])  # bit for bit: same shapes
     assert not head["context_to_output"].any() and ablated.ablated(2, 5) and not ablated.ablated(2, 4)
 
 

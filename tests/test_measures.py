@@ -161,7 +161,7 @@ def test_a_measure_is_kept_beside_its_run_within_the_caches_bytes(client):
     assert len(lab.runs) == runs and lab.runs.nbytes == nbytes + 6 * n * n * 4  # six [1, n, n] float32 blocks
     kept = lab.runs.get(f"{run}/alti/3")
     assert kept is not None
-    np.testing.assert_array_equal(served(client, run, "alti"), first)
+    np.testing.assert_array_equal(served(client, run, "alti"), first)  # bit for bit: read back (kept)
     assert lab.runs.get(f"{run}/alti/3") is kept
     served(client, run, "norm")
     assert lab.runs.nbytes == nbytes + 6 * n * n * 4 + 6 * 12 * n * n * 4

@@ -96,7 +96,7 @@ def test_minilm_in_the_notebook_has_the_engines_numbers(notebook, minilm):
     assert [token["id"] for token in state["run"]["tokens"]] == [token.id for token in run.tokens]
     assert (state["block"], state["head"], state["token"], state["measure"]) == (2, 3, 5, "weights")
     assert state["config"]["model"]["name"] == "sentence-transformers/all-MiniLM-L6-v2"
-    np.testing.assert_array_equal(weights_of(state), run.weights(2)[3].numpy())
+    np.testing.assert_array_equal(weights_of(state), run.weights(2)[3].numpy())  # bit for bit: same shapes (lone)
 
 
 def test_a_gpt2_object_in_memory_is_read_by_its_adapter(notebook):
@@ -107,7 +107,7 @@ def test_a_gpt2_object_in_memory_is_read_by_its_adapter(notebook):
     info = state["config"]["model"]
     assert (info["family"], info["attention_only"], info["layers"], info["heads"]) == ("GPT-2", None, 2, 4)
     assert [token["id"] for token in state["run"]["tokens"]] == [token.id for token in run.tokens]
-    np.testing.assert_array_equal(weights_of(state), run.weights(1)[2].numpy())
+    np.testing.assert_array_equal(weights_of(state), run.weights(1)[2].numpy())  # bit for bit: same shapes (lone)
 
 
 def test_a_folder_is_read_as_the_labs_settings_read_one(notebook, tiny, tiny_model_dir):
@@ -116,7 +116,7 @@ def test_a_folder_is_read_as_the_labs_settings_read_one(notebook, tiny, tiny_mod
     assert (state["block"], state["head"], state["config"]["model"]["heads"]) == (1, 1, 4)
     run = engine_run(tiny, SHORT.lower())
     assert [token["id"] for token in state["run"]["tokens"]] == [token.id for token in run.tokens]
-    np.testing.assert_array_equal(weights_of(state), run.weights(1)[1].numpy())
+    np.testing.assert_array_equal(weights_of(state), run.weights(1)[1].numpy())  # bit for bit: same shapes (lone)
 
 
 def test_another_measure_is_asked_for_as_the_view_draws_not_with_the_run():

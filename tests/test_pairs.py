@@ -47,8 +47,8 @@ def test_pair_numbers_are_transformers_own(client, minilm, pair):
     # The token-type rows show which embedding the model itself added: row 1 for B, row 0 for A.
     table = minilm.model.embeddings.token_type_embeddings.weight.detach().numpy()
     token_type = np.array(client.get(f"/api/runs/{run_id}/embeddings").json()["token_type"], dtype=np.float32)
-    np.testing.assert_array_equal(token_type[:5], np.tile(table[0], (5, 1)))
-    np.testing.assert_array_equal(token_type[5:], np.tile(table[1], (4, 1)))
+    np.testing.assert_array_equal(token_type[:5], np.tile(table[0], (5, 1)))  # bit for bit: no rounding (rows)
+    np.testing.assert_array_equal(token_type[5:], np.tile(table[1], (4, 1)))  # bit for bit: no rounding (rows)
     assert pair["pooled"]["strategy"] == "mean"
     last = reference.last_hidden_state[0].numpy()
     atol = pass_tolerance(minilm.model.config, largest(last))

@@ -332,6 +332,8 @@ def test_a_site_modules_input_is_changed_whether_it_comes_by_position_or_by_name
     states, mask = torch.zeros(1, 2, 4), torch.ones(1, 2)
     before = changing_input(lambda hidden: hidden + 1)
     args, kwargs = before(None, (states, mask), {"position_ids": None})
+    # bit for bit: same shapes (the same sum)
     assert torch.equal(args[0], states + 1) and args[1] is mask and kwargs == {"position_ids": None}
     args, kwargs = before(None, (), {"hidden_states": states, "attention_mask": mask})
+    # bit for bit: same shapes (the same sum)
     assert args == () and torch.equal(kwargs["hidden_states"], states + 1) and kwargs["attention_mask"] is mask

@@ -79,10 +79,10 @@ def test_embedding_rows_are_the_tables_rows(minilm, runs):
     run = runs["the river bank"]
     embeddings = minilm.model.embeddings
     table = embeddings.word_embeddings.weight
-    assert torch.equal(run.embeddings()["word"][3], table[2924])
+    assert torch.equal(run.embeddings()["word"][3], table[2924])  # bit for bit: no rounding (a table's row)
     for token in run.tokens:
-        assert torch.equal(run.embeddings()["word"][token.index], table[token.id])
-        assert torch.equal(
+        assert torch.equal(run.embeddings()["word"][token.index], table[token.id])  # bit for bit: no rounding
+        assert torch.equal(  # bit for bit: no rounding
             run.embeddings()["position"][token.index], embeddings.position_embeddings.weight[token.index]
         )
     parts = run.embeddings()

@@ -232,7 +232,9 @@ def test_a_bfloat16_model_says_so_in_the_bar_and_in_its_exports_whose_numbers_ar
     with torch.inference_mode():
         expected = model(**ids, output_attentions=True).attentions[1][0, 2].float().numpy()
     assert exported["dtype"] == "bfloat16"
+    # bit for bit: same shapes (the served lone pass and transformers' own, both in bfloat16)
     np.testing.assert_array_equal(np.array(exported["matrix"], dtype=np.float32), expected)
     assert rows[1][0].startswith("# model: llama (bfloat16);"), rows[1]
     rows = [row for row in rows if not row[0].startswith("#")]
+    # bit for bit: same shapes (as above, through the CSV)
     np.testing.assert_array_equal(np.array([row[1:] for row in rows[1:]], dtype=np.float32), expected)

@@ -101,6 +101,7 @@ def assert_same(actual, expected, message=""):
     actual = np.array(actual, dtype=np.float64)  # None (a NaN sent through JSON) becomes NaN
     assert actual.size == expected.size, message
     actual = actual.reshape(expected.shape)  # a flat [query × key] from the page
+    # bit for bit: no rounding (where the blanks are)
     np.testing.assert_array_equal(np.isnan(actual), np.isnan(expected), err_msg=f"blank cells differ: {message}")
     np.testing.assert_allclose(actual, expected, atol=ATOL, rtol=0, err_msg=message)
 

@@ -77,7 +77,7 @@ def test_a_4096_token_heatmap_overview_zoom_cursor_and_search(long_page, long_la
     assert overview["shape"][-2:] == [512, 512] and overview["window"] == [0, 4096, 0, 4096]
     assert "max-pooled: a cell is the largest of 8×8" in overview["title"]
     pooled = cells(long_lab, run_id, layer=layer, head=head, size=512)
-    assert np.array_equal(np.float32(overview["values"]), pooled.ravel())
+    assert np.array_equal(np.float32(overview["values"]), pooled.ravel())  # bit for bit: read back (the server's)
     screenshot(page, "80-long-context-overview-4096")
 
     # The attends view: the most attended keys listed, and the whole row as a strip.
@@ -100,7 +100,7 @@ def test_a_4096_token_heatmap_overview_zoom_cursor_and_search(long_page, long_la
     r0, r1, c0, c1 = window["window"]
     assert r1 - r0 == 512 and c1 - c0 == 512 and "exact cells" in window["title"]
     exact = cells(long_lab, run_id, layer=layer, head=head, rows=f"{r0}:{r1}", cols=f"{c0}:{c1}")
-    assert np.array_equal(np.float32(window["values"]).reshape(512, 512), exact)
+    assert np.array_equal(np.float32(window["values"]).reshape(512, 512), exact)  # bit for bit: read back
     screenshot(page, "81-long-context-zoomed-exact")
 
     # The keyboard cursor reads exact cells: two steps right of where it starts.

@@ -149,7 +149,7 @@ def test_the_widget_in_jupyterlab_draws_the_engines_numbers_and_follows_clicks(j
     chips = shown(page, "[...root.querySelectorAll('#tokens .token')].map((chip) => Number(chip.dataset.id))")
     assert chips == [token.id for token in run.tokens]
     drawn = np.array(shown(page, "Array.from(root.getElementById('heatmap').heatmap.matrix)"), np.float32)
-    np.testing.assert_array_equal(drawn.reshape(n, n), run.weights(2)[0].numpy())
+    np.testing.assert_array_equal(drawn.reshape(n, n), run.weights(2)[0].numpy())  # bit for bit: same shapes (lone)
 
     # A token clicked: the attends view is that token's row, the heatmap outlines it, and Python reads it.
     page.locator(".jp-OutputArea-output #tokens .token[data-index='9']").click()
@@ -162,6 +162,7 @@ def test_the_widget_in_jupyterlab_draws_the_engines_numbers_and_follows_clicks(j
     )
     row = run.weights(2)[0][9].numpy()
     assert [index for index, _ in weights] == list(range(n))
+    # bit for bit: same shapes (the widget's lone pass, run again here)
     np.testing.assert_array_equal(np.array([weight for _, weight in weights], np.float32), row)
     assert screenshot(page, "notebook-widget-jupyterlab").stat().st_size > 0  # the README's picture (docs/)
     # The heatmap's labels and the tokens' ids are read at the page's floor, and nothing in the widget is cut.
@@ -182,7 +183,7 @@ def test_the_widget_in_jupyterlab_draws_the_engines_numbers_and_follows_clicks(j
     run_cell(page, 2)
     wait_in_widget(page, "root.getElementById('heatmap').dataset.view?.endsWith(':4:1:9')")
     drawn = np.array(shown(page, "Array.from(root.getElementById('heatmap').heatmap.matrix)"), np.float32)
-    np.testing.assert_array_equal(drawn.reshape(n, n), run.weights(4)[1].numpy())
+    np.testing.assert_array_equal(drawn.reshape(n, n), run.weights(4)[1].numpy())  # bit for bit: same shapes (lone)
     assert shown(page, "root.querySelector('select[data-key=layer]').value") == "4"
 
     # The panels: the worked example of this query in this head, and every head, one click opening it.

@@ -183,7 +183,7 @@ def test_a_shared_url_opens_the_same_view(page, server, browser):
         open_panel(other, "pooled")
         other.wait_for_selector('#pooled [data-field="strategy"]')
         assert other.locator('#pooled [data-field="strategy"]').text_content() == "max"
-        np.testing.assert_array_equal(heatmap_z(other), heatmap_z(page))
+        np.testing.assert_array_equal(heatmap_z(other), heatmap_z(page))  # bit for bit: read back (the same run)
     finally:
         other.close()
 

@@ -227,9 +227,10 @@ def test_perceptual_scales_are_plotlys_stops_linearly_interpolated(colors, name)
         at = min(int(position), 8)
         exact = rgb_stops[at] + (rgb_stops[at + 1] - rgb_stops[at]) * (position - at)
         assert np.all(np.abs(color - exact) <= 0.5 + 1e-9), (t, color, exact)  # exact, rounded to an integer
-    np.testing.assert_array_equal(shown[: len(STOPS)], rgb_stops)  # on a stop: the stop itself
+    np.testing.assert_array_equal(shown[: len(STOPS)], rgb_stops)  # bit for bit: no rounding (on a stop: the stop)
     middle = shown[len(STOPS) : len(STOPS) + len(MIDPOINTS)]
-    np.testing.assert_array_equal(middle, np.floor((rgb_stops[:-1] + rgb_stops[1:]) / 2 + 0.5))  # halves go up
+    # bit for bit: no rounding (integer colours; halves go up)
+    np.testing.assert_array_equal(middle, np.floor((rgb_stops[:-1] + rgb_stops[1:]) / 2 + 0.5))
     assert shown[-4].tolist() == shown[-3].tolist() == rgb_stops[0].tolist()  # clamped below 0
     assert shown[-2].tolist() == shown[-1].tolist() == rgb_stops[-1].tolist()  # and above 1
 
