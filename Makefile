@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 TORCH := torch==2.13.0
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: install install-test chromium redis-server nginx run test bench load class-load clean
+.PHONY: install install-test chromium redis-server nginx run test exact bench load class-load clean
 
 # The venv's own file, written when it is made: a new venv is newer than the stamps below.
 $(VENV)/pyvenv.cfg:
@@ -49,6 +49,13 @@ run: install
 test: install-test chromium redis-server nginx
 	$(BIN)/ruff check app attention_lab tests bench
 	$(BIN)/python -m pytest
+
+# Every test that compares two computations bit for bit "for the same shapes" (tests/test_exactness.py), under
+# MKL's compatible kernels, whose sums change order with a product's shape as an Intel Xeon's do; `make test`
+# runs a few of them so.
+exact: install-test
+	MKL_CBWR=COMPATIBLE $(BIN)/python -m pytest $$($(BIN)/python -c \
+		"from tests.test_exactness import same_shape_tests; print(*same_shape_tests())")
 
 # The lab against a raw forward pass and bertviz, the page in chromium, what the speed targets leave for
 # the lab's own work, and Lighthouse on the default page (the npm package, kept in bench/.lighthouse);
