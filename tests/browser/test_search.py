@@ -38,6 +38,17 @@ def test_index_a_corpus_ask_a_query_and_open_a_result_as_a_pair(page, server):
     assert [int(rows.nth(n).get_attribute("data-document")) for n in range(10)] == [hit["document"] for hit in expected]
     recall = float(page.locator('[data-field="recall"]').get_attribute("data-value"))
     assert 0 <= recall <= 1
+    # Again with typed prefixes: a second index ("passage: " before every document), and once it is made the
+    # status line says what the panel holds, not that it is indexing.
+    page.check("#search-compare")
+    page.click("#search-ask")
+    expect(page.locator('[data-field="moves"]')).to_be_visible(timeout=120_000)
+    status = page.locator("#search-status")
+    expect(status).not_to_contain_text("Indexing")
+    expect(status).to_contain_text("each after “passage: ”")
+    page.uncheck("#search-compare")
+    page.click("#search-ask")
+    expect(page.locator('[data-field="moves"]')).to_have_count(0, timeout=60_000)
     page.click("#search-pairs-read")
     cells = page.locator('[data-field="cells"]')
     expect(cells).to_be_visible(timeout=60_000)

@@ -116,10 +116,11 @@ export function renderSearch(container, context) {
     try {
       const found = await api.searchIndex(started.index_id, signal);
       kept.indexes[key(variant)] = found;
+      indexing.textContent = told();
       return found;
     } catch (error) {
-      if (signal.aborted) throw new Error("Cancelled: the lab stops indexing at its next pass.");
-      throw error;
+      indexing.textContent = signal.aborted ? "Cancelled: the lab stops indexing at its next pass." : error.message;
+      throw new Error(indexing.textContent);
     } finally {
       clearInterval(poll);
       bar.hidden = true;
@@ -132,15 +133,18 @@ export function renderSearch(container, context) {
   const describe = (found) =>
     `Index ${found.index_id.slice(0, 8)}…: ${count(found.documents)} documents, ${count(found.tokens)} tokens${found.cut ? ` (${found.cut} cut at ${found.max_tokens})` : ""}, vectors of ${found.size}, made in ${count(found.passes)} padded passes (${fixed(found.seconds, 1)} s)${found.prompt ? `, each read after the “${found.prompt}” prompt` : ""}${found.prefix ? `, each after “${found.prefix}”` : ""}.`;
   const plain = prompts.length ? {} : { prefix: "" };
+  // The corpus read the other way, for the comparison: without the model's prompts, or after the typed prefix.
+  const other = () => (prompts.length ? { prompt: "" } : { prefix: kept.documentPrefix });
+  // What the status line says once no index is on its way: each index of this corpus the panel holds.
+  const told = () => [plain, other()].map((variant) => kept.indexes[key(variant)]).filter(Boolean).map(describe).join(" ");
   indexForm.addEventListener("submit", async (event) => {
     event.preventDefault();
     read();
     try {
-      const found = await index(plain);
-      indexing.textContent = describe(found);
+      await index(plain);
       document.getElementById("search-ask").disabled = false;
-    } catch (error) {
-      indexing.textContent = error.message;
+    } catch {
+      // the status line says why
     }
   });
   queryForm.addEventListener("submit", async (event) => {
@@ -153,16 +157,14 @@ export function renderSearch(container, context) {
       showResults(result, found, base, context);
       if (!kept.compare) return;
       // The same query and corpus read the other way: without the model's prompts, or with typed prefixes.
-      const other = prompts.length ? { prompt: "" } : { prefix: kept.documentPrefix };
-      const otherIndex = await index(other);
+      const otherIndex = await index(other());
       const moved = await api.search({ ...asked, index_id: otherIndex.index_id, ...(prompts.length ? { prompt: "" } : { prefix: kept.queryPrefix }) });
       result.querySelector("#search-pairs").before(moves(found, moved, prompts.length ? "without its prompts" : `with “${kept.queryPrefix}” and “${kept.documentPrefix}”`));
     });
   });
   if (!prompts.length) queryForm.querySelectorAll(".search-prefixes input[type=text]").forEach((input) => input.addEventListener("input", read));
-  const known = kept.indexes[key(plain)];
-  if (known) {
-    indexing.textContent = describe(known);
+  if (kept.indexes[key(plain)]) {
+    indexing.textContent = told();
     document.getElementById("search-ask").disabled = false;
   }
 }
