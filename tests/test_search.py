@@ -277,6 +277,42 @@ def test_the_class_question_s_answer_is_the_exact_ranking_s_first(client):
     assert revealed["choices"][revealed["answer"]["choice"]]["document"] == ranking[1]["document"]
 
 
+def test_a_search_question_asks_among_these_four_and_its_reveal_places_each_in_the_whole_index(client, minilm):
+    """The question says it ranks only the documents offered, and the reveal gives each one's place in the whole
+    index's exact ranking, checked against sentence-transformers' encode and NumPy: the first of these four is
+    the whole index's fifth."""
+    index_id = index_of(client)
+    query = "an animal that flies at night"
+    encoder = SentenceTransformer(str(minilm.path), device="cpu")
+    vectors = encoder.encode([query, *DOCUMENTS], convert_to_numpy=True).astype(np.float64)
+    unit = vectors / np.linalg.norm(vectors, axis=1, keepdims=True)
+    cosines = unit[1:] @ unit[0]
+    order = np.argsort(-cosines, kind="stable")
+    # The whole index's 5th, 20th, 42nd and 58th: each more than 1e-3 from its neighbours' cosines.
+    offered = order[[4, 19, 41, 57]].tolist()
+    started = client.post("/api/classes").json()
+    teacher = {"X-Class-Secret": started["secret"]}
+    questions = f"/api/classes/{started['code']}/question"
+    run = client.post("/api/analyze", json={"text": query}).json()
+    body = {"kind": "search", "run_id": run["run_id"], "index_id": index_id, "documents": offered}
+    asked = client.post(questions, json=body, headers=teacher)
+    assert asked.status_code == 201, asked.text
+    state = asked.json()
+    assert state["text"] == f"Which of these four documents comes first for “{query}”?"
+    assert state["ranks"] is None and state["ranked"] == len(DOCUMENTS)  # a place is an answer: only once revealed
+    revealed = client.post(f"{questions}/reveal", headers=teacher).json()
+    # Each place as NumPy ranks sentence-transformers' cosines (no other cosine within float32's reach of theirs).
+    atol = pass_tolerance(minilm.model.config)
+    for choice, rank in zip(revealed["choices"], revealed["ranks"], strict=True):
+        cosine = cosines[choice["document"]]
+        assert 1 + np.sum(cosines > cosine + atol) == rank == np.sum(cosines >= cosine - atol), (choice, rank)
+    assert sorted(revealed["ranks"]) == [5, 20, 42, 58]
+    assert revealed["choices"][revealed["answer"]["choice"]]["document"] == offered[0]
+    # Two documents offered are "these two".
+    body = {**body, "documents": offered[:2]}
+    assert client.post(questions, json=body, headers=teacher).json()["text"].startswith("Which of these two documents")
+
+
 @pytest.fixture(scope="module")
 def live(tmp_path_factory):
     process = LabProcess(tmp_path_factory.mktemp("search-lab"))
