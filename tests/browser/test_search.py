@@ -101,3 +101,50 @@ def test_the_search_question_on_a_phone(browser, server):
         expect(line).to_contain_text(f"The ranking of these four: 1. “{ranking[0]['text']}” (")
         expect(line).to_contain_text(f", #4 of all {len(DOCUMENTS.splitlines())})")
         viewport_shot(phone, "class-search-question-revealed-phone")
+
+
+def test_the_plan_s_prefix_step_asks_what_the_experiment_ranks(browser, server):
+    """The search plan's third step, played: its question reads the query after "query: " and every document
+    after "passage: ", as the experiment's "also with typed prefixes" reads them, so that the panel's ranking is
+    the reveal's: the same places in the whole corpus, the same cosines."""
+    query = "sitting on the bank watching the water"
+    with a_class(browser, server, server, f"text={query.replace(' ', '+')}", sizes=[]) as (teacher, _, started):
+        teacher.click("#plan-edit summary")
+        teacher.click("#plan-search")
+        wait_until(teacher, "document.getElementById('plan-said').textContent.startsWith('Opened')")
+        teacher.locator("#plan-steps .plan-go").nth(2).click()
+        expect(teacher.locator("#plan-now")).to_contain_text("Step 3 of 4", timeout=300_000)
+        wait_until(teacher, "document.getElementById('class-stage').dataset.phase === 'open'", timeout=300)
+        expect(teacher.locator("#class-stage-question")).to_have_text(
+            f"Which of these four documents, each read after “passage: ”, comes first for “query: {query}”?"
+        )
+        teacher.click("#class-reveal")
+        state = revealed(server, started["code"])
+        asked = {
+            choice["document"]: (rank, value)
+            for choice, rank, value in zip(state["choices"], state["ranks"], state["values"], strict=True)
+        }
+        # The experiment, with typed prefixes, over the whole corpus's first 100.
+        teacher.fill("#search-k", "100")
+        teacher.check("#search-compare")
+        teacher.click("#search-ask")
+        moved = teacher.locator('[data-field="moves"] tbody tr')
+        expect(moved).to_have_count(100, timeout=300_000)
+        assert (
+            teacher.locator('[data-field="moves"] caption')
+            .inner_text()
+            .startswith(f"Read with “query: ” and “passage: ”: “query: {query}”")
+        )
+        panel = {
+            int(row.get_attribute("data-document")): (
+                int(row.get_attribute("data-rank")),
+                float(row.get_attribute("data-score")),
+            )
+            for row in moved.all()
+        }
+        for document, (rank, value) in asked.items():
+            if rank <= 100:
+                assert panel[document] == (rank, pytest.approx(value, abs=1e-12)), document
+            else:
+                assert document not in panel
+        assert sorted(rank for rank, _ in asked.values())[0] <= 100  # at least one compared

@@ -242,7 +242,7 @@ function moves(found, moved, how) {
         const change = was ? (was.rank === hit.rank ? "=" : `#${was.rank} (${was.rank > hit.rank ? "↑" : "↓"}${Math.abs(was.rank - hit.rank)})`) : "new";
         return el(
           "tr",
-          { dataset: { document: String(hit.document) } },
+          { dataset: { document: String(hit.document), rank: String(hit.rank), score: String(hit.score) } },
           el("td", {}, String(hit.rank)),
           el("td", { class: "search-text" }, hit.text),
           el("td", {}, `${fixed(hit.score, 3)}${was ? ` (${hit.score >= was.score ? "+" : "−"}${fixed(Math.abs(hit.score - was.score), 3)})` : ""}`),
