@@ -69,9 +69,11 @@ export function histogram(question, round) {
   const drawn = question.choices.filter((choice) => count(choice) > 0 || choice.index === answer);
   const total = question.choices.reduce((sum, choice) => sum + count(choice), 0);
   if (!drawn.length) return el("p", { class: "histogram-empty", dataset: { round: String(round), total: "0" } }, "No votes.");
+  // A search question's choices are documents: each label a whole line of its own, wrapped, above its bar.
+  const documents = question.choices.some((choice) => choice.document != null);
   return el(
     "div",
-    { class: "histogram", role: "list", "aria-label": `Round ${round}'s votes`, dataset: { round: String(round), total: String(total) } },
+    { class: `histogram${documents ? " documents" : ""}`, role: "list", "aria-label": `Round ${round}'s votes`, dataset: { round: String(round), total: String(total) } },
     ...drawn.flatMap((choice) => {
       const mark = choice.index === answer ? " answer" : "";
       return [
