@@ -7,8 +7,11 @@ import pytest
 from playwright.sync_api import expect
 
 from app.engine import search
+from tests.browser import audit
 from tests.browser.conftest import wait_until
 from tests.browser.test_classroom import a_class, ready, revealed, viewport_shot, vote_on
+from tests.browser.test_projectors import PROJECTORS, floor
+from tests.browser.test_stage import lab_page, open_stage, settle
 
 pytestmark = pytest.mark.slow
 
@@ -125,6 +128,8 @@ def test_the_plan_s_prefix_step_asks_what_the_experiment_ranks(browser, server):
             for choice, rank, value in zip(state["choices"], state["ranks"], state["values"], strict=True)
         }
         # The experiment, with typed prefixes, over the whole corpus's first 100.
+        teacher.click("#search-index")
+        expect(teacher.locator("#search-ask")).to_be_enabled(timeout=300_000)
         teacher.fill("#search-k", "100")
         teacher.check("#search-compare")
         teacher.click("#search-ask")
@@ -148,3 +153,68 @@ def test_the_plan_s_prefix_step_asks_what_the_experiment_ranks(browser, server):
             else:
                 assert document not in panel
         assert sorted(rank for rank, _ in asked.values())[0] <= 100  # at least one compared
+
+
+RESULTS_IN_SIGHT = """(rows) => {
+  // The results' caption and their first `rows` rows whole inside the panel's visible area, and its height.
+  const body = document.querySelector('#panel-lessons').closest('.panel-body').getBoundingClientRect();
+  const parts = [document.querySelector('[data-field=exact] caption'),
+    ...[...document.querySelectorAll('[data-field=exact] tbody tr')].slice(0, rows)];
+  const hidden = parts.filter((part) => {
+    const b = part.getBoundingClientRect();
+    return b.top < body.top - 0.5 || b.bottom > Math.min(body.bottom, innerHeight) + 0.5;
+  });
+  return { height: body.height, hidden: hidden.map((part) => part.textContent.slice(0, 40)) };
+}"""
+
+PAIR_IN_SIGHT = """() => {
+  const b = document.getElementById('prompt-pair');
+  const canvas = document.querySelector('#heatmap .hm-canvas').getBoundingClientRect();
+  const panel = document.querySelector('.panels').getBoundingClientRect();
+  const meets = panel.left < canvas.right && canvas.left < panel.right && panel.top < canvas.bottom
+    && canvas.top < panel.bottom;
+  return { whole: b.scrollHeight <= b.clientHeight + 1, lines: b.clientHeight, covered: meets,
+    onScreen: canvas.top >= 0 && canvas.bottom <= innerHeight && canvas.width > 100,
+    enlarged: document.getElementById('views').classList.contains('enlarged') };
+}"""
+
+
+def test_results_read_beside_the_stage_and_a_pair_opens_in_sight_at_every_projector(browser, server):
+    """In Present at every projector size, the panel not enlarged: a search's results come to the top of the
+    panel, their first rows whole in sight, nothing cut. Enlarged, "open as a pair" lays the panel back: the
+    pair's heatmap is in sight, and B's box holds the whole document."""
+    problems = []
+    with lab_page(browser, *PROJECTORS[0]) as page:
+        open_stage(page, server, "present=1", f"text={QUERY.replace(' ', '+')}", "panel=lessons", "lesson=search")
+        page.fill("#search-corpus", DOCUMENTS)
+        page.click("#search-index")
+        expect(page.locator("#search-ask")).to_be_enabled(timeout=120_000)
+        rows = page.locator('[data-field="exact"] tbody tr')
+        for width, height in PROJECTORS:
+            page.set_viewport_size({"width": width, "height": height})
+            page.click("#search-ask")
+            expect(rows).to_have_count(10, timeout=60_000)
+            settle(page, ["#search-result", "#heatmap .hm-canvas"])
+            seen = page.evaluate(RESULTS_IN_SIGHT, 2)
+            label = f"{width}×{height}"
+            if seen["hidden"] or seen["height"] < 220:
+                problems.append(f"{label}: a {seen['height']:.0f} px panel, out of sight: {seen['hidden']}")
+            # A pasted corpus of 77 lines scrolls in its box, as any long input does.
+            read = [p for p in audit.problems(page, floor(width), 16, "main.stage") if "#search-corpus" not in p]
+            problems += [f"{label}: {p}" for p in read]
+            viewport_shot(page, f"search-results-present-{width}x{height}")
+        page.set_viewport_size({"width": PROJECTORS[0][0], "height": PROJECTORS[0][1]})
+        page.click("#search-ask")
+        expect(rows).to_have_count(10, timeout=60_000)
+        page.click("#panel-enlarge")
+        document = rows.nth(0).get_attribute("data-document")
+        text = DOCUMENTS.splitlines()[int(document)]
+        rows.nth(0).locator('[data-field="open-pair"]').click()
+        opened = "document.body.dataset.busy === 'false' && document.querySelectorAll('#tokens .token').length > 8"
+        wait_until(page, opened)  # the pair's run: more tokens than the query's 7
+        settle(page, ["#prompt-pair", "#heatmap .hm-canvas"])
+        assert page.locator("#prompt-pair").input_value() == text
+        seen = page.evaluate(PAIR_IN_SIGHT)
+        assert seen["whole"] and not seen["enlarged"] and not seen["covered"] and seen["onScreen"], seen
+        viewport_shot(page, "search-pair-present-1024x768")
+    assert not problems, "\n".join(problems)

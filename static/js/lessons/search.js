@@ -155,6 +155,9 @@ export function renderSearch(container, context) {
       const asked = { query: query.value, k: Math.min(kept.k, base.documents), hnsw: { m: kept.m, ef_construction: kept.efConstruction, ef: kept.ef } };
       const found = { ...(await api.search({ ...asked, index_id: base.index_id, ...(prompts.length ? {} : { prefix: "" }) })), asked: query.value };
       showResults(result, found, base, context);
+      // The results at the top of the panel, which scrolls (never the page): the forms above them stay a scroll away.
+      const scroller = result.closest(".panel-body");
+      if (scroller) scroller.scrollTop += result.getBoundingClientRect().top - scroller.getBoundingClientRect().top;
       if (!kept.compare) return;
       // The same query and corpus read the other way: without the model's prompts, or with typed prefixes.
       const otherIndex = await index(other());
@@ -185,17 +188,14 @@ function showResults(result, found, base, context) {
   const approximate = found.approximate;
   const graphRank = new Map(approximate.hits.map((hit) => [hit.document, hit.rank]));
   const missed = approximate.hits.filter((hit) => !found.exact.some((exact) => exact.document === hit.document));
+  // The results first (the panel scrolls to them), each document with its link after its text: in a projector's
+  // side column a row is the document's two lines, not a column of its own for the link.
   result.replaceChildren(
-    el(
-      "p",
-      { class: "caption", dataset: { field: "query", tokens: String(found.query.tokens) } },
-      `“${found.query.text}”: ${found.query.tokens} tokens, one pass (${ms(found.query.ms)}), then the cosine with each of ${count(base.documents)} vectors and a sort (${ms(found.exact_ms)}).`,
-    ),
     el(
       "table",
       { class: "numbers-table search-hits", dataset: { field: "exact" } },
       el("caption", {}, `The top ${found.k} by cosine (exact), and where the HNSW graph put each`),
-      el("thead", {}, el("tr", {}, el("th", {}, "#"), el("th", {}, "document"), el("th", {}, "cosine"), el("th", {}, "HNSW"), el("th", {}, ""))),
+      el("thead", {}, el("tr", {}, el("th", {}, "#"), el("th", {}, "document"), el("th", {}, "cosine"), el("th", {}, "HNSW"))),
       el(
         "tbody",
         {},
@@ -204,13 +204,17 @@ function showResults(result, found, base, context) {
             "tr",
             { dataset: { document: String(hit.document), score: String(hit.score) } },
             el("td", {}, String(hit.rank)),
-            el("td", { class: "search-text" }, hit.text),
+            el("td", { class: "search-text" }, `${hit.text} `, pairLink(found.asked, hit.text, context)),
             el("td", {}, fixed(hit.score, 3)),
             el("td", { dataset: { field: "graph-rank" } }, graphRank.has(hit.document) ? `#${graphRank.get(hit.document)}` : "missed"),
-            el("td", {}, pairLink(found.asked, hit.text, context)),
           ),
         ),
       ),
+    ),
+    el(
+      "p",
+      { class: "caption", dataset: { field: "query", tokens: String(found.query.tokens) } },
+      `“${found.query.text}”: ${found.query.tokens} tokens, one pass (${ms(found.query.ms)}), then the cosine with each of ${count(base.documents)} vectors and a sort (${ms(found.exact_ms)}).`,
     ),
     ...(missed.length ? [el("p", { class: "caption" }, `The graph returned instead: ${missed.map((hit) => `“${hit.text}” (${fixed(hit.score, 3)})`).join("; ")}.`)] : []),
     el(
