@@ -156,7 +156,8 @@ def test_the_plan_s_prefix_step_asks_what_the_experiment_ranks(browser, server):
 
 
 RESULTS_IN_SIGHT = """(rows) => {
-  // The results' caption and their first `rows` rows whole inside the panel's visible area, and its height.
+  // The results' caption and their first `rows` rows whole inside the panel's visible area, its height, and
+  // whether the table is wider than its box (its numbers a sideways scroll away).
   const body = document.querySelector('#panel-lessons').closest('.panel-body').getBoundingClientRect();
   const parts = [document.querySelector('[data-field=exact] caption'),
     ...[...document.querySelectorAll('[data-field=exact] tbody tr')].slice(0, rows)];
@@ -164,7 +165,9 @@ RESULTS_IN_SIGHT = """(rows) => {
     const b = part.getBoundingClientRect();
     return b.top < body.top - 0.5 || b.bottom > Math.min(body.bottom, innerHeight) + 0.5;
   });
-  return { height: body.height, hidden: hidden.map((part) => part.textContent.slice(0, 40)) };
+  const table = document.querySelector('[data-field=exact]');
+  return { height: body.height, hidden: hidden.map((part) => part.textContent.slice(0, 40)),
+    sideways: table.scrollWidth > table.clientWidth + 1 };
 }"""
 
 PAIR_IN_SIGHT = """() => {
@@ -199,6 +202,8 @@ def test_results_read_beside_the_stage_and_a_pair_opens_in_sight_at_every_projec
             label = f"{width}×{height}"
             if seen["hidden"] or seen["height"] < 220:
                 problems.append(f"{label}: a {seen['height']:.0f} px panel, out of sight: {seen['hidden']}")
+            if seen["sideways"]:
+                problems.append(f"{label}: the results' table scrolls sideways, its numbers out of sight")
             # A pasted corpus of 77 lines scrolls in its box, as any long input does.
             read = [p for p in audit.problems(page, floor(width), 16, "main.stage") if "#search-corpus" not in p]
             problems += [f"{label}: {p}" for p in read]
