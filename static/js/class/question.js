@@ -27,6 +27,8 @@ export function askedUnder(question) {
   return [el("p", { class: "hint", dataset: { field: "asked-under", measure: question.measure.key } }, `Asked under the ${measure.name} (${measure.symbol}, ${measure.values}).`)];
 }
 
+const NUMBERS = { 2: "two", 3: "three", 4: "four", 5: "five", 6: "six" }; // a search question's documents offered
+
 export function answerLine(question) {
   const { label, value } = question.answer;
   const line = `The answer: “${label}”, ${valueName(question)} ${fixed(value)}.`;
@@ -38,7 +40,6 @@ export function answerLine(question) {
   const where = (rank) => (rank ? `, #${rank.toLocaleString("en")} of all ${question.ranked.toLocaleString("en")}` : "");
   return `${line} The ranking of these ${these}: ${ranked.map(([text, cosine, rank], place) => `${place + 1}. “${text}” (${fixed(cosine, 3)}${where(rank)})`).join("; ")}.`;
 }
-const NUMBERS = { 2: "two", 3: "three", 4: "four", 5: "five", 6: "six" };
 
 export function voteCount(question, round = question.round) {
   return question.votes[round - 1] ?? 0;

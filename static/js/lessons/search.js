@@ -119,8 +119,9 @@ export function renderSearch(container, context) {
       indexing.textContent = told();
       return found;
     } catch (error) {
-      indexing.textContent = signal.aborted ? "Cancelled: the lab stops indexing at its next pass." : error.message;
-      throw new Error(indexing.textContent);
+      const said = signal.aborted ? new Error("Cancelled: the lab stops indexing at its next pass.") : error;
+      indexing.textContent = said.message;
+      throw said;
     } finally {
       clearInterval(poll);
       bar.hidden = true;
