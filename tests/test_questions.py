@@ -297,10 +297,10 @@ def test_nothing_of_the_answer_shows_before_the_reveal(bert):
     snapshot = bert.client.get(f"/api/classes/{bert.code}").json()
     for state in (asked, snapshot["question"]):
         assert state["answer"] is None and state["correct"] is None and state["tallies"] == []
-        assert state["values"] is None
+        assert state["values"] is None and state["ranks"] is None
         assert set(state) == {
             *("id", "kind", "test", "text", "step", "view", "measure", "choices", "phase", "round"),
-            *("votes", "tallies", "answer", "correct", "values"),
+            *("votes", "tallies", "answer", "correct", "values", "ranks", "ranked"),
         }
         assert all(set(choice) == {"index", "label", "token", "head", "document"} for choice in state["choices"])
     revealed = bert.reveal()

@@ -331,6 +331,42 @@ def test_the_class_question_s_answer_is_the_exact_ranking_s_first(client):
     assert revealed["choices"][revealed["answer"]["choice"]]["document"] == ranking[1]["document"]
 
 
+def test_a_search_question_asks_among_these_four_and_its_reveal_places_each_in_the_whole_index(client, minilm):
+    """The question says it ranks only the documents offered, and the reveal gives each one's place in the whole
+    index's exact ranking, checked against sentence-transformers' encode and NumPy: the first of these four is
+    the whole index's fifth."""
+    index_id = index_of(client)
+    query = "an animal that flies at night"
+    encoder = SentenceTransformer(str(minilm.path), device="cpu")
+    vectors = encoder.encode([query, *DOCUMENTS], convert_to_numpy=True).astype(np.float64)
+    unit = vectors / np.linalg.norm(vectors, axis=1, keepdims=True)
+    cosines = unit[1:] @ unit[0]
+    order = np.argsort(-cosines, kind="stable")
+    # The whole index's 5th, 20th, 42nd and 58th: each more than 1e-3 from its neighbours' cosines.
+    offered = order[[4, 19, 41, 57]].tolist()
+    started = client.post("/api/classes").json()
+    teacher = {"X-Class-Secret": started["secret"]}
+    questions = f"/api/classes/{started['code']}/question"
+    run = client.post("/api/analyze", json={"text": query}).json()
+    body = {"kind": "search", "run_id": run["run_id"], "index_id": index_id, "documents": offered}
+    asked = client.post(questions, json=body, headers=teacher)
+    assert asked.status_code == 201, asked.text
+    state = asked.json()
+    assert state["text"] == f"Which of these four documents comes first for “{query}”?"
+    assert state["ranks"] is None and state["ranked"] == len(DOCUMENTS)  # a place is an answer: only once revealed
+    revealed = client.post(f"{questions}/reveal", headers=teacher).json()
+    # Each place as NumPy ranks sentence-transformers' cosines (no other cosine within float32's reach of theirs).
+    atol = pass_tolerance(minilm.model.config)
+    for choice, rank in zip(revealed["choices"], revealed["ranks"], strict=True):
+        cosine = cosines[choice["document"]]
+        assert 1 + np.sum(cosines > cosine + atol) == rank == np.sum(cosines >= cosine - atol), (choice, rank)
+    assert sorted(revealed["ranks"]) == [5, 20, 42, 58]
+    assert revealed["choices"][revealed["answer"]["choice"]]["document"] == offered[0]
+    # Two documents offered are "these two".
+    body = {**body, "documents": offered[:2]}
+    assert client.post(questions, json=body, headers=teacher).json()["text"].startswith("Which of these two documents")
+
+
 @pytest.fixture(scope="module")
 def live(tmp_path_factory):
     process = LabProcess(tmp_path_factory.mktemp("search-lab"))
@@ -359,23 +395,36 @@ def test_a_restarted_lab_answers_the_same_index_with_the_same_ranking(live):
     assert after["approximate"]["hits"] == before["approximate"]["hits"]
 
 
-def test_the_search_plan_s_notes_are_the_answers_its_questions_get(client):
-    """static/lessons/search.json, each search question asked of a class over the lab's corpus: the answer is the
-    document and cosine its note tells the teacher."""
+def test_the_search_plan_s_notes_are_the_answers_its_questions_get(server):
+    """static/lessons/search.json, each search question asked of a class over the lab's corpus as the teacher's
+    page asks it (each document read after the step's document prefix): the answer is the document, cosine and
+    place in the whole corpus its note tells the teacher. On the suite's live lab, whose two indexes of the whole
+    corpus the browser's playing of the plan (tests/browser/test_search.py) reads again without computing them."""
     plan = json.loads((ROOT / "static" / "lessons" / "search.json").read_text())
     documents = search.shipped_documents()
-    index_id = client.post("/api/search/index", json={}).json()["index_id"]
-    assert client.get(f"/api/search/index/{index_id}").status_code == 200
-    started = client.post("/api/classes").json()
-    teacher = {"X-Class-Secret": started["secret"]}
-    questions = f"/api/classes/{started['code']}/question"
-    asked = [step for step in plan["steps"] if step["question"]]
-    assert asked and all(step["question"]["kind"] == "search" for step in asked)
-    for step in asked:
-        run = client.post("/api/analyze", json={"text": step["view"]["text"]}).json()
-        body = {"run_id": run["run_id"], "index_id": index_id, **step["question"]}
-        assert client.post(questions, json=body, headers=teacher).status_code == 201
-        revealed = client.post(f"{questions}/reveal", headers=teacher).json()
-        first = revealed["choices"][revealed["answer"]["choice"]]["document"]
-        said = f"{revealed['answer']['value']:.3f}"
-        assert f"“{documents[first]}”" in step["note"] and f"({said})" in step["note"], (step["title"], said)
+    with httpx.Client(base_url=server, timeout=600) as client:
+        started = client.post("/api/classes").json()
+        teacher = {"X-Class-Secret": started["secret"]}
+        questions = f"/api/classes/{started['code']}/question"
+        asked = [step for step in plan["steps"] if step["question"]]
+        assert asked and all(step["question"]["kind"] == "search" for step in asked)
+        for step in asked:
+            question = dict(step["question"])
+            document_prefix = question.pop("document_prefix", "")
+            index_id = client.post("/api/search/index", json={"prefix": document_prefix}).json()["index_id"]
+            assert client.get(f"/api/search/index/{index_id}").status_code == 200
+            run = client.post("/api/analyze", json={"text": step["view"]["text"]}).json()
+            body = {"run_id": run["run_id"], "index_id": index_id, **question}
+            state = client.post(questions, json=body, headers=teacher).json()
+            read = f", each read after “{document_prefix}”," if document_prefix else ""
+            assert state["text"].startswith(
+                f"Which of these four documents{read} comes first for “{body.get('prefix', '')}"
+            )
+            revealed = client.post(f"{questions}/reveal", headers=teacher).json()
+            answer = revealed["answer"]["choice"]
+            first = revealed["choices"][answer]["document"]
+            said = f"({revealed['answer']['value']:.3f})", f"#{revealed['ranks'][answer]})"
+            assert f"“{documents[first]}”" in step["note"] and all(part in step["note"] for part in said), (
+                step["title"],
+                said,
+            )

@@ -398,6 +398,8 @@ class Classes:
                     for index, choice in enumerate(question.choices)
                 ],
                 "values": [choice.value for choice in question.choices],
+                "ranks": [choice.rank for choice in question.choices] if question.ranked else None,
+                "ranked": question.ranked,
                 "answer": question.answer,
                 "right": list(question.right),
                 "phase": "open",
@@ -544,6 +546,8 @@ class Classes:
             else None,
             correct=record["correct"] if revealed else None,
             values=record["values"] if revealed else None,
+            ranks=record.get("ranks") if revealed else None,
+            ranked=record.get("ranked"),
         )
 
     async def question(self, code: str) -> QuestionState | None:

@@ -176,7 +176,8 @@ async def patch_question(lab, run, engine, body: PatchAsk, client) -> questions.
 
 async def search_question(searches, run, body: SearchAsk, client) -> questions.Question:
     """Which document comes first for the run's text, read as the run read it (its prompt) with the typed prefix,
-    among the chosen documents or the exact ranking's first few."""
+    among the chosen documents or the exact ranking's first few; the documents read as the index read them (its
+    prompt and typed prefix), and each one's place in the whole index's exact ranking."""
     spec = await searches.spec(body.index_id)
     if spec.model != run.spec.model:
         raise InvalidInput(
@@ -184,8 +185,10 @@ async def search_question(searches, run, body: SearchAsk, client) -> questions.Q
         )
     scores = await searches.cosines(spec, run.spec.text, run.spec.prompt, body.prefix, client)
     chosen = body.documents or np.argsort(-scores, kind="stable")[: body.count].tolist()
-    seed = f"{spec.run_id}:{body.prefix}{run.spec.text}"
-    return await run_in_threadpool(questions.first_document, scores, spec.documents, run.spec.text, chosen, seed)
+    query = f"{body.prefix}{run.spec.text}"
+    return await run_in_threadpool(
+        questions.first_document, scores, spec.documents, query, chosen, f"{spec.run_id}:{query}", spec.prefix
+    )
 
 
 @router.post("/{code}/question/show", response_model=QuestionState)

@@ -159,6 +159,12 @@ class QuestionState(BaseModel):
     values: list[float] | None = Field(
         None, description="Once revealed: every choice's number, in the choices' order (a search question's ranking)"
     )
+    ranks: list[int] | None = Field(
+        None,
+        description="Once revealed, a search question's: each choice's place in the whole index's exact ranking by "
+        "cosine (1: first of every document), in the choices' order",
+    )
+    ranked: int | None = Field(None, description="A search question's: how many documents its index ranks")
     correct: list[float | None] | None = Field(
         description="Once revealed: the share of each round's votes that were right (null: no votes, no round 2)"
     )

@@ -13,6 +13,7 @@ import random
 from dataclasses import dataclass
 from typing import Literal
 
+import numpy as np
 import torch
 
 from app.engine.labels import shown
@@ -48,6 +49,7 @@ class Choice:
     token: int | None = None
     head: int | None = None
     document: int | None = None
+    rank: int | None = None  # a search question's document: its place in the whole index's exact ranking (1: first)
 
 
 @dataclass(frozen=True)
@@ -56,6 +58,7 @@ class Question:
     text: str  # the default wording, which a teacher may replace
     choices: tuple[Choice, ...]
     measure: str | None = None  # the measure an "attends" question is asked under (MEASURES)
+    ranked: int | None = None  # a search question: how many documents its index ranks
 
     @property
     def answer(self) -> int:
@@ -237,18 +240,32 @@ def patched(answer: dict, layer: int, by: Literal["head", "position"], source: s
 
 
 LABEL_CHARS = 120  # a document's words a choice shows
+NUMBERS = {2: "two", 3: "three", 4: "four", 5: "five", 6: "six"}
 
 
-def first_document(scores, documents: tuple[str, ...], query: str, chosen: list[int], seed: str) -> Question:
-    """Which document comes first for the query? Choices: the `chosen` documents (by line), in an order shuffled
-    once for this index and query (`seed`: the same on every screen and every time); values: the cosine of each
-    with the query (app.engine.search.cosines, `scores`), so the answer is the one the exact ranking puts first."""
+def first_document(
+    scores, documents: tuple[str, ...], query: str, chosen: list[int], seed: str, document_prefix: str = ""
+) -> Question:
+    """Which of the `chosen` documents (by line) comes first for the query? Choices: those documents, in an order
+    shuffled once for this index and query (`seed`: the same on every screen and every time); values: the cosine
+    of each with the query (app.engine.search.cosines, `scores`, one a document of the index), so the answer is
+    the one the exact ranking puts first among them; and each one's place in the whole index's exact ranking (as
+    exact_top orders it: equal cosines in corpus order), which can be far from first. `query`: the query as read,
+    its typed prefix before it; `document_prefix`: what the index typed before each document."""
     if len(set(chosen)) < 2:
         raise InvalidInput("a search question needs at least two different documents to choose from")
     outside = [document for document in chosen if not 0 <= document < len(documents)]
     if outside:
         raise InvalidInput(f"the index has documents 0 to {len(documents) - 1}, not {outside[0]}")
     cut = lambda text: text if len(text) <= LABEL_CHARS else text[: LABEL_CHARS - 1] + "…"  # noqa: E731
-    choices = [Choice(cut(documents[document]), float(scores[document]), document=document) for document in chosen]
+    places = np.empty(len(scores), dtype=np.int64)
+    places[np.argsort(-np.asarray(scores), kind="stable")] = np.arange(1, len(scores) + 1)
+    choices = [
+        Choice(cut(documents[document]), float(scores[document]), document=document, rank=int(places[document]))
+        for document in chosen
+    ]
     random.Random(seed).shuffle(choices)
-    return Question("search", f"Which document comes first for “{cut(query)}”?", tuple(choices))
+    these = f"these {NUMBERS.get(len(choices), len(choices))} documents"
+    read = f", each read after “{document_prefix}”," if document_prefix else ""
+    text = f"Which of {these}{read} comes first for “{cut(query)}”?"
+    return Question("search", text, tuple(choices), ranked=len(documents))

@@ -16,6 +16,11 @@ export const PANELS = {
 // The panels a model without an adapter cannot fill (capabilities.js): their tabs say so, their panels why.
 const NEEDS = { dissection: "worked_example", pipeline: "pipeline" };
 
+// What an experiment opens on the stage (a pair, a patched run, a head) is in sight: an enlarged panel lies back.
+export function backToStage() {
+  if (document.getElementById("views")?.classList.contains("enlarged")) document.getElementById("panel-enlarge").click();
+}
+
 // lab: {getState, setState, subscribe}
 export function initPanels(lab) {
   const tabs = document.getElementById("panel-tabs");

@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 from playwright.sync_api import expect
 
+from app.engine import search
 from tests.browser import audit
 from tests.browser.conftest import wait_until
 from tests.browser.test_classroom import (
@@ -303,6 +304,66 @@ def test_a_phone_in_class_reads_everything_from_join_to_reveal(browser, server, 
                 viewport_shot(phone, "class-phone-revealed-present-390")
         finally:
             end_class(server, started)
+    assert not problems, "\n".join(problems)
+
+
+def test_a_search_question_is_whole_at_every_projector_and_on_both_phones(browser, server):
+    """Issue #54: a search question's choices are documents, long lines where a token is a word. Asked, its votes
+    shown and revealed, each at every projector size in Present with the class panel open, and on both phones:
+    nothing cut or ellipsised, every document whole (wrapped)."""
+    sample = search.shipped_documents()[::40]
+    started = httpx.post(f"{server}/api/search/index", json={"documents": "\n".join(sample)}).json()
+    httpx.get(f"{server}/api/search/index/{started['index_id']}", timeout=300).raise_for_status()
+    longest = sorted(range(len(sample)), key=lambda line: -len(sample[line]))[:4]  # the lines a label would cut
+    query = "where can I borrow money"
+    problems = []
+    phone_options = {"is_mobile": True, "has_touch": True, "device_scale_factor": 3}
+    with (
+        lab_page(browser, *PROJECTORS[0]) as page,
+        lab_page(browser, *PHONES[0], **phone_options) as small,
+        lab_page(browser, *PHONES[1], **phone_options) as large,
+    ):
+        phones = {PHONES[0][0]: small, PHONES[1][0]: large}
+        open_stage(page, server, "present=1", f"text={query}")
+        taught = start_class(page)
+        learners = Learners(server, taught["code"], 3)
+        try:
+            for phone in phones.values():
+                phone.goto(taught["join_url"])
+                phone.click("#class-name-skip")
+                wait_until(phone, "document.getElementById('heatmap').dataset.view")
+
+            def read_phones(label: str):
+                for width, phone in phones.items():
+                    found = audit.problems(phone, 0, 0, "header.topbar, #class-bar, main.stage", page_scrolls=True)
+                    problems.extend(f"{width} {label}: {problem}" for problem in found)
+
+            ask = {"kind": "search", "run_id": page.evaluate("document.body.dataset.run")}
+            ask |= {"index_id": started["index_id"], "documents": longest}
+            secret = {"X-Class-Secret": taught["secret"]}
+            asked = httpx.post(f"{server}/api/classes/{taught['code']}/question", json=ask, headers=secret, timeout=60)
+            assert asked.status_code == 201, asked.text
+            for phone in phones.values():
+                expect(phone.locator("#class-question .choices button")).to_have_count(4)
+            read_phones("a search question open")
+            learners.vote(asked.json()["id"], 1, [0, 1, 2])
+            counted(page, 3)
+            problems += every_projector(page, "a search question asked")
+            page.click("#class-show")
+            wait_until(page, "document.getElementById('class-stage').dataset.phase === 'shown'")
+            problems += every_projector(page, "a search question's votes shown")
+            viewport_shot(page, "class-search-votes-present-1024x768")
+            page.click("#class-reveal")
+            wait_until(page, "document.getElementById('class-stage').hidden")
+            for phone in phones.values():
+                wait_until(phone, "document.querySelector('#class-question [data-field=reveal]')")
+            problems += every_projector(page, "a search question revealed")
+            viewport_shot(page, "class-search-revealed-present-1024x768")
+            read_phones("a search question revealed")
+            viewport_shot(large, "class-search-revealed-phone-390")
+        finally:
+            learners.close()
+            end_class(server, taught)
     assert not problems, "\n".join(problems)
 
 

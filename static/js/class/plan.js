@@ -40,6 +40,7 @@ function readQuestion(question) {
     ...(question.kind === "head" ? { pattern: PATTERNS.includes(question.pattern) ? question.pattern : "previous" } : {}),
     ...(question.kind === "patch" ? { by: PATCH_BY.includes(question.by) ? question.by : "head", source: words(question.source, 2000) } : {}),
     ...(question.kind === "search" && words(question.prefix, 200) ? { prefix: words(question.prefix, 200) } : {}),
+    ...(question.kind === "search" && words(question.document_prefix, 200) ? { document_prefix: words(question.document_prefix, 200) } : {}),
     ...(question.kind === "search" && Array.isArray(question.documents) && question.documents.length >= 2 && question.documents.length <= 6 && question.documents.every((n) => Number.isInteger(n) && n >= 0)
       ? { documents: question.documents }
       : {}),

@@ -181,7 +181,7 @@ export function initPlanner(lab, teacher) {
     try {
       if (!(await applyView(lab, stepView(step, lab.model)))) return; // another model's page opens instead
       if (step.question && lab.getState().run) {
-        await teacher.ask(askedKind(step.question), { pattern: step.question.pattern, source: step.question.source, prefix: step.question.prefix ?? "", documents: step.question.documents ?? null, test: step.question.test ?? null, text: step.question.text ?? null, step: { index: index + 1, title: step.title } });
+        await teacher.ask(askedKind(step.question), { pattern: step.question.pattern, source: step.question.source, prefix: step.question.prefix ?? "", documentPrefix: step.question.document_prefix ?? "", documents: step.question.documents ?? null, test: step.question.test ?? null, text: step.question.text ?? null, step: { index: index + 1, title: step.title } });
       }
     } catch (error) {
       lab.showError(`Step ${index + 1}: ${error.message}.`);

@@ -1,9 +1,10 @@
 // A class question as every screen shows it, drawn from the server's QuestionState alone: {id, kind, test,
-// text, step, view, measure, choices: [{index, label, token, head}], phase: "open" | "shown" | "closed" |
-// "revealed", round, votes: [count per round], tallies: [{choice index: count} per closed round], answer:
-// {choice, label, value} once revealed, correct: [share right per round] once revealed}. Counts are public
-// while a round is open; the histogram only once the round is closed; the answer only once revealed. A test
-// ("pre" or "post") has one round, "closed" with nothing shown.
+// text, step, view, measure, choices: [{index, label, token, head, document}], phase: "open" | "shown" |
+// "closed" | "revealed", round, votes: [count per round], tallies: [{choice index: count} per closed round],
+// answer: {choice, label, value} once revealed, correct: [share right per round] once revealed; a search
+// question's values (cosines) and ranks (places in its whole index) once revealed, and ranked (how many
+// documents its index ranks)}. Counts are public while a round is open; the histogram only once the round is
+// closed; the answer only once revealed. A test ("pre" or "post") has one round, "closed" with nothing shown.
 
 import { el, fixed } from "../format.js";
 import { measureOf } from "../measures.js";
@@ -26,13 +27,18 @@ export function askedUnder(question) {
   return [el("p", { class: "hint", dataset: { field: "asked-under", measure: question.measure.key } }, `Asked under the ${measure.name} (${measure.symbol}, ${measure.values}).`)];
 }
 
+const NUMBERS = { 2: "two", 3: "three", 4: "four", 5: "five", 6: "six" }; // a search question's documents offered
+
 export function answerLine(question) {
   const { label, value } = question.answer;
   const line = `The answer: “${label}”, ${valueName(question)} ${fixed(value)}.`;
   if (question.kind !== "search" || !question.values) return line;
-  // A search question's ranking: every choice by its cosine, best first.
-  const ranked = question.choices.map((choice) => [choice.label, question.values[choice.index]]).sort((a, b) => b[1] - a[1]);
-  return `${line} The ranking: ${ranked.map(([text, cosine], place) => `${place + 1}. “${text}” (${fixed(cosine, 3)})`).join("; ")}.`;
+  // A search question's ranking of the documents offered, by cosine, best first; and where the exact search over
+  // the whole index puts each (the first of these four may be far from the first of all).
+  const ranked = question.choices.map((choice) => [choice.label, question.values[choice.index], question.ranks?.[choice.index]]).sort((a, b) => b[1] - a[1]);
+  const these = NUMBERS[ranked.length] ?? String(ranked.length);
+  const where = (rank) => (rank ? `, #${rank.toLocaleString("en")} of all ${question.ranked.toLocaleString("en")}` : "");
+  return `${line} The ranking of these ${these}: ${ranked.map(([text, cosine, rank], place) => `${place + 1}. “${text}” (${fixed(cosine, 3)}${where(rank)})`).join("; ")}.`;
 }
 
 export function voteCount(question, round = question.round) {
@@ -64,9 +70,11 @@ export function histogram(question, round) {
   const drawn = question.choices.filter((choice) => count(choice) > 0 || choice.index === answer);
   const total = question.choices.reduce((sum, choice) => sum + count(choice), 0);
   if (!drawn.length) return el("p", { class: "histogram-empty", dataset: { round: String(round), total: "0" } }, "No votes.");
+  // A search question's choices are documents: each label a whole line of its own, wrapped, above its bar.
+  const documents = question.choices.some((choice) => choice.document != null);
   return el(
     "div",
-    { class: "histogram", role: "list", "aria-label": `Round ${round}'s votes`, dataset: { round: String(round), total: String(total) } },
+    { class: `histogram${documents ? " documents" : ""}`, role: "list", "aria-label": `Round ${round}'s votes`, dataset: { round: String(round), total: String(total) } },
     ...drawn.flatMap((choice) => {
       const mark = choice.index === answer ? " answer" : "";
       return [

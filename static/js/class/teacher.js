@@ -77,8 +77,9 @@ export function initTeacher(lab) {
   const ask = async (chosen, options = {}) => {
     const why = cannotAsk(chosen, lab.getState(), lab.model);
     if (why) throw new Error(why);
-    // A search question reads the lab's own corpus, indexed by the model (the first ask waits for its passes).
-    if (chosen === "search" && !options.indexId) options = { ...options, indexId: (await startIndex({})).index_id };
+    // A search question reads the lab's own corpus, indexed by the model (the first ask waits for its passes),
+    // each document after a plan's typed document prefix: the index the search experiment reads with that box.
+    if (chosen === "search" && !options.indexId) options = { ...options, indexId: (await startIndex({ prefix: options.documentPrefix ?? "" })).index_id };
     question = await askQuestion(taught, questionAsk(chosen, lab.getState(), options));
     showFlow();
   };

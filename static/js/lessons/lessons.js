@@ -5,6 +5,7 @@ import { blankNote } from "../blind.js";
 import { missing, unavailableNote } from "../capabilities.js";
 import { runPrompt } from "../controls.js";
 import { el } from "../format.js";
+import { backToStage } from "../panels.js";
 import { renderAblation } from "./ablation.js";
 import { renderCompare } from "./compare.js";
 import { moveDifference, renderDifference } from "./difference.js";
@@ -108,18 +109,25 @@ export const lessonsView = {
       token: state.token,
       current: lab.getState,
       model: lab.model,
-      onOpen: (layer, head) => lab.setState({ layer, head }),
+      // Each opens something on the stage: an enlarged panel lies back so that it is in sight.
+      onOpen: (layer, head) => {
+        backToStage();
+        lab.setState({ layer, head });
+      },
       useText: (text) => {
+        backToStage();
         lab.setState({ text, patch: null, pair: "" });
         runPrompt(lab);
       },
       openPair: (text, pair) => {
         // A search result read as one input: the query as A, the document as B, A → B on the heatmap.
+        backToStage();
         lab.setState({ text, pair, patch: null, segments: "AB", promptName: "" });
         runPrompt(lab);
       },
       openPatched: (text, patch) => {
         // What /api/patch reads: the text alone, with the model's own mask, pooling and no prompt.
+        backToStage();
         lab.setState({ text, patch, pair: "", mask: lab.model.default_mask, pooling: lab.model.default_pooling, promptName: "" });
         runPrompt(lab);
       },

@@ -116,10 +116,12 @@ export function renderSearch(container, context) {
     try {
       const found = await api.searchIndex(started.index_id, signal);
       kept.indexes[key(variant)] = found;
+      indexing.textContent = told();
       return found;
     } catch (error) {
-      if (signal.aborted) throw new Error("Cancelled: the lab stops indexing at its next pass.");
-      throw error;
+      const said = signal.aborted ? new Error("Cancelled: the lab stops indexing at its next pass.") : error;
+      indexing.textContent = said.message;
+      throw said;
     } finally {
       clearInterval(poll);
       bar.hidden = true;
@@ -132,15 +134,18 @@ export function renderSearch(container, context) {
   const describe = (found) =>
     `Index ${found.index_id.slice(0, 8)}…: ${count(found.documents)} documents, ${count(found.tokens)} tokens${found.cut ? ` (${found.cut} cut at ${found.max_tokens})` : ""}, vectors of ${found.size}, made in ${count(found.passes)} padded passes (${fixed(found.seconds, 1)} s)${found.prompt ? `, each read after the “${found.prompt}” prompt` : ""}${found.prefix ? `, each after “${found.prefix}”` : ""}.`;
   const plain = prompts.length ? {} : { prefix: "" };
+  // The corpus read the other way, for the comparison: without the model's prompts, or after the typed prefix.
+  const other = () => (prompts.length ? { prompt: "" } : { prefix: kept.documentPrefix });
+  // What the status line says once no index is on its way: each index of this corpus the panel holds.
+  const told = () => [plain, other()].map((variant) => kept.indexes[key(variant)]).filter(Boolean).map(describe).join(" ");
   indexForm.addEventListener("submit", async (event) => {
     event.preventDefault();
     read();
     try {
-      const found = await index(plain);
-      indexing.textContent = describe(found);
+      await index(plain);
       document.getElementById("search-ask").disabled = false;
-    } catch (error) {
-      indexing.textContent = error.message;
+    } catch {
+      // the status line says why
     }
   });
   queryForm.addEventListener("submit", async (event) => {
@@ -151,18 +156,19 @@ export function renderSearch(container, context) {
       const asked = { query: query.value, k: Math.min(kept.k, base.documents), hnsw: { m: kept.m, ef_construction: kept.efConstruction, ef: kept.ef } };
       const found = { ...(await api.search({ ...asked, index_id: base.index_id, ...(prompts.length ? {} : { prefix: "" }) })), asked: query.value };
       showResults(result, found, base, context);
+      // The results at the top of the panel, which scrolls (never the page): the forms above them stay a scroll away.
+      const scroller = result.closest(".panel-body");
+      if (scroller) scroller.scrollTop += result.getBoundingClientRect().top - scroller.getBoundingClientRect().top;
       if (!kept.compare) return;
       // The same query and corpus read the other way: without the model's prompts, or with typed prefixes.
-      const other = prompts.length ? { prompt: "" } : { prefix: kept.documentPrefix };
-      const otherIndex = await index(other);
+      const otherIndex = await index(other());
       const moved = await api.search({ ...asked, index_id: otherIndex.index_id, ...(prompts.length ? { prompt: "" } : { prefix: kept.queryPrefix }) });
       result.querySelector("#search-pairs").before(moves(found, moved, prompts.length ? "without its prompts" : `with “${kept.queryPrefix}” and “${kept.documentPrefix}”`));
     });
   });
   if (!prompts.length) queryForm.querySelectorAll(".search-prefixes input[type=text]").forEach((input) => input.addEventListener("input", read));
-  const known = kept.indexes[key(plain)];
-  if (known) {
-    indexing.textContent = describe(known);
+  if (kept.indexes[key(plain)]) {
+    indexing.textContent = told();
     document.getElementById("search-ask").disabled = false;
   }
 }
@@ -183,17 +189,14 @@ function showResults(result, found, base, context) {
   const approximate = found.approximate;
   const graphRank = new Map(approximate.hits.map((hit) => [hit.document, hit.rank]));
   const missed = approximate.hits.filter((hit) => !found.exact.some((exact) => exact.document === hit.document));
+  // The results first (the panel scrolls to them), each document with its link after its text: in a projector's
+  // side column a row is the document's two lines, not a column of its own for the link.
   result.replaceChildren(
-    el(
-      "p",
-      { class: "caption", dataset: { field: "query", tokens: String(found.query.tokens) } },
-      `“${found.query.text}”: ${found.query.tokens} tokens, one pass (${ms(found.query.ms)}), then the cosine with each of ${count(base.documents)} vectors and a sort (${ms(found.exact_ms)}).`,
-    ),
     el(
       "table",
       { class: "numbers-table search-hits", dataset: { field: "exact" } },
       el("caption", {}, `The top ${found.k} by cosine (exact), and where the HNSW graph put each`),
-      el("thead", {}, el("tr", {}, el("th", {}, "#"), el("th", {}, "document"), el("th", {}, "cosine"), el("th", {}, "HNSW"), el("th", {}, ""))),
+      el("thead", {}, el("tr", {}, el("th", {}, "#"), el("th", {}, "document"), el("th", {}, "cosine"), el("th", {}, "HNSW"))),
       el(
         "tbody",
         {},
@@ -202,13 +205,17 @@ function showResults(result, found, base, context) {
             "tr",
             { dataset: { document: String(hit.document), score: String(hit.score) } },
             el("td", {}, String(hit.rank)),
-            el("td", { class: "search-text" }, hit.text),
+            el("td", { class: "search-text" }, `${hit.text} `, pairLink(found.asked, hit.text, context)),
             el("td", {}, fixed(hit.score, 3)),
             el("td", { dataset: { field: "graph-rank" } }, graphRank.has(hit.document) ? `#${graphRank.get(hit.document)}` : "missed"),
-            el("td", {}, pairLink(found.asked, hit.text, context)),
           ),
         ),
       ),
+    ),
+    el(
+      "p",
+      { class: "caption", dataset: { field: "query", tokens: String(found.query.tokens) } },
+      `“${found.query.text}”: ${found.query.tokens} tokens, one pass (${ms(found.query.ms)}), then the cosine with each of ${count(base.documents)} vectors and a sort (${ms(found.exact_ms)}).`,
     ),
     ...(missed.length ? [el("p", { class: "caption" }, `The graph returned instead: ${missed.map((hit) => `“${hit.text}” (${fixed(hit.score, 3)})`).join("; ")}.`)] : []),
     el(
@@ -240,7 +247,7 @@ function moves(found, moved, how) {
         const change = was ? (was.rank === hit.rank ? "=" : `#${was.rank} (${was.rank > hit.rank ? "↑" : "↓"}${Math.abs(was.rank - hit.rank)})`) : "new";
         return el(
           "tr",
-          { dataset: { document: String(hit.document) } },
+          { dataset: { document: String(hit.document), rank: String(hit.rank), score: String(hit.score) } },
           el("td", {}, String(hit.rank)),
           el("td", { class: "search-text" }, hit.text),
           el("td", {}, `${fixed(hit.score, 3)}${was ? ` (${hit.score >= was.score ? "+" : "−"}${fixed(Math.abs(hit.score - was.score), 3)})` : ""}`),
