@@ -357,6 +357,15 @@ def test_a_search_question_is_whole_at_every_projector_and_on_both_phones(browse
             wait_until(page, "document.getElementById('class-stage').hidden")
             for phone in phones.values():
                 wait_until(phone, "document.querySelector('#class-question [data-field=reveal]')")
+            # The stage says the answer, its cosine and its place among all the index's documents, in one line.
+            revealed = httpx.get(f"{server}/api/classes/{taught['code']}", timeout=30).json()["question"]
+            verdict = page.locator("#class-verdict")
+            expect(verdict).to_be_visible()
+            rank = revealed["ranks"][revealed["answer"]["choice"]]
+            assert verdict.inner_text() == (
+                f"The answer: “{revealed['answer']['label']}”, cosine {revealed['answer']['value']:.3f}, "
+                f"#{rank:,} of all {revealed['ranked']:,}."
+            )
             problems += every_projector(page, "a search question revealed")
             viewport_shot(page, "class-search-revealed-present-1024x768")
             read_phones("a search question revealed")

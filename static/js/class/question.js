@@ -41,6 +41,16 @@ export function answerLine(question) {
   return `${line} The ranking of these ${these}: ${ranked.map(([text, cosine, rank], place) => `${place + 1}. “${text}” (${fixed(cosine, 3)}${where(rank)})`).join("; ")}.`;
 }
 
+// The answer as the stage says it in one line: a search question's ranking of every document offered is the
+// class panel's to give; the stage names the answer, its cosine and its place among all the index's documents.
+export function stageLine(question) {
+  if (question.kind !== "search") return answerLine(question);
+  const { label, value, choice } = question.answer;
+  const rank = question.ranks?.[choice];
+  const where = rank ? `, #${rank.toLocaleString("en")} of all ${question.ranked.toLocaleString("en")}` : "";
+  return `The answer: “${label}”, ${valueName(question)} ${fixed(value, 3)}${where}.`;
+}
+
 export function voteCount(question, round = question.round) {
   return question.votes[round - 1] ?? 0;
 }

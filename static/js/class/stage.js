@@ -8,7 +8,7 @@
 
 import { revealedKey } from "../blind.js";
 import { el } from "../format.js";
-import { answerLine, askedUnder, gainLine, histogram, phaseLine } from "./question.js";
+import { stageLine, askedUnder, gainLine, histogram, phaseLine } from "./question.js";
 
 const $ = (id) => document.getElementById(id);
 let gain = null; // what the class's pre-test and post-test measured, once both are closed (the server's ClassGain)
@@ -64,7 +64,7 @@ export function showStage(question, role) {
 export function showVerdict(state) {
   const { question } = state;
   const verdict = $("class-verdict");
-  const said = question?.phase === "revealed" && question.kind !== "search" && revealedKey(state) === null;
+  const said = question?.phase === "revealed" && revealedKey(state) === null;
   verdict.hidden = !said;
-  verdict.textContent = said ? answerLine(question) : "";
+  verdict.textContent = said ? stageLine(question) : "";
 }
