@@ -163,20 +163,30 @@ def trim_if_over(limit_bytes: int) -> None:
 
 MIB = 1024**2
 # One address's share of the budget for work under way, and of what requests read: at most 1/WORK_SHARE and
-# 1/READ_SHARE of it at once. What all requests read is at most 1/READS of it, so that work always has the rest.
+# 1/READ_SHARE of it at once. What all requests read is at most 1/READS of it.
 WORK_SHARE = 2
-READ_SHARE = 4
-READS = 2
+READ_SHARE = 8
+READS = 4
 # Large work leaves the last 1/RESERVE of the budget to small asks (at most 1/SMALL of it: a learner's short
 # pass, a head's weights), and an address's share binds large asks only, so that a class's short requests are
 # never held behind someone's large computations, even someone's at the same address (a school's one NAT).
 RESERVE = 16
 SMALL = 64
+# A request may hold its reads while its computation waits for memory, and the computations under way wait for
+# nothing but turns: so work within its share must fit beside every read at once, or requests holding reads
+# could wait for each other's for ever (with reads up to 1/2 and work up to 1/2, eight ALTI requests of 512
+# tokens did, at 6% CPU). What no loaded model's weights leave of that is the most one computation may ask.
+assert 1 / READS + 1 / WORK_SHARE + 1 / RESERVE < 1
 HOLDS: ContextVar[AsyncExitStack | None] = ContextVar("holds", default=None)  # the request's reads (Budget.hold)
 
 
 class MemoryTooLarge(InvalidInput):
     """A computation that could never be granted its memory: past what one client may hold (422)."""
+
+
+class Pinned(Protocol):
+    @property
+    def held_bytes(self) -> int: ...
 
 
 class Held(Protocol):
@@ -240,6 +250,7 @@ class Budget:
         self.granted = 0  # bytes granted to computations under way
         self.reading = 0  # bytes of the runs requests hold
         self.caches: list[Held] = []  # let go of in this order where room is needed
+        self.pinned: list[Pinned] = []  # kept whatever work needs: the loaded models' weights
         self._by_address: dict[bool, Counter[str]] = {False: Counter(), True: Counter()}  # work, reads
         self._asks: dict[str, dict[str, deque[Ask]]] = {}  # waiting, by address then browser, in turn order
         self.waiting = 0
@@ -248,17 +259,24 @@ class Budget:
     @property
     def held(self) -> int:
         """Every byte the budget counts: the caches', the reads' and the computations'."""
-        return self.granted + self.reading + sum(cache.held_bytes for cache in self.caches)
+        return self.granted + self.reading + sum(cache.held_bytes for cache in [*self.caches, *self.pinned])
+
+    def largest(self, reads: bool = False) -> int:
+        """The most one ask may take: an address's share, and for work what the reads and the pinned weights
+        always leave it (the assertion beside WORK_SHARE)."""
+        if reads:
+            return self.max_bytes // READ_SHARE
+        beside = self.max_bytes // RESERVE + self.max_bytes // READS + sum(held.held_bytes for held in self.pinned)
+        return min(self.max_bytes // WORK_SHARE, self.max_bytes - beside)
 
     def check(self, nbytes: int, what: str, reads: bool = False) -> None:
         """MemoryTooLarge where `what` could never be granted `nbytes`."""
-        share = READ_SHARE if reads else WORK_SHARE
-        if nbytes > self.max_bytes // share:
+        largest = self.largest(reads)
+        if nbytes > largest:
             raise MemoryTooLarge(
-                f"{what} needs {nbytes / MIB:,.0f} MiB at once, past the {self.max_bytes // share / MIB:,.0f} MiB "
-                f"one client may {'read' if reads else 'use'} at once (1/{share} of {self.setting}="
-                f"{self.max_bytes:,}): ask for less (a shorter input, a window, a view pooled by size), or raise "
-                f"{self.setting}"
+                f"{what} needs {nbytes / MIB:,.0f} MiB at once, past the {largest / MIB:,.0f} MiB one client may "
+                f"{'read' if reads else 'use'} at once (of {self.setting}={self.max_bytes:,}): ask for less (a "
+                f"shorter input, a window, a view pooled by size), or raise {self.setting}"
             )
 
     @asynccontextmanager
@@ -324,7 +342,7 @@ class Budget:
             return self.reading + nbytes <= self.max_bytes // READS and (
                 small or self._by_address[True][address] + nbytes <= self.max_bytes // READ_SHARE
             )
-        return small or self._by_address[False][address] + nbytes <= self.max_bytes // WORK_SHARE
+        return small or self._by_address[False][address] + nbytes <= self.largest()
 
     def _fits(self, address: str, nbytes: int, reads: bool) -> bool:
         if not self._within_share(address, nbytes, reads):

@@ -145,13 +145,10 @@ class Models:
     @property
     def held_bytes(self) -> int:
         """The weights of every model loaded: the lab's memory budget counts them beside its runs and work
-        (app.serving.memory.Held), so a model of today's size leaves its runs the rest of the budget."""
+        (app.serving.memory.Pinned), so a model of today's size leaves its runs the rest of the budget. A model is
+        let go when more than max_loaded_models are asked for, not for a computation's room: a pass under way may
+        be using it."""
         return sum(engine.weights_bytes for engine in self._engines.values())
-
-    def let_go_oldest(self) -> bool:
-        """A model is let go when more than max_loaded_models are asked for, not for a computation's room: a
-        pass under way may be using it."""
-        return False
 
     async def engine(self, name: str | None, load: Callable[[str, Iterator[Step]], Awaitable[Engine]]) -> Engine:
         """The engine of a model by name (the default for None); one not loaded is loaded by `load`, which runs
