@@ -11,6 +11,7 @@ from fastapi.exception_handlers import http_exception_handler
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from fastapi.staticfiles import StaticFiles
+from starlette.datastructures import State
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette_compress import CompressMiddleware
 
@@ -35,6 +36,8 @@ from app.engine.model import LoadedModel, ModelLoadError, load_model
 from app.engine.rerank import CrossEncoder, load_cross_encoder
 from app.engine.runs import InvalidInput, OutOfRange, PassFailed, TextTooLong
 from app.engine.threads import one_core_elsewhere
+from app.serving.atlas import Atlases
+from app.serving.experiments import Experiments
 from app.serving.gate import Busy, PassGate, TooManyWaiting
 from app.serving.lab import Lab, RunNotFound
 from app.serving.memory import check_memory, keep_freed_memory, reserve, reserve_size
@@ -42,7 +45,7 @@ from app.serving.search import Searches
 from app.serving.server import check_protocol
 from app.serving.specs import REDIS_SCHEMES, SpecStore, StoreError, open_spec_store
 from app.settings import Settings, SettingsError, get_settings
-from app.web import api, atlas, docs, pages, search
+from app.web import api, atlas, docs, experiments, pages, search
 from app.web.middleware import (
     BoundedSend,
     CancelOnDisconnect,
@@ -74,11 +77,10 @@ def create_app(
         loaded = model or load_model(settings.model_path, placement=settings.placement)
         store = specs or open_spec_store(settings)
         app.state.secret = store.secret()  # signs the browsers' cookies (app.web.middleware.ClientCookie)
-        app.state.lab = build_lab(settings, loaded, store)
+        cross = cross_encoder or (load_cross_encoder(settings.cross_encoder) if settings.cross_encoder else None)
+        open_lab(app.state, settings, loaded, store, cross)
         # Told to stop, the work under way answers 503 at its next turn instead of being cut off at the grace.
         stop_on_signals(app.state.lab.gate.stop)
-        cross = cross_encoder or (load_cross_encoder(settings.cross_encoder) if settings.cross_encoder else None)
-        app.state.searches = Searches(app.state.lab, cross)
         # A class lives where the run specs do when that is Redis (every worker sees it), else in this process.
         backend = (
             RedisBackend(settings.store, settings.store_timeout_seconds)
@@ -136,6 +138,7 @@ def create_app(
     app.add_middleware(ForwardedClient)
     app.add_middleware(StreamsCounted)
     app.include_router(api.router)
+    app.include_router(experiments.router)
     app.include_router(atlas.router)
     app.include_router(search.router)
     app.include_router(classroom.router)
@@ -169,13 +172,21 @@ def build_lab(settings: Settings, loaded: LoadedModel, store: SpecStore) -> Lab:
         folders=settings.models,
         max_loaded_models=settings.max_loaded_models,
         max_batch_runs=settings.max_batch_runs,
-        max_attribution_step_tokens=settings.max_attribution_step_tokens,
-        max_patch_tokens=settings.max_patch_tokens,
-        max_ablation_tokens=settings.max_ablation_tokens,
         model_loads_per_hour=settings.model_loads_per_hour,
         placement=settings.placement,
         max_device_bytes=settings.max_device_bytes,
     )
+
+
+def open_lab(
+    state: State, settings: Settings, loaded: LoadedModel, store: SpecStore, cross_encoder: CrossEncoder | None = None
+) -> None:
+    """The lab and its rooms on an app's state, for the routers (app.web.deps): its runs and measures (lab), the
+    head atlas (atlases), the experiments and search, each bounded by the settings."""
+    state.lab = lab = build_lab(settings, loaded, store)
+    state.atlases = Atlases(lab, settings.max_ablation_tokens)
+    state.experiments = Experiments(lab, settings.max_attribution_step_tokens, settings.max_patch_tokens)
+    state.searches = Searches(lab, cross_encoder)
 
 
 def handle_errors(app: FastAPI) -> None:

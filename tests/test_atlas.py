@@ -19,6 +19,7 @@ from app.engine.capture import block_outputs, head_dim, starting_at
 from app.engine.model import load_model, packaged_model_path
 from app.engine.runs import BATCH_TOKENS, Engine
 from app.engine.spec import AtlasSpec, from_canonical
+from app.serving.atlas import Atlases
 from tests.conftest import TOKENIZER_FILES, LabProcess, left_midway, make_lab, run_async, start_together
 from tests.families import BUILDERS, build
 from tests.float32 import largest, pass_tolerance
@@ -100,8 +101,9 @@ def lab(minilm, tmp_path_factory):
 
 def computed(lab, spec):
     async def go():
-        await lab.start_atlas(spec)
-        return await lab.atlas(spec)
+        atlases = Atlases(lab)
+        await atlases.start(spec)
+        return await atlases.atlas(spec)
 
     return run_async(go())
 
@@ -185,15 +187,14 @@ def test_the_ablation_sample_goes_in_passes_of_the_lab_s_batch_and_gives_the_sam
 def test_an_ablation_sample_past_the_bound_is_refused_naming_the_setting_and_what_fits(minilm, tmp_path):
     """The sample's tokens × heads × blocks past ATTENTION_LAB_MAX_ABLATION_TOKENS: 422 at once, on the POST,
     saying how many of these sentences fit; as many as it says are taken."""
-    lab = make_lab(minilm, tmp_path)
-    lab.max_ablation_tokens = 72 * 40  # 40 tokens of MiniLM's 12 heads × 6 blocks
+    atlases = Atlases(make_lab(minilm, tmp_path), max_ablation_tokens=72 * 40)  # 40 tokens of 12 heads × 6 blocks
     spec = AtlasSpec(minilm.name, minilm.digest, SENTENCES, repeats=1, repeat_length=4, ablation_sentences=4)
     with pytest.raises(atlas.InvalidInput, match="ATTENTION_LAB_MAX_ABLATION_TOKENS") as refused:
-        run_async(lab.start_atlas(spec))
+        run_async(atlases.start(spec))
     fit = int(str(refused.value).split("at most ")[1].split(" ")[0])
     lengths = [len(ids) for ids in minilm.tokenizer(list(SENTENCES[:4]))["input_ids"]]
     assert sum(lengths[:fit]) <= 40 < sum(lengths[: fit + 1])
-    run_async(lab.start_atlas(AtlasSpec(minilm.name, minilm.digest, SENTENCES, 1, 4, ablation_sentences=fit)))
+    run_async(atlases.start(AtlasSpec(minilm.name, minilm.digest, SENTENCES, 1, 4, ablation_sentences=fit)))
 
 
 @pytest.mark.parametrize("name", list(BUILDERS))
@@ -253,8 +254,8 @@ def test_blocks_are_skipped_in_the_thread_that_starts_at_a_block_only(minilm):
 def test_an_atlas_is_named_by_its_spec_and_read_back_from_the_store(lab, minilm):
     spec = AtlasSpec(minilm.name, minilm.digest, SENTENCES[:2], repeats=2, repeat_length=5, ablation_sentences=1)
     assert from_canonical(spec.canonical()) == spec
-    run_async(lab.start_atlas(spec))
-    assert run_async(lab.atlas_spec(spec.run_id)) == spec
+    run_async(Atlases(lab).start(spec))
+    assert run_async(Atlases(lab).spec(spec.run_id)) == spec
 
 
 def copying_bert(folder):
@@ -340,7 +341,7 @@ def test_the_api_serves_the_numpy_scores_under_an_id_any_worker_reads(live, mini
         assert all(e["text"] == SENTENCES[e["sentence"]] for e in shown)
     assert httpx.get(f"{live.url}/api/atlas/{spec.run_id}/progress").json() == {"state": "done", "done": 0, "total": 0}
     # Another worker on the same store reads the spec back, to recompute it.
-    assert run_async(make_lab(minilm, data_dir).atlas_spec(spec.run_id)) == spec
+    assert run_async(Atlases(make_lab(minilm, data_dir)).spec(spec.run_id)) == spec
 
 
 def test_the_bounds_on_a_corpus(live):
@@ -401,8 +402,9 @@ def test_another_worker_on_the_same_store_says_how_far_a_corpus_run_is(tmp_path_
 
 def test_a_heads_queries_and_keys_share_one_pca_space_as_numpy_makes_it(lab, minilm):
     spec = AtlasSpec(minilm.name, minilm.digest, SENTENCES, 1, 2, ablation_sentences=0)
-    run_async(lab.start_atlas(spec))
-    found = run_async(lab.head_space(spec, 2, 5, Projection()))
+    atlases = Atlases(lab)
+    run_async(atlases.start(spec))
+    found = run_async(atlases.head_space(spec, 2, 5, Projection()))
     # q and k from transformers' own hidden states and the block's raw weights.
     attention = minilm.model.encoder.layer[2].attention.self
     columns = slice(5 * 32, 6 * 32)
@@ -444,8 +446,9 @@ def test_a_heads_queries_and_keys_in_tsne_are_sklearns_tsne_of_the_same_points(l
     them: transformers' model on the sentences in one padded batch, block 2's query and key layers on its
     input (the PCA test above checks them against single-sentence passes)."""
     spec = AtlasSpec(minilm.name, minilm.digest, SENTENCES, 1, 2, ablation_sentences=0)
-    run_async(lab.start_atlas(spec))
-    found = run_async(lab.head_space(spec, 2, 5, Projection("tsne", perplexity=10, seed=3)))
+    atlases = Atlases(lab)
+    run_async(atlases.start(spec))
+    found = run_async(atlases.head_space(spec, 2, 5, Projection("tsne", perplexity=10, seed=3)))
     attention = minilm.model.encoder.layer[2].attention.self
     batch = minilm.tokenizer(list(SENTENCES), return_tensors="pt", padding=True)
     with torch.inference_mode():

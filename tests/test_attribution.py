@@ -193,9 +193,9 @@ def test_integrated_gradients_past_its_cost_bound_is_422_saying_the_bound(client
     """steps × tokens is bounded (ATTENTION_LAB_MAX_ATTRIBUTION_STEP_TOKENS: 65,536 by default, 256 steps at
     the 256 tokens MiniLM's pooling reads, which tests/test_heavy_work.py runs): past it a request is refused
     before any work, saying the bound."""
-    lab = client.app.state.lab
-    assert lab.max_attribution_step_tokens == 65_536
-    monkeypatch.setattr(lab, "max_attribution_step_tokens", 256 * 255)
+    experiments = client.app.state.experiments
+    assert experiments.max_attribution_step_tokens == 65_536
+    monkeypatch.setattr(experiments, "max_attribution_step_tokens", 256 * 255)
     long_text = " ".join(f"w{n}" for n in range(300))
     refused = client.post("/api/attribution", json={"text": long_text, "other": OTHER, "steps": 256})
     assert refused.status_code == 422

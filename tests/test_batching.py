@@ -14,7 +14,7 @@ from app.engine.runs import Engine, NothingToRead
 from app.serving.gate import Client
 from app.serving.memory import RESERVE
 from app.web.api import view_answer
-from app.web.schemas import AttentionView
+from app.web.schemas.runs import AttentionView
 from tests.conftest import make_lab, run_async
 from tests.families import build
 from tests.float32 import largest, pass_tolerance
@@ -163,7 +163,7 @@ def test_requests_waiting_together_share_a_pass_with_their_own_numbers(tiny, tmp
 
 def test_a_batch_is_filled_in_fair_order_not_by_one_clients_flood(tiny, tmp_path, monkeypatch):
     lab = make_lab(tiny, tmp_path)
-    lab.max_batch_runs = 2
+    lab.works.max_batch = 2
     batches = recorded_batches(lab, monkeypatch)
     hog, b, c = Client("10.0.0.1"), Client("10.0.0.2"), Client("10.0.0.3")
     queue_behind_a_held_turn(lab, [("hog 1", hog), ("hog 2", hog), ("hog 3", hog), ("b 1", b), ("c 1", c)])
@@ -230,8 +230,8 @@ def test_a_bursts_views_compute_nothing_while_the_budget_keeps_its_passs_weights
 
     runs = run_async(burst())
     assert batches == [CLASS] and len({len(run.tokens) for run in runs}) > 1  # one pass, padded
-    turns, real = [], lab.model_threads.run
-    monkeypatch.setattr(lab.model_threads, "run", lambda work, *args: turns.append(work) or real(work, *args))
+    turns, real = [], lab.works.threads.run
+    monkeypatch.setattr(lab.works.threads, "run", lambda work, *args: turns.append(work) or real(work, *args))
     bodies = run_async(views(runs))
     assert lab.blocks.computed == 0 and turns == []
     assert run_async(views_beside_work_that_needs_the_room(runs)) == bodies
@@ -262,7 +262,7 @@ def test_short_prompts_share_a_turn_up_to_one_pass_of_padded_tokens(tiny, tmp_pa
     """A class's prompts take as few turns as fit in the engine's pass (BATCH_TOKENS = 2048 padded tokens):
     forty-token prompts, 51 to a turn."""
     lab = make_lab(tiny, tmp_path, max_runs=64)
-    lab.max_batch_runs = 1_000
+    lab.works.max_batch = 1_000
     batches = recorded_batches(lab, monkeypatch)
     texts = texts_of(lab.engine, 40, 60, "learner")
     queue_behind_a_held_turn(

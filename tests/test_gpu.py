@@ -74,7 +74,7 @@ def test_the_gpus_budget_is_its_free_memory_and_bounds_the_work_done_there(shard
     free = torch.cuda.mem_get_info(loaded.device)[0]
     lab = Lab(loaded, spec_store(tmp_path), PassGate(1, 64, 4, 30), max_chars=10_000, max_runs=8, max_cache_bytes=10**9)
     engine = lab.models.loaded(lab.models.default)
-    assert abs(lab.device_budget(engine).max_bytes - free * 7 // 8) < free // 100
+    assert abs(lab.works.device_budget(engine).max_bytes - free * 7 // 8) < free // 100
     long = engine.spec("word " * 150)
     small = Lab(
         loaded,
@@ -89,7 +89,7 @@ def test_the_gpus_budget_is_its_free_memory_and_bounds_the_work_done_there(shard
         run_async(small.submit(long))
     run = run_async(lab.submit(long))
     assert run.activations[names.attn(0, "q")].device.type == "cpu"
-    assert lab.device_budget(engine).granted == 0
+    assert lab.works.device_budget(engine).granted == 0
 
 
 MEASURE_FAMILIES = ["llama", "embeddinggemma"]  # a decoder with RoPE, an encoder with Dense steps after its pooling

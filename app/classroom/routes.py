@@ -4,7 +4,6 @@ in app.classroom.classes; a question's choices and answer come from the run's nu
 (app.engine.questions), from the measures as the attention endpoint has them (at the model's turns, kept)."""
 
 import io
-import json
 import socket
 from typing import Annotated
 
@@ -13,7 +12,6 @@ import segno
 from fastapi import APIRouter, Cookie, Depends, Header, Request, Response
 from fastapi.responses import StreamingResponse
 from starlette.concurrency import run_in_threadpool
-from starlette.types import Receive, Scope, Send
 
 from app.classroom.classes import Classes, ClassModeOff
 from app.classroom.schemas import (
@@ -38,11 +36,12 @@ from app.classroom.schemas import (
 from app.engine import questions
 from app.engine.runs import InvalidInput
 from app.serving.server import is_loopback
-from app.web.deps import ClientDep, LabDep, SearchesDep
+from app.web.deps import ClientDep, ExperimentsDep, LabDep, SearchesDep
+from app.web.events import RESPONSES as events_responses
+from app.web.events import EventStream
 
 router = APIRouter(prefix="/api/classes", tags=["class mode"])
 TEACHER_COOKIE = "lab_class_teacher"  # the secret again, for the teacher's own event streams and CSV link
-RETRY_MS = 1000  # how soon a browser's EventSource reconnects after a stream ends
 
 
 async def get_classes(request: Request) -> Classes:
@@ -132,6 +131,7 @@ async def ask(
     body: QuestionAsk,
     classes: ClassesDep,
     lab: LabDep,
+    experiments: ExperimentsDep,
     searches: SearchesDep,
     client: ClientDep,
     secret: Secret = None,
@@ -150,7 +150,7 @@ async def ask(
     elif isinstance(body, HeadAsk):
         question = await run_in_threadpool(questions.head, run, body.layer, body.pattern)
     elif isinstance(body, PatchAsk):
-        question = await patch_question(lab, run, engine, body, client)
+        question = await patch_question(experiments, run, engine, body, client)
     elif isinstance(body, SearchAsk):
         question = await search_question(searches, run, body, client)
     else:
@@ -160,7 +160,7 @@ async def ask(
     return await classes.ask(code, question, view, step, body.text, body.test)
 
 
-async def patch_question(lab, run, engine, body: PatchAsk, client) -> questions.Question:
+async def patch_question(experiments, run, engine, body: PatchAsk, client) -> questions.Question:
     """A patch question's sweep, as POST /api/patch computes it, over the run's text as that endpoint reads it:
     alone, with the model's own mask and pooling and no prompt."""
     spec = run.spec
@@ -170,7 +170,7 @@ async def patch_question(lab, run, engine, body: PatchAsk, client) -> questions.
         sweep = {"site": "head", "sweep": "blocks_heads", "position": body.token}
     else:
         sweep = {"site": "resid_pre", "sweep": "blocks_positions"}
-    answer = await lab.patch(spec.model, client, text=spec.text, source=body.source, align=body.align, **sweep)
+    answer = await experiments.patch(spec.model, client, text=spec.text, source=body.source, align=body.align, **sweep)
     return await run_in_threadpool(questions.patched, answer, body.layer, body.by, body.source)
 
 
@@ -250,30 +250,7 @@ async def score(code: Code, learner: str, classes: ClassesDep, client: ClientDep
     return await classes.score(code, learner, client)
 
 
-class EventStream(StreamingResponse):
-    """Server-Sent Events from a class's `follow`: the stream is opened when the response is sent, so
-    that a refusal (404, 403, 429, 503) is still an ordinary answer, and closed with the response
-    whichever way it ends."""
-
-    def __init__(self, following):
-        super().__init__(
-            iter(()), media_type="text/event-stream", headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"}
-        )
-        self.following = following
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        async with self.following as events:
-            self.body_iterator = sse(events)
-            await super().__call__(scope, receive, send)
-
-
-async def sse(events):
-    yield f"retry: {RETRY_MS}\n\n"
-    async for event in events:
-        yield ": still here\n\n" if event is None else f"event: {event[0]}\ndata: {json.dumps(event[1])}\n\n"
-
-
-@router.get("/{code}/events", response_class=StreamingResponse, responses={200: {"content": {"text/event-stream": {}}}})
+@router.get("/{code}/events", response_class=StreamingResponse, responses=events_responses)
 async def events(
     code: Code, classes: ClassesDep, client: ClientDep, secret: Secret = None, cookie: TeacherCookie = None
 ):

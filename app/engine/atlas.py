@@ -261,7 +261,7 @@ def atlas_slices(
     progress: Callable[[int, int], None],
     max_ablation_tokens: int | None = None,
 ) -> Iterator[Callable]:
-    """The atlas in slices of work, each one padded pass of at most BATCH_TOKENS padded tokens (Lab.in_turns
+    """The atlas in slices of work, each one padded pass of at most BATCH_TOKENS padded tokens (app.serving.work
     runs one per turn at the gate): the sentences, the repeated sequences, then the ablation sample in groups
     of sentences of similar length: each group's pass, then one pass per block with each of its heads
     switched off in turn, from the block's input on (group × heads rows). The last slice returns the Atlas.
@@ -475,6 +475,13 @@ def space_slices(engine: Engine, spec: AtlasSpec, layer: int, head: int, max_tok
         }
 
     yield finish
+
+
+def projection_bytes(q: Tensor, k: Tensor) -> int:
+    """project's peak memory, stated before it starts: its rows in float64 a few times over (PCA's centred copy and
+    its decomposition, t-SNE's neighbours and gradients), and t-SNE's pairwise distances of its rows."""
+    rows, columns = len(q) + len(k), q.shape[1]
+    return 8 * (4 * rows * columns + rows * rows)
 
 
 def project(q: Tensor, k: Tensor, projection: Projection = Projection()) -> dict:

@@ -15,12 +15,16 @@ order: the slices together give exactly what Captum gives with that batch size.
 """
 
 from collections.abc import Callable
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 import torch
 from torch import Tensor
 
 from app.engine.capture import on_cpu
+from app.engine.model import upcast_bytes
+
+if TYPE_CHECKING:
+    from app.engine.runs import Engine
 
 Method = Literal["integrated_gradients", "gradient_x_input"]
 Target = Literal["similarity", "next_token"]
@@ -33,6 +37,12 @@ STEP_TOKENS_PER_SLICE = 256
 
 def steps_per_slice(tokens: int) -> int:
     return max(1, STEP_TOKENS_PER_SLICE // tokens)
+
+
+def attribution_bytes(engine: "Engine", tokens: int) -> int:
+    """Attribution's peak memory, stated before it starts: a slice's batch of steps with their gradients, and the
+    model's float32 copy where it is in half precision."""
+    return engine.backward_bytes(steps_per_slice(tokens), tokens) + upcast_bytes(engine.loaded)
 
 
 def hidden_states(trunk, family, types: Tensor, **inputs) -> Tensor:

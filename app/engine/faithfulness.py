@@ -47,7 +47,7 @@ from transformers import PreTrainedModel
 
 from app.engine import names
 from app.engine.capture import model_inputs, on_cpu, thread_hooks
-from app.engine.model import upcast
+from app.engine.model import upcast, upcast_bytes
 from app.engine.patching import changing_input, site_module
 from app.engine.placement import dtype_name
 from app.engine.runs import BATCH_TOKENS, Engine, InvalidInput, Run, sequence
@@ -84,6 +84,15 @@ def keys_of(spec: RunSpec, n: int, query: int | None) -> list[int]:
     if query is None:
         return list(range(n))
     return list(range(query + 1)) if spec.mask == "causal" else list(range(n))
+
+
+def scoreboard_bytes(engine: Engine, tokens: int) -> int:
+    """The scoreboard's peak memory, stated before it starts: its gradient pass, a padded pass of removals, and
+    where the model is in half precision its float32 copy and the copy's run of the text."""
+    nbytes = engine.backward_bytes(1, tokens) + engine.transient_bytes(BATCH_TOKENS // tokens + 1, tokens)
+    if upcast_bytes(engine.loaded):
+        nbytes += upcast_bytes(engine.loaded) + engine.run_bytes(tokens)
+    return nbytes
 
 
 def check(engine: Engine, spec: RunSpec, query: int | None, other: str | None, max_cost: int | None) -> None:

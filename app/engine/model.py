@@ -421,7 +421,7 @@ def in_float32(
     """A computation's slices on the model's own numbers in float32 (Integrated Gradients, patching, the
     scoreboard's passes): `slices` themselves for a float32 model; for a bfloat16 or float16 one, a first slice
     that makes its float32 copy (upcast), then slices_for(the copy), which hold it until the last has run.
-    Asked for one at a time (app.serving.lab.Lab.in_turns), so the copy is made at a turn of the gate."""
+    Asked for one at a time (app.serving.work), so the copy is made at a turn of the gate."""
     if loaded.model.dtype == torch.float32:
         yield from slices
         return

@@ -8,6 +8,7 @@ from torch import Tensor
 from transformers import PreTrainedModel
 
 from app.engine.capture import Sequence
+from app.engine.model import upcast_bytes
 from app.engine.patching import SITES, Cell, partner, patched_outputs
 from app.engine.placement import dtype_name
 from app.engine.runs import BATCH_TOKENS, Engine, InvalidInput
@@ -153,6 +154,13 @@ def patch_job(
         }
 
     return [*(lambda chunk=chunk: compute(chunk) for chunk in chunks), answer]
+
+
+def patch_bytes(engine: Engine, tokens: int) -> int:
+    """Patching's peak memory, stated before it starts: a padded pass of as many cells as a slice holds, the run of
+    input A it patches, and the model's float32 copy where it is in half precision."""
+    nbytes = engine.transient_bytes(BATCH_TOKENS // tokens + 2, tokens) + engine.run_bytes(tokens)
+    return nbytes + upcast_bytes(engine.loaded)
 
 
 def sequence_of(engine: Engine, tokens) -> Sequence:

@@ -34,7 +34,7 @@ class CrossEncoder:
 
     def score_slices(self, query: str, documents: list[str]) -> Iterator[Callable]:
         """The relevance of each document to the query, in padded passes of at most BATCH_TOKENS tokens (one a
-        slice, Lab.in_turns); the last slice returns them in the documents' order."""
+        slice, app.serving.work); the last slice returns them in the documents' order."""
         ids = self.read(query, documents)
         order = sorted(range(len(ids)), key=lambda index: len(ids[index]))
         scores: list[float] = [0.0] * len(ids)

@@ -129,7 +129,7 @@ class SearchIndex:
 
 
 def vector_slices(engine: Engine, spec: IndexSpec, progress: Callable[[int, int], None]) -> Iterator[Callable]:
-    """The index in slices of work, each one padded pass of at most BATCH_TOKENS padded tokens (Lab.in_turns
+    """The index in slices of work, each one padded pass of at most BATCH_TOKENS padded tokens (app.serving.work
     runs one per turn at the gate), documents of similar length together; the last slice returns the
     SearchIndex. `progress(done, total)` is called after each pass."""
     check_index(spec)
@@ -139,7 +139,9 @@ def vector_slices(engine: Engine, spec: IndexSpec, progress: Callable[[int, int]
     # A model without an adapter reads one input per pass: how it would read padding is not known.
     most = 0 if loaded.family.attention_only else BATCH_TOKENS
     groups = batches(order, lambda _: 0, lambda index: len(ids[index]), most)
-    vectors: list[Tensor | None] = [None] * len(ids)
+    # Made whole before the passes, not a small tensor per document between them: those landed in the holes the
+    # passes' freed blocks left and split them, and the process grew by the heap's fragments as the index went.
+    vectors = torch.empty(len(ids), vector_size(engine))
     skip = 0 if loaded.pipeline.include_prompt else engine.prompt_length(spec.prompt)
 
     def encode(number: int, group: list[int]) -> None:
@@ -151,9 +153,8 @@ def vector_slices(engine: Engine, spec: IndexSpec, progress: Callable[[int, int]
         yield lambda number=number, group=group: encode(number, group)
 
     def finish() -> SearchIndex:
-        stacked = torch.stack(vectors)
-        unit = stacked.double() / stacked.double().norm(dim=1, keepdim=True)
-        return SearchIndex(spec, stacked, unit, sum(map(len, ids)), cut, len(groups))
+        unit = vectors.double() / vectors.double().norm(dim=1, keepdim=True)
+        return SearchIndex(spec, vectors, unit, sum(map(len, ids)), cut, len(groups))
 
     yield finish
 
@@ -196,6 +197,22 @@ def pair_slices(engine: Engine, query: str, documents: list[str], spent: list[fl
 
     for group in batches(order, lambda _: 0, lambda index: len(rows[index][0]), most):
         yield lambda group=group: read(group)
+
+
+def pair_groups(lengths: list[int]) -> list[list[int]]:
+    """The pairs (by their lengths as read) in padded passes of at most BATCH_TOKENS tokens, shortest first."""
+    order = sorted(range(len(lengths)), key=lambda index: lengths[index])
+    return batches(order, lambda _: 0, lambda index: lengths[index], BATCH_TOKENS)
+
+
+def pairs_bytes(engine: Engine, lengths: list[int], groups: list[list[int]], shown: int, after: int) -> int:
+    """The peak memory of reading pairs as runs (Searches.pairs), stated before they start: a group's padded pass
+    and the runs it keeps, one run's every block of weights (its A → B share), the shown pair's run held to the
+    end, or `after` (what the passes after them take: timed pairs, a cross-encoder's) where that is more."""
+    config = engine.loaded.model.config
+    runs = max(engine.pass_bytes([lengths[index] for index in group]) for group in groups)
+    weights = max(config.num_hidden_layers * config.num_attention_heads * length**2 * 4 for length in lengths)
+    return max(runs + weights, after) + engine.run_bytes(lengths[shown])
 
 
 def pair_bytes(engine: Engine, query: str, documents: list[str]) -> int:

@@ -1,6 +1,6 @@
 """Where a widget's requests go: the lab in this kernel, or a lab running elsewhere. Either is the lab's own
 HTTP API behind an httpx client: in the kernel, the API's router and error answers (app.web.api,
-app.main.handle_errors) over a Lab built from the settings as a server builds it (app.main.build_lab), called
+app.main.handle_errors) over a Lab built from the settings as a server builds it (app.main.open_lab), called
 in process; elsewhere, the running lab over HTTP. So a widget asks exactly what the page asks and gets exactly
 what the page gets: the same routes, encodings (app.web.encoding) and error sentences.
 
@@ -18,10 +18,10 @@ import httpx
 from fastapi import FastAPI
 
 from app.engine.model import LoadedModel, adopt, load_model
-from app.main import build_lab, handle_errors
+from app.main import handle_errors, open_lab
 from app.serving.specs import open_spec_store
 from app.settings import get_settings
-from app.web import api
+from app.web import api, experiments
 
 # What a widget may ask: the lab's API, nothing else of the server (nor of the machine the lab runs on).
 API = "/api/"
@@ -94,8 +94,9 @@ def api_app(loaded: LoadedModel) -> FastAPI:
     store = open_spec_store(settings.model_copy(update={"store": "sqlite", "data_dir": folder}))
     app = FastAPI()
     app.include_router(api.router)
+    app.include_router(experiments.router)
     handle_errors(app)
-    app.state.lab = build_lab(settings, loaded, store)
+    open_lab(app.state, settings, loaded, store)
     return app
 
 

@@ -1,12 +1,10 @@
 """Serving search (app.engine.search): an index computed once per spec however many ask for it, in padded passes
-at turns of the gate, with its progress shared through the spec store as the atlas's is, called off at its next
-pass once nobody waits for it; the HNSW graph over it built in slices and kept beside it; a query's one pass;
+at turns of the gate, with its progress shared through the spec store, called off at its next pass once nobody
+waits for it; the HNSW graph over it built in slices and kept beside it; a query's one pass;
 and the top k re-read as (query, document) pairs, by the lab's own model as runs of the lab and, where the lab
 is given one, by a cross-encoder."""
 
 import asyncio
-import logging
-import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable
@@ -18,19 +16,18 @@ import torch
 from app.engine import search
 from app.engine.rerank import CrossEncoder
 from app.engine.runs import Engine, InvalidInput
-from app.engine.spec import RUN_ID, IndexSpec
+from app.engine.spec import IndexSpec
 from app.engine.threads import CORES, use_cores
 from app.serving.gate import ANYONE, Client
-from app.serving.lab import PROGRESS_EVERY, ForeignRun, Lab, RunNotFound
+from app.serving.lab import ForeignRun, Lab, RunNotFound
+from app.serving.work import Work
 
-log = logging.getLogger("uvicorn.error")
 MAX_PAIRS = 20  # pairs re-read at once: each a run of the lab, one pass each
 # A query this short is read on one core of the model's thread: on this 2-core machine (busy with other work) a
 # query of 8 tokens took 34-44 ms on the thread's two cores and 11 ms on one, of 60 tokens 53 against 26 ms,
 # of 120 tokens 75 against 42 ms (median of 12 each); the OpenMP team's second worker waits for a core.
 SHORT_QUERY_TOKENS = 64
 KEPT_SPECS = 16  # index specs kept read (each up to 5,000 documents: at most 10 MB)
-CROSS_SEGMENT = "A → B"
 
 
 class IndexNotFound(RunNotFound):
@@ -52,7 +49,6 @@ class Searches:
     def __init__(self, lab: Lab, cross_encoder: CrossEncoder | None = None):
         self.lab = lab
         self.cross_encoder = cross_encoder
-        self._progress: dict[str, tuple[int, int]] = {}  # index id -> (passes done, passes to do), on this worker
         # Specs read from the store, by id: a spec never changes, and reading one of 3,080 documents back (its
         # JSON parsed, its id hashed again) cost a query about 10 ms.
         self._specs: OrderedDict[str, IndexSpec] = OrderedDict()
@@ -61,19 +57,18 @@ class Searches:
         """The index's spec checked and put in the shared store: its id names it on every worker."""
         search.check_index(spec)
         await self.lab.engine_for(spec.model, client)
-        await self.lab._stored(spec)
+        await self.lab.store(spec)
 
     async def spec(self, index_id: str) -> IndexSpec:
         """An index's spec by id, of a model this lab serves with the same weights."""
         spec = self._specs.get(index_id)
         if spec is None:
-            spec = await asyncio.to_thread(self.lab.specs.get, index_id) if RUN_ID.fullmatch(index_id) else None
-            if not isinstance(spec, IndexSpec):
-                raise IndexNotFound(index_id)
+            spec = await self.lab.stored_spec(index_id, IndexSpec, IndexNotFound)
             spec.__dict__["run_id"] = index_id  # its hash, known: the cached_property's own slot
             self._specs[index_id] = spec
             while len(self._specs) > KEPT_SPECS:
                 self._specs.popitem(last=False)
+            return spec
         self._specs.move_to_end(index_id)
         engine = self.lab.models.loaded(spec.model)
         if spec.model not in self.lab.models.names or (
@@ -83,11 +78,13 @@ class Searches:
         return spec
 
     async def progress(self, index_id: str) -> dict:
-        """How far the index's passes are, on this worker or (through the shared store) another."""
+        """How far the index's passes are, on this worker or (through the shared store) another. An unknown id
+        is not found."""
         if self.lab.runs.get(f"index/{index_id}") is not None:
             return {"state": "done", "done": 0, "total": 0}
-        said = self._progress.get(index_id) or await asyncio.to_thread(self.lab.specs.progress, index_id)
+        said = await self.lab.works.progress_of(index_id)
         if said is None:
+            await self.spec(index_id)
             return {"state": "not running", "done": 0, "total": 0}
         return {"state": "running", "done": said[0], "total": said[1]}
 
@@ -98,21 +95,17 @@ class Searches:
         kept = self.lab.runs.get(key)
         if kept is not None:
             return kept
-        return await self.lab._once(key, lambda: self._computed_index(key, spec, client))
+        return await self.lab.works.once(key, lambda: self._computed_index(key, spec, client))
 
     async def _computed_index(self, key: str, spec: IndexSpec, client: Client) -> search.SearchIndex:
         engine = await self.lab.engine_for(spec.model, client)
         if spec.model_digest != engine.loaded.digest:
             raise ForeignRun(spec.run_id, spec, engine.loaded)
-        told = Told(self.lab, self._progress, spec.run_id)
         started = time.perf_counter()
-        try:
-            slices = search.vector_slices(engine, spec, told)
-            found = await self.lab.in_turns(
-                f"the index {spec.run_id}", slices, client, search.index_bytes(engine, spec), on=engine
-            )
-        finally:
-            await asyncio.to_thread(told.end)
+        async with self.lab.works.progress(spec.run_id) as progress:
+            slices = search.vector_slices(engine, spec, progress)
+            work = Work(f"the index {spec.run_id}", slices, search.index_bytes(engine, spec), on=engine)
+            found = await self.lab.works.run(work, client)
         found.seconds = time.perf_counter() - started
         self.lab.runs.put(key, found, counted=False)
         return found
@@ -129,12 +122,12 @@ class Searches:
             nbytes = search.graph_bytes(len(index.unit), index.unit.shape[1], m)
             what = f"the HNSW graph (M {m}, ef_construction {ef_construction}) of index {index.index_id}"
             started = time.perf_counter()
-            graph = await self.lab.in_turns(what, search.graph_slices(index, m, ef_construction), client, nbytes)
+            graph = await self.lab.works.run(Work(what, search.graph_slices(index, m, ef_construction), nbytes), client)
             graph.build_seconds = time.perf_counter() - started
             self.lab.runs.put(key, graph, counted=False)
             return graph
 
-        return await self.lab._once(key, build)
+        return await self.lab.works.once(key, build)
 
     async def query(
         self,
@@ -166,8 +159,8 @@ class Searches:
             before = (engine.loaded.pipeline.prompts[prompt] if prompt is not None else "") + prefix
             return QueryRead(before + text, len(ids[0]), vector, pass_ms), then(vector) if then else None
 
-        nbytes = engine.transient_bytes(1, len(ids[0]))
-        return await self.lab.in_turns(f"the query of {len(ids[0])} tokens", [read], client, nbytes, on=engine)
+        work = Work(f"the query of {len(ids[0])} tokens", [read], engine.transient_bytes(1, len(ids[0])), engine)
+        return await self.lab.works.run(work, client)
 
     async def search(
         self,
@@ -224,10 +217,12 @@ class Searches:
         self, spec: IndexSpec, text: str, documents: list[int], layer: int, head: int | None, shown: int, client
     ) -> dict:
         """The documents re-read with the query as pairs, [CLS] query [SEP] document [SEP]: each a run of the
-        lab (query as A, document as B), computed together in one turn at the gate, with the share of attention
-        its A tokens give its B tokens (every block and head); the A → B cells of pair `shown` in block `layer`,
-        head `head` (None: the mean of the heads); what reading the pairs costs, timed on padded passes of their
-        own (pair_slices; the runs may be kept); and, where the lab has a cross-encoder, each pair's relevance."""
+        lab (query as A, document as B), with the share of attention its A tokens give its B tokens (every block
+        and head); the A → B cells of pair `shown` in block `layer`, head `head` (None: the mean of the heads);
+        what reading the pairs costs, timed on padded passes of their own (pair_slices; the runs may be kept);
+        and, where the lab has a cross-encoder, each pair's relevance. One piece of work, its memory taken at
+        once: the runs are computed a padded pass a turn, each measured and let go (the run cache keeps what it
+        has room for), so that the most pairs asked for fit the budget of one client."""
         if not 1 <= len(documents) <= MAX_PAIRS:
             raise InvalidInput(f"re-read 1 to {MAX_PAIRS} documents as pairs, not {len(documents)}")
         if not 0 <= shown < len(documents):
@@ -239,53 +234,44 @@ class Searches:
         layers, heads = engine.info["layers"], engine.info["heads"]
         if not 0 <= layer < layers or (head is not None and not 0 <= head < heads):
             raise InvalidInput(f"no block {layer}, head {head}: blocks are 0 to {layers - 1}, heads 0 to {heads - 1}")
-        specs = [engine.spec(text, spec.documents[document], prompt="") for document in documents]
-        # One turn at the gate for them all (a client may wait for only a few turns at once), then their specs in
-        # the shared store, so that every worker opens them by id.
-        lengths = [engine.length(pair) for pair in specs]
-        for pair in specs:  # their bytes held for this request, which reads them (Budget.hold), as submit does
-            await self.lab._read(engine, pair, client)
-        what = f"the runs of {len(specs)} pairs"
-        outcomes = await self.lab.in_turns(
-            what, [lambda: self.lab.analyze_batch(specs)], client, engine.pass_bytes(lengths), on=engine
-        )
-        failed = next((outcome for outcome in outcomes if isinstance(outcome, Exception)), None)
-        if failed is not None:
-            raise failed
-        runs = outcomes
-        await asyncio.gather(*(self.lab._stored(pair) for pair in specs))
-        # The runs may be kept already: what reading the pairs costs is timed on passes of their own.
         texts = [spec.documents[document] for document in documents]
-        spent: list[float] = []
-        nbytes = search.pair_bytes(engine, text, texts)
-        slices = search.pair_slices(engine, text, texts, spent)
-        await self.lab.in_turns(f"{len(texts)} pairs", slices, client, nbytes, on=engine)
-        shares = []
-        for run in runs:
-            weights = await self.lab.measured(run, "weights", None, client)
-            shares.append(cross_share(run, weights))
-        chosen = runs[shown]
-        (block,) = await self.lab.measured(chosen, "weights", layer, client)
-        rows, cols = segment(chosen, "A"), segment(chosen, "B")
-        cells = (block.double().mean(0) if head is None else block[head].double())[rows][:, cols]
-        relevance, cross_ms = None, None
-        if self.cross_encoder is not None:
-            cross = self.cross_encoder
+        specs = [engine.spec(text, document, prompt="") for document in texts]
+        lengths = await asyncio.to_thread(lambda: [engine.read_ahead(pair) for pair in specs])
+        measured: dict = {"shares": [None] * len(specs), "spent": []}
+
+        def measure(group: list[int]) -> None:
+            outcomes = self.lab.analyze_batch([specs[index] for index in group])
+            for index, run in zip(group, outcomes, strict=True):
+                if isinstance(run, Exception):
+                    raise run
+                measured["shares"][index] = cross_share(run, [run.weights(each) for each in range(layers)])
+                if index == shown:
+                    block = run.weights(layer)
+                    rows, cols = segment(run, "A"), segment(run, "B")
+                    cells = (block.double().mean(0) if head is None else block[head].double())[rows][:, cols]
+                    measured["shown"] = {"run": run, "rows": rows, "cols": cols, "cells": cells}
+
+        groups = search.pair_groups(lengths)
+        slices = [lambda group=group: measure(group) for group in groups]
+        # The runs may be kept already: what reading the pairs costs is timed on passes of their own.
+        slices += search.pair_slices(engine, text, texts, measured["spent"])
+        timed = search.pair_bytes(engine, text, texts)
+        cross, cross_started = self.cross_encoder, []
+        if cross is not None:  # the last slice returns each pair's relevance
             longest = max(map(len, cross.read(text, texts)))
-            started = time.perf_counter()
-            relevance = await self.lab.in_turns(
-                f"the cross-encoder's {len(texts)} pairs",
-                cross.score_slices(text, texts),
-                client,
-                cross.pass_bytes(len(texts), longest),
-            )
-            cross_ms = (time.perf_counter() - started) * 1000
+            slices += [lambda: cross_started.append(time.perf_counter()), *cross.score_slices(text, texts)]
+            timed = max(timed, cross.pass_bytes(len(texts), longest))
+        nbytes = search.pairs_bytes(engine, lengths, groups, shown, timed)
+        last = await self.lab.works.run(Work(f"the runs of {len(specs)} pairs", slices, nbytes, engine), client)
+        relevance = last if cross is not None else None
+        cross_ms = (time.perf_counter() - cross_started[0]) * 1000 if cross is not None else None
+        await asyncio.gather(*(self.lab.store(pair) for pair in specs))
         return {
-            "runs": runs,
-            "shares": shares,
-            "pairs_ms": sum(spent) * 1000,
-            "pair_passes": len(spent),
-            "shown": {"run": chosen, "rows": rows, "cols": cols, "cells": cells},
+            "run_ids": [pair.run_id for pair in specs],
+            "shares": measured["shares"],
+            "pairs_ms": sum(measured["spent"]) * 1000,
+            "pair_passes": len(measured["spent"]),
+            "shown": measured["shown"],
             "relevance": relevance,
             "cross_ms": cross_ms,
         }
@@ -302,31 +288,3 @@ def cross_share(run, weights: list[torch.Tensor]) -> float:
     rows, cols = segment(run, "A"), segment(run, "B")
     stacked = torch.stack([block.double() for block in weights])  # [layer, head, query, key]
     return float(stacked[:, :, rows][..., cols].sum(-1).mean())
-
-
-class Told:
-    """An index's progress as its passes go (on the model's thread): this worker's, and the shared store's at
-    most every PROGRESS_EVERY seconds; once the run is over (done or called off), a pass still finishing in the
-    model's thread says nothing more."""
-
-    def __init__(self, lab: Lab, progress: dict, index_id: str):
-        self.lab, self.progress, self.index_id = lab, progress, index_id
-        self.progress[index_id] = (0, 0)
-        self.said = 0.0
-        self.over = False
-        self.saying = threading.Lock()
-
-    def __call__(self, done: int, total: int) -> None:
-        with self.saying:
-            if self.over:
-                return
-            self.progress[self.index_id] = (done, total)
-            if time.monotonic() - self.said >= PROGRESS_EVERY:
-                self.said = time.monotonic()
-                self.lab._tell_store(self.index_id, done, total)
-
-    def end(self) -> None:
-        with self.saying:
-            self.over = True
-            del self.progress[self.index_id]
-            self.lab._tell_store(self.index_id, -1, -1)

@@ -24,15 +24,13 @@ from app.serving.server import is_loopback
 from app.web.compression import MIN_BYTES, chosen_encoding, compressed
 from app.web.deps import ClientDep, LabDep, request_reads
 from app.web.encoding import MEDIA_TYPE, PIECE_BYTES, encode_attention, on_wire
-from app.web.schemas import (
+from app.web.schemas.common import ErrorResponse, ValidationErrorResponse
+from app.web.schemas.runs import (
     AnalyzeRequest,
     AnalyzeResponse,
     AttentionView,
-    AttributionRequest,
-    AttributionResponse,
     CompareResponse,
     EmbeddingsResponse,
-    ErrorResponse,
     HeadResponse,
     HeadStatsResponse,
     Health,
@@ -41,17 +39,12 @@ from app.web.schemas import (
     ModelsResponse,
     NearestResponse,
     NextTokensResponse,
-    PatchRequest,
-    PatchResponse,
     Pooled,
     PoolingRequest,
     PoolingResponse,
     QueryResponse,
     RolloutResponse,
-    ScoreboardRequest,
-    ScoreboardResponse,
     TokenTraceResponse,
-    ValidationErrorResponse,
 )
 
 Result = TypeVar("Result")
@@ -110,7 +103,7 @@ async def answered(lab: Lab, client, what: str, nbytes: int, content: Callable[[
     """An answer whose content grows with the run (whole blocks of weights, a rollout, rows of every token),
     made and written as JSON on a worker thread, holding `nbytes` of the lab's memory budget: its peak, as
     stated from the run's shapes before it starts."""
-    return await lab.computed(what, nbytes, lambda: NumbersResponse(content()), client)
+    return await lab.works.on_thread(what, nbytes, lambda: NumbersResponse(content()), client)
 
 
 def json_bytes(tensors: Iterable[Tensor]) -> int:
@@ -340,43 +333,6 @@ async def pooling(body: PoolingRequest, lab: LabDep, client: ClientDep):
             },
         }
     )
-
-
-@router.post("/attribution", response_model=AttributionResponse)
-async def attribution(body: AttributionRequest, lab: LabDep, client: ClientDep):
-    """Gradient × input or Integrated Gradients (Captum), per token of `text`, of the two sentences' cosine or
-    of the LM head's logit of the next token."""
-    ask = body.model_dump(exclude={"model"})
-    found = await lab.attribution(body.model, client, **ask)
-    return NumbersResponse(
-        {
-            **found,
-            "tokens": [token.__dict__ for token in found["tokens"]],
-            "attributions": on_wire(found["attributions"]).numpy(),
-        }
-    )
-
-
-@router.post("/patch", response_model=PatchResponse)
-async def patch(body: PatchRequest, lab: LabDep, client: ClientDep):
-    """Activation patching: input A run again with one activation (a site, at one position or all) taken from
-    input B, or a sweep of such patches over every block × position or block × head; the effect on A's
-    sentence vector (encoder) or next-token target (decoder)."""
-    found = await lab.patch(body.model, client, **body.model_dump(exclude={"model"}))
-    return {
-        **found,
-        "a_tokens": [token.__dict__ for token in found["a_tokens"]],
-        "b_tokens": [token.__dict__ for token in found["b_tokens"]],
-    }
-
-
-@router.post("/scoreboard", response_model=ScoreboardResponse)
-async def scoreboard(body: ScoreboardRequest, lab: LabDep, client: ClientDep):
-    """The faithfulness scoreboard: per block and head, the rank correlations of four accounts of which keys
-    a query draws on (weights, norm-weighted, ALTI, gradient × contribution) with each other and with an
-    intervention that takes one key's contribution out of the head and runs the model again."""
-    found = await lab.scoreboard(body.model, client, **body.model_dump(exclude={"model"}))
-    return {**found, "tokens": [token.__dict__ for token in found["tokens"]]}
 
 
 @router.get("/runs/{run_id}/layers/{layer}/heads/{head}", response_model=HeadResponse, responses=NOT_FOUND)

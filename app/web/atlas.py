@@ -7,8 +7,9 @@ from fastapi import APIRouter, Depends, Query
 from app.engine import atlas
 from app.engine.labels import token_labels
 from app.engine.spec import AtlasSpec
-from app.web.deps import ClientDep, LabDep, request_reads
-from app.web.schemas import AtlasProgress, AtlasRequest, AtlasResponse, AtlasSpace, AtlasStarted, ErrorResponse
+from app.web.deps import AtlasesDep, ClientDep, LabDep, request_reads
+from app.web.schemas.atlas import AtlasRequest, AtlasResponse, AtlasSpace, AtlasStarted
+from app.web.schemas.common import ErrorResponse, Progress
 
 router = APIRouter(prefix="/api/atlas", dependencies=[Depends(request_reads)])
 NOT_FOUND = {
@@ -18,7 +19,7 @@ NOT_FOUND = {
 
 
 @router.post("", response_model=AtlasStarted, responses={422: {"model": ErrorResponse}})
-async def start(body: AtlasRequest, lab: LabDep, client: ClientDep):
+async def start(body: AtlasRequest, lab: LabDep, atlases: AtlasesDep, client: ClientDep):
     """Names a corpus run and keeps its spec in the shared store; nothing is computed until it is asked for."""
     engine = await lab.engine_for(body.model, client)
     sentences = atlas.shipped_sentences() if body.sentences is None else atlas.sentences_of(body.sentences)
@@ -32,22 +33,22 @@ async def start(body: AtlasRequest, lab: LabDep, client: ClientDep):
         min(body.ablation_sentences, len(sentences)),
         engine.spec("a", mask=body.mask).mask,  # the model's own mask unless another is asked for, checked
     )
-    await lab.start_atlas(spec, client)
+    await atlases.start(spec, client)
     return {"atlas_id": spec.run_id, "sentences": len(sentences)}
 
 
-@router.get("/{atlas_id}/progress", response_model=AtlasProgress, responses=NOT_FOUND)
-async def progress(atlas_id: str, lab: LabDep):
+@router.get("/{atlas_id}/progress", response_model=Progress, responses=NOT_FOUND)
+async def progress(atlas_id: str, atlases: AtlasesDep):
     """How far the corpus run is, on whichever worker runs it (the request computing it waits meanwhile)."""
-    return await lab.atlas_progress(atlas_id)
+    return await atlases.progress(atlas_id)
 
 
 @router.get("/{atlas_id}", response_model=AtlasResponse, responses=NOT_FOUND)
-async def head_atlas(atlas_id: str, lab: LabDep, client: ClientDep):
+async def head_atlas(atlas_id: str, lab: LabDep, atlases: AtlasesDep, client: ClientDep):
     """The atlas: kept, or computed now in padded passes at turns of the gate; the run stops at its next
     pass when every client waiting for it has left."""
-    spec = await lab.atlas_spec(atlas_id)
-    found = await lab.atlas(spec, client)
+    spec = await atlases.spec(atlas_id)
+    found = await atlases.atlas(spec, client)
     layers, heads = found.offset.shape
     pieces = lab.models.loaded(spec.model).pieces
     return {
@@ -76,7 +77,7 @@ async def head_space(
     atlas_id: str,
     layer: int,
     head: int,
-    lab: LabDep,
+    atlases: AtlasesDep,
     client: ClientDep,
     method: Annotated[Literal["pca", "tsne"], Query(description="PCA, or t-SNE (its first 1,024 tokens)")] = "pca",
     perplexity: Annotated[float, Query(ge=5, le=50, description="t-SNE's perplexity")] = 30,
@@ -84,9 +85,9 @@ async def head_space(
 ):
     """One head's queries and keys of the corpus's first sentences (up to 4,096 tokens for PCA, 1,024 for
     t-SNE) in one 2-D space, the keys translated and scaled as AttentionViz does so that nearness reflects q·k."""
-    spec = await lab.atlas_spec(atlas_id)
+    spec = await atlases.spec(atlas_id)
     projection = atlas.Projection(method, perplexity, seed)
-    found = await lab.head_space(spec, layer, head, projection, client)
+    found = await atlases.head_space(spec, layer, head, projection, client)
     method = (
         f"{projection.describe(len(found['query']), len(found['key']))}; keys translated to the queries' centroid, "
         f"queries × {found['scale']:.3f}, keys ÷ {found['scale']:.3f}"

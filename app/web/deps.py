@@ -7,6 +7,8 @@ from typing import Annotated
 
 from fastapi import Depends, Request
 
+from app.serving.atlas import Atlases
+from app.serving.experiments import Experiments
 from app.serving.gate import Client
 from app.serving.lab import Lab
 from app.serving.memory import HOLDS
@@ -28,8 +30,18 @@ async def get_searches(request: Request) -> Searches:
     return request.app.state.searches
 
 
+async def get_atlases(request: Request) -> Atlases:
+    return request.app.state.atlases
+
+
+async def get_experiments(request: Request) -> Experiments:
+    return request.app.state.experiments
+
+
 LabDep = Annotated[Lab, Depends(get_lab)]
 SearchesDep = Annotated[Searches, Depends(get_searches)]
+AtlasesDep = Annotated[Atlases, Depends(get_atlases)]
+ExperimentsDep = Annotated[Experiments, Depends(get_experiments)]
 ClientDep = Annotated[Client, Depends(get_client)]
 
 

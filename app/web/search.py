@@ -6,9 +6,8 @@ from fastapi import APIRouter, Depends
 from app.engine import search
 from app.engine.spec import IndexSpec
 from app.web.deps import ClientDep, LabDep, SearchesDep, request_reads
-from app.web.schemas import (
-    ErrorResponse,
-    IndexProgress,
+from app.web.schemas.common import ErrorResponse, Progress
+from app.web.schemas.search import (
     IndexRequest,
     IndexResponse,
     IndexStarted,
@@ -38,7 +37,7 @@ async def start(body: IndexRequest, lab: LabDep, searches: SearchesDep, client: 
     return {"index_id": spec.run_id, "documents": len(documents), "prompt": prompt, "prefix": body.prefix}
 
 
-@router.get("/index/{index_id}/progress", response_model=IndexProgress, responses=NOT_FOUND)
+@router.get("/index/{index_id}/progress", response_model=Progress, responses=NOT_FOUND)
 async def progress(index_id: str, searches: SearchesDep):
     """How far the index's passes are, on whichever worker computes it (the request computing it waits)."""
     return await searches.progress(index_id)
@@ -126,12 +125,12 @@ async def pairs(body: PairsRequest, lab: LabDep, searches: SearchesDep, client: 
             {
                 "document": document,
                 "text": spec.documents[document],
-                "run_id": run.run_id,
+                "run_id": run_id,
                 "cross_share": share,
                 "relevance": score,
             }
-            for document, run, share, score in zip(
-                body.documents, found["runs"], found["shares"], relevance, strict=True
+            for document, run_id, share, score in zip(
+                body.documents, found["run_ids"], found["shares"], relevance, strict=True
             )
         ],
         "shown": {
