@@ -32,6 +32,7 @@ from app.engine.capture import (
     on_cpu,
     starting_at,
 )
+from app.engine.labels import token_labels
 from app.engine.runs import BATCH_TOKENS, Engine, InvalidInput, batches
 from app.engine.spec import AtlasSpec
 
@@ -103,6 +104,33 @@ class Atlas:
                 )
             found.append(row)
         return found
+
+    def shown_examples(self, pieces: Callable[[list[int]], list[str]]) -> list[list[list[dict]]]:
+        """Per head, its top examples as a page shows them: the sentence, the query and key and their tokens
+        (labelled as the lab labels a run's, from the model's `pieces`), and the weight between them."""
+        labels: dict[int, list[str]] = {}  # each sentence's token labels, made once however many heads show it
+        layers, heads = self.offset.shape
+        shown = [[[] for _ in range(heads)] for _ in range(layers)]
+        for layer in range(layers):
+            for head in range(heads):
+                columns = (values[layer, head].tolist() for values in self.examples)
+                for weight, sentence, query, key in zip(*columns, strict=True):
+                    if sentence < 0:
+                        continue
+                    if sentence not in labels:
+                        labels[sentence] = token_labels(pieces(self.ids[sentence]))
+                    shown[layer][head].append(
+                        {
+                            "sentence": sentence,
+                            "text": self.spec.sentences[sentence],
+                            "query": query,
+                            "key": key,
+                            "query_token": labels[sentence][query],
+                            "key_token": labels[sentence][key],
+                            "weight": weight,
+                        }
+                    )
+        return shown
 
 
 class Sums:

@@ -103,7 +103,7 @@ class Works:
         self.gate, self.budget, self.store = gate, budget, store
         self.threads = ModelThreads(gate.max_passes)  # the cores go to the passes (app.engine.threads)
         self.max_device_bytes = max_device_bytes
-        self.device_budgets: dict[str, Budget] = {}
+        self.device_budgets: dict[str, Budget | None] = {}
         self.max_batch = max_batch
         self.trim_above = trim_above
         self._underway: dict[str, asyncio.Future] = {}  # work several requests may wait for, by key
@@ -116,21 +116,21 @@ class Works:
     def device_budget(self, engine: Engine) -> Budget | None:
         """The memory of the GPU the engine's model runs on, for the work done there (None on the CPU)."""
         device = engine.loaded.device
-        budget = self.device_budgets.get(str(device))
-        if budget is None:
-            max_bytes = work_bytes(device, self.max_device_bytes)
-            if max_bytes is None:
-                return None
-            host = self.budget
-            budget = self.device_budgets[str(device)] = Budget(
-                max_bytes,
-                host.max_waiting,
-                host.max_wait_seconds,
-                host.max_waiting_per_client,
-                host.max_waiting_per_address,
-                setting=f"{ENV_PREFIX}MAX_DEVICE_BYTES",
+        if str(device) not in self.device_budgets:
+            max_bytes, host = work_bytes(device, self.max_device_bytes), self.budget
+            self.device_budgets[str(device)] = (
+                None
+                if max_bytes is None
+                else Budget(
+                    max_bytes,
+                    host.max_waiting,
+                    host.max_wait_seconds,
+                    host.max_waiting_per_client,
+                    host.max_waiting_per_address,
+                    setting=f"{ENV_PREFIX}MAX_DEVICE_BYTES",
+                )
             )
-        return budget
+        return self.device_budgets[str(device)]
 
     def budgets(self, engine: Engine | None) -> list[Budget]:
         """The budgets work on the engine's model takes from: the host's, and its GPU's where it runs on one."""

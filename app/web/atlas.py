@@ -5,7 +5,6 @@ from typing import Annotated, Literal
 from fastapi import APIRouter, Depends, Query
 
 from app.engine import atlas
-from app.engine.labels import token_labels
 from app.engine.spec import AtlasSpec
 from app.web.deps import AtlasesDep, ClientDep, LabDep, request_reads
 from app.web.schemas.atlas import AtlasRequest, AtlasResponse, AtlasSpace, AtlasStarted
@@ -68,7 +67,7 @@ async def head_atlas(atlas_id: str, lab: LabDep, atlases: AtlasesDep, client: Cl
         "scores": {name: values.tolist() for name, values in found.scores.items()},
         "offset": found.offset.tolist(),
         "labels": found.labels(),
-        "examples": [[examples(found, layer, head, pieces, spec) for head in range(heads)] for layer in range(layers)],
+        "examples": found.shown_examples(pieces),
     }
 
 
@@ -93,24 +92,3 @@ async def head_space(
         f"queries × {found['scale']:.3f}, keys ÷ {found['scale']:.3f}"
     )
     return {"method": method, **found}
-
-
-def examples(found: atlas.Atlas, layer: int, head: int, pieces, spec: AtlasSpec) -> list[dict]:
-    """A head's top examples: the sentence, the query and key, and the weight between them."""
-    shown = []
-    for weight, sentence, query, key in zip(*(values[layer, head].tolist() for values in found.examples), strict=True):
-        if sentence < 0:
-            continue
-        labels = token_labels(pieces(found.ids[sentence]))
-        shown.append(
-            {
-                "sentence": sentence,
-                "text": spec.sentences[sentence],
-                "query": query,
-                "key": key,
-                "query_token": labels[query],
-                "key_token": labels[key],
-                "weight": weight,
-            }
-        )
-    return shown
