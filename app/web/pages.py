@@ -23,7 +23,7 @@ from starlette.responses import Response
 from app.engine import atlas
 from app.engine.measures import MEASURES, Measure
 from app.engine.spec import AtlasSpec
-from app.web.deps import LabDep
+from app.web.deps import AtlasesDep, LabDep
 from app.web.precompressed import CompressedFiles
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -152,7 +152,7 @@ def measures_config() -> dict:
 
 
 @router.get("/atlas", response_class=HTMLResponse)
-async def atlas_page(request: Request, lab: LabDep):
+async def atlas_page(request: Request, lab: LabDep, atlases: AtlasesDep):
     """The head atlas of the default model: a corpus run's scores per head, its top examples."""
     info = lab.models.info(None)
     return templates.TemplateResponse(
@@ -167,7 +167,7 @@ async def atlas_page(request: Request, lab: LabDep):
             "max_tokens": atlas.MAX_TOKENS,
             "shipped": len(atlas.shipped_sentences()),
             "ablation_sentences": AtlasSpec.ablation_sentences,
-            "max_ablation_tokens": lab.max_ablation_tokens,
+            "max_ablation_tokens": atlases.max_ablation_tokens,
         },
         headers={"Cache-Control": "no-cache"},
     )

@@ -14,7 +14,8 @@ async function request(url, options = {}) {
   let response;
   try {
     response = await send(url, options);
-  } catch {
+  } catch (error) {
+    if (error.name === "AbortError") throw error; // the page called it off: not the lab's failing
     throw new ApiError("The lab server is not answering. Is it still running?");
   }
   if (!response.ok) throw new ApiError(await explain(response));
@@ -168,20 +169,54 @@ export function scoreboard(ask) {
   return post("/api/scoreboard", { ...ask, model: pageModel });
 }
 
+// A long computation the lab names by a POST (an atlas's corpus run, a search index) and computes while a GET of
+// its URL waits: its answer, with its progress ({state, done, total} at `${url}/progress`, the same on every worker)
+// told to onProgress(done, total) meanwhile. Aborting `signal` ends the request, and with it the computation at its
+// next slice once nobody else waits for it.
+export async function longJob(url, { signal, onProgress = () => {}, every = 300 } = {}) {
+  const poll = setInterval(async () => {
+    const said = await request(`${url}/progress`).then((response) => response.json(), () => null);
+    if (said?.total) onProgress(said.done, said.total);
+  }, every);
+  try {
+    return (await request(url, { signal })).json();
+  } finally {
+    clearInterval(poll);
+  }
+}
+
+// A long computation's answer where this lab keeps it computed (its progress says "done"), else null: asking for
+// one it does not keep would start it.
+export async function keptJob(url) {
+  try {
+    const said = await (await request(`${url}/progress`)).json();
+    return said.state === "done" ? (await request(url)).json() : null;
+  } catch (error) {
+    if (error instanceof ApiError) return null;
+    throw error;
+  }
+}
+
+// The head atlas (the atlas page): a corpus run named by its sentences (none: the lab's own), then computed as a
+// long job (longJob(atlasUrl(id))); one head's queries and keys projected in one space.
+export function startAtlas(body) {
+  return post("/api/atlas", body);
+}
+
+export const atlasUrl = (atlasId) => `/api/atlas/${atlasId}`;
+
+export async function atlasSpace(atlasId, layer, headIndex, method) {
+  return (await request(`${atlasUrl(atlasId)}/layers/${layer}/heads/${headIndex}/space?method=${method}`)).json();
+}
+
 // Search (the search lesson): an index named by its corpus (null: the lab's own), the prompt or typed prefix
-// every document is read with; its progress; the index itself, computed while the request waits (an abort
-// stops its passes); a query's top k, exact and from the HNSW graph; the top k re-read as pairs.
+// every document is read with, then computed as a long job (longJob(indexUrl(id))); a query's top k, exact and
+// from the HNSW graph; the top k re-read as pairs.
 export function startIndex({ documents = null, prompt = null, prefix = "" }) {
   return post("/api/search/index", { documents, prompt, prefix, model: pageModel });
 }
 
-export async function indexProgress(indexId) {
-  return (await request(`/api/search/index/${indexId}/progress`)).json();
-}
-
-export async function searchIndex(indexId, signal) {
-  return (await request(`/api/search/index/${indexId}`, { signal })).json();
-}
+export const indexUrl = (indexId) => `/api/search/index/${indexId}`;
 
 export function search(ask) {
   return post("/api/search", ask);

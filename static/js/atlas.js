@@ -3,6 +3,7 @@
 // top examples, each a link opening the lab at that block, head and token.
 // Shapes: scores[name] is [layer][head]; examples is [layer][head][example].
 
+import * as api from "./api.js";
 import { ATLAS_KEY } from "./atlas-key.js";
 import { loadPlotly } from "./plotly.js";
 
@@ -22,27 +23,18 @@ function fillSelect(select, chosen) {
   select.replaceChildren(...names().map((name) => new Option(SCORES[name], name, false, name === chosen)));
 }
 
-async function errorText(response) {
-  try {
-    return (await response.json()).detail ?? response.statusText;
-  } catch {
-    return response.statusText;
-  }
-}
-
 async function run() {
   const text = $("atlas-sentences").value;
   const body = {};
   if (text.trim()) body.sentences = text;
   const ablation = $("atlas-ablation").value; // empty: the lab's default
   if (ablation !== "") body.ablation_sentences = Number(ablation);
-  const started = await fetch("/api/atlas", {
-    method: "POST",
-    headers: { "content-type": "application/json" },
-    body: JSON.stringify(body),
-  });
-  if (!started.ok) return status(`Not run: ${await errorText(started)}`);
-  const { atlas_id: id } = await started.json();
+  let id;
+  try {
+    ({ atlas_id: id } = await api.startAtlas(body));
+  } catch (error) {
+    return status(`Not run: ${error.message}`);
+  }
   history.replaceState(null, "", `?id=${id}`);
   await open(id);
 }
@@ -55,17 +47,12 @@ async function open(id) {
   bar.hidden = false;
   bar.value = 0;
   status("Running the corpus…");
-  const poll = setInterval(async () => {
-    const progress = await (await fetch(`/api/atlas/${id}/progress`)).json();
-    if (progress.total) {
-      bar.value = progress.done / progress.total;
-      status(`Running the corpus: pass ${progress.done} of ${progress.total}`);
-    }
-  }, 300);
+  const onProgress = (done, total) => {
+    bar.value = done / total;
+    status(`Running the corpus: pass ${done} of ${total}`);
+  };
   try {
-    const response = await fetch(`/api/atlas/${id}`, { signal: running.signal });
-    if (!response.ok) return status(`Not run: ${await errorText(response)}`);
-    atlas = await response.json();
+    atlas = await api.longJob(api.atlasUrl(id), { signal: running.signal, onProgress });
     localStorage.setItem(ATLAS_KEY, JSON.stringify({ id, model: atlas.model }));
     status(
       `${atlas.sentences} sentences, ${atlas.tokens} tokens (${atlas.cut} cut at ${atlas.max_tokens}), ` +
@@ -73,10 +60,8 @@ async function open(id) {
     );
     await draw();
   } catch (error) {
-    if (error.name !== "AbortError") throw error;
-    status("Cancelled: the lab stops the run at its next pass.");
+    status(error.name === "AbortError" ? "Cancelled: the lab stops the run at its next pass." : `Not run: ${error.message}`);
   } finally {
-    clearInterval(poll);
     bar.hidden = true;
     $("atlas-run").disabled = false;
     $("atlas-cancel").disabled = true;
@@ -240,15 +225,7 @@ async function drawSpace(layer, head) {
   const asked = `${key},${method}`;
   const status = $("atlas-space-status");
   if (!spaces.has(asked)) {
-    const url = `/api/atlas/${atlas.atlas_id}/layers/${layer}/heads/${head}/space?method=${method}`;
-    spaces.set(
-      asked,
-      fetch(url).then(async (response) => {
-        const body = await response.json();
-        if (!response.ok) throw new Error(body.detail ?? response.statusText);
-        return body;
-      }),
-    );
+    spaces.set(asked, api.atlasSpace(atlas.atlas_id, layer, head, method));
   }
   status.textContent = method === "tsne" ? "Projecting with t-SNE: a few seconds…" : "Projecting…";
   let Plotly, found;

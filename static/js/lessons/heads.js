@@ -24,10 +24,7 @@ async function keptAtlas(model) {
     return null;
   }
   if (stored?.model !== model.name) return null;
-  const progress = await fetch(`/api/atlas/${stored.id}/progress`);
-  if (!progress.ok || (await progress.json()).state !== "done") return null;
-  const found = await fetch(`/api/atlas/${stored.id}`);
-  return found.ok ? found.json() : null;
+  return api.keptJob(api.atlasUrl(stored.id));
 }
 
 // The corpus's label where it differs from this prompt's: null where they agree.

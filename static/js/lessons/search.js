@@ -105,16 +105,15 @@ export function renderSearch(container, context) {
     bar.hidden = false;
     bar.value = 0;
     indexing.textContent = `Indexing ${count(started.documents)} documents…`;
-    const poll = setInterval(async () => {
-      const progress = await api.indexProgress(started.index_id).catch(() => null);
-      if (progress?.total) {
-        bar.value = progress.done / progress.total;
-        indexing.textContent = `Indexing ${count(started.documents)} documents: padded pass ${progress.done} of ${progress.total}`;
-      }
-    }, 300);
     const signal = running.signal;
     try {
-      const found = await api.searchIndex(started.index_id, signal);
+      const found = await api.longJob(api.indexUrl(started.index_id), {
+        signal,
+        onProgress: (done, total) => {
+          bar.value = done / total;
+          indexing.textContent = `Indexing ${count(started.documents)} documents: padded pass ${done} of ${total}`;
+        },
+      });
       kept.indexes[key(variant)] = found;
       indexing.textContent = told();
       return found;
@@ -123,7 +122,6 @@ export function renderSearch(container, context) {
       indexing.textContent = said.message;
       throw said;
     } finally {
-      clearInterval(poll);
       bar.hidden = true;
       cancel.disabled = true;
       running = null;
