@@ -38,7 +38,9 @@ async def start(body: AtlasRequest, lab: LabDep, client: ClientDep):
 
 @router.get("/{atlas_id}/progress", response_model=AtlasProgress, responses=NOT_FOUND)
 async def progress(atlas_id: str, lab: LabDep):
-    """How far the corpus run is, on whichever worker runs it (the request computing it waits meanwhile)."""
+    """How far the corpus run is, on whichever worker runs it (the request computing it waits meanwhile); an
+    atlas the lab never named, or no longer keeps, is 404 as it is for the atlas itself."""
+    await lab.atlas_spec(atlas_id)
     return await lab.atlas_progress(atlas_id)
 
 

@@ -40,7 +40,9 @@ async def start(body: IndexRequest, lab: LabDep, searches: SearchesDep, client: 
 
 @router.get("/index/{index_id}/progress", response_model=IndexProgress, responses=NOT_FOUND)
 async def progress(index_id: str, searches: SearchesDep):
-    """How far the index's passes are, on whichever worker computes it (the request computing it waits)."""
+    """How far the index's passes are, on whichever worker computes it (the request computing it waits); an
+    index the lab never named, or no longer keeps, is 404 as it is for the index itself."""
+    await searches.spec(index_id)
     return await searches.progress(index_id)
 
 
