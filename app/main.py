@@ -40,7 +40,7 @@ from app.serving.lab import Lab, RunNotFound
 from app.serving.memory import check_memory, keep_freed_memory, reserve, reserve_size
 from app.serving.search import Searches
 from app.serving.server import check_protocol
-from app.serving.specs import REDIS_SCHEMES, SpecStore, StoreError, open_spec_store
+from app.serving.specs import REDIS_SCHEMES, CorpusAllowance, SpecStore, StoreError, open_spec_store
 from app.settings import Settings, SettingsError, get_settings
 from app.web import api, atlas, docs, pages, search
 from app.web.middleware import (
@@ -79,6 +79,7 @@ def create_app(
         stop_on_signals(app.state.lab.gate.stop)
         cross = cross_encoder or (load_cross_encoder(settings.cross_encoder) if settings.cross_encoder else None)
         app.state.searches = Searches(app.state.lab, cross)
+        app.state.corpora = CorpusAllowance(settings.corpus_bytes_per_hour)
         # A class lives where the run specs do when that is Redis (every worker sees it), else in this process.
         backend = (
             RedisBackend(settings.store, settings.store_timeout_seconds)

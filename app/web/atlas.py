@@ -1,5 +1,6 @@
 """The head atlas's routes: a corpus run named by its spec, its progress, and its scores per head."""
 
+import asyncio
 from typing import Annotated, Literal
 
 from fastapi import APIRouter, Depends, Query
@@ -7,33 +8,45 @@ from fastapi import APIRouter, Depends, Query
 from app.engine import atlas
 from app.engine.labels import token_labels
 from app.engine.spec import AtlasSpec
-from app.web.deps import ClientDep, LabDep, request_reads
+from app.serving.specs import corpus_bytes
+from app.web.deps import ClientDep, CorporaDep, LabDep, request_reads
 from app.web.schemas import AtlasProgress, AtlasRequest, AtlasResponse, AtlasSpace, AtlasStarted, ErrorResponse
 
 router = APIRouter(prefix="/api/atlas", dependencies=[Depends(request_reads)])
+NAMED = {
+    422: {"model": ErrorResponse},
+    429: {"model": ErrorResponse, "description": "This address has named its hour's bytes of new corpora"},
+}
 NOT_FOUND = {
     404: {"model": ErrorResponse, "description": "Unknown or expired atlas"},
     503: {"model": ErrorResponse, "description": "The run store is not answering, or the model is busy"},
 }
 
 
-@router.post("", response_model=AtlasStarted, responses={422: {"model": ErrorResponse}})
-async def start(body: AtlasRequest, lab: LabDep, client: ClientDep):
+@router.post("", response_model=AtlasStarted, responses=NAMED)
+async def start(body: AtlasRequest, lab: LabDep, corpora: CorporaDep, client: ClientDep):
     """Names a corpus run and keeps its spec in the shared store; nothing is computed until it is asked for."""
     engine = await lab.engine_for(body.model, client)
-    sentences = atlas.shipped_sentences() if body.sentences is None else atlas.sentences_of(body.sentences)
-    spec = AtlasSpec(
-        engine.loaded.name,
-        engine.loaded.digest,
-        sentences,
-        body.repeats,
-        body.repeat_length,
-        body.seed,
-        min(body.ablation_sentences, len(sentences)),
-        engine.spec("a", mask=body.mask).mask,  # the model's own mask unless another is asked for, checked
-    )
+    mask = engine.spec("a", mask=body.mask).mask  # the model's own mask unless another is asked for, checked
+
+    def named() -> tuple[AtlasSpec, str, int]:
+        sentences = atlas.shipped_sentences() if body.sentences is None else atlas.sentences_of(body.sentences)
+        spec = AtlasSpec(
+            engine.loaded.name,
+            engine.loaded.digest,
+            sentences,
+            body.repeats,
+            body.repeat_length,
+            body.seed,
+            min(body.ablation_sentences, len(sentences)),
+            mask,
+        )
+        return spec, spec.run_id, corpus_bytes(spec)
+
+    spec, corpus_id, nbytes = await asyncio.to_thread(named)  # as an index's corpus (app.web.search.start)
+    corpora.take(client.address, corpus_id, nbytes)
     await lab.start_atlas(spec, client)
-    return {"atlas_id": spec.run_id, "sentences": len(sentences)}
+    return {"atlas_id": spec.run_id, "sentences": len(spec.sentences)}
 
 
 @router.get("/{atlas_id}/progress", response_model=AtlasProgress, responses=NOT_FOUND)

@@ -11,6 +11,7 @@ from app.serving.gate import Client
 from app.serving.lab import Lab
 from app.serving.memory import HOLDS
 from app.serving.search import Searches
+from app.serving.specs import CorpusAllowance
 
 
 async def get_lab(request: Request) -> Lab:
@@ -28,8 +29,13 @@ async def get_searches(request: Request) -> Searches:
     return request.app.state.searches
 
 
+async def get_corpora(request: Request) -> CorpusAllowance:
+    return request.app.state.corpora
+
+
 LabDep = Annotated[Lab, Depends(get_lab)]
 SearchesDep = Annotated[Searches, Depends(get_searches)]
+CorporaDep = Annotated[CorpusAllowance, Depends(get_corpora)]
 ClientDep = Annotated[Client, Depends(get_client)]
 
 
