@@ -73,14 +73,21 @@ bench: install chromium $(LIGHTHOUSE)
 
 # The long classroom load test (50 learners for 60 s), then a class beside hostile devices for 60 s (streams,
 # slowloris, Integrated Gradients at its bound, 40 ALTI requests at once: tests/load/floods.py), against a
-# lab started here on port 8765.
+# lab started here on port 8765; then two whole indexes of the largest pasted corpus from one address against a
+# lab of a 512 MiB store on port 8767, its peak RSS under the store + 1.5 GiB (tests/load/two_indexes.py).
 LOAD_PORT := 8765
+SMALL_STORE_PORT := 8767
+SMALL_STORE := 536870912
 load: install-test
 	@$(BIN)/python -m app --port $(LOAD_PORT) > /dev/null 2>&1 & lab=$$!; \
 	until curl -sf http://127.0.0.1:$(LOAD_PORT)/api/health > /dev/null; do sleep 0.5; done; \
 	$(BIN)/python -m tests.load.learners --url http://127.0.0.1:$(LOAD_PORT) --learners 50 --seconds 60 --server-pid $$lab; \
 	status=$$?; \
 	$(BIN)/python -m tests.load.floods --url http://127.0.0.1:$(LOAD_PORT) --seconds 60 --server-pid $$lab; \
+	status=$$((status || $$?)); kill $$lab; \
+	ATTENTION_LAB_MAX_STORE_BYTES=$(SMALL_STORE) $(BIN)/python -m app --port $(SMALL_STORE_PORT) > /dev/null 2>&1 & lab=$$!; \
+	until curl -sf http://127.0.0.1:$(SMALL_STORE_PORT)/api/health > /dev/null; do sleep 0.5; done; \
+	$(BIN)/python -m tests.load.two_indexes --url http://127.0.0.1:$(SMALL_STORE_PORT) --server-pid $$lab --store-bytes $(SMALL_STORE); \
 	status=$$((status || $$?)); kill $$lab; exit $$status
 
 # The long live-class load test (one teacher, 200 learners on event streams, 60 s) against a lab on port 8766.

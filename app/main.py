@@ -43,7 +43,7 @@ from app.serving.lab import Lab, RunNotFound
 from app.serving.memory import check_memory, keep_freed_memory, reserve, reserve_size
 from app.serving.search import Searches
 from app.serving.server import check_protocol
-from app.serving.specs import REDIS_SCHEMES, SpecStore, StoreError, open_spec_store
+from app.serving.specs import REDIS_SCHEMES, CorpusAllowance, SpecStore, StoreError, open_spec_store
 from app.settings import Settings, SettingsError, get_settings
 from app.web import api, atlas, docs, experiments, pages, search
 from app.web.middleware import (
@@ -81,6 +81,7 @@ def create_app(
         open_lab(app.state, settings, loaded, store, cross)
         # Told to stop, the work under way answers 503 at its next turn instead of being cut off at the grace.
         stop_on_signals(app.state.lab.gate.stop)
+        app.state.corpora = CorpusAllowance(settings.corpus_bytes_per_hour)
         # A class lives where the run specs do when that is Redis (every worker sees it), else in this process.
         backend = (
             RedisBackend(settings.store, settings.store_timeout_seconds)

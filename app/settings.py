@@ -64,6 +64,12 @@ class Settings(BaseSettings):
     # Specs kept: at most this many, none analyzed longer ago than this; the oldest go first.
     max_specs: Annotated[int, between(1, 100_000_000)] = 100_000
     max_spec_age_days: Annotated[float, between(0.01, 36_500)] = 30.0
+    # Corpora (the text of a search index or an atlas) are named without being computed: the store keeps at most
+    # max_corpus_bytes of them, apart from the runs' specs, letting the ones named longest ago go first (their ids
+    # then answer 404: name the corpus again); no corpus ever pushes a run's spec out. One address names at most
+    # corpus_bytes_per_hour of new corpora an hour, in each process (429 past it).
+    max_corpus_bytes: Annotated[int, between(1024**2, 1024 * GIB)] = 1 * GIB
+    corpus_bytes_per_hour: Annotated[int, between(64 * KIB, 1024 * GIB)] = 32 * 1024**2
     # How long a request waits for the store (a Redis socket, another worker's SQLite write) before 503.
     store_timeout_seconds: Annotated[float, between(0.05, 60)] = 2.0
     # Forward passes run at once (each uses every core torch is given), and requests that may wait for

@@ -11,7 +11,7 @@ import app.serving.gate
 from app.main import create_app
 from app.serving.gate import Busy, Client, PassGate, Rotation, Stopping
 from app.settings import get_settings
-from tests.conftest import run_async
+from tests.conftest import make_lab, run_async
 
 
 def test_gate_admits_queues_and_refuses():
@@ -188,6 +188,26 @@ def slow_client(monkeypatch, tiny):
         monkeypatch.setattr(lab.engine, "_forward", slow_forward)
         yield client, release
     get_settings.cache_clear()
+
+
+def test_a_client_leaving_as_its_pass_ends_is_let_go_without_an_error(tiny, tmp_path):
+    """A request cancelled (its client left) after its pass ended and before it was given the run: it ends as
+    cancelled, and the run is kept for whoever asks next. (Over HTTP the lab logged `KeyError: <run_id>`.)"""
+    lab = make_lab(tiny, tmp_path)
+
+    async def scenario():
+        spec = lab.spec("a client who leaves as its pass ends")
+        asking = asyncio.ensure_future(lab.submit(spec, Client("10.0.0.1")))
+        while not lab.gate.running:  # its pass has its turn
+            await asyncio.sleep(0)
+        while lab.gate.running:  # and has ended: the run is on its way to the request
+            await asyncio.sleep(0)
+        asking.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await asking
+        assert (await lab.submit(spec)).run_id == spec.run_id
+
+    run_async(scenario())
 
 
 def test_a_full_queue_answers_503_with_retry_after_and_health_stays_up(slow_client):

@@ -8,8 +8,18 @@ from pathlib import Path
 import pytest
 import redis
 
-from app.engine.spec import RunSpec
-from app.serving.specs import PROGRESS_SECONDS, RedisSpecStore, SqliteSpecStore, StoreError, open_spec_store
+from app.engine.runs import InvalidInput
+from app.engine.spec import AtlasSpec, IndexSpec, RunSpec
+from app.serving.specs import (
+    PROGRESS_SECONDS,
+    CorpusAllowance,
+    RedisSpecStore,
+    SqliteSpecStore,
+    StoreError,
+    TooManyCorpora,
+    corpus_bytes,
+    open_spec_store,
+)
 from app.settings import Settings
 from tests.conftest import RedisServer, free_port
 
@@ -32,8 +42,13 @@ def open_store(request, tmp_path):
     opened = []
     url = request.getfixturevalue("redis_server").url if request.param == "redis" else None
 
-    def open_one(max_specs=100, max_age_seconds=3600.0, clock=None):
-        bounds = {"max_specs": max_specs, "max_age_seconds": max_age_seconds, "timeout_seconds": 2}
+    def open_one(max_specs=100, max_age_seconds=3600.0, clock=None, max_corpus_bytes=2**30):
+        bounds = {
+            "max_specs": max_specs,
+            "max_age_seconds": max_age_seconds,
+            "max_corpus_bytes": max_corpus_bytes,
+            "timeout_seconds": 2,
+        }
         if clock is not None:
             bounds["clock"] = clock
         if url is None:
@@ -46,7 +61,8 @@ def open_store(request, tmp_path):
     yield open_one
     if url is not None:
         server = redis.Redis.from_url(url)
-        server.delete(RedisSpecStore.SPECS, RedisSpecStore.ANALYZED, *server.keys(f"{RedisSpecStore.PROGRESS}:*"))
+        progress = server.keys(f"{RedisSpecStore.PROGRESS}:*")
+        server.delete(RedisSpecStore.SPECS, RedisSpecStore.ANALYZED, *RedisSpecStore.CORPORA, *progress)
     for store in opened:
         store.close()
 
@@ -233,3 +249,59 @@ def test_a_corpus_runs_progress_is_said_to_every_worker_until_it_ends_or_falls_s
     else:
         clock.now += PROGRESS_SECONDS + 1
         assert asking.progress("atlas-b") is None
+
+
+def index(name: str, documents: int = 10, chars: int = 1000) -> IndexSpec:
+    """A corpus of its own: about `documents` × `chars` bytes as a spec."""
+    return IndexSpec("m", "d" * 64, tuple(f"{name} {n} " + "w" * chars for n in range(documents)))
+
+
+def test_corpora_are_kept_within_their_bytes_newest_first_and_never_push_a_run_out(open_store):
+    clock = Clock()
+    size = corpus_bytes(index("a"))
+    store = open_store(max_specs=3, clock=clock, max_corpus_bytes=3 * size + size // 2)
+    runs = [spec(f"run {n}") for n in range(3)]
+    for run in runs:
+        clock.now += 1
+        store.put(run)
+    corpora = [index(f"c{n}") for n in range(5)]
+    for corpus in corpora:
+        clock.now += 1
+        store.put(corpus)
+    assert [store.get(corpus.run_id) for corpus in corpora] == [None, None, *corpora[2:]]
+    assert [store.get(run.run_id) for run in runs] == runs  # three runs, at their own bound, all kept
+    clock.now += 1
+    store.put(corpora[2])  # named again: the newest now
+    store.put(index("c5"))
+    assert [store.get(corpus.run_id) is not None for corpus in corpora[2:]] == [True, False, True]
+    atlas = AtlasSpec("m", "d" * 64, tuple(f"sentence {n} " + "w" * 1000 for n in range(10)))
+    store.put(atlas, spec("run 3"))  # an atlas is a corpus too; a run and a corpus in one write
+    assert store.get(atlas.run_id) == atlas and store.get(spec("run 3").run_id) == spec("run 3")
+    assert store.get(runs[0].run_id) is None  # the runs' own bound, by count, as before
+
+
+def test_a_corpus_larger_than_the_whole_bound_is_not_kept(open_store):
+    store = open_store(max_corpus_bytes=1000)
+    big = index("big")
+    store.put(big)
+    assert store.get(big.run_id) is None
+
+
+def test_an_address_names_its_hours_bytes_of_new_corpora_and_no_more():
+    clock = Clock()
+    corpora = [index(f"c{n}") for n in range(4)]
+    size = corpus_bytes(corpora[0])
+    allowance = CorpusAllowance(3 * size, clock=clock)
+    for corpus in corpora[:3]:
+        clock.now += 60
+        allowance.take("10.0.0.1", corpus.run_id, size)
+    allowance.take("10.0.0.1", corpora[0].run_id, size)  # named already: nothing more
+    with pytest.raises(TooManyCorpora) as refused:
+        allowance.take("10.0.0.1", corpora[3].run_id, size)
+    assert "ATTENTION_LAB_CORPUS_BYTES_PER_HOUR" in str(refused.value)
+    assert refused.value.retry_after == 3600 - 2 * 60 + 1  # when the first leaves the hour
+    allowance.take("10.0.0.2", corpora[3].run_id, size)  # another address is untouched
+    clock.now += 3600 - 2 * 60
+    allowance.take("10.0.0.1", corpora[3].run_id, size)
+    with pytest.raises(InvalidInput, match="ATTENTION_LAB_CORPUS_BYTES_PER_HOUR"):
+        allowance.take("10.0.0.3", "x", 3 * size + 1)  # never fits, whatever the wait

@@ -55,7 +55,7 @@ class Searches:
 
     async def start(self, spec: IndexSpec, client: Client = ANYONE) -> None:
         """The index's spec checked and put in the shared store: its id names it on every worker."""
-        search.check_index(spec)
+        await asyncio.to_thread(search.check_index, spec)  # a pasted corpus's 5,000 documents: off the event loop
         await self.lab.engine_for(spec.model, client)
         await self.lab.store(spec)
 

@@ -5,7 +5,9 @@ app.serving.server:LabProtocol`, and a lab that uvicorn serves without it refuse
 Each request: the request line and headers together may take max_header_bytes: past that a request is
 refused at once with 431 and nothing more of it is read (the protocol below holds at most that much of an
 unfinished head; httptools itself bounds none). A request must arrive whole within request_timeout_seconds,
-or it is answered 408 and its connection closed (a request sent slowly, or half sent and then left).
+or it is answered 408 and its connection closed (a request sent slowly, or half sent and then left). A
+request answered before its body arrived whole (a body past the limit, 413) keeps its connection: the rest of
+its body is read and dropped, and the next request's head is counted from the parser's word that it began.
 
 Connections are counted per client address, one counter per address as nginx's limit_conn keeps them
 (Connections): a client over its bound is refused alone, and everyone else is untouched. Some of a
@@ -226,10 +228,16 @@ class LabProtocol(HttpToolsProtocol):
         super().on_message_begin()
         self.scope.setdefault("extensions", {})[STREAM_EXTENSION] = self._streaming
 
+    def on_headers_complete(self) -> None:
+        # The parser's word, not HEAD_END's: a head that began in the middle of the bytes just received (after
+        # the end of the request before it) was never seen whole by data_received, and its body is no head.
+        self._head = None
+        super().on_headers_complete()
+
     def on_message_complete(self) -> None:
         self._stop_deadline()
         self._head = b""  # the next request on this connection begins with its head
-        if self.state is State.WAITING:
+        if self.state is State.WAITING and not self.cycle.response_complete:
             self.bounds.set_state(self, State.ANSWERING)
         super().on_message_complete()
 
@@ -273,6 +281,11 @@ class LabProtocol(HttpToolsProtocol):
             f"HTTP/1.1 {status} {reason}\r\ncontent-type: text/plain; charset=utf-8\r\n"
             f"content-length: {len(body)}\r\nconnection: close\r\n\r\n"
         )
+        if self.cycle is not None and not self.cycle.response_complete:
+            # The request under way is answered here: whatever its app still sends is dropped, as for a client
+            # that left, rather than written after the end of the stream.
+            self.cycle.disconnected = True
+            self.cycle.message_event.set()
         self.transport.write(head.encode() + body)
         if self.bounds.lingering >= MOST_LINGERING or not self.transport.can_write_eof():
             self.transport.close()

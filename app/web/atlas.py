@@ -1,44 +1,58 @@
 """The head atlas's routes: a corpus run named by its spec, its progress, and its scores per head."""
 
+import asyncio
 from typing import Annotated, Literal
 
 from fastapi import APIRouter, Depends, Query
 
 from app.engine import atlas
 from app.engine.spec import AtlasSpec
-from app.web.deps import AtlasesDep, ClientDep, LabDep, request_reads
+from app.serving.specs import corpus_bytes
+from app.web.deps import AtlasesDep, ClientDep, CorporaDep, LabDep, request_reads
 from app.web.schemas.atlas import AtlasRequest, AtlasResponse, AtlasSpace, AtlasStarted
 from app.web.schemas.common import ErrorResponse, Progress
 
 router = APIRouter(prefix="/api/atlas", dependencies=[Depends(request_reads)])
+NAMED = {
+    422: {"model": ErrorResponse},
+    429: {"model": ErrorResponse, "description": "This address has named its hour's bytes of new corpora"},
+}
 NOT_FOUND = {
     404: {"model": ErrorResponse, "description": "Unknown or expired atlas"},
     503: {"model": ErrorResponse, "description": "The run store is not answering, or the model is busy"},
 }
 
 
-@router.post("", response_model=AtlasStarted, responses={422: {"model": ErrorResponse}})
-async def start(body: AtlasRequest, lab: LabDep, atlases: AtlasesDep, client: ClientDep):
+@router.post("", response_model=AtlasStarted, responses=NAMED)
+async def start(body: AtlasRequest, lab: LabDep, atlases: AtlasesDep, corpora: CorporaDep, client: ClientDep):
     """Names a corpus run and keeps its spec in the shared store; nothing is computed until it is asked for."""
     engine = await lab.engine_for(body.model, client)
-    sentences = atlas.shipped_sentences() if body.sentences is None else atlas.sentences_of(body.sentences)
-    spec = AtlasSpec(
-        engine.loaded.name,
-        engine.loaded.digest,
-        sentences,
-        body.repeats,
-        body.repeat_length,
-        body.seed,
-        min(body.ablation_sentences, len(sentences)),
-        engine.spec("a", mask=body.mask).mask,  # the model's own mask unless another is asked for, checked
-    )
+    mask = engine.spec("a", mask=body.mask).mask  # the model's own mask unless another is asked for, checked
+
+    def named() -> tuple[AtlasSpec, str, int]:
+        sentences = atlas.shipped_sentences() if body.sentences is None else atlas.sentences_of(body.sentences)
+        spec = AtlasSpec(
+            engine.loaded.name,
+            engine.loaded.digest,
+            sentences,
+            body.repeats,
+            body.repeat_length,
+            body.seed,
+            min(body.ablation_sentences, len(sentences)),
+            mask,
+        )
+        return spec, spec.run_id, corpus_bytes(spec)
+
+    spec, corpus_id, nbytes = await asyncio.to_thread(named)  # as an index's corpus (app.web.search.start)
+    corpora.take(client.address, corpus_id, nbytes)
     await atlases.start(spec, client)
-    return {"atlas_id": spec.run_id, "sentences": len(sentences)}
+    return {"atlas_id": spec.run_id, "sentences": len(spec.sentences)}
 
 
 @router.get("/{atlas_id}/progress", response_model=Progress, responses=NOT_FOUND)
 async def progress(atlas_id: str, atlases: AtlasesDep):
-    """How far the corpus run is, on whichever worker runs it (the request computing it waits meanwhile)."""
+    """How far the corpus run is, on whichever worker runs it (the request computing it waits meanwhile); an
+    atlas the lab never named, or no longer keeps, is 404 as it is for the atlas itself."""
     return await atlases.progress(atlas_id)
 
 

@@ -13,6 +13,7 @@ from app.serving.gate import Client
 from app.serving.lab import Lab
 from app.serving.memory import HOLDS
 from app.serving.search import Searches
+from app.serving.specs import CorpusAllowance
 
 
 async def get_lab(request: Request) -> Lab:
@@ -38,10 +39,15 @@ async def get_experiments(request: Request) -> Experiments:
     return request.app.state.experiments
 
 
+async def get_corpora(request: Request) -> CorpusAllowance:
+    return request.app.state.corpora
+
+
 LabDep = Annotated[Lab, Depends(get_lab)]
 SearchesDep = Annotated[Searches, Depends(get_searches)]
 AtlasesDep = Annotated[Atlases, Depends(get_atlases)]
 ExperimentsDep = Annotated[Experiments, Depends(get_experiments)]
+CorporaDep = Annotated[CorpusAllowance, Depends(get_corpora)]
 ClientDep = Annotated[Client, Depends(get_client)]
 
 

@@ -84,7 +84,8 @@ class LimitBody:
         await self.app(scope, counting_receive, refusing_send)
 
     async def refuse(self, send, max_bytes: int):
-        body = json.dumps({"detail": f"the request body is larger than {max_bytes:,} bytes"}).encode()
+        detail = f"the request body is larger than {max_bytes:,} bytes (ATTENTION_LAB_MAX_BODY_BYTES)"
+        body = json.dumps({"detail": detail}).encode()
         headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
         await send({"type": "http.response.start", "status": 413, "headers": headers})
         await send({"type": "http.response.body", "body": body})

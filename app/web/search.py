@@ -1,11 +1,14 @@
 """The search lesson's routes: an index named by its spec, its progress, a query's nearest documents (exact and
 approximate), and the top k re-read as (query, document) pairs."""
 
+import asyncio
+
 from fastapi import APIRouter, Depends
 
 from app.engine import search
 from app.engine.spec import IndexSpec
-from app.web.deps import ClientDep, LabDep, SearchesDep, request_reads
+from app.serving.specs import corpus_bytes
+from app.web.deps import ClientDep, CorporaDep, LabDep, SearchesDep, request_reads
 from app.web.schemas.common import ErrorResponse, Progress
 from app.web.schemas.search import (
     IndexRequest,
@@ -18,6 +21,10 @@ from app.web.schemas.search import (
 )
 
 router = APIRouter(prefix="/api/search", dependencies=[Depends(request_reads)])
+NAMED = {
+    422: {"model": ErrorResponse},
+    429: {"model": ErrorResponse, "description": "This address has named its hour's bytes of new corpora"},
+}
 NOT_FOUND = {
     404: {"model": ErrorResponse, "description": "Unknown or expired index"},
     422: {"model": ErrorResponse},
@@ -25,21 +32,30 @@ NOT_FOUND = {
 }
 
 
-@router.post("/index", response_model=IndexStarted, responses={422: {"model": ErrorResponse}})
-async def start(body: IndexRequest, lab: LabDep, searches: SearchesDep, client: ClientDep):
+@router.post("/index", response_model=IndexStarted, responses=NAMED)
+async def start(body: IndexRequest, lab: LabDep, searches: SearchesDep, corpora: CorporaDep, client: ClientDep):
     """Names an index of a corpus and keeps its spec in the shared store; nothing is computed until it is asked
     for."""
     engine = await lab.engine_for(body.model, client)
-    documents = search.shipped_documents() if body.documents is None else search.documents_of(body.documents)
     prompt = search.side_prompt(engine, "document", body.prompt)
-    spec = IndexSpec(engine.loaded.name, engine.loaded.digest, documents, prompt, body.prefix)
+
+    def named() -> tuple[IndexSpec, str, int]:
+        documents = search.shipped_documents() if body.documents is None else search.documents_of(body.documents)
+        spec = IndexSpec(engine.loaded.name, engine.loaded.digest, documents, prompt, body.prefix)
+        search.check_index(spec)
+        return spec, spec.run_id, corpus_bytes(spec)
+
+    # Split, checked and hashed in a thread: a flood of corpora at the body limit held the event loop.
+    spec, corpus_id, nbytes = await asyncio.to_thread(named)
+    corpora.take(client.address, corpus_id, nbytes)
     await searches.start(spec, client)
-    return {"index_id": spec.run_id, "documents": len(documents), "prompt": prompt, "prefix": body.prefix}
+    return {"index_id": spec.run_id, "documents": len(spec.documents), "prompt": prompt, "prefix": body.prefix}
 
 
 @router.get("/index/{index_id}/progress", response_model=Progress, responses=NOT_FOUND)
 async def progress(index_id: str, searches: SearchesDep):
-    """How far the index's passes are, on whichever worker computes it (the request computing it waits)."""
+    """How far the index's passes are, on whichever worker computes it (the request computing it waits); an
+    index the lab never named, or no longer keeps, is 404 as it is for the index itself."""
     return await searches.progress(index_id)
 
 

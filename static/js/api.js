@@ -30,6 +30,9 @@ async function explain(response) {
     // A body that is not JSON says nothing more than its status.
   }
   if (response.status === 413) return `That text is too long: ${detail}.`;
+  if (response.status === 429 && detail.includes("ATTENTION_LAB_CORPUS_BYTES_PER_HOUR")) {
+    return `This device has sent as many new corpora as the lab keeps from it in an hour: ${detail}.`;
+  }
   if (response.status === 429) return "You already have several requests waiting for the model. Wait for them, then try again.";
   if (response.status === 404 && detail.includes("analyze the text again")) {
     return "This run is no longer kept by the server. Press Run to analyze the text again.";

@@ -14,7 +14,8 @@ class IndexRequest(BaseModel):
         None,
         max_length=1_000_000,
         description="The corpus, one document per line (empty lines left out; at most 5,000 documents of at most "
-        "2,000 characters, each read up to the model's pooling length); default: the corpus that ships with the lab",
+        "2,000 characters, each read up to the model's pooling length, and the whole request within the body limit, "
+        "ATTENTION_LAB_MAX_BODY_BYTES: 512 KiB by default); default: the corpus that ships with the lab",
         examples=["The bank raised its interest rate.\nWe sat on the bank of the river."],
     )
     model: ModelName = None
