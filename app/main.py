@@ -32,9 +32,9 @@ from app.classroom.classes import (
     not_shared,
 )
 from app.classroom.streams import TooManyStreams, stop_on_signals
+from app.engine.errors import InvalidInput, OutOfRange, PassFailed, TextTooLong
 from app.engine.model import LoadedModel, ModelLoadError, load_model
 from app.engine.rerank import CrossEncoder, load_cross_encoder
-from app.engine.runs import InvalidInput, OutOfRange, PassFailed, TextTooLong
 from app.engine.threads import one_core_elsewhere
 from app.serving.atlas import Atlases
 from app.serving.experiments import Experiments

@@ -9,8 +9,9 @@ import pytest
 import torch
 
 import app.engine.runs
+from app.engine.errors import NothingToRead
 from app.engine.model import load_model
-from app.engine.runs import Engine, NothingToRead
+from app.engine.runs import Engine
 from app.serving.gate import Client
 from app.serving.memory import RESERVE
 from app.web.api import view_answer

@@ -11,8 +11,8 @@ from dataclasses import replace
 
 import pytest
 
+from app.engine.errors import InvalidInput, TextTooLong
 from app.engine.model import load_model
-from app.engine.runs import InvalidInput, TextTooLong
 from app.engine.spec import RUN_ID, RunSpec
 
 RIVER = RunSpec(

@@ -34,7 +34,7 @@ from app.classroom.schemas import (
     VoteTaken,
 )
 from app.engine import questions
-from app.engine.runs import InvalidInput
+from app.engine.errors import InvalidInput
 from app.serving.server import is_loopback
 from app.web.deps import ClientDep, ExperimentsDep, LabDep, SearchesDep
 from app.web.events import RESPONSES as events_responses

@@ -16,10 +16,11 @@ from typing import Literal
 import numpy as np
 import torch
 
+from app.engine.errors import InvalidInput, OutOfRange
 from app.engine.labels import shown
 from app.engine.lessons import added_names, head_stats
 from app.engine.measures import MEASURES, Measure, mean_view
-from app.engine.runs import InvalidInput, OutOfRange, Run
+from app.engine.runs import Run
 
 Sinks = Literal["show", "hide", "renormalise"]
 Segments = Literal["all", "AA", "AB", "BA", "BB"]

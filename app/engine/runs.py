@@ -31,6 +31,16 @@ from app.engine.capture import (
     padded_mask,
     softmax_weights,
 )
+from app.engine.errors import (
+    NEEDS_ADAPTER,
+    BlockTooLarge,
+    InvalidInput,
+    NeedsAdapter,
+    NothingToRead,
+    OutOfRange,
+    PassFailed,
+    TextTooLong,
+)
 from app.engine.families.attention_only import reason
 from app.engine.families.base import Family
 from app.engine.labels import token_labels
@@ -55,38 +65,6 @@ ROW_CHUNK = 64
 # The tokens read ahead of their pass (Engine.read_ahead) that an engine keeps for it, in all: 16,384 tokens
 # are about 5 MB of Token objects.
 READ_AHEAD_TOKENS = 16_384
-
-
-class TextTooLong(ValueError):
-    pass
-
-
-class InvalidInput(ValueError):
-    """The request is well formed but asks for something the model does not have (422)."""
-
-
-class NothingToRead(InvalidInput):
-    pass
-
-
-class NeedsAdapter(InvalidInput):
-    """The view needs what only a family's adapter records (Q/K/V, W_O, the FFN): the model has none."""
-
-
-# What a model without an adapter cannot show: each needs the activations inside its blocks.
-NEEDS_ADAPTER = ("qkv", "worked_example", "ffn", "measures", "ablation", "pipeline")
-
-
-class PassFailed(RuntimeError):
-    """The forward pass raised: this request fails, the lab keeps serving."""
-
-
-class OutOfRange(LookupError):
-    pass
-
-
-class BlockTooLarge(InvalidInput):
-    """A view needs whole blocks of weights, and the run is too long for them (Run.check_whole_block)."""
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
-from app.engine.runs import InvalidInput
+from app.engine.errors import InvalidInput
 from app.serving.gate import ANYONE, Busy, Client, TooManyWaiting
 from app.settings import ENV_PREFIX, GIB, Settings, SettingsError
 

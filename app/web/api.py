@@ -16,8 +16,9 @@ from torch import Tensor
 
 from app.engine import cells, lessons, measures
 from app.engine.capture import NEXT_TOKENS
+from app.engine.errors import InvalidInput, OutOfRange
 from app.engine.placement import dtype_name
-from app.engine.runs import InvalidInput, OutOfRange, Run, pick
+from app.engine.runs import Run, pick
 from app.engine.spec import Patch
 from app.serving.lab import Lab
 from app.serving.server import is_loopback
