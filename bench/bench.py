@@ -63,7 +63,7 @@ from transformers import AutoModel, AutoModelForCausalLM, AutoTokenizer  # noqa:
 from transformers.utils import logging as transformers_logging  # noqa: E402
 
 from app.engine.atlas import added_tokens, shipped_sentences  # noqa: E402
-from app.engine.runs import BATCH_TOKENS, batches  # noqa: E402
+from app.engine.engine import BATCH_TOKENS, batches  # noqa: E402
 from app.engine.search import SAMPLE_QUERIES, shipped_documents  # noqa: E402
 from app.engine.spec import AtlasSpec  # noqa: E402
 from app.serving.memory import keep_freed_memory  # noqa: E402

@@ -16,8 +16,8 @@ from transformers.pytorch_utils import Conv1D
 from app.engine import atlas
 from app.engine.atlas import Projection
 from app.engine.capture import block_outputs, head_dim, starting_at
+from app.engine.engine import BATCH_TOKENS, Engine
 from app.engine.model import load_model, packaged_model_path
-from app.engine.runs import BATCH_TOKENS, Engine
 from app.engine.spec import AtlasSpec, from_canonical
 from app.serving.atlas import Atlases
 from tests.conftest import TOKENIZER_FILES, LabProcess, left_midway, make_lab, run_async, start_together

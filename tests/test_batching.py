@@ -8,10 +8,10 @@ import dataclasses
 import pytest
 import torch
 
-import app.engine.runs
+import app.engine.engine
+from app.engine.engine import Engine
 from app.engine.errors import NothingToRead
 from app.engine.model import load_model
-from app.engine.runs import Engine
 from app.serving.gate import Client
 from app.serving.memory import RESERVE
 from app.web.api import view_answer
@@ -71,19 +71,19 @@ def engine(request, tmp_path_factory):
 
 def test_a_batch_gives_every_run_its_numbers_alone(engine, monkeypatch):
     passes = []
-    real = app.engine.runs.capture_batch
+    real = app.engine.engine.capture_batch
 
     def counted(model, family, sequences, ablate=(), weights_made=None):
         passes.append((len(sequences), ablate))
         return real(model, family, sequences, ablate, weights_made)
 
     made = specs(engine, not engine.loaded.family.decoder)
-    monkeypatch.setattr(app.engine.runs, "capture_batch", counted)
+    monkeypatch.setattr(app.engine.engine, "capture_batch", counted)
     batched = engine.run_batch(made)
     # One pass per set of switched-off heads: three here.
     assert sorted(ablate for _, ablate in passes) == [(), ((0, 1), (1, 3)), ((1, 2),)]
     assert sum(size for size, _ in passes) == len(made)
-    monkeypatch.setattr(app.engine.runs, "capture_batch", real)
+    monkeypatch.setattr(app.engine.engine, "capture_batch", real)
     for spec, run in zip(made, batched, strict=True):
         assert run.spec == spec
         assert_same(run, engine.run(spec), engine.loaded.model.config)
@@ -108,9 +108,9 @@ def test_a_padded_runs_block_computed_again_is_the_one_its_pass_made(engine, mon
 def test_a_pass_is_capped_by_padded_tokens_and_one_bad_input_fails_alone(tiny, monkeypatch):
     engine = Engine(tiny, 10_000)
     passes = []
-    real = app.engine.runs.capture_batch
+    real = app.engine.engine.capture_batch
     monkeypatch.setattr(
-        app.engine.runs,
+        app.engine.engine,
         "capture_batch",
         lambda m, f, s, *rest: passes.append([len(x.input_ids) for x in s]) or real(m, f, s, *rest),
     )
@@ -319,8 +319,8 @@ def test_each_input_is_read_once_by_the_lab_that_states_its_pass_and_joins_its_b
 
 def test_the_tokens_read_ahead_are_bounded(tiny):
     engine = Engine(tiny, 100_000)
-    count = 2 * app.engine.runs.READ_AHEAD_TOKENS // 400
+    count = 2 * app.engine.engine.READ_AHEAD_TOKENS // 400
     for text in (f"text {number} " + " ".join(["river"] * 400) for number in range(count)):
         assert engine.read_ahead(engine.spec(text)) == engine.length(engine.spec(text))
     kept = sum(len(tokens) for tokens, _ in engine._read_ahead.values())
-    assert app.engine.runs.READ_AHEAD_TOKENS - 402 < kept <= app.engine.runs.READ_AHEAD_TOKENS
+    assert app.engine.engine.READ_AHEAD_TOKENS - 402 < kept <= app.engine.engine.READ_AHEAD_TOKENS

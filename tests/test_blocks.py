@@ -7,8 +7,8 @@ import torch
 
 from app.engine import capture
 from app.engine.blocks import BlockCache
+from app.engine.engine import Engine
 from app.engine.model import load_model
-from app.engine.runs import Engine
 from tests.conftest import make_lab, run_async
 from tests.families import long_llama
 from tests.float32 import pass_tolerance

@@ -13,7 +13,7 @@ from app.engine.capture import (
     recording,
     thread_hooks,
 )
-from app.engine.runs import Engine
+from app.engine.engine import Engine
 from tests.float32 import largest, pass_tolerance, product_tolerance
 
 TEXT = "the river bank was steep"

@@ -10,8 +10,9 @@ import torch
 from fastapi.testclient import TestClient
 
 from app.engine import cells
+from app.engine.engine import Engine
 from app.engine.model import load_model
-from app.engine.runs import ROW_CHUNK, Engine
+from app.engine.runs import ROW_CHUNK
 from app.main import create_app
 from app.settings import get_settings
 from app.web.encoding import decode_attention

@@ -18,8 +18,8 @@ from transformers import AutoConfig, AutoModel, AutoModelForCausalLM, AutoTokeni
 
 from app.engine import measures, names
 from app.engine.choices import Placement, PlacementError, split_choice
+from app.engine.engine import Engine
 from app.engine.model import ModelTooLarge, adopt, load_model, upcast
-from app.engine.runs import Engine
 from app.main import create_app
 from app.serving.models import Models
 from app.settings import SettingsError, get_settings

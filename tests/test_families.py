@@ -13,8 +13,8 @@ from transformers import BertTokenizerFast
 from app.engine import capture as capture_module
 from app.engine import measures, names
 from app.engine.capture import capture
+from app.engine.engine import Engine
 from app.engine.model import ModelLoadError, load_model
-from app.engine.runs import Engine
 from app.main import create_app
 from app.web.encoding import decode_attention
 from tests.families import BUILDERS, build, wordpiece_vocab

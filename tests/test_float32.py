@@ -4,7 +4,7 @@ a shifted key are far outside it."""
 
 import torch
 
-from app.engine.runs import Engine
+from app.engine.engine import Engine
 from tests.float32 import pass_tolerance
 
 TEXT = "The river bank was steep and the animal was tired."

@@ -7,8 +7,8 @@ from fastapi.testclient import TestClient
 
 from app.engine import names
 from app.engine.choices import Placement
+from app.engine.engine import Engine
 from app.engine.model import ModelTooLarge, load_model
-from app.engine.runs import Engine
 from app.main import create_app
 from app.serving.gate import PassGate
 from app.serving.lab import Lab

@@ -8,7 +8,7 @@ import threading
 import pytest
 import torch
 
-import app.engine.runs
+import app.engine.engine
 from app.serving.lab import ForeignRun, RunNotFound
 from tests.conftest import make_lab, run_async
 from tests.float32 import largest, pass_tolerance
@@ -24,13 +24,13 @@ def same_numbers(a, b, config) -> bool:
 def counted(monkeypatch, tiny, tmp_path):
     lab = make_lab(tiny, tmp_path, max_runs=3, passes=2)  # its start reads the model once: not counted
     calls = []
-    real_capture = app.engine.runs.capture_batch
+    real_capture = app.engine.engine.capture_batch
 
     def counting_capture(*args, **kwargs):
         calls.append(args)
         return real_capture(*args, **kwargs)
 
-    monkeypatch.setattr(app.engine.runs, "capture_batch", counting_capture)
+    monkeypatch.setattr(app.engine.engine, "capture_batch", counting_capture)
     return lab, calls
 
 
@@ -140,8 +140,8 @@ def test_a_long_inputs_pooling_pass_waits_until_its_vector_is_asked_for(tiny, tm
     it for later, the requests that ask for the vector at once share one, and the cache counts its bytes."""
     lab = make_lab(dataclasses.replace(tiny, pooled_length=8), tmp_path)
     passes = []
-    real = app.engine.runs.final_states
-    monkeypatch.setattr(app.engine.runs, "final_states", lambda *args: passes.append(args) or real(*args))
+    real = app.engine.engine.final_states
+    monkeypatch.setattr(app.engine.engine, "final_states", lambda *args: passes.append(args) or real(*args))
     text = "a text longer than the eight tokens its pooling reads"
     run = run_async(lab.submit(lab.spec(text)))
     assert len(run.tokens) > 8 and run.pooling_pass_due and passes == []

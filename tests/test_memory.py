@@ -7,7 +7,7 @@ from contextlib import AsyncExitStack
 import numpy as np
 import pytest
 
-from app.engine.runs import Engine
+from app.engine.engine import Engine
 from app.serving.gate import ANYONE, Busy, Client, TooManyWaiting
 from app.serving.memory import HOLDS, Budget, MemoryTooLarge, resident_bytes, trim_if_over
 from tests.conftest import make_lab, run_async
@@ -32,7 +32,7 @@ from concurrent.futures import ThreadPoolExecutor
 from app.serving.memory import PAGE_BYTES, keep_freed_memory, reserve
 keep_freed_memory()
 from app.engine.model import load_model
-from app.engine.runs import Engine
+from app.engine.engine import Engine
 engine = Engine(load_model(), 100_000)
 reserve(int(sys.argv[1]))
 kept = []

@@ -19,8 +19,8 @@ import pytest
 import torch
 from nbclient import NotebookClient
 
+from app.engine.engine import Engine
 from app.engine.model import ModelLoadError, adopt
-from app.engine.runs import Engine
 from app.web.encoding import decode_attention
 from tests.families import gpt2_objects
 

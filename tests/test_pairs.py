@@ -7,9 +7,9 @@ import pytest
 import torch
 from transformers import BertConfig, BertModel
 
+from app.engine.engine import segments
 from app.engine.errors import InvalidInput
 from app.engine.model import load_model
-from app.engine.runs import segments
 from tests.conftest import make_lab
 from tests.float32 import largest, pass_tolerance
 

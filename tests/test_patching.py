@@ -8,9 +8,9 @@ from fastapi.testclient import TestClient
 from transformers import AutoModel, AutoModelForCausalLM
 
 from app.engine import patches
+from app.engine.engine import Engine
 from app.engine.model import load_model, packaged_model_path
 from app.engine.patching import changing_input
-from app.engine.runs import Engine
 from app.main import create_app
 from tests.families import BUILDERS, build
 from tests.float32 import largest, pass_tolerance

@@ -17,9 +17,9 @@ from sentence_transformers import CrossEncoder, SentenceTransformer
 from transformers import BertConfig, BertForSequenceClassification
 
 from app.engine import corpus, search
+from app.engine.engine import Engine
 from app.engine.model import ModelLoadError, load_model, packaged_model_path
 from app.engine.rerank import load_cross_encoder
-from app.engine.runs import Engine
 from app.engine.search import SAMPLE_QUERIES
 from app.engine.spec import IndexSpec, from_canonical
 from app.main import create_app

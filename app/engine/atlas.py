@@ -32,9 +32,9 @@ from app.engine.capture import (
     on_cpu,
     starting_at,
 )
+from app.engine.engine import BATCH_TOKENS, Engine, batches
 from app.engine.errors import InvalidInput
 from app.engine.labels import token_labels
-from app.engine.runs import BATCH_TOKENS, Engine, batches
 from app.engine.spec import AtlasSpec
 
 MAX_SENTENCES = 1000

@@ -24,7 +24,7 @@ from app.engine.capture import on_cpu
 from app.engine.model import upcast_bytes
 
 if TYPE_CHECKING:
-    from app.engine.runs import Engine
+    from app.engine.engine import Engine
 
 Method = Literal["integrated_gradients", "gradient_x_input"]
 Target = Literal["similarity", "next_token"]

@@ -47,11 +47,12 @@ from transformers import PreTrainedModel
 
 from app.engine import names
 from app.engine.capture import model_inputs, on_cpu, thread_hooks
+from app.engine.engine import BATCH_TOKENS, Engine, sequence
 from app.engine.errors import InvalidInput
 from app.engine.model import upcast, upcast_bytes
 from app.engine.patching import changing_input, site_module
 from app.engine.placement import dtype_name
-from app.engine.runs import BATCH_TOKENS, Engine, Run, sequence
+from app.engine.runs import Run
 from app.engine.sentence import SentencePipeline
 from app.engine.spec import RunSpec
 

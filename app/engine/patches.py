@@ -8,11 +8,11 @@ from torch import Tensor
 from transformers import PreTrainedModel
 
 from app.engine.capture import Sequence
+from app.engine.engine import BATCH_TOKENS, Engine
 from app.engine.errors import InvalidInput
 from app.engine.model import upcast_bytes
 from app.engine.patching import SITES, Cell, partner, patched_outputs
 from app.engine.placement import dtype_name
-from app.engine.runs import BATCH_TOKENS, Engine
 
 ALIGNS = ("start", "end")
 

@@ -12,8 +12,8 @@ from pathlib import Path
 import torch
 from transformers import AutoModelForSequenceClassification, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
+from app.engine.engine import BATCH_TOKENS, batches
 from app.engine.model import ModelLoadError
-from app.engine.runs import BATCH_TOKENS, batches
 from app.engine.sentence import PipelineError, torch_activation
 
 SIGMOID = "torch.nn.modules.activation.Sigmoid"

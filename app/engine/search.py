@@ -23,8 +23,8 @@ from torch import Tensor
 from usearch.index import Index as UsearchIndex
 
 from app.engine.capture import Sequence, model_inputs, on_cpu
+from app.engine.engine import BATCH_TOKENS, Engine, batches
 from app.engine.errors import InvalidInput
-from app.engine.runs import BATCH_TOKENS, Engine, batches
 from app.engine.spec import IndexSpec
 
 MAX_DOCUMENTS = 5000

@@ -11,8 +11,8 @@ from transformers import PreTrainedModel
 
 from app.engine import faithfulness, patches
 from app.engine.attribution import attribution_bytes
+from app.engine.engine import Engine
 from app.engine.model import in_float32
-from app.engine.runs import Engine
 from app.serving.gate import ANYONE, Client
 from app.serving.lab import Lab
 from app.serving.work import Work

@@ -1,6 +1,6 @@
 """Serving runs and their measures: each worker keeps recent runs, computes one pass per run however many ask for it
 at a time (and a class's runs together, in padded passes), and recomputes from the shared spec store any run it
-does not hold. The numbers come from the engine (app.engine.runs); every computation runs as a piece of work
+does not hold. The numbers come from the engine (app.engine.engine); every computation runs as a piece of work
 (app.serving.work): its memory taken before it starts, at turns of the gate, in slices.
 
 A measure's block is a bounded slice of work (norm and ALTI rollout one slice per block, app.engine.measures), a
@@ -21,8 +21,9 @@ from app.engine import cells, measures
 from app.engine.blocks import BlockCache
 from app.engine.capture import MADE_WEIGHTS_BYTES
 from app.engine.choices import Placement
+from app.engine.engine import BATCH_TOKENS, Engine
 from app.engine.model import LoadedModel
-from app.engine.runs import BATCH_TOKENS, Engine, Run
+from app.engine.runs import Run
 from app.engine.spec import RUN_ID, RunSpec
 from app.serving.cache import RunCache
 from app.serving.gate import ANYONE, Client, PassGate
@@ -212,7 +213,7 @@ class Lab:
         return self.runs.max_bytes + self.blocks.max_bytes + RUNTIME_BYTES + self.models.loaded_bytes
 
     def spec(self, *args, **kwargs) -> RunSpec:
-        """The checked spec of a request for the default model (app.engine.runs.Engine.spec)."""
+        """The checked spec of a request for the default model (app.engine.engine.Engine.spec)."""
         return self.engine.spec(*args, **kwargs)
 
     async def engine_for(self, model: str | None, client: Client = ANYONE) -> Engine:

@@ -12,6 +12,7 @@ from pathlib import Path
 
 from app.engine.blocks import BlockCache
 from app.engine.choices import Placement
+from app.engine.engine import Engine
 from app.engine.errors import InvalidInput
 from app.engine.model import (
     AUTO,
@@ -25,7 +26,7 @@ from app.engine.model import (
     read_model_config,
     read_sentence_pipeline,
 )
-from app.engine.runs import BLOCK_BYTES, Engine
+from app.engine.runs import BLOCK_BYTES
 from app.serving.gate import TooManyWaiting
 
 HOUR = 3600.0

@@ -14,9 +14,9 @@ import numpy as np
 import torch
 
 from app.engine import search
+from app.engine.engine import Engine
 from app.engine.errors import InvalidInput
 from app.engine.rerank import CrossEncoder
-from app.engine.runs import Engine
 from app.engine.spec import IndexSpec
 from app.engine.threads import CORES, use_cores
 from app.serving.gate import ANYONE, Client

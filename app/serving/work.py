@@ -21,8 +21,8 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Generic, Protocol, TypeVar
 
+from app.engine.engine import Engine
 from app.engine.placement import work_bytes
-from app.engine.runs import Engine
 from app.engine.threads import ModelThreads
 from app.serving.gate import ANYONE, Client, PassGate, Stopping
 from app.serving.memory import Budget, trim_if_over

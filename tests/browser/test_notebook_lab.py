@@ -15,7 +15,7 @@ import nbformat
 import numpy as np
 import pytest
 
-from app.engine.runs import Engine
+from app.engine.engine import Engine
 from tests.browser import audit
 from tests.browser.conftest import screenshot, wait_until
 from tests.browser.test_grid_switch import SWITCH
