@@ -83,7 +83,7 @@ def test_the_gpus_budget_is_its_free_memory_and_bounds_the_work_done_there(shard
         max_chars=10_000,
         max_runs=8,
         max_cache_bytes=10**9,
-        max_device_bytes=engine.pass_bytes([engine.length(long)]),
+        max_device_bytes=engine.footprint.pass_bytes([engine.length(long)]),
     )
     with pytest.raises(MemoryTooLarge, match="ATTENTION_LAB_MAX_DEVICE_BYTES"):
         run_async(small.submit(long))

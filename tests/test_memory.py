@@ -312,8 +312,8 @@ def test_work_on_a_gpu_takes_its_peak_from_the_devices_budget_apart_from_the_hos
     lab = make_lab(tiny, tmp_path)
     engine = lab.models.loaded(lab.models.default)
     long, short = engine.spec("word " * 150), engine.spec("a short prompt")
-    device_bytes = engine.pass_bytes([engine.length(long)])  # one client may take half of it at once
-    assert engine.pass_bytes([lab._length(engine, short)]) < device_bytes // 2 < lab.budget.max_bytes // 2
+    device_bytes = engine.footprint.pass_bytes([engine.length(long)])  # one client may take half of it at once
+    assert engine.footprint.pass_bytes([lab._length(engine, short)]) < device_bytes // 2 < lab.budget.max_bytes // 2
     monkeypatch.setattr("app.serving.work.work_bytes", lambda device, chosen: chosen or device_bytes)
     device = lab.works.device_budget(engine)
     assert device is not lab.budget and device.max_bytes == device_bytes
@@ -330,7 +330,7 @@ def test_work_on_a_gpu_takes_its_peak_from_the_devices_budget_apart_from_the_hos
     original = device.take
     monkeypatch.setattr(device, "take", contextlib.asynccontextmanager(watched))
     run_async(lab.submit(short))
-    nbytes = engine.pass_bytes([lab._length(engine, short)])
+    nbytes = engine.footprint.pass_bytes([lab._length(engine, short)])
     assert taken == [(nbytes, 0), (nbytes, nbytes)]  # the host's first, then the device's
     assert (lab.budget.granted, device.granted) == (0, 0)
 

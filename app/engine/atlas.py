@@ -386,7 +386,7 @@ def atlas_slices(
 def atlas_bytes(engine: Engine, spec: AtlasSpec) -> int:
     """The atlas's peak memory beside the model, stated before it starts: one pass of BATCH_TOKENS padded
     tokens with every block's weights out (the sentences' passes ask for them, output_attentions) and the
-    pass's own (Engine.transient_bytes), and one group of the ablation sample's block outputs (the group's
+    pass's own (Footprint.transient_bytes), and one group of the ablation sample's block outputs (the group's
     rows × heads go through the blocks after the one switched off: BATCH_TOKENS tokens)."""
     config = engine.loaded.model.config
     heads, layers, hidden = config.num_attention_heads, config.num_hidden_layers, config.hidden_size
@@ -394,7 +394,7 @@ def atlas_bytes(engine: Engine, spec: AtlasSpec) -> int:
     batch = max(1, BATCH_TOKENS // longest)
     weights = layers * batch * heads * longest**2 * 4 * 2  # the blocks' weights, and their float64 copy one at a time
     outputs = (layers + 1) * BATCH_TOKENS * hidden * 4 * 2
-    return weights + outputs + engine.transient_bytes(batch, longest)
+    return weights + outputs + engine.footprint.transient_bytes(batch, longest)
 
 
 def sentence_vectors(

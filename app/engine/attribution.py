@@ -42,7 +42,7 @@ def steps_per_slice(tokens: int) -> int:
 def attribution_bytes(engine: "Engine", tokens: int) -> int:
     """Attribution's peak memory, stated before it starts: a slice's batch of steps with their gradients, and the
     model's float32 copy where it is in half precision."""
-    return engine.backward_bytes(steps_per_slice(tokens), tokens) + upcast_bytes(engine.loaded)
+    return engine.footprint.backward_bytes(steps_per_slice(tokens), tokens) + upcast_bytes(engine.loaded)
 
 
 def hidden_states(trunk, family, types: Tensor, **inputs) -> Tensor:

@@ -91,9 +91,10 @@ def keys_of(spec: RunSpec, n: int, query: int | None) -> list[int]:
 def scoreboard_bytes(engine: Engine, tokens: int) -> int:
     """The scoreboard's peak memory, stated before it starts: its gradient pass, a padded pass of removals, and
     where the model is in half precision its float32 copy and the copy's run of the text."""
-    nbytes = engine.backward_bytes(1, tokens) + engine.transient_bytes(BATCH_TOKENS // tokens + 1, tokens)
+    footprint = engine.footprint
+    nbytes = footprint.backward_bytes(1, tokens) + footprint.transient_bytes(BATCH_TOKENS // tokens + 1, tokens)
     if upcast_bytes(engine.loaded):
-        nbytes += upcast_bytes(engine.loaded) + engine.run_bytes(tokens)
+        nbytes += upcast_bytes(engine.loaded) + footprint.run_bytes(tokens)
     return nbytes
 
 

@@ -160,7 +160,7 @@ def patch_job(
 def patch_bytes(engine: Engine, tokens: int) -> int:
     """Patching's peak memory, stated before it starts: a padded pass of as many cells as a slice holds, the run of
     input A it patches, and the model's float32 copy where it is in half precision."""
-    nbytes = engine.transient_bytes(BATCH_TOKENS // tokens + 2, tokens) + engine.run_bytes(tokens)
+    nbytes = engine.footprint.transient_bytes(BATCH_TOKENS // tokens + 2, tokens) + engine.footprint.run_bytes(tokens)
     return nbytes + upcast_bytes(engine.loaded)
 
 

@@ -211,9 +211,9 @@ def pairs_bytes(engine: Engine, lengths: list[int], groups: list[list[int]], sho
     and the runs it keeps, one run's every block of weights (its A → B share), the shown pair's run held to the
     end, or `after` (what the passes after them take: timed pairs, a cross-encoder's) where that is more."""
     config = engine.loaded.model.config
-    runs = max(engine.pass_bytes([lengths[index] for index in group]) for group in groups)
+    runs = max(engine.footprint.pass_bytes([lengths[index] for index in group]) for group in groups)
     weights = max(config.num_hidden_layers * config.num_attention_heads * length**2 * 4 for length in lengths)
-    return max(runs + weights, after) + engine.run_bytes(lengths[shown])
+    return max(runs + weights, after) + engine.footprint.run_bytes(lengths[shown])
 
 
 def pair_bytes(engine: Engine, query: str, documents: list[str]) -> int:
@@ -222,18 +222,19 @@ def pair_bytes(engine: Engine, query: str, documents: list[str]) -> int:
         [query] * len(documents), documents, truncation=True, max_length=engine.max_tokens
     )
     longest = max(map(len, encoded["input_ids"]))
-    return engine.transient_bytes(min(len(documents), max(1, BATCH_TOKENS // longest)), longest)
+    return engine.footprint.transient_bytes(min(len(documents), max(1, BATCH_TOKENS // longest)), longest)
 
 
 def index_bytes(engine: Engine, spec: IndexSpec) -> int:
     """The index's peak memory beside the model, stated before it starts: one pass of BATCH_TOKENS padded
-    tokens (Engine.transient_bytes, its last hidden states among them) and the vectors it keeps, float32 and
+    tokens (Footprint.transient_bytes, its last hidden states among them) and the vectors it keeps, float32 and
     their float64 unit copy."""
     config = engine.loaded.model.config
     longest = min(engine.loaded.max_seq_length, engine.max_tokens)
     batch = max(1, BATCH_TOKENS // longest)
     states = BATCH_TOKENS * config.hidden_size * 4
-    return engine.transient_bytes(batch, longest) + states + len(spec.documents) * vector_size(engine) * (4 + 8)
+    vectors = len(spec.documents) * vector_size(engine) * (4 + 8)
+    return engine.footprint.transient_bytes(batch, longest) + states + vectors
 
 
 def vector_size(engine: Engine) -> int:

@@ -127,7 +127,7 @@ class Joins:
         padded_to = max(self.longest, self.engine.read_ahead(job))
         if padded_to > self.shared or (self.count + 1) * padded_to > BATCH_TOKENS:
             return False
-        more = self.engine.pass_bytes([padded_to] * (self.count + 1)) - self.own - self.taken
+        more = self.engine.footprint.pass_bytes([padded_to] * (self.count + 1)) - self.own - self.taken
         if more > 0:
             took = [budget for budget in self.budgets if budget.try_take(more, self.client)]
             if len(took) < len(self.budgets):
@@ -320,7 +320,7 @@ class Lab:
         """The bytes of the spec's run held for the request that reads it (Budget.hold), before it is read."""
         length = self._length(engine, spec)
         what = f"reading a run of {length:,} tokens"
-        await self.budget.hold(engine.run_bytes(length), client, what, spec.run_id)
+        await self.budget.hold(engine.footprint.run_bytes(length), client, what, spec.run_id)
 
     async def store(self, spec: RunSpec) -> None:
         """The spec put in the shared store, in one write with every other spec put at the same moment:
@@ -392,7 +392,7 @@ class Lab:
         async def pooling_pass() -> Run:
             engine = await self.engine_for(run.spec.model, client)  # loaded before the turn, in case it was let go
             what = f"the pooling pass of run {run.run_id}"
-            work = Work(what, [lambda: self._with_sentence_vector(run)], engine.pooling_bytes(), on=engine)
+            work = Work(what, [lambda: self._with_sentence_vector(run)], engine.footprint.pooling_bytes(), on=engine)
             return await self.works.run(work, client)
 
         return await self.works.once(f"{run.run_id}/pooling", pooling_pass)
@@ -425,14 +425,14 @@ class Lab:
     async def _pass(self, spec: RunSpec, client: Client) -> Run:
         """This spec's turn at the gate, or its place in another request's pass: a request that gets its turn
         takes the runs of the same model waiting behind it (in the gate's fair order) into its pass. The pass's
-        memory (Engine.pass_bytes) is taken from the budget before its turn; the runs that join it take theirs
+        memory (Footprint.pass_bytes) is taken from the budget before its turn; the runs that join it take theirs
         then, where it is free at once (else they wait for a turn of their own)."""
         engine = await self.engine_for(spec.model, client)  # loaded before the turn, in case it was let go
         length = self._length(engine, spec)
         return await self.works.batched(
             f"the pass of {length:,} tokens",
             spec,
-            engine.pass_bytes([length]),
+            engine.footprint.pass_bytes([length]),
             self.analyze_batch,
             lambda: self._joins(spec, length, client),
             client,
@@ -458,7 +458,7 @@ class Lab:
         (Joins.taken, given back by Joins.give_back). A longer input takes its turn alone, so it neither pads
         short ones nor waits behind them."""
         engine = self.models.loaded(spec.model)
-        return Joins(engine, spec, engine.pass_bytes([length]), self.works.budgets(engine), client)
+        return Joins(engine, spec, engine.footprint.pass_bytes([length]), self.works.budgets(engine), client)
 
     def analyze(self, spec: RunSpec) -> Run:
         """The kept run of the spec, or one forward pass of it, kept, with its sentence vector (its pooling's

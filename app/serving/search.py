@@ -160,7 +160,8 @@ class Searches:
             before = (engine.loaded.pipeline.prompts[prompt] if prompt is not None else "") + prefix
             return QueryRead(before + text, len(ids[0]), vector, pass_ms), then(vector) if then else None
 
-        work = Work(f"the query of {len(ids[0])} tokens", [read], engine.transient_bytes(1, len(ids[0])), engine)
+        nbytes = engine.footprint.transient_bytes(1, len(ids[0]))
+        work = Work(f"the query of {len(ids[0])} tokens", [read], nbytes, engine)
         return await self.lab.works.run(work, client)
 
     async def search(
