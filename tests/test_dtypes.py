@@ -17,6 +17,7 @@ from fastapi.testclient import TestClient
 from transformers import AutoConfig, AutoModel, AutoModelForCausalLM, AutoTokenizer, LlamaConfig
 
 from app.engine import measures, names
+from app.engine.attribution import attribution_job
 from app.engine.choices import Placement, PlacementError, split_choice
 from app.engine.engine import Engine
 from app.engine.model import ModelTooLarge, adopt, load_model, upcast
@@ -348,7 +349,7 @@ def test_attribution_of_a_bfloat16_model_is_the_float32_computation_on_its_upcas
     for number in ("output", "baseline_output"):
         assert ours[number] == pytest.approx(theirs[number], abs=tolerance(pass_terms(half.model.config)))
     engine = Engine(half, 1000)
-    in_bfloat16 = [piece() for piece in engine.attribution(**ask)][-1]
+    in_bfloat16 = [piece() for piece in attribution_job(engine, **ask)][-1]
     assert in_bfloat16["computed_in"] == "bfloat16"
     assert (in_bfloat16["attributions"].float() - torch.tensor(theirs["attributions"])).abs().max() > atol
 

@@ -8,23 +8,26 @@ Attributions are taken with respect to the word-embedding rows (positions and to
 are) against an all-zero baseline, and summed over the embedding dimensions: one number per token.
 Integrated Gradients' completeness, Σ attributions = f(x) − f(baseline), holds up to the reported convergence delta.
 
-The work comes in slices (attribution_slices), each a bounded number of IG's steps × tokens, so that a
-server can give its model's turn to others between them and stop when nobody waits (app.serving.lab). A
+A request is checked against the engine's model at once (attribution_job); its work comes in slices
+(attribution_slices), each a bounded number of IG's steps × tokens, so that a server can give its model's turn
+to others between them and stop when nobody waits (app.serving.work). A
 slice is one of Captum's own batches of steps (its internal_batch_size), added to the others in Captum's
 order: the slices together give exactly what Captum gives with that batch size.
 """
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Literal
+from typing import Literal
 
 import torch
 from torch import Tensor
+from transformers import PreTrainedModel
 
 from app.engine.capture import on_cpu
+from app.engine.engine import Engine
+from app.engine.errors import InvalidInput
 from app.engine.model import upcast_bytes
-
-if TYPE_CHECKING:
-    from app.engine.engine import Engine
+from app.engine.placement import dtype_name
+from app.engine.runs import Token
 
 Method = Literal["integrated_gradients", "gradient_x_input"]
 Target = Literal["similarity", "next_token"]
@@ -39,10 +42,91 @@ def steps_per_slice(tokens: int) -> int:
     return max(1, STEP_TOKENS_PER_SLICE // tokens)
 
 
-def attribution_bytes(engine: "Engine", tokens: int) -> int:
+def attribution_bytes(engine: Engine, tokens: int) -> int:
     """Attribution's peak memory, stated before it starts: a slice's batch of steps with their gradients, and the
     model's float32 copy where it is in half precision."""
     return engine.footprint.backward_bytes(steps_per_slice(tokens), tokens) + upcast_bytes(engine.loaded)
+
+
+def attribution_job(
+    engine: Engine,
+    text: str,
+    method: str,
+    steps: int,
+    target: Target = "similarity",
+    other: str | None = None,
+    next_token: int | None = None,
+    max_step_tokens: int | None = None,
+    model: PreTrainedModel | None = None,
+) -> list[Callable[[], dict | None]]:
+    """Which tokens of `text` make its output what it is, as the engine reads it: its similarity to
+    `other`, or the LM head's logit of `next_token` after it (its most likely one by default). The
+    request is checked here and now; the work comes as slices to run one after another, the last of
+    which returns the answer. Integrated Gradients costs about steps × tokens, at most max_step_tokens.
+    `model`: the one computed with (the served one by default; its float32 copy, app.engine.model.upcast)."""
+    for checked in (text, other or ""):
+        engine.spec(checked or " ")  # the same character cap as any run
+    loaded = engine.loaded
+    model = model or loaded.model
+    trunk = model.base_model
+
+    def as_ids(found: list[Token], field: str) -> Tensor:  # on the model's device, as its pipeline below
+        return torch.tensor([getattr(token, field) for token in found], device=model.device)
+
+    pipeline = loaded.pipeline.to(model.device)
+    if target == "similarity":
+        if other is None:
+            raise InvalidInput("the similarity target needs `other`, the sentence to compare with")
+        tokens, _ = engine.tokenize(text, None, loaded.max_seq_length)
+        others, _ = engine.tokenize(other, None, loaded.max_seq_length)
+        about = {"kind": "similarity", "other": other}
+
+        def make_target():
+            return similarity_target(
+                trunk,
+                loaded.family,
+                as_ids(others, "id"),
+                as_ids(others, "token_type"),
+                lambda hidden: pipeline.stages(hidden, loaded.default_pooling)[-1].vector,
+            )
+    else:
+        if not loaded.has_lm_head:
+            raise InvalidInput(f"{loaded.name} has no language-model head: it predicts no next token")
+        tokens, _ = engine.tokenize(text)
+        if next_token is not None and not 0 <= next_token < loaded.model.config.vocab_size:
+            raise InvalidInput(
+                f"next_token {next_token} is not in the vocabulary (0 to {loaded.model.config.vocab_size - 1})"
+            )
+        about = {"kind": "next_token", "token_id": next_token, "position": len(tokens) - 1}
+        softcap = getattr(loaded.model.config, "final_logit_softcapping", None)
+
+        def make_target():
+            if about["token_id"] is None:
+                about["token_id"] = next_token_of(model, as_ids(tokens, "id"))
+            about["token"] = engine.pieces([about["token_id"]])[0]
+            return next_token_target(model.get_output_embeddings(), about["token_id"], softcap)
+
+    cost = steps * len(tokens)
+    if method == "integrated_gradients" and max_step_tokens is not None and cost > max_step_tokens:
+        raise InvalidInput(
+            f"Integrated Gradients costs steps × tokens: {steps} × {len(tokens)} = {cost:,} is past this lab's "
+            f"bound of {max_step_tokens:,}; ask for fewer steps or a shorter text"
+        )
+    *first, last = attribution_slices(
+        trunk, loaded.family, as_ids(tokens, "id"), as_ids(tokens, "token_type"), make_target, method, steps
+    )
+
+    def answer() -> dict:
+        computed = {"computed_in": dtype_name(model.dtype), "model_dtype": loaded.dtype}
+        return {"method": method, "tokens": tokens, "target": about, **computed, **last()}
+
+    return [*first, answer]
+
+
+def next_token_of(model: PreTrainedModel, input_ids: Tensor) -> int:
+    """The LM head's most likely token after the ids."""
+    with torch.inference_mode():
+        return int(model(input_ids=input_ids[None].to(model.device)).logits[0, -1].argmax())
 
 
 def hidden_states(trunk, family, types: Tensor, **inputs) -> Tensor:

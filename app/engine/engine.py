@@ -4,15 +4,12 @@ those)."""
 
 import threading
 from collections import OrderedDict
-from collections.abc import Callable
 from functools import cached_property
 
 import torch
 from torch import Tensor
-from transformers import PreTrainedModel
 
 from app.engine import names
-from app.engine.attribution import Target, attribution_slices, next_token_target, similarity_target
 from app.engine.blocks import BlockCache
 from app.engine.capture import (
     Candidates,
@@ -29,7 +26,6 @@ from app.engine.labels import token_labels
 from app.engine.model import LoadedModel
 from app.engine.notes import score_notes
 from app.engine.patching import SITES, Cell, patching
-from app.engine.placement import dtype_name
 from app.engine.runs import BLOCK_BYTES, Run, Token
 from app.engine.spec import Patch, RunSpec
 
@@ -465,91 +461,11 @@ class Engine:
         )
         return len(encoding["input_ids"])
 
-    def attribution(
-        self,
-        text: str,
-        method: str,
-        steps: int,
-        target: Target = "similarity",
-        other: str | None = None,
-        next_token: int | None = None,
-        max_step_tokens: int | None = None,
-        model: PreTrainedModel | None = None,
-    ) -> list[Callable[[], dict | None]]:
-        """Which tokens of `text` make its output what it is (app.engine.attribution): its similarity to
-        `other`, or the LM head's logit of `next_token` after it (its most likely one by default). The
-        request is checked here and now; the work comes as slices to run one after another, the last of
-        which returns the answer. Integrated Gradients costs about steps × tokens, at most max_step_tokens.
-        `model`: the one computed with (the served one by default; its float32 copy, app.engine.model.upcast)."""
-        for checked in (text, other or ""):
-            self.spec(checked or " ")  # the same character cap as any run
-        loaded = self.loaded
-        model = model or loaded.model
-        trunk = model.base_model
-
-        def as_ids(found: list[Token], field: str) -> Tensor:  # on the model's device, as its pipeline below
-            return torch.tensor([getattr(token, field) for token in found], device=model.device)
-
-        pipeline = loaded.pipeline.to(model.device)
-        if target == "similarity":
-            if other is None:
-                raise InvalidInput("the similarity target needs `other`, the sentence to compare with")
-            tokens, _ = self.tokenize(text, None, loaded.max_seq_length)
-            others, _ = self.tokenize(other, None, loaded.max_seq_length)
-            about = {"kind": "similarity", "other": other}
-
-            def make_target():
-                return similarity_target(
-                    trunk,
-                    loaded.family,
-                    as_ids(others, "id"),
-                    as_ids(others, "token_type"),
-                    lambda hidden: pipeline.stages(hidden, loaded.default_pooling)[-1].vector,
-                )
-        else:
-            if not loaded.has_lm_head:
-                raise InvalidInput(f"{loaded.name} has no language-model head: it predicts no next token")
-            tokens, _ = self.tokenize(text)
-            if next_token is not None and not 0 <= next_token < loaded.model.config.vocab_size:
-                raise InvalidInput(
-                    f"next_token {next_token} is not in the vocabulary (0 to {loaded.model.config.vocab_size - 1})"
-                )
-            about = {"kind": "next_token", "token_id": next_token, "position": len(tokens) - 1}
-            softcap = getattr(loaded.model.config, "final_logit_softcapping", None)
-
-            def make_target():
-                if about["token_id"] is None:
-                    about["token_id"] = next_token_of(model, as_ids(tokens, "id"))
-                about["token"] = self.pieces([about["token_id"]])[0]
-                return next_token_target(model.get_output_embeddings(), about["token_id"], softcap)
-
-        cost = steps * len(tokens)
-        if method == "integrated_gradients" and max_step_tokens is not None and cost > max_step_tokens:
-            raise InvalidInput(
-                f"Integrated Gradients costs steps × tokens: {steps} × {len(tokens)} = {cost:,} is past this lab's "
-                f"bound of {max_step_tokens:,}; ask for fewer steps or a shorter text"
-            )
-        *first, last = attribution_slices(
-            trunk, loaded.family, as_ids(tokens, "id"), as_ids(tokens, "token_type"), make_target, method, steps
-        )
-
-        def answer() -> dict:
-            computed = {"computed_in": dtype_name(model.dtype), "model_dtype": loaded.dtype}
-            return {"method": method, "tokens": tokens, "target": about, **computed, **last()}
-
-        return [*first, answer]
-
     @cached_property
     def unit_embedding_table(self) -> Tensor:
         """The word-embedding table with rows scaled to length 1: cosines to it are one matrix product."""
         table = self.loaded.model.get_input_embeddings().weight.detach()
         return table / table.norm(dim=1, keepdim=True)
-
-
-def next_token_of(model: PreTrainedModel, input_ids: Tensor) -> int:
-    """The LM head's most likely token after the ids."""
-    with torch.inference_mode():
-        return int(model(input_ids=input_ids[None].to(model.device)).logits[0, -1].argmax())
 
 
 def batches(order: list, key, length, max_tokens: int) -> list[list]:

@@ -10,7 +10,7 @@ from dataclasses import replace
 from transformers import PreTrainedModel
 
 from app.engine import faithfulness, patches
-from app.engine.attribution import attribution_bytes
+from app.engine.attribution import attribution_bytes, attribution_job
 from app.engine.engine import Engine
 from app.engine.model import in_float32
 from app.serving.gate import ANYONE, Client
@@ -25,13 +25,13 @@ class Experiments:
         self.max_patch_tokens = max_patch_tokens  # patching's (cells + 2) × tokens, the scoreboard's alike
 
     async def attribution(self, model: str | None, client: Client = ANYONE, **ask) -> dict:
-        """Which tokens make an output what it is (Engine.attribution's `ask`), checked at once (its text,
-        its cost), then computed in slices at turns of the gate."""
+        """Which tokens make an output what it is (app.engine.attribution.attribution_job's `ask`), checked at
+        once (its text, its cost), then computed in slices at turns of the gate."""
         engine = await self.lab.engine_for(model, client)
         bound = self.max_attribution_step_tokens
-        checked = engine.attribution(**ask, max_step_tokens=bound)
+        checked = attribution_job(engine, **ask, max_step_tokens=bound)
         slices = in_float32(
-            engine.loaded, checked, lambda float32: engine.attribution(**ask, max_step_tokens=bound, model=float32)
+            engine.loaded, checked, lambda float32: attribution_job(engine, **ask, max_step_tokens=bound, model=float32)
         )
         what = (
             f"Integrated Gradients of {ask['steps']} steps"
