@@ -5,7 +5,7 @@ At 8,192 tokens one head's weights are 256 MiB and a block of 8 heads 2 GiB, mor
 or a browser can hold: like HiGlass's tiles of a Hi-C map, the page asks for what it draws. A pooled cell is
 the largest of the cells its bin covers (max pooling, as torch's adaptive_max_pool2d bins them: bin i of S
 over L cells is [⌊i·L/S⌋, ⌈(i+1)·L/S⌉)), so a strong weight never disappears from the overview; zoomed in,
-the cells are exact, the same bits as the whole block (Run.weight_rows).
+the cells are exact, the whole block's to float32 rounding (Run.weight_rows).
 
 A view (Plan) is a measure read row by row (the weights, or the norm-weighted ‖α·f(x)‖, a key's length times
 its weight), of some heads of some blocks, each head alone or averaged over the heads (and over the blocks)

@@ -254,7 +254,7 @@ def alti_slices(run, model, layer: int) -> list[Callable[[], Tensor | None]]:
     the same α-weighted sum of the vectors' means, so the mean becomes one more "head" with the vector −γ
     (a pre-LN block: γ = 1, σ = 1, no mean). Then ‖y_i − T̃_i(x_j)‖₁ = ‖σ_i (T̃_i(x_j) − y_i)‖₁ / σ_i.
     Materialising T, T − mean, γ⊙… and y − T̃ one after another took three times as long. The weights are
-    read ROW_CHUNK queries at a time (Run.weight_rows, the block's own bits), never as a whole block, and the
+    read ROW_CHUNK queries at a time (Run.weight_rows, the block's to float32 rounding), never as a whole block, and the
     contributions are written in float32 as they are made: the memory stays alti_bytes, linear in the
     tokens but for the answer itself."""
     n, d_model = run.block_input(layer).shape

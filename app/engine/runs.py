@@ -20,8 +20,9 @@ BLOCK_BYTES = 512 * 1024**2
 # The largest block of weights a view may make whole (every head's every row): 8 heads at 4,096 tokens. Past
 # it, views read rows (Run.weight_rows): a window of cells, a pooled overview (app.engine.cells), a query's row.
 WHOLE_BLOCK_BYTES = 512 * 1024**2
-# Query rows computed at once: whole chunks of this many, as in the block's own matrix product, give the same
-# bits as the whole block (measured on this CPU's kernels: fewer rows at once differ in the last bit).
+# Query rows computed at once (Run.score_rows), in chunks that start at multiples of this many: a row is computed
+# alike whichever rows are asked with it, and a chunk's scores stay small. They equal the whole block's to float32
+# rounding, not bit for bit: a chunk is a product of another shape, whose sums may differ in the last bit.
 ROW_CHUNK = 64
 
 
@@ -230,8 +231,8 @@ class Run:
             )
 
     def weight_rows(self, layer: int, heads: list[int], queries: range) -> Tensor:
-        """The weights of some heads' query rows, [head, query, key], as Run.weights has them (bit for bit):
-        cut from the kept block, or computed from q and k (score_rows)."""
+        """The weights of some heads' query rows, [head, query, key], as Run.weights has them: cut from the kept
+        block (its bits), or computed from q and k (score_rows: to float32 rounding)."""
         self._check(layer, max(heads))
         kept = self.kept_weights(layer)
         if kept is None and self.padded_to is not None:  # short: its block, as its pass made it
@@ -242,8 +243,10 @@ class Run:
 
     def score_rows(self, layer: int, heads: list[int], queries: range, softmax: bool = False) -> Tensor:
         """Some heads' query rows of the scores (or, with `softmax`, of the weights), [head, query, key],
-        computed in whole chunks of ROW_CHUNK rows, as the block's own matrix product makes them: fewer rows
-        at once take another kernel, whose sums differ in the last bit."""
+        computed in chunks of ROW_CHUNK rows that start at multiples of it, so that a row is computed alike
+        whichever rows are asked with it. They equal the whole block's (Run.weights) to float32 rounding: a
+        chunk is a matrix product of another shape than the block's, whose sums may differ in the last bit
+        (on some CPUs they do)."""
         self._check(layer, max(heads))
         n = len(self.tokens)
         first = queries.start // ROW_CHUNK * ROW_CHUNK
