@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import redis
 
-from app.engine.runs import InvalidInput
+from app.engine.errors import InvalidInput
 from app.engine.spec import AtlasSpec, IndexSpec, RunSpec
 from app.serving.specs import (
     PROGRESS_SECONDS,

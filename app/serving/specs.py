@@ -28,7 +28,7 @@ import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from app.engine.runs import InvalidInput
+from app.engine.errors import InvalidInput
 from app.engine.spec import AtlasSpec, IndexSpec, RunSpec, from_canonical
 from app.serving.gate import TooManyWaiting
 from app.settings import Settings
