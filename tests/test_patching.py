@@ -7,10 +7,10 @@ import torch
 from fastapi.testclient import TestClient
 from transformers import AutoModel, AutoModelForCausalLM
 
-from app.engine import patches
 from app.engine.engine import Engine
 from app.engine.model import load_model, packaged_model_path
-from app.engine.patching import changing_input
+from app.engine.patch_job import patch_job
+from app.engine.patch_sites import changing_input
 from app.main import create_app
 from tests.families import BUILDERS, build
 from tests.float32 import largest, pass_tolerance
@@ -295,9 +295,7 @@ def test_a_long_sweep_takes_several_passes_with_the_same_numbers(setup):
         pytest.skip("one family is enough for the slicing")
     text = " ".join(["the cat sat on the mat."] * 8)
     engine = client.app.state.lab.engine
-    slices = patches.patch_job(
-        engine, text, text.replace("cat", "dog"), "resid_pre", sweep="blocks_positions", align="start"
-    )
+    slices = patch_job(engine, text, text.replace("cat", "dog"), "resid_pre", sweep="blocks_positions", align="start")
     assert len(slices) - 1 > 2  # passes, then the answer
     ask = {"text": text, "source": text.replace("cat", "dog"), "site": "resid_pre", "sweep": "blocks_positions"}
     body = client.post("/api/patch", json={**ask, "align": "start"}).json()
@@ -311,7 +309,7 @@ def test_every_family_patches_b_into_b_exactly_and_turns_a_into_b(family, tmp_pa
     engine = Engine(load_model(build(family, tmp_path / family)), 1000)
 
     def answer(text, source, site, **ask):
-        *passes, last = patches.patch_job(engine, text, source, site, align="start", **ask)
+        *passes, last = patch_job(engine, text, source, site, align="start", **ask)
         for one in passes:
             one()
         return last()

@@ -25,7 +25,7 @@ from app.engine.footprint import Footprint, kept_bytes
 from app.engine.labels import token_labels
 from app.engine.model import LoadedModel
 from app.engine.notes import score_notes
-from app.engine.patching import SITES, Cell, patching
+from app.engine.patch_sites import SITES, Cell, patching
 from app.engine.runs import BLOCK_BYTES, Run, Token
 from app.engine.spec import Patch, RunSpec
 
@@ -150,7 +150,7 @@ class Engine:
         name one run. `text_pair`: segment B, read with `text` as one input, [CLS] text [SEP] text_pair [SEP].
         `ablate`: (layer, head) pairs whose context is zeroed. `prompt`: one of the model's prompts by name,
         put before the text (None: the model's default prompt, as sentence-transformers applies it; "": none).
-        `patch`: input B's activation put into the pass (app.engine.patching); its positions are checked
+        `patch`: input B's activation put into the pass (app.engine.patch_sites); its positions are checked
         against the tokens when the run is read."""
         n_chars = len(text) + len(text_pair or "")
         if n_chars > self.max_chars:
@@ -351,7 +351,7 @@ class Engine:
         where the pass handed on the weights it made for a row it padded (Run.padded_to), else None."""
         sequences = [sequence(spec, tokens) for spec, tokens in zip(specs, inputs, strict=True)]
         patch = specs[0].patch
-        if patch is not None:  # the source goes last in the pass (app.engine.patching)
+        if patch is not None:  # the source goes last in the pass (app.engine.patch_sites)
             sequences.append(self._source(specs[0], inputs[0]))
         longest = max(len(each.input_ids) for each in sequences)
         padded: list[int | None] = [None] * len(specs)

@@ -11,7 +11,7 @@ For head h of block l and a query token i (or every query at once), each key j g
   key j's part of that context (gradient × input, Shrikumar et al. 2017, at the head's context): the first-order
   estimate of the intervention;
 - intervention: |F(A) − F(A with α_ij v_j taken out of head h's context at query i)|, the output run again
-  without that one contribution (activation patching's "remove" variant, as app.engine.patching puts values
+  without that one contribution (activation patching's "remove" variant, as app.engine.patch_sites puts values
   at the same site).
 Averaged over every query, the accounts are their means over the queries, and the intervention takes key j's
 contribution out at every query of the head at once (the gradient account: the sum of its first-order terms).
@@ -50,7 +50,7 @@ from app.engine.capture import model_inputs, on_cpu, thread_hooks
 from app.engine.engine import BATCH_TOKENS, Engine, sequence
 from app.engine.errors import InvalidInput
 from app.engine.model import upcast, upcast_bytes
-from app.engine.patching import changing_input, site_module
+from app.engine.patch_sites import changing_input, site_module
 from app.engine.placement import dtype_name
 from app.engine.runs import Run
 from app.engine.sentence import SentencePipeline

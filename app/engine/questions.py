@@ -219,7 +219,7 @@ def next_token(run: Run, pieces, token: int) -> Question:
 def patched(answer: dict, layer: int, by: Literal["head", "position"], source: str) -> Question:
     """Which head of block `layer` (its output taken from B), or which of A's positions (its residual before
     block `layer` taken from B), moves A's output furthest towards B's? Choices: that block's cells of a
-    patching sweep (app.engine.patches.patch_job's answer); values: each cell's share of the way from A's
+    patching sweep (app.engine.patch_job.patch_job's answer); values: each cell's share of the way from A's
     value to B's, (cell − A) / (B − A). `source`: B's text, for the wording."""
     span = answer["b"]["value"] - answer["a"]["value"]
     if span == 0:

@@ -13,7 +13,7 @@ RUN_ID = re.compile(r"[a-z2-7]{26}")
 
 @dataclass(frozen=True)
 class Patch:
-    """Input B's activation put into a run's pass (app.engine.patching): at `site` of block `layer` (head
+    """Input B's activation put into a run's pass (app.engine.patch_sites): at `site` of block `layer` (head
     `head` for the head site), at the run's `positions` from B's `sources`, pairwise."""
 
     source: str  # input B's text, read as the run's text is (its pooling's length, no pair)

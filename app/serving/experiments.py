@@ -1,5 +1,5 @@
 """Serving the experiments that run the model again: Integrated Gradients and gradient × input
-(app.engine.attribution), activation patching (app.engine.patches) and the faithfulness scoreboard
+(app.engine.attribution), activation patching (app.engine.patch_job) and the faithfulness scoreboard
 (app.engine.faithfulness). Each is checked at once (its texts, its cells, its cost against its bound), then
 computed as a piece of work in slices at turns of the gate, on the model's own numbers in float32."""
 
@@ -9,10 +9,11 @@ from dataclasses import replace
 
 from transformers import PreTrainedModel
 
-from app.engine import faithfulness, patches
+from app.engine import faithfulness
 from app.engine.attribution import attribution_bytes, attribution_job
 from app.engine.engine import Engine
 from app.engine.model import in_float32
+from app.engine.patch_job import patch_bytes, patch_job
 from app.serving.gate import ANYONE, Client
 from app.serving.lab import Lab
 from app.serving.work import Work
@@ -42,16 +43,16 @@ class Experiments:
         return await self.lab.works.run(Work(what, slices, attribution_bytes(engine, tokens), engine), client)
 
     async def patch(self, model: str | None, client: Client = ANYONE, **ask) -> dict:
-        """Input A with activations of input B put in (app.engine.patches.patch_job's `ask`): checked at once
+        """Input A with activations of input B put in (app.engine.patch_job.patch_job's `ask`): checked at once
         (its texts, its cells, its cost), then one padded pass of several cells per turn of the gate."""
         engine = await self.lab.engine_for(model, client)
         bound = self.max_patch_tokens
-        checked = patches.patch_job(engine, **ask, max_cell_tokens=bound)
-        on_copy = lambda float32: patches.patch_job(engine, **ask, max_cell_tokens=bound, model=float32)  # noqa: E731
+        checked = patch_job(engine, **ask, max_cell_tokens=bound)
+        on_copy = lambda float32: patch_job(engine, **ask, max_cell_tokens=bound, model=float32)  # noqa: E731
         slices = in_float32(engine.loaded, checked, on_copy)
         tokens = await tokens_of(engine, ask["text"], ask["source"])
         what = f"patching of {len(checked) - 1} passes"
-        return await self.lab.works.run(Work(what, slices, patches.patch_bytes(engine, tokens), engine), client)
+        return await self.lab.works.run(Work(what, slices, patch_bytes(engine, tokens), engine), client)
 
     async def scoreboard(
         self, model: str | None, client: Client = ANYONE, *, text: str, query: int | None, other: str | None

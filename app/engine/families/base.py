@@ -35,7 +35,7 @@ class Hook:
     module: str  # inside the base model; "{block}" stands for each block's path
     read: Reader
     before: bool = False  # read the module's inputs before it runs (a forward pre-hook)
-    site: str | None = None  # the patching site whose value is this module's output (app.engine.patching)
+    site: str | None = None  # the patching site whose value is this module's output (app.engine.patch_sites)
 
 
 @dataclass(frozen=True)

@@ -1,5 +1,5 @@
-"""Activation patching: input A run again with one activation taken from input B's run of the same model,
-and what that changes in A's output.
+"""Activation patching's sites and hooks: input A run again with one activation taken from input B's run of the
+same model, and what that changes in A's output (app.engine.patch_job checks a request and reads its effect).
 
 A site is where the value is taken and put:
 - `resid_pre`: the residual stream a block reads (its input);

@@ -1,5 +1,5 @@
-"""A patching request (POST /api/patch): its cells checked, its passes as slices at turns of the gate, and
-the effect read from each row (app.engine.patching has the hooks and the pass)."""
+"""The patch job, what a patching request asks (POST /api/patch): its cells checked, its passes as slices at
+turns of the gate, and the effect read from each row (app.engine.patch_sites has the hooks and the pass)."""
 
 from collections.abc import Callable
 
@@ -11,7 +11,7 @@ from app.engine.capture import Sequence
 from app.engine.engine import BATCH_TOKENS, Engine
 from app.engine.errors import InvalidInput
 from app.engine.model import upcast_bytes
-from app.engine.patching import SITES, Cell, partner, patched_outputs
+from app.engine.patch_sites import SITES, Cell, partner, patched_outputs
 from app.engine.placement import dtype_name
 
 ALIGNS = ("start", "end")
