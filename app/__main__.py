@@ -41,7 +41,7 @@ def serve(settings: Settings, host: str, port: int, workers: int) -> None:
     from app.main import create_app
     from app.serving.memory import check_memory, keep_freed_memory
     from app.serving.server import connections, server_options
-    from app.serving.specs import StoreError, open_spec_store
+    from app.serving.spec_store import StoreError, open_spec_store
 
     try:
         check_memory(settings)

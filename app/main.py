@@ -43,7 +43,7 @@ from app.serving.lab import Lab, RunNotFound
 from app.serving.memory import check_memory, keep_freed_memory, reserve, reserve_size
 from app.serving.search import Searches
 from app.serving.server import check_protocol
-from app.serving.specs import REDIS_SCHEMES, CorpusAllowance, SpecStore, StoreError, open_spec_store
+from app.serving.spec_store import REDIS_SCHEMES, CorpusAllowance, SpecStore, StoreError, open_spec_store
 from app.settings import Settings, SettingsError, get_settings
 from app.web import api, atlas, docs, experiments, pages, search
 from app.web.middleware import (

@@ -19,7 +19,7 @@ from app.engine.model import load_model, packaged_model_path
 from app.main import create_app
 from app.serving.gate import PassGate
 from app.serving.lab import Lab
-from app.serving.specs import SqliteSpecStore
+from app.serving.spec_store import SqliteSpecStore
 from app.settings import get_settings
 
 

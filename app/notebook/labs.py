@@ -19,7 +19,7 @@ from fastapi import FastAPI
 
 from app.engine.model import LoadedModel, adopt, load_model
 from app.main import handle_errors, open_lab
-from app.serving.specs import open_spec_store
+from app.serving.spec_store import open_spec_store
 from app.settings import get_settings
 from app.web import api, experiments
 

@@ -29,7 +29,7 @@ from app.serving.cache import RunCache
 from app.serving.gate import ANYONE, Client, PassGate
 from app.serving.memory import Budget
 from app.serving.models import Loads, Models
-from app.serving.specs import SpecStore, StoreError
+from app.serving.spec_store import SpecStore, StoreError
 from app.serving.work import Work, Works
 
 # The model, torch and the server besides the runs: about 0.45 GB measured, with room for a pass in flight.

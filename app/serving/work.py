@@ -26,7 +26,7 @@ from app.engine.placement import work_bytes
 from app.engine.threads import ModelThreads
 from app.serving.gate import ANYONE, Client, PassGate, Stopping
 from app.serving.memory import Budget, trim_if_over
-from app.serving.specs import SpecStore, StoreError
+from app.serving.spec_store import SpecStore, StoreError
 from app.settings import ENV_PREFIX
 
 Result = TypeVar("Result")

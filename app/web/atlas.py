@@ -7,7 +7,7 @@ from fastapi import APIRouter, Depends, Query
 
 from app.engine import atlas
 from app.engine.spec import AtlasSpec
-from app.serving.specs import corpus_bytes
+from app.serving.spec_store import corpus_bytes
 from app.web.deps import AtlasesDep, ClientDep, CorporaDep, LabDep, request_reads
 from app.web.schemas.atlas import AtlasRequest, AtlasResponse, AtlasSpace, AtlasStarted
 from app.web.schemas.common import ErrorResponse, Progress

@@ -13,7 +13,7 @@ from app.serving.gate import Client
 from app.serving.lab import Lab
 from app.serving.memory import HOLDS
 from app.serving.search import Searches
-from app.serving.specs import CorpusAllowance
+from app.serving.spec_store import CorpusAllowance
 
 
 async def get_lab(request: Request) -> Lab:

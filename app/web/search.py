@@ -7,7 +7,7 @@ from fastapi import APIRouter, Depends
 
 from app.engine import search
 from app.engine.spec import IndexSpec
-from app.serving.specs import corpus_bytes
+from app.serving.spec_store import corpus_bytes
 from app.web.deps import ClientDep, CorporaDep, LabDep, SearchesDep, request_reads
 from app.web.schemas.common import ErrorResponse, Progress
 from app.web.schemas.search import (

@@ -10,7 +10,7 @@ import redis
 
 from app.engine.errors import InvalidInput
 from app.engine.spec import AtlasSpec, IndexSpec, RunSpec
-from app.serving.specs import (
+from app.serving.spec_store import (
     PROGRESS_SECONDS,
     CorpusAllowance,
     RedisSpecStore,
@@ -132,7 +132,7 @@ def test_sqlite_workers_on_one_machine_open_a_new_file_and_write_at_once(tmp_pat
     every write through."""
     script = (
         "import os, sys, time; from pathlib import Path; from app.engine.spec import RunSpec\n"
-        "from app.serving.specs import SqliteSpecStore\n"
+        "from app.serving.spec_store import SqliteSpecStore\n"
         "Path(sys.argv[3] + '.ready').touch()\n"
         # A millisecond's nap, not a spin: five spinning workers took the two cores from those still importing.
         "while not os.path.exists(sys.argv[4]): time.sleep(0.001)\n"
