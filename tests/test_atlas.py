@@ -149,8 +149,8 @@ def test_ablation_effects_equal_the_labs_own_ablation_runs(lab, minilm):
     for layer, head in [(0, 0), (2, 5), (5, 11)]:
         changes = []
         for text in SENTENCES[:2]:
-            plain = lab.analyze(lab.spec(text, prompt=""))
-            ablated = lab.analyze(lab.spec(text, prompt="", ablate=[(layer, head)]))
+            plain = lab.run_sync(lab.spec(text, prompt=""))
+            ablated = lab.run_sync(lab.spec(text, prompt="", ablate=[(layer, head)]))
             changes.append(
                 1 - torch.nn.functional.cosine_similarity(plain.embedding.double(), ablated.embedding.double(), dim=0)
             )

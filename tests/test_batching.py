@@ -79,21 +79,21 @@ def test_a_batch_gives_every_run_its_numbers_alone(engine, monkeypatch):
 
     made = specs(engine, not engine.loaded.family.decoder)
     monkeypatch.setattr(app.engine.engine, "capture_batch", counted)
-    batched = engine.run_batch(made)
+    batched = engine.compute_batch(made)
     # One pass per set of switched-off heads: three here.
     assert sorted(ablate for _, ablate in passes) == [(), ((0, 1), (1, 3)), ((1, 2),)]
     assert sum(size for size, _ in passes) == len(made)
     monkeypatch.setattr(app.engine.engine, "capture_batch", real)
     for spec, run in zip(made, batched, strict=True):
         assert run.spec == spec
-        assert_same(run, engine.run(spec), engine.loaded.model.config)
+        assert_same(run, engine.compute(spec), engine.loaded.model.config)
 
 
 def test_a_padded_runs_block_computed_again_is_the_one_its_pass_made(engine, monkeypatch):
     """The weights an eager pass hands on for a row it padded, and the same block computed again from q and k
     once they are let go: the same bits, as the block is computed again at the pass's padded length
     (Run.padded_to). At the run's own length a third of a class burst's blocks differed in the last bit."""
-    runs = [run for run in engine.run_batch(specs(engine, not engine.loaded.family.decoder)) if run.padded_to]
+    runs = [run for run in engine.compute_batch(specs(engine, not engine.loaded.family.decoder)) if run.padded_to]
     assert runs, "no run of the batch was padded"
     kept = {(run.run_id, layer): run.kept_weights(layer) for run in runs for layer in range(run.n_layers)}
     assert all(block is not None for block in kept.values())
@@ -116,7 +116,7 @@ def test_a_pass_is_capped_by_padded_tokens_and_one_bad_input_fails_alone(tiny, m
     )
     long = " ".join(["word"] * 300)
     made = [engine.spec(text) for text in ("short one", long, "\u200b", "another short one")]
-    outcomes = engine.run_batch(made, max_tokens=512)
+    outcomes = engine.compute_batch(made, max_tokens=512)
     assert isinstance(outcomes[2], NothingToRead)
     assert all(
         run.spec == spec
@@ -128,13 +128,13 @@ def test_a_pass_is_capped_by_padded_tokens_and_one_bad_input_fails_alone(tiny, m
 
 def recorded_batches(lab, monkeypatch) -> list[list[str]]:
     """The texts of each batch the lab's engine computes, in order."""
-    batches, real = [], lab.engine.run_batch
+    batches, real = [], lab.engine.compute_batch
 
     def recording(specs, *args):
         batches.append([spec.text for spec in specs])
         return real(specs, *args)
 
-    monkeypatch.setattr(lab.engine, "run_batch", recording)
+    monkeypatch.setattr(lab.engine, "compute_batch", recording)
     return batches
 
 
@@ -143,7 +143,7 @@ def queue_behind_a_held_turn(lab, requests):
 
     async def main():
         async with lab.gate.admit():
-            tasks = [asyncio.create_task(lab.submit(lab.spec(text), client)) for text, client in requests]
+            tasks = [asyncio.create_task(lab.serve_spec(lab.spec(text), client)) for text, client in requests]
             while lab.gate.waiting < len(requests):
                 await asyncio.sleep(0.01)
         return await asyncio.gather(*tasks)
@@ -159,7 +159,7 @@ def test_requests_waiting_together_share_a_pass_with_their_own_numbers(tiny, tmp
     assert batches == [TEXTS]  # the first to get the turn took the others along, in turn order
     engine = Engine(tiny, 10_000)
     for run, text in zip(runs, TEXTS, strict=True):
-        assert_same(run, engine.run(engine.spec(text)), tiny.model.config)
+        assert_same(run, engine.compute(engine.spec(text)), tiny.model.config)
 
 
 def test_a_batch_is_filled_in_fair_order_not_by_one_clients_flood(tiny, tmp_path, monkeypatch):
@@ -176,7 +176,7 @@ def test_a_batch_is_filled_in_fair_order_not_by_one_clients_flood(tiny, tmp_path
 def test_a_lone_request_runs_at_once_and_alone(tiny, tmp_path, monkeypatch):
     lab = make_lab(tiny, tmp_path)
     batches = recorded_batches(lab, monkeypatch)
-    run_async(lab.submit(lab.spec("all alone")))
+    run_async(lab.serve_spec(lab.spec("all alone")))
     assert batches == [["all alone"]] and lab.gate.waiting == 0
 
 
@@ -188,7 +188,8 @@ def test_requests_arriving_together_at_an_idle_lab_share_its_first_pass(tiny, tm
 
     async def together():
         clients = [Client(f"10.0.0.{number}") for number in range(len(TEXTS))]
-        return await asyncio.gather(*(lab.submit(lab.spec(text), c) for text, c in zip(TEXTS, clients, strict=True)))
+        asking = [lab.serve_spec(lab.spec(text), c) for text, c in zip(TEXTS, clients, strict=True)]
+        return await asyncio.gather(*asking)
 
     runs = run_async(together())
     assert batches == [TEXTS] and [run.spec.text for run in runs] == TEXTS
@@ -210,7 +211,8 @@ def test_a_bursts_views_compute_nothing_while_the_budget_keeps_its_passs_weights
     clients = [Client(f"10.0.1.{number}") for number in range(len(CLASS))]
 
     async def burst():
-        return await asyncio.gather(*(lab.submit(lab.spec(text), c) for text, c in zip(CLASS, clients, strict=True)))
+        asking = [lab.serve_spec(lab.spec(text), c) for text, c in zip(CLASS, clients, strict=True)]
+        return await asyncio.gather(*asking)
 
     async def views(runs):
         exact = AttentionView(dtype="float32")  # every head of every block, every bit of each weight

@@ -18,7 +18,7 @@ TEXT = "The river bank was steep, and the tired animal rested on the bank of the
 
 def test_a_run_keeps_no_quadratic_tensor(minilm):
     engine = Engine(minilm, max_chars=1000)
-    run = engine.run(engine.spec(TEXT))
+    run = engine.compute(engine.spec(TEXT))
     n = len(run.tokens)
     assert not [name for name in run.activations if name.endswith(".weights")]
     assert all(list(tensor.shape).count(n) == 1 for tensor in run.activations.values())
@@ -33,7 +33,7 @@ def test_a_run_keeps_no_quadratic_tensor(minilm):
 def test_a_block_is_computed_once_while_kept_and_again_the_same_after_it_is_let_go(minilm):
     n_heads = minilm.model.config.num_attention_heads
     engine = Engine(minilm, max_chars=1000, blocks=BlockCache(max_bytes=0))
-    run = engine.run(engine.spec(TEXT))
+    run = engine.compute(engine.spec(TEXT))
     n = len(run.tokens)
     block_bytes = n_heads * n * n * 4
     engine.blocks.max_bytes = 2 * block_bytes  # two blocks fit, not three
@@ -59,7 +59,7 @@ def test_the_bytes_a_run_holds_grow_linearly_with_its_tokens(minilm):
     engine = Engine(minilm, max_chars=100_000)
     held = {}
     for words in (60, 120, 240):
-        run = engine.run(engine.spec(" ".join(["river"] * words)))
+        run = engine.compute(engine.spec(" ".join(["river"] * words)))
         held[len(run.tokens)] = sum(run.storages.values())
     (n1, b1), (n2, b2), (n3, b3) = sorted(held.items())
     assert n1 < n2 < n3 and b1 / n1 == b2 / n2 == b3 / n3  # the same bytes per token at every length
@@ -78,7 +78,7 @@ def test_a_long_decoder_run_keeps_its_formulas_bytes_and_its_fused_weights_are_t
     eager output_attentions to float rounding, block 0's bit for bit."""
     loaded = long_llama_model
     engine = Engine(loaded, max_chars=100_000)
-    run = engine.run(engine.spec(" ".join(["the cat sat on the mat", "a quick brown fox jumps"] * 80)))
+    run = engine.compute(engine.spec(" ".join(["the cat sat on the mat", "a quick brown fox jumps"] * 80)))
     n, config = len(run.tokens), loaded.model.config
     assert 8 * n**2 * 4 > capture.FUSED_FROM_BYTES
     blocks, width, ffn = config.num_hidden_layers, config.hidden_size, config.intermediate_size
@@ -95,11 +95,11 @@ def test_a_long_decoder_run_keeps_its_formulas_bytes_and_its_fused_weights_are_t
 
 def test_the_lab_keeps_the_blocks_its_pass_made_and_computes_one_let_go_once_within_its_share(minilm, tmp_path):
     lab = make_lab(minilm, tmp_path)
-    run = lab.analyze(lab.spec(TEXT))
+    run = lab.run_sync(lab.spec(TEXT))
     # The eager pass made every block's weights anyway: they are kept, and no view computes them.
     everything = run_async(lab.measured(run, "weights", None))
     assert lab.blocks.computed == 0 and all(run.kept_weights(layer) is not None for layer in range(6))
-    alone = Engine(minilm, max_chars=1000, blocks=BlockCache(max_bytes=0)).run(lab.spec(TEXT))
+    alone = Engine(minilm, max_chars=1000, blocks=BlockCache(max_bytes=0)).compute(lab.spec(TEXT))
     # bit for bit: same shapes (two lone passes of the text)
     assert all(torch.equal(everything[layer], alone.weights(layer)) for layer in range(6))
     lab.blocks.max_bytes = 0  # let go of them all: a view computes a block once, then keeps it
@@ -119,11 +119,11 @@ def test_a_padded_row_of_a_batch_keeps_its_passs_own_block(minilm):
     too), and a shorter row's equal what its q and k give when the block is computed again bit for bit
     (computed at the pass's padded length, Run.padded_to)."""
     engine = Engine(minilm, max_chars=1000)
-    long, short = engine.run_batch([engine.spec(TEXT), engine.spec("a short one")])
+    long, short = engine.compute_batch([engine.spec(TEXT), engine.spec("a short one")])
     alone = Engine(minilm, max_chars=1000, blocks=BlockCache(max_bytes=0))
     atol = pass_tolerance(minilm.model.config)
     for layer in range(6):
-        torch.testing.assert_close(long.kept_weights(layer), alone.run(long.spec).weights(layer), atol=atol, rtol=0)
+        torch.testing.assert_close(long.kept_weights(layer), alone.compute(long.spec).weights(layer), atol=atol, rtol=0)
     ids = torch.tensor([[token.id for token in short.tokens]])
     with torch.inference_mode():
         reference = minilm.model(input_ids=ids, output_attentions=True).attentions

@@ -31,7 +31,7 @@ def captured(loaded, ids, types, mask):
 def run_of(loaded, mask, text=TEXT):
     """A run of the engine: its weights computed per block from q and k (Run.weights)."""
     engine = Engine(loaded, max_chars=1000)
-    return engine.run(engine.spec(text, mask=mask))
+    return engine.compute(engine.spec(text, mask=mask))
 
 
 def test_activation_names_are_pinned(tiny):

@@ -85,7 +85,7 @@ def test_rows_of_a_long_run_are_the_models_weights(llama, reference):
     and the whole block are products of other shapes, and the pass was fused (tests/float32.py: the errors of
     the blocks up to the one read)."""
     engine = Engine(llama, max_chars=100_000)
-    run = engine.run(engine.spec(TEXT))
+    run = engine.compute(engine.spec(TEXT))
     for layer, expected in enumerate(reference):
         atol = pass_tolerance(llama.model.config, blocks=layer + 1)
         for heads, rows in (([0], range(0, 3)), ([5], range(100, 170)), ([2, 3, 7], range(1500, len(run.tokens)))):
@@ -108,7 +108,7 @@ def test_slices_and_their_pieces_put_together_the_same_cells(llama, reference, m
     rows, each piece's boundary wherever the bins put it."""
     monkeypatch.setattr(cells, "PIECE_CELLS", 1)  # the fewest rows a piece: one ROW_CHUNK
     engine = Engine(llama, max_chars=100_000)
-    run = engine.run(engine.spec(TEXT))
+    run = engine.compute(engine.spec(TEXT))
     n = len(run.tokens)
     monkeypatch.setattr(cells, "ROWS_WORK", 2 * ROW_CHUNK * n)
     source = cells.row_source(run, llama.model, "weights")

@@ -197,7 +197,7 @@ def test_a_client_leaving_as_its_pass_ends_is_let_go_without_an_error(tiny, tmp_
 
     async def scenario():
         spec = lab.spec("a client who leaves as its pass ends")
-        asking = asyncio.ensure_future(lab.submit(spec, Client("10.0.0.1")))
+        asking = asyncio.ensure_future(lab.serve_spec(spec, Client("10.0.0.1")))
         while not lab.gate.running:  # its pass has its turn
             await asyncio.sleep(0)
         while lab.gate.running:  # and has ended: the run is on its way to the request
@@ -205,7 +205,7 @@ def test_a_client_leaving_as_its_pass_ends_is_let_go_without_an_error(tiny, tmp_
         asking.cancel()
         with pytest.raises(asyncio.CancelledError):
             await asking
-        assert (await lab.submit(spec)).run_id == spec.run_id
+        assert (await lab.serve_spec(spec)).run_id == spec.run_id
 
     run_async(scenario())
 

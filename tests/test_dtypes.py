@@ -133,7 +133,7 @@ def test_the_lab_s_numbers_are_transformers_eager_ones_in_the_same_dtype(sharded
     family, folder = sharded
     loaded = load_model(folder, placement=Placement(dtype=choice))
     assert loaded.model.dtype == dtype and loaded.dtype == str(dtype).removeprefix("torch.")
-    run = Engine(loaded, 1000).run(Engine(loaded, 1000).spec(TEXT))
+    run = Engine(loaded, 1000).compute(Engine(loaded, 1000).spec(TEXT))
     theirs = eager(folder, dtype, run_ids(run))
     for layer in range(run.n_layers):
         weights = run.weights(layer)
@@ -167,7 +167,7 @@ def test_every_answer_of_a_bfloat16_run_is_its_own_numbers_sent_exactly(bfloat16
     assert (answer["model"]["dtype"], answer["model"]["device"]) == ("bfloat16", "cpu")
     assert client.get("/api/model").json()["dtype"] == "bfloat16"
     run_id = answer["run_id"]
-    run = Engine(loaded, 1000).run(Engine(loaded, 1000).spec(TEXT))
+    run = Engine(loaded, 1000).compute(Engine(loaded, 1000).spec(TEXT))
     got = client.get(f"/api/runs/{run_id}/attention", params={"dtype": "float32"})
     assert got.status_code == 200
     sent = torch.from_numpy(decode_attention(got.content, got.headers).copy())
@@ -292,7 +292,7 @@ def upcast_copy(run, model):
 def test_alti_of_a_bfloat16_run_is_its_float32_computation_on_the_upcast_numbers(sharded):
     _, folder = sharded
     loaded = load_model(folder, placement=Placement(dtype="bfloat16"))
-    run = Engine(loaded, 1000).run(Engine(loaded, 1000).spec(TEXT))
+    run = Engine(loaded, 1000).compute(Engine(loaded, 1000).spec(TEXT))
     upcast, float32_model = upcast_copy(run, loaded.model)
     for layer in range(run.n_layers):
         ours = [piece() for piece in measures.alti_slices(run, loaded.model, layer)][-1]
@@ -389,7 +389,7 @@ def test_the_scoreboard_of_a_bfloat16_model_is_the_float32_computation_on_its_up
     theirs = full_client.post("/api/scoreboard", json=ask).json()
     assert (ours["computed_in"], ours["model_dtype"], theirs["model_dtype"]) == ("float32", "bfloat16", "float32")
     assert_same_scoreboards(half.model.config, ours, theirs)
-    run = Engine(half, 1000).run(Engine(half, 1000).spec(TEXT))
+    run = Engine(half, 1000).compute(Engine(half, 1000).spec(TEXT))
     weights = [run.weights(head["layer"])[head["head"], 6, ours["keys"]].double() for head in ours["heads"]]
     assert all(  # bit for bit: read back (the run's weights as the scoreboard sent them)
         torch.equal(torch.tensor(head["values"]["weights"]), w) for head, w in zip(ours["heads"], weights, strict=True)

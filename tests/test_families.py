@@ -480,7 +480,7 @@ def test_weights_computed_when_asked_equal_output_attentions_and_so_do_norm_and_
         monkeypatch.setattr(capture_module, "FUSED_FROM_BYTES", 0)
     name, loaded, _ = family
     engine = Engine(loaded, max_chars=1000)
-    run = engine.run(engine.spec(TEXT))
+    run = engine.compute(engine.spec(TEXT))
     reference = model_outputs(name, loaded, [t.id for t in run.tokens], [t.token_type for t in run.tokens])
     eager_weights = {names.attn(layer, "weights"): w[0] for layer, w in enumerate(reference.attentions)}
     eager = replace(run, activations={**run.activations, **eager_weights})
@@ -507,7 +507,7 @@ def test_rows_computed_alone_are_the_blocks_own_bits(family):
     name, loaded, _ = family
     engine = Engine(loaded, max_chars=1000)
     for mask in engine.info["masks"]:
-        run = engine.run(engine.spec(TEXT, mask=mask))
+        run = engine.compute(engine.spec(TEXT, mask=mask))
         n = len(run.tokens)
         for layer in range(run.n_layers):
             rows = run.score_rows(layer, list(range(run.n_heads)), range(n), softmax=True)

@@ -12,7 +12,7 @@ TEXT = "The river bank was steep and the animal was tired."
 
 def test_a_padded_pass_is_within_the_tolerance_and_a_wrong_head_scale_or_key_is_not(minilm):
     engine = Engine(minilm, 1000)
-    padded, _ = engine.run_batch([engine.spec(TEXT), engine.spec(TEXT + " " + TEXT)])
+    padded, _ = engine.compute_batch([engine.spec(TEXT), engine.spec(TEXT + " " + TEXT)])
     ids = torch.tensor([[token.id for token in padded.tokens]])
     with torch.inference_mode():
         alone = minilm.model(input_ids=ids, output_attentions=True).attentions

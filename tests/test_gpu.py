@@ -49,7 +49,7 @@ def test_auto_reads_the_checkpoint_s_own_dtype_on_the_first_gpu(sharded):
 def test_a_run_on_the_gpu_is_its_eager_pass_on_the_device(sharded):
     loaded = load_model(sharded, placement=Placement(dtype="bfloat16", device="cuda"))
     engine = Engine(loaded, 1000)
-    run = engine.run(engine.spec(TEXT))
+    run = engine.compute(engine.spec(TEXT))
     assert all(values.device.type == "cpu" for values in run.activations.values())  # brought back once
     theirs = eager(sharded, torch.bfloat16, run_ids(run).cuda(), device="cuda")
     for layer in range(run.n_layers - 1):
@@ -86,8 +86,8 @@ def test_the_gpus_budget_is_its_free_memory_and_bounds_the_work_done_there(shard
         max_device_bytes=engine.footprint.pass_bytes([engine.length(long)]),
     )
     with pytest.raises(MemoryTooLarge, match="ATTENTION_LAB_MAX_DEVICE_BYTES"):
-        run_async(small.submit(long))
-    run = run_async(lab.submit(long))
+        run_async(small.serve_spec(long))
+    run = run_async(lab.serve_spec(long))
     assert run.activations[names.attn(0, "q")].device.type == "cpu"
     assert lab.works.device_budget(engine).granted == 0
 

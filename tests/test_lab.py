@@ -36,31 +36,31 @@ def counted(monkeypatch, tiny, tmp_path):
 
 def test_a_repeated_prompt_is_answered_without_a_second_forward_pass(counted):
     lab, calls = counted
-    first = lab.analyze(lab.spec("the same prompt"))
-    assert lab.analyze(lab.spec("the same prompt")) is first
+    first = lab.run_sync(lab.spec("the same prompt"))
+    assert lab.run_sync(lab.spec("the same prompt")) is first
     assert len(calls) == 1
-    assert lab.analyze(lab.spec("the same prompt", mask="causal")) is not first
-    assert lab.analyze(lab.spec("the same prompt", pooling="max")) is not first
+    assert lab.run_sync(lab.spec("the same prompt", mask="causal")) is not first
+    assert lab.run_sync(lab.spec("the same prompt", pooling="max")) is not first
     assert len(calls) == 3
 
 
 def test_an_evicted_run_is_recomputed_from_its_stored_spec(counted):
     lab, calls = counted
-    first = run_async(lab.submit(lab.spec("kept for a while")))
+    first = run_async(lab.serve_spec(lab.spec("kept for a while")))
     for i in range(3):
-        run_async(lab.submit(lab.spec(f"pushes it out {i}")))
+        run_async(lab.serve_spec(lab.spec(f"pushes it out {i}")))
     assert lab.kept(first.spec) is None and len(calls) == 4
-    again = run_async(lab.run(first.run_id))
+    again = run_async(lab.serve_run(first.run_id))
     assert again is not first and again.spec == first.spec and len(calls) == 5
     assert same_numbers(again, first, lab.loaded.model.config)
-    assert run_async(lab.run(first.run_id)) is again
+    assert run_async(lab.serve_run(first.run_id)) is again
 
 
 def test_identical_concurrent_requests_share_one_pass(counted):
     lab, calls = counted
 
     async def a_class_types_the_same_prompt():
-        return await asyncio.gather(*(lab.submit(lab.spec("everyone types this")) for _ in range(8)))
+        return await asyncio.gather(*(lab.serve_spec(lab.spec("everyone types this")) for _ in range(8)))
 
     runs = run_async(a_class_types_the_same_prompt())
     assert len(calls) == 1 and all(run is runs[0] for run in runs)
@@ -68,12 +68,12 @@ def test_identical_concurrent_requests_share_one_pass(counted):
 
 def test_concurrent_requests_for_an_evicted_run_share_one_recomputation(counted):
     lab, calls = counted
-    first = run_async(lab.submit(lab.spec("asked for by many")))
+    first = run_async(lab.serve_spec(lab.spec("asked for by many")))
     for i in range(3):
-        run_async(lab.submit(lab.spec(f"pushes it out {i}")))
+        run_async(lab.serve_spec(lab.spec(f"pushes it out {i}")))
 
     async def many_ask_by_id():
-        return await asyncio.gather(*(lab.run(first.run_id) for _ in range(6)))
+        return await asyncio.gather(*(lab.serve_run(first.run_id) for _ in range(6)))
 
     runs = run_async(many_ask_by_id())
     assert (
@@ -87,24 +87,24 @@ def test_concurrent_requests_for_an_evicted_run_share_one_recomputation(counted)
 def test_an_id_the_store_does_not_hold_is_not_found(counted, run_id):
     lab, calls = counted
     with pytest.raises(RunNotFound, match="analyze the text again"):
-        run_async(lab.run(run_id))
+        run_async(lab.serve_run(run_id))
     assert calls == []
 
 
 def test_a_second_lab_on_the_same_store_serves_the_first_ones_runs(tiny, tmp_path):
     """Two labs on one SQLite file: two workers of one server, or one server before and after a restart."""
     first, second = make_lab(tiny, tmp_path), make_lab(tiny, tmp_path)
-    run = run_async(first.submit(first.spec("shared between workers", text_pair="and kept", ablate=[(1, 2)])))
-    served = run_async(second.run(run.run_id))
+    run = run_async(first.serve_spec(first.spec("shared between workers", text_pair="and kept", ablate=[(1, 2)])))
+    served = run_async(second.serve_run(run.run_id))
     assert served.spec == run.spec and [t.text for t in served.tokens] == [t.text for t in run.tokens]
     assert same_numbers(served, run, tiny.model.config)
 
 
 def test_a_run_of_another_model_is_not_recomputed_with_this_one(tiny, minilm, tmp_path):
     made_by_tiny = make_lab(tiny, tmp_path)
-    run = run_async(made_by_tiny.submit(made_by_tiny.spec("a tiny model's run")))
+    run = run_async(made_by_tiny.serve_spec(made_by_tiny.spec("a tiny model's run")))
     with pytest.raises(ForeignRun) as refused:
-        run_async(make_lab(minilm, tmp_path).run(run.run_id))
+        run_async(make_lab(minilm, tmp_path).serve_run(run.run_id))
     message = str(refused.value)
     assert "tiny-bert" in message and "sentence-transformers/all-MiniLM-L6-v2" in message
     assert tiny.digest[:12] in message and "analyze the text again" in message
@@ -115,14 +115,14 @@ def test_passes_on_two_threads_at_once_record_only_their_own(tiny, tmp_path):
     lab = make_lab(tiny, tmp_path / "both")
     texts = ["one short text", "a rather different and longer sentence for the other thread"]
     alone = make_lab(tiny, tmp_path / "alone")
-    expected = {text: alone.analyze(alone.spec(text)).attention() for text in texts}
+    expected = {text: alone.run_sync(alone.spec(text)).attention() for text in texts}
     barrier = threading.Barrier(2)
     results = {}
 
     def run(text):
         barrier.wait()
         for _ in range(5):
-            results[text] = lab.analyze(lab.spec(text + " " * _)).attention()
+            results[text] = lab.run_sync(lab.spec(text + " " * _)).attention()
 
     threads = [threading.Thread(target=run, args=(text,)) for text in texts]
     for thread in threads:
@@ -143,7 +143,7 @@ def test_a_long_inputs_pooling_pass_waits_until_its_vector_is_asked_for(tiny, tm
     real = app.engine.engine.final_states
     monkeypatch.setattr(app.engine.engine, "final_states", lambda *args: passes.append(args) or real(*args))
     text = "a text longer than the eight tokens its pooling reads"
-    run = run_async(lab.submit(lab.spec(text)))
+    run = run_async(lab.serve_spec(lab.spec(text)))
     assert len(run.tokens) > 8 and run.pooling_pass_due and passes == []
     held = lab.runs.nbytes
 

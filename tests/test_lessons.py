@@ -66,8 +66,8 @@ def test_bidirectional_against_causal(client, minilm):
 
 def test_ablating_a_head_changes_only_what_follows_it(client, lab, minilm):
     text = "switching off one head changes only what comes after it"
-    original = lab.analyze(lab.spec(text))
-    ablated = lab.analyze(lab.spec(text, ablate=[(2, 5)]))
+    original = lab.run_sync(lab.spec(text))
+    ablated = lab.run_sync(lab.spec(text, ablate=[(2, 5)]))
     assert ablated.spec.ablated == ((2, 5),)
     for name, value in original.activations.items():
         layer = int(name.split(".")[1]) if name.startswith("blocks.") else -1

@@ -40,7 +40,7 @@ kept = []
 def run(take):
     spec = engine.spec(f"take {take} " + "the river ran past quiet fields " * 90)
     before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
-    kept.append(engine.run(spec))
+    kept.append(engine.compute(spec))
     return resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before
 
 with ThreadPoolExecutor(1) as passes:
@@ -318,7 +318,7 @@ def test_work_on_a_gpu_takes_its_peak_from_the_devices_budget_apart_from_the_hos
     device = lab.works.device_budget(engine)
     assert device is not lab.budget and device.max_bytes == device_bytes
     with pytest.raises(MemoryTooLarge, match="ATTENTION_LAB_MAX_DEVICE_BYTES"):
-        run_async(lab.submit(long))
+        run_async(lab.serve_spec(long))
     taken = []
 
     async def watched(nbytes, client=ANYONE, what=""):
@@ -329,7 +329,7 @@ def test_work_on_a_gpu_takes_its_peak_from_the_devices_budget_apart_from_the_hos
 
     original = device.take
     monkeypatch.setattr(device, "take", contextlib.asynccontextmanager(watched))
-    run_async(lab.submit(short))
+    run_async(lab.serve_spec(short))
     nbytes = engine.footprint.pass_bytes([lab._length(engine, short)])
     assert taken == [(nbytes, 0), (nbytes, nbytes)]  # the host's first, then the device's
     assert (lab.budget.granted, device.granted) == (0, 0)

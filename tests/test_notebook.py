@@ -55,7 +55,7 @@ def weights_of(state: dict) -> np.ndarray:
 
 def engine_run(loaded, text: str):
     engine = Engine(loaded, 1000)
-    return engine.run(engine.spec(text))
+    return engine.compute(engine.spec(text))
 
 
 @pytest.fixture(scope="module")

@@ -73,7 +73,7 @@ def test_a_long_pair_is_cut_to_512_keeping_both_segments(client, minilm):
 
 @pytest.mark.parametrize("b_words, truncated", [(255, False), (256, True)])
 def test_truncated_exactly_when_the_pair_is_over_512_tokens(lab, b_words, truncated):
-    run = lab.analyze(lab.spec("a " * 254, text_pair="a " * b_words))  # one token a word: 254 + b_words + 3 specials
+    run = lab.run_sync(lab.spec("a " * 254, text_pair="a " * b_words))  # one token a word: 254 + b_words + 3 specials
     assert len(run.tokens) == 512 and run.truncated is truncated
 
 
@@ -104,10 +104,10 @@ def test_pairs_are_kept_by_both_texts(client, lab):
     swapped = {"text": PAIR["text_pair"], "text_pair": PAIR["text"]}
     assert client.post("/api/analyze", json=swapped).json()["run_id"] != first
     pair = lab.spec("kept as a pair", text_pair="or not")
-    run = lab.analyze(pair)
+    run = lab.run_sync(pair)
     assert lab.kept(lab.spec("kept as a pair", text_pair="or not")) is run and run.spec.text_pair == "or not"
     assert lab.kept(lab.spec("kept as a pair")) is None
-    assert lab.analyze(pair) is run
+    assert lab.run_sync(pair) is run
 
 
 def test_segments_follow_the_sequence_not_the_token_type():
@@ -129,6 +129,6 @@ def test_a_model_with_one_token_type_refuses_a_pair(tmp_path, tiny_model_dir):
     for name in ("vocab.txt", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"):
         shutil.copy(tiny_model_dir / name, tmp_path / name)
     lab = make_lab(load_model(tmp_path), tmp_path)
-    assert len(lab.analyze(lab.spec("one segment")).tokens) == 4
+    assert len(lab.run_sync(lab.spec("one segment")).tokens) == 4
     with pytest.raises(InvalidInput, match="without a segment B"):
-        lab.analyze(lab.spec("one segment", text_pair="and another"))
+        lab.run_sync(lab.spec("one segment", text_pair="and another"))

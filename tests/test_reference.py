@@ -21,7 +21,7 @@ SENTENCES = [
 
 @pytest.fixture(scope="module")
 def runs(lab):
-    return {text: lab.analyze(lab.spec(text)) for text in SENTENCES}
+    return {text: lab.run_sync(lab.spec(text)) for text in SENTENCES}
 
 
 @pytest.fixture(scope="module")
@@ -133,7 +133,7 @@ def numpy_block_0(minilm, ids, causal):
 
 @pytest.mark.parametrize("mask", ["bidirectional", "causal"])
 def test_numpy_reimplementation_reproduces_block_0(minilm, lab, mask):
-    run = lab.analyze(lab.spec("The animal didn't cross the street because it was too tired.", mask=mask))
+    run = lab.run_sync(lab.spec("The animal didn't cross the street because it was too tired.", mask=mask))
     expected = numpy_block_0(minilm, [t.id for t in run.tokens], causal=mask == "causal")
     layer = run.layer(0)
     config = minilm.model.config
@@ -144,18 +144,18 @@ def test_numpy_reimplementation_reproduces_block_0(minilm, lab, mask):
 
 
 def test_causal_weights_upper_triangle_is_zero_and_rows_sum_to_one(lab):
-    run = lab.analyze(lab.spec("a causal mask hides every later token", mask="causal"))
+    run = lab.run_sync(lab.spec("a causal mask hides every later token", mask="causal"))
     weights = torch.stack(run.attention())
     assert torch.all(weights.triu(1) == 0)
     assert (weights.sum(-1) - 1).abs().max() <= tolerance(weights.shape[-1])
-    bidirectional = torch.stack(lab.analyze(lab.spec("a causal mask hides every later token")).attention())
+    bidirectional = torch.stack(lab.run_sync(lab.spec("a causal mask hides every later token")).attention())
     above_diagonal = torch.ones(weights.shape[-2:], dtype=torch.bool).triu(1)
     assert (bidirectional[..., above_diagonal] > 0).all()
 
 
 @pytest.mark.parametrize("strategy", ["cls", "max", "mean"])
 def test_pooling_strategies(lab, strategy):
-    run = lab.analyze(lab.spec("pooling makes one vector", pooling=strategy))
+    run = lab.run_sync(lab.spec("pooling makes one vector", pooling=strategy))
     output = run.layer(5)["output"]
     expected = {"cls": output[0], "max": output.max(0).values, "mean": output.mean(0)}[strategy]
     assert run.spec.pooling == strategy

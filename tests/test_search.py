@@ -262,7 +262,7 @@ def test_the_pair_view_s_a_to_b_cells_are_the_engine_s(client, minilm):
     body = pairs.json()
     assert body["layout"] == "[CLS] A [SEP] B [SEP]"
     engine = Engine(minilm, 20_000)
-    run = engine.run(engine.spec(SAMPLE_QUERIES[0], DOCUMENTS[top[1]], prompt=""))
+    run = engine.compute(engine.spec(SAMPLE_QUERIES[0], DOCUMENTS[top[1]], prompt=""))
     assert body["shown"]["run_id"] == run.run_id == body["pairs"][1]["run_id"]
     rows = [token.index for token in run.tokens if token.segment == "A"]
     cols = [token.index for token in run.tokens if token.segment == "B"]

@@ -139,7 +139,7 @@ async def ask(
     """A question about a run, its choices and answer computed here from the run's numbers; its first round
     opens. Any question asked before is closed (and kept for the answers' CSV)."""
     await classes.check_teacher(code, secret)
-    run = await lab.run(body.run_id, client)
+    run = await lab.serve_run(body.run_id, client)
     engine = await lab.engine_for(run.spec.model, client)
     if isinstance(body, AttendsAsk):
         view = questions.View(

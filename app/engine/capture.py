@@ -476,7 +476,7 @@ def final_states(model: torch.nn.Module, family: Family, sequence: Sequence, abl
 
 def model_inputs(model: torch.nn.Module, family: Family, sequences: list[Sequence]) -> dict[str, Tensor]:
     """The model's keyword inputs for sequences padded on the right to the longest. A model without an
-    adapter reads one sequence at a time, with no mask but its own (Engine.run_batch). On the model's device,
+    adapter reads one sequence at a time, with no mask but its own (Engine.compute_batch). On the model's device,
     masks in its dtype."""
     inputs = _inputs_on_cpu(model, family, sequences)
     return {kind: _to(value, model.device) for kind, value in inputs.items()}

@@ -212,9 +212,10 @@ class Engine:
         ):
             raise InvalidInput("a patch pairs positions with sources one to one: as many of each, no repeats")
 
-    def run(self, spec: RunSpec) -> Run:
-        """One forward pass of the spec, and the pooling's own where it reads a shorter input: a whole run."""
-        (outcome,) = self.run_batch([spec])
+    def compute(self, spec: RunSpec) -> Run:
+        """One forward pass of the spec, and the pooling's own where it reads a shorter input: a whole run,
+        computed here and now and kept nowhere (a server keeps and shares runs, app.serving.lab)."""
+        (outcome,) = self.compute_batch([spec])
         if isinstance(outcome, Exception):
             raise outcome
         return self.with_sentence_vector(outcome)
@@ -226,12 +227,12 @@ class Engine:
     def pooling_pass(self, run: Run) -> Tensor:
         """The last hidden states of the run's input cut where the model's own pooling cuts it (its
         max_seq_length), as sentence-transformers encodes it: the sentence vector of a longer input. A pass
-        of its own, which run_batch leaves for when the vector is asked for: at 512 tokens it is about 60%
+        of its own, which compute_batch leaves for when the vector is asked for: at 512 tokens it is about 60%
         of the first pass, and the attention views do not need it."""
         cut, _ = self.tokenize(run.spec.text, run.spec.text_pair, self.loaded.max_seq_length, run.spec.prompt)
         return final_states(self.loaded.model, self.loaded.family, sequence(run.spec, cut), run.spec.ablated)
 
-    def run_batch(self, specs: list[RunSpec], max_tokens: int = BATCH_TOKENS) -> list[Run | Exception]:
+    def compute_batch(self, specs: list[RunSpec], max_tokens: int = BATCH_TOKENS) -> list[Run | Exception]:
         """The runs of several specs, each as if computed alone (to float rounding): padded passes of
         similar lengths, at most `max_tokens` padded tokens each, one pass per set of switched-off heads.
         A spec the model cannot read gets its exception in its place; the others are computed. A run whose

@@ -39,7 +39,7 @@ class Footprint:
     """One model's memory for each kind of its work (Engine.footprint)."""
 
     def __init__(self, loaded: LoadedModel, batch_tokens: int, kept: tuple[float, float, float]):
-        """`batch_tokens`: the padded tokens of one pass (Engine.run_batch's bound); `kept`: kept_bytes."""
+        """`batch_tokens`: the padded tokens of one pass (Engine.compute_batch's bound); `kept`: kept_bytes."""
         self.loaded = loaded
         self.batch_tokens = batch_tokens
         self.kept = kept
@@ -51,7 +51,7 @@ class Footprint:
 
     def pass_bytes(self, lengths: list[int]) -> int:
         """The memory padded passes of inputs of these lengths take at their peak, stated before they run
-        (Engine.run_batch): the runs they keep, padded to the longest; the weights an eager pass hands on to the
+        (Engine.compute_batch): the runs they keep, padded to the longest; the weights an eager pass hands on to the
         block cache (capture.MADE_WEIGHTS_BYTES); and what one block computes and lets go: its attention's
         scores and weights where eager (below capture.FUSED_FROM_BYTES), the masks, its FFN's inner rows and a
         few hidden states, and the LM head's logits, LOGIT_ROWS positions at a time."""

@@ -63,7 +63,7 @@ class Experiments:
         engine = await self.lab.engine_for(model, client)
         spec = engine.spec(text)
         faithfulness.check(engine, spec, query, other, self.max_patch_tokens)
-        run = await self.lab.submit(spec, client)
+        run = await self.lab.serve_spec(spec, client)
         measured = self.lab.measured
         accounts = {measure: await measured(run, measure, None, client) for measure in ("weights", "norm", "alti")}
         checked = faithfulness.scoreboard_slices(engine, run, accounts, query, other)
@@ -71,7 +71,7 @@ class Experiments:
         def on_copy(float32: PreTrainedModel) -> Iterator[Callable[[], object]]:
             made: dict = {}
             copy = replace(engine.loaded, model=float32)
-            yield lambda: made.update(run=Engine(copy, engine.max_chars, engine.max_tokens).run(spec))
+            yield lambda: made.update(run=Engine(copy, engine.max_chars, engine.max_tokens).compute(spec))
             yield from faithfulness.scoreboard_slices(engine, run, accounts, query, other, (float32, made["run"]))
 
         slices = in_float32(engine.loaded, checked, on_copy)

@@ -299,17 +299,18 @@ class Lab:
         return block
 
     def engine_of(self, run: Run) -> Engine:
-        """The engine that computed a run: loaded, since the run was just served (see get_run)."""
+        """The engine that computed a run: loaded, since the run was just served (serve_spec, serve_run)."""
         return self.models.loaded(run.spec.model)
 
     def kept(self, spec: RunSpec) -> Run | None:
         """This worker's run of the spec, if it holds one: no forward pass needed."""
         return self.runs.get(spec.run_id)
 
-    async def submit(self, spec: RunSpec, client: Client = ANYONE) -> Run:
-        """analyze() for the server: the run (kept, or computed once however many ask for it at a time), its
-        bytes held for the request that reads it (Budget.hold), then its spec in the shared store, so that every
-        worker can serve the id the client receives. `client` is whose turn at the gate this request takes."""
+    async def serve_spec(self, spec: RunSpec, client: Client = ANYONE) -> Run:
+        """The run a request's spec asks for (POST /api/analyze and the like): kept, or computed once however many
+        ask for it at a time, at a turn of the gate; its bytes held for the request that reads it (Budget.hold),
+        then its spec in the shared store, so that every worker can serve the id the client receives. `client` is
+        whose turn at the gate this request takes."""
         engine = await self.engine_for(spec.model, client)
         await self.hold(engine, spec, client)
         run = await self._computed(spec, client)
@@ -358,9 +359,10 @@ class Lab:
             raise ForeignRun(run_id, spec, self.loaded)
         return spec
 
-    async def run(self, run_id: str, client: Client = ANYONE) -> Run:
-        """A run by id: from this worker's cache, or recomputed from the spec in the shared store; its bytes held
-        for the request before it reads it (Budget.hold)."""
+    async def serve_run(self, run_id: str, client: Client = ANYONE) -> Run:
+        """The run a request names by id (GET /api/runs/{id}/…): from this worker's cache, or recomputed from the
+        spec in the shared store at a turn of the gate; its bytes held for the request before it reads it
+        (Budget.hold)."""
         kept = self.runs.get(run_id)
         held = kept is not None
         if held:
@@ -433,7 +435,7 @@ class Lab:
             f"the pass of {length:,} tokens",
             spec,
             engine.footprint.pass_bytes([length]),
-            self.analyze_batch,
+            self.run_batch_sync,
             lambda: self._joins(spec, length, client),
             client,
             on=engine,
@@ -460,20 +462,21 @@ class Lab:
         engine = self.models.loaded(spec.model)
         return Joins(engine, spec, engine.footprint.pass_bytes([length]), self.works.budgets(engine), client)
 
-    def analyze(self, spec: RunSpec) -> Run:
-        """The kept run of the spec, or one forward pass of it, kept, with its sentence vector (its pooling's
-        own pass where due, Engine.pooling_pass): a whole run, for callers outside the server."""
-        (outcome,) = self.analyze_batch([spec])
+    def run_sync(self, spec: RunSpec) -> Run:
+        """The kept run of the spec, or one forward pass of it on the caller's thread, kept, with its sentence
+        vector (its pooling's own pass where due, Engine.pooling_pass): a whole run, for callers outside the
+        server (scripts, tests), with no turn of the gate and no memory asked for."""
+        (outcome,) = self.run_batch_sync([spec])
         if isinstance(outcome, Exception):
             raise outcome
         return self._with_sentence_vector(outcome)
 
-    def analyze_batch(self, specs: list[RunSpec]) -> list[Run | Exception]:
-        """The kept runs of specs of one model, and the others computed together (Engine.run_batch), kept."""
+    def run_batch_sync(self, specs: list[RunSpec]) -> list[Run | Exception]:
+        """The kept runs of specs of one model, and the others computed together (Engine.compute_batch), kept."""
         outcomes: list[Run | Exception | None] = [self.kept(spec) for spec in specs]
         missing = [index for index, outcome in enumerate(outcomes) if outcome is None]
         if missing:
-            computed = self.models.loaded(specs[missing[0]].model).run_batch([specs[index] for index in missing])
+            computed = self.models.loaded(specs[missing[0]].model).compute_batch([specs[index] for index in missing])
             for index, outcome in zip(missing, computed, strict=True):
                 outcomes[index] = outcome
                 if not isinstance(outcome, Exception):

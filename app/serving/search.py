@@ -242,7 +242,7 @@ class Searches:
         measured: dict = {"shares": [None] * len(specs), "spent": []}
 
         def measure(group: list[int]) -> None:
-            outcomes = self.lab.analyze_batch([specs[index] for index in group])
+            outcomes = self.lab.run_batch_sync([specs[index] for index in group])
             for index, run in zip(group, outcomes, strict=True):
                 if isinstance(run, Exception):
                     raise run

@@ -73,7 +73,7 @@ class NumbersResponse(Response):
 
 async def served(lab, run_id: str, client) -> Run:
     """The run, with its model loaded for the route (lab.engine_of)."""
-    run = await lab.run(run_id, client)
+    run = await lab.serve_run(run_id, client)
     await lab.engine_for(run.spec.model, client)
     return run
 
@@ -173,7 +173,7 @@ async def analyze(body: AnalyzeRequest, lab: LabDep, client: ClientDep):
         )
     )
     spec = engine.spec(body.text, body.text_pair, body.mask, body.pooling, body.ablate, body.prompt, patch)
-    run = await lab.submit(spec, client)
+    run = await lab.serve_spec(spec, client)
     # The first view's matrices in the same answer: no second round trip before the first heatmap. Encoded
     # as the attention endpoint's are (beside_loop): a mean of heads or blocks is computed there.
     view = body.attention
@@ -306,13 +306,13 @@ async def pooling(body: PoolingRequest, lab: LabDep, client: ClientDep):
     """CLS, mean and max pooling of one prompt side by side, and how an instruction prefix (or one of the
     model's prompts) moves its sentence vector."""
     engine = await lab.engine_for(body.model, client)
-    run = await lab.pooled(await lab.submit(engine.spec(body.text, mask=body.mask, prompt=""), client), client)
+    run = await lab.pooled(await lab.serve_spec(engine.spec(body.text, mask=body.mask, prompt=""), client), client)
     other = (
         engine.spec(body.text, mask=body.mask, prompt=body.prompt)
         if body.prompt
         else engine.spec(body.prefix + body.text, mask=body.mask, prompt="")
     )
-    prefixed = await lab.pooled(await lab.submit(other, client), client)
+    prefixed = await lab.pooled(await lab.serve_spec(other, client), client)
     whole_input = lessons.whole_input_vector(run)
     vectors = lessons.pooling_strategies(run, engine.info["poolings"])
     names = list(vectors)

@@ -144,7 +144,7 @@ def test_the_widget_in_jupyterlab_draws_the_engines_numbers_and_follows_clicks(j
     wait_in_widget(page, "root.getElementById('heatmap').dataset.view?.endsWith(':2:0:1')")
     wait_in_widget(page, "root.getElementById('attends').dataset.view?.endsWith(':2:0:1')")
     engine = Engine(minilm, 1000)
-    run = engine.run(engine.spec(TEXT))
+    run = engine.compute(engine.spec(TEXT))
     n = len(run.tokens)
     chips = shown(page, "[...root.querySelectorAll('#tokens .token')].map((chip) => Number(chip.dataset.id))")
     assert chips == [token.id for token in run.tokens]
