@@ -17,11 +17,10 @@ from starlette_compress import CompressMiddleware
 
 from app.classroom import routes as classroom
 from app.classroom.backends import MemoryBackend, RedisBackend, StoreDown
-from app.classroom.classes import (
+from app.classroom.classes import Classes, not_shared
+from app.classroom.errors import (
     BadChoice,
-    Classes,
     ClassLimit,
-    ClassLimits,
     ClassModeOff,
     ClassNotFound,
     NotTheTeacher,
@@ -29,8 +28,8 @@ from app.classroom.classes import (
     UnknownLearner,
     ViewTooLarge,
     WrongPhase,
-    not_shared,
 )
+from app.classroom.store import ClassLimits
 from app.classroom.streams import TooManyStreams, stop_on_signals
 from app.engine.errors import InvalidInput, OutOfRange, PassFailed, TextTooLong
 from app.engine.model import LoadedModel, ModelLoadError, load_model

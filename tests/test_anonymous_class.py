@@ -9,6 +9,7 @@ import io
 import pytest
 import redis
 
+from app.classroom.answers import answers_csv
 from app.classroom.backends import MemoryBackend, RedisBackend
 from app.classroom.classes import Classes
 from app.engine.questions import Choice, Question
@@ -67,13 +68,13 @@ def a_class(make_backend, anonymous: bool) -> tuple[list[dict], str]:
             assert again.rejoined and again.learner == joined[0].learner
             for learner, voter, name in zip(joined, voters, NICKNAMES, strict=True):
                 await classes.update(code, learner.learner, voter, True, name)
-            asked = await classes.ask(code, QUESTION, {"layer": 0}, None, None)
+            asked = await classes.rounds.ask(code, QUESTION, {"layer": 0}, None, None)
             for learner, voter, choice in zip(joined, voters, [1, 0, 1], strict=True):
                 await classes.vote(code, learner.learner, voter, asked.id, 1, choice)
-            await classes.reveal(code)
+            await classes.rounds.reveal(code)
             snapshot = await classes.snapshot(code)
             assert snapshot.anonymous == anonymous
-            answers = await classes.answers_csv(code)
+            answers = await answers_csv(classes.store, code)
             stored = stored_text(backend)
             await classes.end(code, "the test is over")
             return list(csv.DictReader(io.StringIO(answers, newline=""))), stored

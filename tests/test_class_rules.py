@@ -8,8 +8,11 @@ import io
 import pytest
 
 from app.classroom import classes as classes_module
+from app.classroom.answers import answers_csv
 from app.classroom.backends import MemoryBackend
-from app.classroom.classes import Classes, ClassLimit, ClassLimits, WrongPhase
+from app.classroom.classes import Classes
+from app.classroom.errors import ClassLimit, WrongPhase
+from app.classroom.store import ClassLimits
 from app.engine.questions import Choice, Question
 from app.serving.gate import Client
 from tests.conftest import run_async
@@ -106,10 +109,10 @@ def test_a_choice_that_ties_the_answer_counts_right_for_the_learner_and_on_every
         code, _ = await classes.start_class(Client("10.0.0.1"))
         voters = [Client(f"10.0.1.{n}", cookie=f"voter{n}") for n in range(3)]
         learners = [(await classes.join(code, voter, "")).learner for voter in voters]
-        asked = await classes.ask(code, question, {"layer": 0}, None, None)
+        asked = await classes.rounds.ask(code, question, {"layer": 0}, None, None)
         for learner, voter, choice in zip(learners, voters, [0, 1, 2], strict=True):
             await classes.vote(code, learner, voter, asked.id, 1, choice)
-        revealed = await classes.reveal(code)
+        revealed = await classes.rounds.reveal(code)
         scores = [await classes.score(code, learner, voter) for learner, voter in zip(learners, voters, strict=True)]
         return revealed, scores
 
@@ -128,7 +131,7 @@ async def learners_of(classes: Classes, code: str, count: int) -> list[tuple[str
 
 
 async def take_test(classes: Classes, code: str, learners, test: str, choices: list[int]):
-    asked = await classes.ask(code, PRE_POST, {"layer": 0}, None, None, test)
+    asked = await classes.rounds.ask(code, PRE_POST, {"layer": 0}, None, None, test)
     for (learner, voter), choice in zip(learners, choices, strict=True):
         await classes.vote(code, learner, voter, asked.id, 1, choice)
     return asked
@@ -141,25 +144,25 @@ def test_a_test_has_one_round_alone_shows_nothing_and_a_pre_test_is_never_reveal
         learners = await learners_of(classes, code, 3)
         asked = await take_test(classes, code, learners, "pre", [1, 0, 1])
         assert asked.test == "pre" and asked.phase == "open"
-        for move in (classes.show_votes, classes.again, classes.reveal):
+        for move in (classes.rounds.show_votes, classes.rounds.again, classes.rounds.reveal):
             with pytest.raises(WrongPhase):
                 await move(code)
-        closed = await classes.close_test(code)
+        closed = await classes.rounds.close_test(code)
         # Nothing of the pre-test on any screen: no tally, no answer, no share; the gain waits for a post-test.
         assert (closed.phase, closed.tallies, closed.answer, closed.correct) == ("closed", [], None, None)
         assert closed.votes == [3]
         assert (await classes.snapshot(code)).gain is None
         assert (await classes.score(code, *learners[0]))["gain"] is None
         with pytest.raises(WrongPhase):
-            await classes.close_test(code)
+            await classes.rounds.close_test(code)
         with pytest.raises(WrongPhase):
             await classes.vote(code, *learners[0], asked.id, 1, 0)  # closed
         with pytest.raises(WrongPhase):
-            await classes.reveal(code)
+            await classes.rounds.reveal(code)
         # A question in rounds is not closed as a test.
-        await classes.ask(code, PRE_POST, {"layer": 0}, None, None)
+        await classes.rounds.ask(code, PRE_POST, {"layer": 0}, None, None)
         with pytest.raises(WrongPhase):
-            await classes.close_test(code)
+            await classes.rounds.close_test(code)
 
     run_async(run())
 
@@ -173,11 +176,11 @@ def test_a_closed_pre_test_and_post_test_give_the_class_and_each_learner_their_g
         # Asking the post-test closes the pre-test still open: its votes count.
         await take_test(classes, code, learners, "post", [1, 1, 0, 1])
         assert (await classes.snapshot(code)).gain is None
-        await classes.close_test(code)
+        await classes.rounds.close_test(code)
         gain = (await classes.snapshot(code)).gain
         own = [(await classes.score(code, *learner))["gain"] for learner in learners]
-        revealed = await classes.reveal(code)  # a post-test may be revealed once closed
-        return gain, own, revealed, await classes.answers_csv(code)
+        revealed = await classes.rounds.reveal(code)  # a post-test may be revealed once closed
+        return gain, own, revealed, await answers_csv(classes.store, code)
 
     gain, own, revealed, answers = run_async(run())
     # By hand: pre 1, 0, 0 and post 1, 1, 0 for the three who took both; the fourth has no pre.
@@ -202,9 +205,9 @@ def test_a_class_right_in_every_pre_test_answer_has_no_gain_and_says_why(clock):
         code, _ = await classes.start_class(Client("10.0.0.1"))
         learners = await learners_of(classes, code, 2)
         await take_test(classes, code, learners, "pre", [1, 1])
-        await classes.close_test(code)
+        await classes.rounds.close_test(code)
         await take_test(classes, code, learners, "post", [1, 0])
-        await classes.close_test(code)
+        await classes.rounds.close_test(code)
         return (await classes.snapshot(code)).gain
 
     gain = run_async(run())

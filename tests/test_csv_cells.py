@@ -1,4 +1,4 @@
-"""Issue #45: no CSV the lab writes can make a spreadsheet run a formula. The rule (app/classroom/classes.py
+"""Issue #45: no CSV the lab writes can make a spreadsheet run a formula. The rule (app/classroom/answers.py
 csv_cell; static/js/export.js csvCell, tests/browser/test_csv_cells.py): a text cell whose first character
 after any leading spaces is = + - @, a tab or a carriage return gets a ' in front; numbers stay numbers."""
 
@@ -7,8 +7,9 @@ import io
 
 import pytest
 
+from app.classroom.answers import answers_csv, csv_cell
 from app.classroom.backends import MemoryBackend
-from app.classroom.classes import Classes, csv_cell
+from app.classroom.classes import Classes
 from app.engine.questions import Choice, Question
 from app.serving.gate import Client
 from tests.conftest import run_async
@@ -63,11 +64,11 @@ def test_the_class_answers_csv_defuses_every_text_cell():
             for voter, name in zip(voters, ["-2 + 3", "  =1"], strict=True)
         ]
         step = {"index": 1, "title": "  =cmd|' /C calc'!A0"}
-        asked = await classes.ask(code, question, {"layer": 0}, step, '\t=HYPERLINK("x")')
+        asked = await classes.rounds.ask(code, question, {"layer": 0}, step, '\t=HYPERLINK("x")')
         for learner, voter, choice in zip(learners, voters, [0, 1], strict=True):
             await classes.vote(code, learner, voter, asked.id, 1, choice)
-        await classes.reveal(code)
-        return await classes.answers_csv(code)
+        await classes.rounds.reveal(code)
+        return await answers_csv(classes.store, code)
 
     rows = list(csv.DictReader(io.StringIO(run_async(run()), newline="")))
     learners = [row for row in rows if row["learner"] in ("'-2 + 3", "'=1")]

@@ -1,6 +1,6 @@
 """Where a class's state lives and how its events fan out: in this process (the default: nothing to
 install, one server process) or in Redis (keys that expire with the class, pub/sub for the events), so that
-every worker and replica of the lab serves the same class. The class logic (app.classroom.classes) is
+every worker and replica of the lab serves the same class. The class logic (app.classroom.classes and its parts) is
 written once over these few operations.
 
 Events: each process holds one subscription to every class's channel (a pattern), and fans the messages

@@ -1,6 +1,6 @@
 """The class mode's HTTP API: start and end a class, move it (the teacher, with the class's secret), ask
 it questions in rounds, join and follow it (learners, over Server-Sent Events), vote. The class logic is
-in app.classroom.classes; a question's choices and answer come from the run's numbers
+in app.classroom.classes and its parts; a question's choices and answer come from the run's numbers
 (app.engine.questions), from the measures as the attention endpoint has them (at the model's turns, kept)."""
 
 import io
@@ -13,7 +13,9 @@ from fastapi import APIRouter, Cookie, Depends, Header, Request, Response
 from fastapi.responses import StreamingResponse
 from starlette.concurrency import run_in_threadpool
 
-from app.classroom.classes import Classes, ClassModeOff
+from app.classroom.answers import answers_csv
+from app.classroom.classes import Classes
+from app.classroom.errors import ClassModeOff
 from app.classroom.schemas import (
     AttendsAsk,
     ClassSnapshot,
@@ -157,7 +159,7 @@ async def ask(
         question = await run_in_threadpool(questions.next_token, run, engine.pieces, body.token)
     view = body.model_dump(exclude={"kind", "step", "text", "test"})
     step = body.step.model_dump() if body.step else None
-    return await classes.ask(code, question, view, step, body.text, body.test)
+    return await classes.rounds.ask(code, question, view, step, body.text, body.test)
 
 
 async def patch_question(experiments, run, engine, body: PatchAsk, client) -> questions.Question:
@@ -194,13 +196,13 @@ async def search_question(searches, run, body: SearchAsk, client) -> questions.Q
 @router.post("/{code}/question/show", response_model=QuestionState)
 async def show_votes(code: Code, classes: ClassesDep, secret: Secret = None):
     await classes.check_teacher(code, secret)
-    return await classes.show_votes(code)
+    return await classes.rounds.show_votes(code)
 
 
 @router.post("/{code}/question/again", response_model=QuestionState)
 async def again(code: Code, classes: ClassesDep, secret: Secret = None):
     await classes.check_teacher(code, secret)
-    return await classes.again(code)
+    return await classes.rounds.again(code)
 
 
 @router.post("/{code}/question/close", response_model=QuestionState)
@@ -208,13 +210,13 @@ async def close(code: Code, classes: ClassesDep, secret: Secret = None):
     """A pre-test's or a post-test's round closes, its votes shown to nobody; once a pre-test and a post-test
     are closed, the class's gain goes to every screen ("gain")."""
     await classes.check_teacher(code, secret)
-    return await classes.close_test(code)
+    return await classes.rounds.close_test(code)
 
 
 @router.post("/{code}/question/reveal", response_model=QuestionState)
 async def reveal(code: Code, classes: ClassesDep, secret: Secret = None):
     await classes.check_teacher(code, secret)
-    return await classes.reveal(code)
+    return await classes.rounds.reveal(code)
 
 
 @router.get("/{code}/answers.csv", response_class=Response, responses={200: {"content": {"text/csv": {}}}})
@@ -223,7 +225,7 @@ async def answers(code: Code, classes: ClassesDep, secret: Secret = None, cookie
     anonymous class), never an address."""
     await classes.check_teacher(code, secret or cookie)
     return Response(
-        await classes.answers_csv(code),
+        await answers_csv(classes.store, code),
         media_type="text/csv; charset=utf-8",
         headers={"Content-Disposition": f'attachment; filename="class-{code}-answers.csv"'},
     )

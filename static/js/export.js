@@ -65,7 +65,7 @@ export function saveJSON(view, name) {
   download(JSON.stringify(view, null, 1), `${name}.json`, "application/json");
 }
 
-// One cell of every CSV the page writes, by the rule of the class's answers (app/classroom/classes.py,
+// One cell of every CSV the page writes, by the rule of the class's answers (app/classroom/answers.py,
 // csv_cell, where it is explained): numbers as they are; text with a ' before a leading = + - @, tab or
 // carriage return (after any spaces), so a spreadsheet never runs it as a formula; quoted where it must be.
 export function csvCell(value) {
