@@ -31,8 +31,8 @@ def main() -> None:
 
 
 def serve(settings: Settings, host: str, port: int, workers: int) -> None:
-    # Imported once the settings are known good: transformers, the lab and its web stack take 4 s to load, and
-    # a bad setting is said before that.
+    # Imported once the settings are known good: transformers, the lab and its web stack take seconds to load,
+    # and a bad setting is said before that.
     import uvicorn
 
     from app.engine.model import ModelLoadError, load_model

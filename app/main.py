@@ -105,8 +105,9 @@ def create_app(
             )
         # What the lab holds from here on lives as long as the process: the model's modules and transformers',
         # torch's and the tokenizer's objects, about 540,000 that Python's cycle collector tracks. Frozen, its
-        # full collections no longer walk them: one took 280 ms, every thread of the server stopped, every few
-        # class bursts. Given back to it when the lab stops (a test process starts many).
+        # full collections no longer walk them: each stopped every thread of the server for a long moment,
+        # every few class bursts (bench/README.md). Given back to it when the lab stops (a test process starts
+        # many).
         gc.freeze()
         yield
         gc.unfreeze()

@@ -457,7 +457,7 @@ class Projection:
 
 
 MAX_POINTS = 4096  # the corpus tokens whose queries and keys a head's space shows: the first sentences'
-TSNE_TOKENS = 1024  # t-SNE of 2 × 1,024 points took 2.3 s on this 2-core machine, of 2 × 4,096 points 4.8 s
+TSNE_TOKENS = 1024  # t-SNE's time grows with its points: 2 × 1,024 keeps a map to seconds (bench/README.md)
 TSNE_ITERATIONS = 500
 
 
@@ -524,7 +524,7 @@ def project(q: Tensor, k: Tensor, projection: Projection = Projection()) -> dict
     scale = float((k.norm(dim=1).mean() / q.norm(dim=1).mean()).sqrt())
     q, k = q * scale, k / scale
     rows = torch.cat([q, k]).numpy()
-    # Imported here, where a map is drawn: scikit-learn adds 0.3 s to every start of the lab.
+    # Imported here, where a map is drawn: scikit-learn would lengthen every start of the lab.
     from sklearn.decomposition import PCA
     from sklearn.manifold import TSNE
 

@@ -33,8 +33,7 @@ Method = Literal["integrated_gradients", "gradient_x_input"]
 Target = Literal["similarity", "next_token"]
 IG_METHOD = "gausslegendre"  # Captum's default rule for the path integral
 # IG's steps × tokens in one slice: a batch of steps costs about that many token-passes, forward and
-# backward (at 256 tokens, one step: 0.1 s on this project's 2 cores when quiet, about 1 s when three
-# other developers' tests share them); at least one step.
+# backward, a slice short enough that others' turns come often (bench/README.md); at least one step.
 STEP_TOKENS_PER_SLICE = 256
 
 
@@ -150,7 +149,7 @@ def attribution_slices(
     next one a batch of IG's steps. trunk: the model without a head; make_target: the target (making it may
     run the model), a function of the last hidden states [batch, pos, d_model] -> one number per batch row.
     The ids are on the trunk's device; the attributions come back on the CPU."""
-    # Imported here, where attributions are made: Captum loads matplotlib, 0.7 s of every start of the lab.
+    # Imported here, where attributions are made: Captum loads matplotlib, which would lengthen every start.
     from captum.attr import InputXGradient, IntegratedGradients
     from captum.attr._utils.approximation_methods import approximation_parameters
 

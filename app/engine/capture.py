@@ -173,8 +173,8 @@ _RECORDING_LOCK = threading.Lock()
 def recording(model: torch.nn.Module, family: Family) -> Iterator[dict[str, Tensor]]:
     """Records every module of the family's table in this thread's passes for the duration of the block.
     The hooks are put on the model at its first recording and stay: putting 59 on and taking them off again
-    took 0.5 ms of MiniLM's 10-token pass (9.4 against 8.9 ms in process), and a pass nobody records (a
-    pooling pass, IG's, the search's) finds no recording in its thread and goes on at once (0.2 ms)."""
+    cost a short pass a noticeable share of its time (bench/README.md), and a pass nobody records (a pooling
+    pass, IG's, the search's) finds no recording in its thread and goes on at once."""
     with _RECORDING_LOCK:
         if model not in _RECORDING:
             _put_recording_hooks(model, family)
@@ -520,7 +520,7 @@ def _inputs_on_cpu(model: torch.nn.Module, family: Family, sequences: list[Seque
     if types is None:
         if min(lengths) == longest and all(sequence.mask == "bidirectional" for sequence in sequences):
             # Nothing hidden: the model's own default, which adds no mask of zeros to every score (that add
-            # and the mask's making took 2-5% of MiniLM's pass at 8 to 512 tokens, in process).
+            # and the mask's making cost a few percent of MiniLM's pass).
             return inputs
         inputs["attention_mask"] = masks(None)
     else:
@@ -535,7 +535,7 @@ def own_parts(name: str, values: Tensor, lengths: list[int]) -> list[Tensor]:
     position bias), [batch, head, pos, d_head] (the other attn.*), or [batch, pos, …] (rows, logits). Views,
     not copies: copying each part of a 48-prompt batch took a fifth of its pass, in new memory. The runs of a
     batch share its tensors, which the run cache counts once (app.serving.cache). One indexing per part, the
-    kind read once per name: cutting 48 rows' 59 activations in two steps each took 9 ms of the pass."""
+    kind read once per name: a class's batch cuts thousands of parts, and two steps each cost its pass."""
     rows = range(len(lengths)) if values.shape[0] > 1 else [0] * len(lengths)
     if name.endswith((".weights", ".position_bias")):
         return [values[row, :, :length, :length] for row, length in zip(rows, lengths, strict=True)]

@@ -26,7 +26,7 @@ ROW_MEASURES = ("weights", "norm")  # the measures a row follows from alone (ALT
 # A block past this (every head's weights) is read row by row; below it, whole blocks are computed once and
 # kept (app.engine.blocks), as the pass below it runs eager attention (capture.FUSED_FROM_BYTES).
 ROWS_FROM_BYTES = FUSED_FROM_BYTES
-ROWS_WORK = 2**24  # cells of a measure one slice computes: 16 Mi, about 0.05 s here
+ROWS_WORK = 2**24  # cells of a measure one slice computes: 16 Mi, a short turn at the gate
 PIECE_CELLS = 2**22  # cells a slice computes at once: 16 MiB in float32, under glibc's mmap threshold (32 MiB)
 # Past this many cells (all its matrices together), an answer is sent pooled or not at all: 64 MiB in float32.
 MAX_WINDOW_CELLS = 2**24

@@ -266,8 +266,8 @@ class Engine:
 
     def read_ahead(self, spec: RunSpec) -> int:
         """How many tokens the spec's input is, as read (length), for a server that states a pass's memory before
-        its turn: its tokens are kept for its pass (_read), which would otherwise read the input again (2.4 ms
-        at 512 tokens, on the pass's thread). The READ_AHEAD_TOKENS most recently read are kept."""
+        its turn: its tokens are kept for its pass (_read), which would otherwise read the input again, on the
+        pass's thread. The READ_AHEAD_TOKENS most recently read are kept."""
         with self._read_ahead_lock:
             found = self._read_ahead.get(spec.run_id)
         if found is None:

@@ -131,7 +131,7 @@ def check(engine: Engine, spec: RunSpec, query: int | None, other: str | None, m
 def spearman(a: Tensor, b: Tensor) -> float | None:
     """Spearman's ρ (Pearson's correlation of the ranks, ties sharing their mean rank); None where either
     side is constant."""
-    from scipy.stats import rankdata  # imported here: scipy.stats adds 0.4 s to every start of the lab
+    from scipy.stats import rankdata  # imported here: scipy.stats would lengthen every start of the lab
 
     x, y = (torch.from_numpy(rankdata(values.double().numpy())) for values in (a, b))
     x, y = x - x.mean(), y - y.mean()

@@ -172,7 +172,7 @@ MEASURES: dict[str, MeasureName] = {
 QUERY_CHUNK = 32  # queries decomposed at once: [chunk, key, d_model] floats stay about 50 MB at 512 tokens
 CHUNK_BYTES = 64 * 1024**2  # fewer queries at once where QUERY_CHUNK's would pass this (long inputs, wide models)
 # Multiply-adds in one slice of ALTI (whole chunks of queries, at least one): one chunk of a 512-token run of
-# MiniLM, 0.06 s on this project's 2 cores (0.13 s at most while other developers' tests share them).
+# MiniLM, a short turn at the gate (bench/README.md).
 SLICE_WORK = 2**27
 
 

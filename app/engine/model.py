@@ -36,7 +36,7 @@ from app.engine.sentence import PipelineError, SentencePipeline, read_pipeline
 PACKAGED_MODEL_NAME = "sentence-transformers/all-MiniLM-L6-v2"
 # Where the folder was and which transformers read it: neither changes a number.
 UNNUMBERED_CONFIG_KEYS = ("_name_or_path", "transformers_version")
-# Weights hashed in one step of a load (load_steps): about 0.1 s of sha256 on this project's machine.
+# Weights hashed in one step of a load (load_steps): a short turn of sha256 at the gate (bench/README.md).
 DIGEST_BYTES = 128 * 1024**2
 GIB = 1024**3
 AUTO = Placement()  # the dtype and device decided at load, no budget: what a notebook or a test loads in
@@ -330,8 +330,8 @@ def model_digest(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, pip
     """sha256 of everything in the model that changes a run's numbers: each weight (name, dtype, shape,
     bytes), the config less its folder path and library version, the tokenizer's own serialisation, and the
     sentence-transformers pipeline (its modules, their weights, its prompts, the length its pooling reads).
-    The same model in another folder or on another machine has the same digest; MiniLM's 90 MB take about
-    60 ms. (load_steps computes it in steps.)"""
+    The same model in another folder or on another machine has the same digest. (load_steps computes it in
+    steps.)"""
     digest = hashlib.sha256()
     _digest_head(digest, model, tokenizer, pipeline)
     _digest_weights(digest, _digested_tensors(model, pipeline))

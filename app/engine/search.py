@@ -36,7 +36,7 @@ CORPUS = Path(__file__).parent / "data" / "search-corpus.txt"
 M = 16
 EF_CONSTRUCTION = 128
 EF = 64
-BUILD_SLICE = 512  # vectors added to the graph per turn at the gate (about 0.2 s here)
+BUILD_SLICE = 512  # vectors added to the graph per turn at the gate, a short turn (bench/README.md)
 # Where a model's prompts are named for each side (sentence-transformers' names vary by model).
 QUERY_PROMPTS = ("query",)
 DOCUMENT_PROMPTS = ("document", "passage", "doc", "text")

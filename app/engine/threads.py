@@ -4,8 +4,8 @@ torch runs each operation with an OpenMP team of the calling thread, and a team'
 that thread. Once a process holds more OpenMP threads than it has cores, libgomp throttles them: workers
 sleep between operations instead of spinning, and every operation of a pass waits for them to wake. In a
 server the model was loaded on one thread, passes ran on others and views on others again, so the
-process was always over: a raw 128-token pass took 36–47 ms on a thread beside one other that had run
-torch, against 26–32 ms alone (2 cores). So a server gives its cores to the threads that run the model's
+process was always over, and a pass on a thread beside one other that had run torch took about half as long
+again as alone (bench/README.md). So a server gives its cores to the threads that run the model's
 passes (ModelThreads), and one core to every other thread (one_core_elsewhere). How long the passes'
 workers spin before they sleep is set where the package starts (app/__init__.py: GOMP_SPINCOUNT), since
 libgomp reads it only when torch loads it.

@@ -141,12 +141,12 @@ class Rotation:
 
 # An address none of whose requests has held a turn for this long is served before the round (Rotation), as
 # fair queuing serves a sparse flow first (FQ-CoDel's new flows): a learner's short request, asked now and then,
-# waits for the turn under way, not for a turn of every address with heavy work waiting (1.4-1.7 s, every time,
-# beside 24 Integrated Gradients from 24 addresses). Heavy work asks for its next slice's turn as its last one
-# ends, so it stays in the round, one turn a round, as does a client that asks again at once. Among the rested,
-# a short turn (admit's `short`: a learner's pass) goes before heavy work's first slice: fifteen kinds of heavy
-# work asked for at once from fifteen addresses held a learner 1.5 s behind their first slices. The round still
-# gets every other turn while newcomers keep coming (Rotation).
+# waits for the turn under way, not for a turn of every address with heavy work waiting (docs/serving.md: beside
+# 24 Integrated Gradients from 24 addresses). Heavy work asks for its next slice's turn as its last one ends, so
+# it stays in the round, one turn a round, as does a client that asks again at once. Among the rested, a short
+# turn (admit's `short`: a learner's pass) goes before heavy work's first slice, not behind the first slices of
+# fifteen kinds of heavy work asked for at once from fifteen addresses. The round still gets every other turn
+# while newcomers keep coming (Rotation).
 REST_SECONDS = 0.1
 RESTED_SHORT, RESTED = 0, 1  # the tiers ahead of the round
 

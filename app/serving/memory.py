@@ -96,12 +96,11 @@ def keep_freed_memory() -> None:
 
     A pass allocates its tensors anew; by default glibc maps large blocks on their own and unmaps them
     when freed, and trims the heap's free top, so the next pass takes those pages again from the kernel,
-    zeroed, one fault each. Measured while the cache filled with 512-token runs that kept their weights
-    (130 MB each): 2.0-2.5 page faults per page a run kept by default, 1.0-1.15 with this, and a pass
-    180-280 ms instead of 250-770 ms (on a virtual machine that backs memory lazily, where a fault is dear).
-    Since a run keeps 61 MB (its weights computed when asked), the pass's own passing tensors dominate and
-    the two no longer differ by that measure; what the reserve gives the pass threads is tested. The
-    process stays bounded all the same: past the bound, trim_if_over gives the free pages back.
+    zeroed, one fault each: about twice the faults, and slower passes, on a virtual machine that backs memory
+    lazily, where a fault is dear (bench/README.md). Since a run keeps its weights only when asked, the pass's
+    own passing tensors dominate and the two no longer differ by that measure; what the reserve gives the pass
+    threads is tested. The process stays bounded all the same: past the bound, trim_if_over gives the free
+    pages back.
 
     One arena for every thread: by default glibc gives threads arenas of their own, and memory freed in
     one (a view's, an evicted run's) is not reused by a pass that runs on another thread. Called before
@@ -116,12 +115,10 @@ def reserve(nbytes: int) -> None:
     """Take about nbytes from the system now, write every page once, and keep them free for the runs to come
     (after keep_freed_memory, glibc keeps freed heap memory, and every thread draws on it). On a virtual
     machine that backs memory lazily, a page the process writes for the first time costs a host fault, and
-    memory given back to the system is taken back by the host within seconds: measured here, 1.5 GB written
-    anew took 2.7-4 s, and written again at once 0.2 s. A run keeps its tensors (about 130 MB at 512
-    tokens when runs kept their weights; 61 MB since they are computed when asked), so while the cache
-    filled every new run paid that price for its memory: analyze + attention over HTTP took 579 ms at 512
-    tokens and 124 ms at 128 before, 444 ms and 64 ms with this (servers alternating), and a class burst's
-    passes 600 page faults over eight bursts instead of 206,000.
+    memory given back to the system is taken back by the host within seconds: memory written anew costs
+    many times what memory written again does. A run keeps its tensors, so while the cache filled every new
+    run paid that price for its memory, and a class burst's passes took hundreds of times the faults
+    (bench/README.md).
     Only with glibc's mallopt: another allocator would give the freed blocks straight back."""
     if not _has_libc("mallopt"):
         return

@@ -24,9 +24,8 @@ from app.serving.lab import ForeignRun, Lab, RunNotFound
 from app.serving.work import Work
 
 MAX_PAIRS = 20  # pairs re-read at once: each a run of the lab, one pass each
-# A query this short is read on one core of the model's thread: on this 2-core machine (busy with other work) a
-# query of 8 tokens took 34-44 ms on the thread's two cores and 11 ms on one, of 60 tokens 53 against 26 ms,
-# of 120 tokens 75 against 42 ms (median of 12 each); the OpenMP team's second worker waits for a core.
+# A query this short is read on one core of the model's thread: on two cores busy with other work it took two to
+# four times as long (bench/README.md); the OpenMP team's second worker waits for a core.
 SHORT_QUERY_TOKENS = 64
 KEPT_SPECS = 16  # index specs kept read (each up to 5,000 documents: at most 10 MB)
 
@@ -51,7 +50,7 @@ class Searches:
         self.lab = lab
         self.cross_encoder = cross_encoder
         # Specs read from the store, by id: a spec never changes, and reading one of 3,080 documents back (its
-        # JSON parsed, its id hashed again) cost a query about 10 ms.
+        # JSON parsed, its id hashed again) cost every query a good share of its time.
         self._specs: OrderedDict[str, IndexSpec] = OrderedDict()
 
     async def start(self, spec: IndexSpec, client: Client = ANYONE) -> None:

@@ -31,7 +31,7 @@ from app.settings import ENV_PREFIX
 
 Result = TypeVar("Result")
 log = logging.getLogger("uvicorn.error")  # uvicorn shows its INFO lines
-PROGRESS_EVERY = 0.2  # seconds between a long work's words to the shared store (a slice takes 10-100 ms)
+PROGRESS_EVERY = 0.2  # seconds between a long work's words to the shared store (a few slices)
 # Rounds of the event loop a batched turn lets run before it takes the jobs waiting (Works._arrivals): it stops
 # after QUIET_ROUNDS in a row that bring nobody new to the gate, and after MAX_ARRIVAL_ROUNDS in all.
 QUIET_ROUNDS = 3

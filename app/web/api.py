@@ -473,7 +473,7 @@ async def view_answer(run: Run, lab: Lab, view: AttentionView, client) -> tuple[
 
 
 # Work on at most this many attention values is done on the event loop: the hop to a worker thread and back took
-# longer (0.25 ms after an idle moment, 2026-12-06) than encoding a 30-token run's 72 heads (64,800 values).
+# longer than encoding a 30-token run's 72 heads (64,800 values; bench/README.md).
 INLINE_VALUES = 65_536
 
 

@@ -1,16 +1,14 @@
 """Which encoding a client gets, and answers compressed as they are made.
 
 The compression middleware compresses an answer on the event loop, as it goes out. The attention matrices
-are compressed by the thread that encodes them instead, piece by piece as they stream: at 512 tokens,
-18.9 MB of uint8 weights took the event loop 31–65 ms (zstd level 4) for each answer, every other request
-waiting meanwhile. zstd level 1 compresses these bytes both faster and smaller than 4 (2.24 against 2.31
-MB at 512 tokens, 47 against 65 ms). The middleware passes an answer that has a Content-Encoding as it is.
+are compressed by the thread that encodes them instead, piece by piece as they stream: at 512 tokens the
+18.9 MB of uint8 weights held the event loop for each answer, every other request waiting meanwhile. zstd
+level 1 compresses these bytes both faster and smaller than 4. The middleware passes an answer that has a
+Content-Encoding as it is.
 
 A client on the server's own machine gets the matrices uncompressed (app.web.api.attention): over loopback
-the bytes cost less than compressing them. At 512 tokens zstd took 36 ms and its decoding 15 ms, while the
-whole answer carried uncompressed took about 5 ms less than compressed (bench/floor.py's replay server);
-the lab's analyze + attention went from 188 to 161-164 ms. The small JSON answers stay compressed by the
-middleware, which costs little.
+the bytes cost less than compressing and decoding them (bench/floor.py's replay server). The small JSON
+answers stay compressed by the middleware, which costs little. The figures: bench/README.md.
 """
 
 import zlib

@@ -53,7 +53,7 @@ def encode_attention(
 def _pieces(blocks: list[torch.Tensor], dtype: AttentionDtype, scale: float) -> Iterator[bytes]:
     """Consecutive heads, as many as fill about PIECE_BYTES, each piece encoded in one operation: whole
     blocks stacked while a block fits in a piece, else heads of one block. Slices, not a tensor per head:
-    making 72 tensors took half the time of encoding a 24-token run (0.16 against 0.08 ms in process)."""
+    making 72 tensors took half as long as encoding a short run itself."""
     n_heads, head_bytes = len(blocks[0]), blocks[0][0].numel() * ITEM_BYTES[dtype]
     per_piece = max(1, PIECE_BYTES // head_bytes)
     if per_piece >= n_heads:
@@ -81,8 +81,8 @@ def on_wire(values: torch.Tensor) -> torch.Tensor:
 def _uint8(values: np.ndarray, scale: float) -> np.ndarray:
     """round(value · scale), half up, for values >= 0: +0.5, then truncation. In float64: in float32,
     w·255 + 0.5 can round up past a half-step (0.8215686082839966 gave byte 210, 1.96e-3 off). A few
-    matrices at a time, so that their float64 copy stays in the cache: 72 heads at 512 tokens took 15 ms
-    so, 23–30 ms as one float64 copy of each piece in torch (one core)."""
+    matrices at a time, so that their float64 copy stays in the cache: about half the time of one float64
+    copy of each piece in torch (bench/README.md)."""
     matrices = values.reshape(-1, *values.shape[-2:])
     encoded = np.empty(matrices.shape, np.uint8)
     step = max(1, UINT8_CHUNK // matrices[0].size)

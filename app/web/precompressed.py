@@ -1,11 +1,10 @@
 """Static files compressed once per process instead of for every browser that loads the page.
 
 The compression middleware compresses each answer as it goes out, on the event loop: plotly.js (4.8 MB)
-cost 143 ms of it per page load with brotli quality 4 (a browser without zstd, as Safari on a phone),
-32 ms with zstd, and a class loading the page at once queued behind that. A file is compressed here the
-first time a browser asks for it in an encoding, in a thread, at a level a per-answer compressor cannot
-afford (plotly.js: zstd 9 1.29 MB in 158 ms, brotli 6 1.27 MB in 163 ms, gzip 6 1.47 MB in 131 ms, once),
-and kept. The middleware passes an answer that already has a Content-Encoding as it is.
+held it at every page load, longest with brotli (a browser without zstd, as Safari on a phone), and a class
+loading the page at once queued behind that. A file is compressed here the first time a browser asks for it
+in an encoding, in a thread, at a level a per-answer compressor cannot afford, and kept (bench/README.md).
+The middleware passes an answer that already has a Content-Encoding as it is.
 """
 
 import asyncio

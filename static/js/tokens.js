@@ -71,8 +71,8 @@ export function showSelection(container, selected, also = []) {
 }
 
 // A longer run's strip shows a page of STRIP_TOKENS chips at a time, the page holding the selected token
-// (← and → in the bar turn pages): 8,192 chips took 0.35 s to build and lay out at every run, and a strip
-// two rows high shows a few dozen of them anyway; Find and the heatmap reach any token.
+// (← and → in the bar turn pages): building and laying out 8,192 chips held every run (bench/README.md), and
+// a strip two rows high shows a few dozen of them anyway; Find and the heatmap reach any token.
 const STRIP_TOKENS = 512;
 let shown = { run: null, start: 0 }; // the page of chips on screen, for the run on screen
 
