@@ -4,6 +4,7 @@ sits, every setting and its default), and every link between them leads somewher
 
 import json
 import re
+import tomllib
 from collections.abc import Iterator
 from pathlib import Path
 from typing import get_args
@@ -21,6 +22,7 @@ DOCS = {
     for path in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 }
 TEMPLATE = (ROOT / "templates" / "index.html").read_text()
+PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
 
 
 def headings(text: str) -> list[tuple[int, str, int, int]]:
@@ -261,3 +263,47 @@ def test_the_lesson_plan_format_is_what_the_planner_reads():
 def test_the_readme_leads_to_every_doc():
     unlinked = [doc for doc in DOCS if doc.startswith("docs/") and f"]({doc}" not in README]
     assert not unlinked, f"the README never links to {unlinked}"
+
+
+def code_map() -> list[str]:
+    """The folders the developers' code map names, as `app/engine/`."""
+    return re.findall(r"^\| `([^`]+/)` \|", section("For developers"), flags=re.M)
+
+
+def test_the_code_map_names_every_folder_of_code_and_only_folders_that_are():
+    named = code_map()
+    assert len(named) == len(set(named)), "a folder is named twice"
+    assert not [folder for folder in named if not (ROOT / folder).is_dir()], "the map names a folder that is not"
+
+    def made_here(path: Path) -> bool:
+        """Not a folder a tool or a run makes (the venv, caches, the data folder, screenshots, npm's)."""
+        parts = path.relative_to(ROOT).parts
+        return not any(
+            part in {"data", "test-artifacts", "__pycache__", "node_modules"}
+            or part.endswith(".egg-info")
+            or (part.startswith(".") and part != ".ci")
+            for part in parts
+        )
+
+    top = [path for path in ROOT.iterdir() if path.is_dir() and made_here(path)]
+    code = {
+        path.parent
+        for pattern in ("*.py", "*.js")
+        for path in ROOT.rglob(pattern)
+        if made_here(path) and path.parent != ROOT
+    }
+    missing = [
+        f"{folder.relative_to(ROOT).as_posix()}/"
+        for folder in sorted(set(top) | code)
+        if f"{folder.relative_to(ROOT).as_posix()}/" not in named
+        and not (folder in top and any(name.startswith(f"{folder.name}/") for name in named))
+    ]
+    assert not missing, f"the README's code map leaves out {missing}"
+
+
+def test_the_quick_test_commands_name_what_the_suite_has():
+    commands = re.search(r"```sh\n(.*?)```", section("For developers"), flags=re.S).group(1)
+    marker = re.search(r'-m "not (\w+)"', commands).group(1)
+    assert any(line.startswith(f"{marker}:") for line in PYPROJECT["tool"]["pytest"]["ini_options"]["markers"])
+    for path in re.findall(r"(tests/\S+\.py)", commands):
+        assert (ROOT / path).is_file(), path
