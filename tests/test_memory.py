@@ -234,7 +234,7 @@ def test_a_small_ask_is_not_held_behind_a_large_one_that_does_not_fit_yet():
 
 def test_one_run_read_by_many_requests_is_counted_once_until_the_last_has_answered():
     async def scenario():
-        budget = Budget(100)
+        budget = Budget(200)  # an address may read an eighth: 25
         stacks = [AsyncExitStack() for _ in range(10)]
         for n, stack in enumerate(stacks):
             HOLDS.set(stack)
