@@ -292,8 +292,9 @@ class Lab:
             work = Work(what, [lambda: measures.rolled(contributions, before)], len(run.tokens) ** 2 * 4)
         else:
             model = (await self.engine_for(run.spec.model, client)).loaded.model
+            slices = measures.block_slices(run, model, measure, layer)  # a model without an adapter refused here
             nbytes = measures.alti_bytes(run, layer) if measure == "alti" else measures.norm_bytes(run, layer)
-            work = Work(what, measures.block_slices(run, model, measure, layer), nbytes)
+            work = Work(what, slices, nbytes)
         block = await self.works.run(work, client)
         self.runs.put(key, Measured(block), counted=False)
         return block
