@@ -1,0 +1,371 @@
+"""Writing: a decoder continues a prompt one token at a time, as transformers' `generate` does, with each step
+opened: the candidates through the sampling funnel, the draw, the new row of every head's attention, and the
+cache of keys and values the step reused.
+
+Exact by construction: the logits processors are the very list `generate` builds from the same knobs and the
+model's own generation_config (GenerationMixin._get_logits_processor), applied in its order to the same float32
+logits of the same cached passes; a sampled token is drawn with `torch.multinomial(softmax(scores), 1)` as
+`generate` draws it, from a torch.Generator of the request's own, seeded with its seed. A CPU generator seeded
+with `seed` gives the numbers the global one gives after `torch.manual_seed(seed)`, so the lab writes what
+`generate` writes after `torch.manual_seed(seed)`, and the process's global RNG is never touched.
+
+A step, one token (Writing.step):
+    logits = model(last token read, cache of every earlier token's keys and values)     # [vocab], float32
+    scores = processors(logits)           # generate's own list: temperature, top-k, top-p (where on), ...
+    token  = argmax(scores)                                   greedy
+           = multinomial(softmax(scores), 1, generator)       sampling
+"""
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+from transformers import DynamicCache, TemperatureLogitsWarper, TopKLogitsWarper, TopPLogitsWarper
+
+from app.engine.capture import head_dim
+from app.engine.model import LoadedModel
+from app.engine.runs import Engine, InvalidInput, TextTooLong, Token
+
+# New tokens a request may ask for at most (the serving layer's setting): each is one pass of the whole model.
+MAX_NEW_TOKENS = 256
+TOP = 10  # candidates shown at each stage of the funnel
+RACE = 5  # the earliest arrivals of a sampled draw's race shown (Draw)
+# Each stage of the funnel named by the knob that switches it on; any other processor the model's own
+# generation_config switches on (repetition_penalty, min_length, ...) is named by its class.
+STAGE_NAMES = {TemperatureLogitsWarper: "temperature", TopKLogitsWarper: "top_k", TopPLogitsWarper: "top_p"}
+SEEDS = 2**64  # what torch.Generator.manual_seed takes: 0 to 2⁶⁴ - 1
+
+
+class CannotWrite(InvalidInput):
+    """The model has no language-model head: it reads a text and has no next token to choose."""
+
+
+@dataclass(frozen=True)
+class Knobs:
+    """What decides the tokens written, by transformers' own names and meanings (GenerationConfig): a knob left
+    None takes the model's own generation_config's value, as `generate` does, then transformers' default."""
+
+    max_new_tokens: int = 20
+    do_sample: bool | None = None  # False: greedy, the likeliest token each time
+    temperature: float | None = None  # the logits are divided by it before the softmax
+    top_k: int | None = None  # only the k likeliest tokens kept; 0: off
+    top_p: float | None = None  # only the likeliest tokens whose probabilities add up to p kept; 1: off
+    seed: int = 0  # the draws' generator's seed (sampling only)
+
+    def generate_kwargs(self) -> dict:
+        """The keyword arguments of `model.generate` that write the same tokens after torch.manual_seed(seed)."""
+        knobs = {"do_sample": self.do_sample, "temperature": self.temperature, "top_k": self.top_k}
+        knobs["top_p"] = self.top_p
+        return {
+            "max_new_tokens": self.max_new_tokens,
+            **{name: value for name, value in knobs.items() if value is not None},
+        }
+
+
+@dataclass(frozen=True)
+class Stage:
+    """The candidates at one stage of the funnel: after the softmax of the raw logits, or after one of the logits
+    processors. The probabilities are the softmax of that stage's scores (a token a processor removed has
+    probability 0, and the others are renormalised)."""
+
+    name: str  # "softmax", "temperature", "top_k", "top_p", or another processor's class name
+    ids: list[int]  # the TOP likeliest, likeliest first
+    probabilities: list[float]
+    kept: int  # tokens with a chance left at this stage
+    mass: float  # the probability the kept tokens had at the stage before (1 for the softmax): what survived
+
+
+@dataclass(frozen=True)
+class Draw:
+    """How the token was chosen. Greedy: the argmax of the last stage's scores. Sampling: torch.multinomial with
+    one sample runs an exponential race (the Gumbel-max trick in its exp form): every token i draws a waiting
+    time wᵢ ~ Exp(1) from the generator and arrives at tᵢ = wᵢ / pᵢ; the first to arrive is drawn, which token i
+    is with probability exactly pᵢ. The waits are read again from a copy of the generator taken before the draw,
+    and the race is checked to pick the token multinomial picked."""
+
+    how: str  # "argmax" or "race"
+    token: int
+    # The race's RACE earliest arrivals, first first (empty for argmax): ids, their probabilities, waits, arrivals.
+    ids: list[int]
+    probabilities: list[float]
+    waits: list[float]
+    arrivals: list[float]
+
+
+@dataclass(frozen=True)
+class CachedBlock:
+    """What one block keeps of the tokens before: their keys and values, [batch, key_value_head, token, head_dim]
+    each, reused by every later step instead of being computed again. A block with a sliding window keeps only
+    its last tokens."""
+
+    first: int  # the position of the first token kept
+    tokens: int
+    shape: tuple[int, ...]  # of the keys, and of the values
+    nbytes: int  # keys and values
+
+
+@dataclass(frozen=True)
+class Step:
+    """One token written, opened."""
+
+    index: int  # 0 for the first new token
+    position: int  # its position in the whole sequence (prompt first)
+    token: int
+    text: str  # the token as the lab names it (Engine.pieces)
+    read: int  # the tokens this step's pass read: the whole prompt at the first step, then the one written last
+    reused: int  # the tokens whose keys and values it read from the cache instead
+    funnel: list[Stage]  # "softmax" first, then each processor in generate's order
+    draw: Draw
+    # The row of the last token read (position - 1) in every block and head: its attention over every token up
+    # to itself, from this step's cached pass, in float32. [layer, head, key]
+    attention: Tensor
+    cache: list[CachedBlock]  # the cache after this step, block by block
+    stop: str | None  # why writing ends with this token: "eos", "max_new_tokens", or None (it goes on)
+
+    @property
+    def cache_bytes(self) -> int:
+        return sum(block.nbytes for block in self.cache)
+
+
+def check_writer(loaded: LoadedModel) -> None:
+    """CannotWrite unless the model has a language-model head to choose a next token with."""
+    if loaded.has_lm_head:
+        return
+    what = "a decoder read without its language-model head" if loaded.family.decoder else "an encoder"
+    raise CannotWrite(
+        f"{loaded.name} reads and does not write: it is {what}, with no next token to choose. To write, serve a "
+        "decoder saved with its language-model head (GPT-2, Llama, Qwen3, Gemma 3): its folder or Hub id as "
+        "ATTENTION_LAB_MODEL_PATH, or among ATTENTION_LAB_MODELS"
+    )
+
+
+def check_knobs(knobs: Knobs, most: int = MAX_NEW_TOKENS) -> None:
+    """InvalidInput for a knob out of its range, naming it and the range; `most`: the lab's bound on new tokens."""
+    if not 1 <= knobs.max_new_tokens <= most:
+        raise InvalidInput(f"max_new_tokens is {knobs.max_new_tokens}: this lab writes 1 to {most} new tokens")
+    if knobs.temperature is not None and not 0 < knobs.temperature < float("inf"):
+        raise InvalidInput(f"temperature is {knobs.temperature}: it divides the logits, so it must be above 0")
+    if knobs.top_k is not None and knobs.top_k < 0:
+        raise InvalidInput(f"top_k is {knobs.top_k}: it keeps the k likeliest tokens (0 keeps them all)")
+    if knobs.top_p is not None and not 0 <= knobs.top_p <= 1:
+        raise InvalidInput(f"top_p is {knobs.top_p}: it is a share of the probability, 0 to 1 (1 keeps every token)")
+    if not 0 <= knobs.seed < SEEDS:
+        raise InvalidInput(f"seed is {knobs.seed}: seeds are 0 to 2^64 - 1")
+
+
+class Writing:
+    """One generation under way: each call of step() writes one token and returns it opened, until done. The
+    serving layer runs one step per turn of the gate (slices) and streams each as it comes."""
+
+    def __init__(self, engine: Engine, prompt: list[Token], knobs: Knobs, most: int = MAX_NEW_TOKENS):
+        """`prompt`: the tokens to continue, as the engine reads them (Engine.tokenize); `most`: the lab's bound
+        on max_new_tokens. Refused here, before any pass: a model without a language-model head (CannotWrite),
+        a knob out of range, an empty prompt, or a prompt and its new tokens past the positions the engine reads
+        (InvalidInput)."""
+        loaded = engine.loaded
+        check_writer(loaded)
+        check_knobs(knobs, most)
+        if not prompt:
+            raise InvalidInput("the prompt has no tokens: there is nothing to continue")
+        if len(prompt) + knobs.max_new_tokens > engine.max_tokens:
+            raise InvalidInput(
+                f"the prompt's {len(prompt)} tokens and max_new_tokens {knobs.max_new_tokens} make "
+                f"{len(prompt) + knobs.max_new_tokens}: this model is read at most {engine.max_tokens} tokens at a time"
+            )
+        self.engine, self.prompt, self.knobs = engine, prompt, knobs
+        model = loaded.model
+        self.config = generation_config(loaded, knobs)
+        self.ids = torch.tensor([[token.id for token in prompt]], device=model.device)  # [1, tokens so far]
+        self.processors = model._get_logits_processor(  # generate's own list, in its order
+            self.config, input_ids_seq_length=len(prompt), encoder_input_ids=self.ids, device=model.device
+        )
+        self.end_ids = set() if self.config._eos_token_tensor is None else set(self.config._eos_token_tensor.tolist())
+        self.generator = torch.Generator(model.device).manual_seed(knobs.seed)
+        # The cache generate makes (GenerationMixin._prepare_cache_for_generation): every block's keys and values.
+        self.cache = DynamicCache(config=model.config.get_text_config(decoder=True))
+        self.steps: list[Step] = []
+        self.nbytes = writing_bytes(engine, len(prompt), knobs.max_new_tokens)
+
+    @property
+    def done(self) -> bool:
+        return bool(self.steps) and self.steps[-1].stop is not None
+
+    @property
+    def new_ids(self) -> list[int]:
+        return [step.token for step in self.steps]
+
+    def slices(self) -> Iterator[Callable[[], Step]]:
+        """One step a slice, each asked for once the one before has run, until writing ends."""
+        while not self.done:
+            yield self.step
+
+    def step(self) -> Step:
+        """The next token: one cached pass (the whole prompt at first, then the token written last), its logits
+        through the funnel, and the draw."""
+        if self.done:
+            raise RuntimeError("this writing has ended: it takes no more steps")
+        model, index = self.engine.loaded.model, len(self.steps)
+        reused = self.cache.get_seq_length()
+        read = self.ids[:, reused:]  # [1, new tokens]
+        positions = torch.arange(reused, self.ids.shape[1], device=model.device)[None]
+        with torch.inference_mode():
+            # As generate calls the model: the positions given, the last row's logits alone, the cache passed in.
+            out = model(
+                input_ids=read,
+                position_ids=positions,
+                cache=self.cache,
+                use_cache=True,
+                logits_to_keep=1,
+                output_attentions=True,
+            )
+            logits = out.logits[:, -1].to(dtype=torch.float32, copy=True)  # [1, vocab], as generate casts them
+            funnel, scores = self._funnel(logits)
+            draw = self._draw(scores)
+            attention = last_rows(out.attentions, self.ids.shape[1])
+        self.ids = torch.cat([self.ids, torch.tensor([[draw.token]], device=model.device)], dim=-1)
+        stop = (
+            "eos"
+            if draw.token in self.end_ids
+            else "max_new_tokens"
+            if index + 1 == self.knobs.max_new_tokens
+            else None
+        )
+        step = Step(
+            index=index,
+            position=self.ids.shape[1] - 1,
+            token=draw.token,
+            text=self.engine.pieces([draw.token])[0],
+            read=read.shape[1],
+            reused=reused,
+            funnel=funnel,
+            draw=draw,
+            attention=attention,
+            cache=cached_blocks(self.cache, self.ids.shape[1] - 1),
+            stop=stop,
+        )
+        self.steps.append(step)
+        return step
+
+    def _funnel(self, logits: Tensor) -> tuple[list[Stage], Tensor]:
+        """The funnel's stages and the last stage's scores: the softmax of the logits, then each processor in
+        turn, as LogitsProcessorList applies them (none of generate's takes more than the ids and scores)."""
+        probabilities = torch.softmax(logits, dim=-1)
+        stages = [stage("softmax", logits, probabilities, probabilities)]
+        scores = logits
+        for processor in self.processors:
+            scores = processor(self.ids, scores)
+            before, probabilities = probabilities, torch.softmax(scores, dim=-1)
+            stages.append(
+                stage(STAGE_NAMES.get(type(processor), type(processor).__name__), scores, probabilities, before)
+            )
+        return stages, scores
+
+    def _draw(self, scores: Tensor) -> Draw:
+        """The token: generate's argmax, or its multinomial draw from this writing's generator, with the race
+        that draw ran read again from a copy of the generator taken before it."""
+        if not self.config.do_sample:
+            return Draw("argmax", int(scores.argmax(dim=-1)), [], [], [], [])
+        probabilities = torch.softmax(scores, dim=-1)
+        before = self.generator.get_state()
+        token = int(torch.multinomial(probabilities, num_samples=1, generator=self.generator))
+        again = torch.Generator(self.generator.device)
+        again.set_state(before)
+        # torch.multinomial's one-sample draw, step by step: a wait ~ Exp(1) for every token, the largest p / wait.
+        waits = torch.empty_like(probabilities).exponential_(1, generator=again)
+        if int((probabilities / waits).argmax(dim=-1)) != token or not torch.equal(
+            again.get_state(), self.generator.get_state()
+        ):
+            raise RuntimeError("the race read again does not draw multinomial's token: this torch draws otherwise")
+        arrivals = (waits.double() / probabilities.double())[0]  # a token with no chance never arrives (inf)
+        first = arrivals.argsort()[:RACE]
+        first = first[torch.isfinite(arrivals[first])]
+        return Draw(
+            "race",
+            token,
+            first.tolist(),
+            probabilities[0, first].tolist(),
+            waits[0, first].tolist(),
+            arrivals[first].tolist(),
+        )
+
+
+def generation_config(loaded: LoadedModel, knobs: Knobs):
+    """The GenerationConfig generate would use for these knobs: the model's own generation_config, then
+    transformers' defaults, under the knobs given (GenerationMixin._prepare_generation_config), with its special
+    tokens prepared (the end-of-text ids a tensor, as the processors and stopping criteria read them)."""
+    model = loaded.model
+    try:
+        config, _ = model._prepare_generation_config(None, **knobs.generate_kwargs())
+    except ValueError as error:  # transformers checks the knobs together too
+        raise InvalidInput(str(error).strip().splitlines()[0]) from None
+    model._prepare_special_tokens(config, False, device=model.device, batch_size=1)
+    return config
+
+
+def stage(name: str, scores: Tensor, probabilities: Tensor, before: Tensor) -> Stage:
+    """One stage of the funnel from its scores [1, vocab], their softmax, and the softmax of the stage before."""
+    kept = torch.isfinite(scores[0]) & (probabilities[0] > 0)
+    top = probabilities[0].topk(TOP)
+    return Stage(
+        name,
+        top.indices.tolist(),
+        top.values.tolist(),
+        int(kept.sum()),
+        float(before[0][kept].double().sum()),
+    )
+
+
+def last_rows(attentions: tuple[Tensor, ...], length: int) -> Tensor:
+    """The last query's row of every block's weights, [layer, head, key] over all `length` tokens in float32.
+    A block with a sliding window attends to its last keys only: its row is put at their positions, and the keys
+    before are given their weight in a full pass, exactly 0."""
+    rows = torch.zeros(len(attentions), attentions[0].shape[1], length)
+    for layer, weights in enumerate(attentions):  # [batch, head, query, key]
+        seen = weights.shape[-1]
+        rows[layer, :, length - seen :] = weights[0, :, -1].float().cpu()
+    return rows
+
+
+def cached_blocks(cache: DynamicCache, length: int) -> list[CachedBlock]:
+    """Each block's cache as it is: the tokens it keeps of the `length` read so far, and their keys' and values'
+    shape and bytes."""
+    blocks = []
+    for layer in cache.layers:
+        keys, values = layer.keys, layer.values
+        kept = keys.shape[-2]
+        nbytes = keys.numel() * keys.element_size() + values.numel() * values.element_size()
+        blocks.append(CachedBlock(length - kept, kept, tuple(keys.shape), nbytes))
+    return blocks
+
+
+def writing_bytes(engine: Engine, prompt_tokens: int, max_new_tokens: int) -> int:
+    """A writing's peak memory, stated before it starts from its shapes (as Engine.pass_bytes states a pass's):
+    the cache's keys and values for every token it may read, in the model's dtype; the first step's pass over the
+    prompt (Engine.transient_bytes) and every block's weights it returns at once (output_attentions); a step's
+    logits and what the funnel and the draw make of them; and the attention rows the steps keep, in float32."""
+    loaded, config = engine.loaded, engine.loaded.model.config
+    layers, heads = config.num_hidden_layers, config.num_attention_heads
+    key_value_heads = getattr(config, "num_key_value_heads", None) or heads
+    tokens = prompt_tokens + max_new_tokens
+    cache = layers * 2 * key_value_heads * head_dim(config) * tokens * loaded.model.dtype.itemsize
+    prompt_pass = engine.transient_bytes(1, prompt_tokens) + layers * heads * prompt_tokens**2 * 4
+    # Per stage: its scores and their softmax; and the logits, the race's waits and arrivals (float64).
+    funnel = (2 * (len(STAGE_NAMES) + 2) + 4) * config.vocab_size * 4
+    rows = layers * heads * (max_new_tokens * prompt_tokens + max_new_tokens * (max_new_tokens - 1) // 2) * 4
+    return cache + prompt_pass + funnel + rows
+
+
+def writing(engine: Engine, text: str, knobs: Knobs, most: int = MAX_NEW_TOKENS) -> Writing:
+    """A writing that continues `text` as the engine reads it (Engine.tokenize: the tokens a run of it has),
+    checked: TextTooLong past the engine's characters, and Writing's own checks."""
+    check_writer(engine.loaded)
+    if len(text) > engine.max_chars:
+        raise TextTooLong(f"the text has {len(text):,} characters; the limit is {engine.max_chars:,}")
+    tokens, cut = engine.tokenize(text)
+    if cut:
+        raise InvalidInput(
+            f"the prompt is longer than the {engine.max_tokens} tokens this model is read at a time: nothing is "
+            "left to write with"
+        )
+    return Writing(engine, tokens, knobs, most)
