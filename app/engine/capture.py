@@ -208,7 +208,9 @@ def _put_recording_hooks(model: torch.nn.Module, family: Family) -> None:
 
 # model -> passes under way with its fused attention (fused_attention), and whether it has one at all.
 _FUSED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
-_FUSED_LOCK = threading.Lock()
+# model -> passes under way that need its eager attention (eager_attention): none switches it meanwhile.
+_EAGER: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+_FUSED_LOCK = threading.Condition()  # a pass waits on it for the other kind's passes to end
 
 
 # A pass whose eager attention would make a block's weights larger than this runs the fused attention.
@@ -231,6 +233,7 @@ def fused_attention(model: torch.nn.Module, family: Family, batch: int, tokens: 
         yield
         return
     with _FUSED_LOCK:
+        _FUSED_LOCK.wait_for(lambda: not _EAGER.get(model))  # a writing's step under way: a pass of one token
         if model not in _FUSED:
             model.set_attn_implementation("sdpa")
             fused = model.config._attn_implementation == "sdpa"  # a model without it keeps eager (MPNet)
@@ -248,6 +251,24 @@ def fused_attention(model: torch.nn.Module, family: Family, batch: int, tokens: 
                 _FUSED[model] -= 1
                 if _FUSED[model] == 0:
                     model.set_attn_implementation("eager")
+                    _FUSED_LOCK.notify_all()
+
+
+@contextmanager
+def eager_attention(model: torch.nn.Module) -> Iterator[None]:
+    """A pass that needs the model's eager attention whatever its length (a writing's step returns its weights,
+    output_attentions): it waits for the fused passes under way on other threads to end (fused_attention), and
+    no other pass switches the model to its fused attention until it is over. A model's attention is one
+    setting for every thread: switched under a step, the step would get no weights and other numbers."""
+    with _FUSED_LOCK:
+        _FUSED_LOCK.wait_for(lambda: not _FUSED.get(model))
+        _EAGER[model] = _EAGER.get(model, 0) + 1
+    try:
+        yield
+    finally:
+        with _FUSED_LOCK:
+            _EAGER[model] -= 1
+            _FUSED_LOCK.notify_all()
 
 
 @contextmanager
