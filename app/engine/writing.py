@@ -23,7 +23,7 @@ import torch
 from torch import Tensor
 from transformers import DynamicCache, TemperatureLogitsWarper, TopKLogitsWarper, TopPLogitsWarper
 
-from app.engine.capture import head_dim
+from app.engine.capture import eager_attention, head_dim
 from app.engine.model import LoadedModel
 from app.engine.runs import Engine, InvalidInput, TextTooLong, Token
 
@@ -188,6 +188,12 @@ class Writing:
         self.nbytes = writing_bytes(engine, len(prompt), knobs.max_new_tokens)
 
     @property
+    def settings(self) -> dict:
+        """The knobs as generate uses them: those the request left out taken from the model's generation_config,
+        then transformers' defaults (top_k 50 unless the model says otherwise)."""
+        return {name: getattr(self.config, name) for name in ("do_sample", "temperature", "top_k", "top_p")}
+
+    @property
     def done(self) -> bool:
         return bool(self.steps) and self.steps[-1].stop is not None
 
@@ -209,7 +215,7 @@ class Writing:
         reused = self.cache.get_seq_length()
         read = self.ids[:, reused:]  # [1, new tokens]
         positions = torch.arange(reused, self.ids.shape[1], device=model.device)[None]
-        with torch.inference_mode():
+        with torch.inference_mode(), eager_attention(model):
             # As generate calls the model: the positions given, the last row's logits alone, the cache passed in.
             out = model(
                 input_ids=read,
