@@ -226,8 +226,8 @@ class Writing:
                 output_attentions=True,
             )
             logits = out.logits[:, -1].to(dtype=torch.float32, copy=True)  # [1, vocab], as generate casts them
-            funnel, scores = self._funnel(logits)
-            draw = self._draw(scores)
+            funnel, scores, probabilities = self._funnel(logits)
+            draw = self._draw(scores, probabilities)
             attention = last_rows(out.attentions, self.ids.shape[1])
         self.ids = torch.cat([self.ids, torch.tensor([[draw.token]], device=model.device)], dim=-1)
         stop = (
@@ -253,47 +253,38 @@ class Writing:
         self.steps.append(step)
         return step
 
-    def _funnel(self, logits: Tensor) -> tuple[list[Stage], Tensor]:
-        """The funnel's stages and the last stage's scores: the softmax of the logits, then each processor in
-        turn, as LogitsProcessorList applies them (none of generate's takes more than the ids and scores)."""
+    def _funnel(self, logits: Tensor) -> tuple[list[Stage], Tensor, Tensor]:
+        """The funnel's stages, and the last stage's scores and probabilities: the softmax of the logits, then
+        each processor in turn, as LogitsProcessorList applies them (none of generate's takes more than the ids
+        and the scores)."""
         probabilities = torch.softmax(logits, dim=-1)
-        stages = [stage("softmax", logits, probabilities, probabilities)]
+        stages = [stage("softmax", probabilities, probabilities)]
         scores = logits
         for processor in self.processors:
             scores = processor(self.ids, scores)
             before, probabilities = probabilities, torch.softmax(scores, dim=-1)
-            stages.append(
-                stage(STAGE_NAMES.get(type(processor), type(processor).__name__), scores, probabilities, before)
-            )
-        return stages, scores
+            stages.append(stage(STAGE_NAMES.get(type(processor), type(processor).__name__), probabilities, before))
+        return stages, scores, probabilities
 
-    def _draw(self, scores: Tensor) -> Draw:
-        """The token: generate's argmax, or its multinomial draw from this writing's generator, with the race
-        that draw ran read again from a copy of the generator taken before it."""
+    def _draw(self, scores: Tensor, probabilities: Tensor) -> Draw:
+        """The token: generate's argmax of the scores, or its multinomial draw from their probabilities (softmax,
+        as generate takes it) with this writing's generator; and the race that draw ran, read again from a copy
+        of the generator taken before it."""
         if not self.config.do_sample:
             return Draw("argmax", int(scores.argmax(dim=-1)), [], [], [], [])
-        probabilities = torch.softmax(scores, dim=-1)
         before = self.generator.get_state()
         token = int(torch.multinomial(probabilities, num_samples=1, generator=self.generator))
         again = torch.Generator(self.generator.device)
         again.set_state(before)
-        # torch.multinomial's one-sample draw, step by step: a wait ~ Exp(1) for every token, the largest p / wait.
+        # multinomial's one-sample draw, step by step: a wait ~ Exp(1) for every token, then the largest p / wait.
         waits = torch.empty_like(probabilities).exponential_(1, generator=again)
-        if int((probabilities / waits).argmax(dim=-1)) != token or not torch.equal(
-            again.get_state(), self.generator.get_state()
-        ):
+        pace = (probabilities / waits)[0]  # 1 / arrival; a token with no chance has 0 and never arrives
+        first = pace.topk(min(RACE, pace.numel())).indices
+        first = first[pace[first] > 0]
+        if pace[first[0]] != pace[token] or not torch.equal(again.get_state(), self.generator.get_state()):
             raise RuntimeError("the race read again does not draw multinomial's token: this torch draws otherwise")
-        arrivals = (waits.double() / probabilities.double())[0]  # a token with no chance never arrives (inf)
-        first = arrivals.argsort()[:RACE]
-        first = first[torch.isfinite(arrivals[first])]
-        return Draw(
-            "race",
-            token,
-            first.tolist(),
-            probabilities[0, first].tolist(),
-            waits[0, first].tolist(),
-            arrivals[first].tolist(),
-        )
+        waits, chances = waits[0, first].double(), probabilities[0, first].double()
+        return Draw("race", token, first.tolist(), chances.tolist(), waits.tolist(), (waits / chances).tolist())
 
 
 def generation_config(loaded: LoadedModel, knobs: Knobs):
@@ -309,17 +300,14 @@ def generation_config(loaded: LoadedModel, knobs: Knobs):
     return config
 
 
-def stage(name: str, scores: Tensor, probabilities: Tensor, before: Tensor) -> Stage:
-    """One stage of the funnel from its scores [1, vocab], their softmax, and the softmax of the stage before."""
-    kept = torch.isfinite(scores[0]) & (probabilities[0] > 0)
-    top = probabilities[0].topk(TOP)
-    return Stage(
-        name,
-        top.indices.tolist(),
-        top.values.tolist(),
-        int(kept.sum()),
-        float(before[0][kept].double().sum()),
-    )
+def stage(name: str, probabilities: Tensor, before: Tensor) -> Stage:
+    """One stage of the funnel from its probabilities [1, vocab] and those of the stage before. A token a
+    processor removed has the score -inf and so the probability exactly 0."""
+    kept = probabilities[0] > 0
+    count = int(kept.sum())
+    top = probabilities[0].topk(min(TOP, probabilities.shape[-1]))
+    mass = 1.0 if count == kept.numel() else float(before[0][kept].sum(dtype=torch.float64))
+    return Stage(name, top.indices.tolist(), top.values.tolist(), count, mass)
 
 
 def last_rows(attentions: tuple[Tensor, ...], length: int) -> Tensor:

@@ -1,0 +1,145 @@
+"""Writing benchmark: the engine's step loop (app.engine.writing) against transformers' model.generate, side by
+side in one run, on the same model with the same knobs.
+
+The model is a random GPT-2-shaped decoder built here, offline: 6 blocks, 8 heads, hidden 256, GPT-2's 50,257-token
+vocabulary (a word-level tokenizer of as many made-up words) and 1,024 positions, read by the lab's own loader
+(eager attention, float32). For each setting (greedy, and sampling with temperature, top-k and top-p) it measures,
+alternating the two sides, every number a median of --reps repetitions:
+- tokens per second of a whole writing: the engine's Writing stepped to its end (every step opened: the funnel,
+  the race, the attention rows, the cache) against model.generate after torch.manual_seed, which must write the
+  same tokens (checked);
+- the first token: a Writing made and stepped once, against one forward pass of the prompt (model(input_ids)).
+It prints the table and the ratios. Run it with `python bench/writing.py`; nothing is written to disk but the
+model's temporary folder.
+"""
+
+import argparse
+import os
+import platform
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+os.environ["HF_HUB_OFFLINE"] = "1"
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's app
+
+import app  # noqa: E402, F401  (sets GOMP_SPINCOUNT before torch loads)
+
+# isort: split
+import torch  # noqa: E402
+from tokenizers import Tokenizer, models, pre_tokenizers  # noqa: E402
+from transformers import GPT2Config, GPT2LMHeadModel, PreTrainedTokenizerFast  # noqa: E402
+from transformers.utils import logging as transformers_logging  # noqa: E402
+
+from app.engine.model import load_model  # noqa: E402
+from app.engine.runs import Engine  # noqa: E402
+from app.engine.writing import Knobs, writing  # noqa: E402
+
+VOCABULARY = 50_257
+END = "<|endoftext|>"
+SETTINGS = {
+    "greedy": {"do_sample": False},
+    "sampled (t 0.8, top-k 50, top-p 0.95)": {"do_sample": True, "temperature": 0.8, "top_k": 50, "top_p": 0.95},
+}
+
+
+def gpt2_shaped(folder: Path) -> Path:
+    """A random GPT-2-shaped decoder and a word-level tokenizer over its whole vocabulary, saved in `folder`."""
+    torch.manual_seed(0)
+    config = GPT2Config(
+        vocab_size=VOCABULARY, n_positions=1024, n_embd=256, n_layer=6, n_head=8, bos_token_id=0, eos_token_id=0
+    )
+    GPT2LMHeadModel(config).save_pretrained(folder)
+    words = {END: 0, **{f"w{index}": index for index in range(1, VOCABULARY)}}
+    tokenizer = Tokenizer(models.WordLevel(words, unk_token=END))
+    tokenizer.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    PreTrainedTokenizerFast(
+        tokenizer_object=tokenizer, bos_token=END, eos_token=END, unk_token=END, model_max_length=1024
+    ).save_pretrained(folder)
+    return folder
+
+
+def ms_since(start: float) -> float:
+    return (time.perf_counter() - start) * 1000
+
+
+def engine_writing(engine: Engine, prompt: str, knobs: Knobs) -> tuple[float, list[int]]:
+    """ms for a whole writing, made and stepped to its end, and its tokens."""
+    start = time.perf_counter()
+    writer = writing(engine, prompt, knobs)
+    for step in writer.slices():
+        step()
+    return ms_since(start), writer.new_ids
+
+
+def generated(engine: Engine, ids: torch.Tensor, knobs: Knobs) -> tuple[float, list[int]]:
+    """ms for model.generate with the same knobs after torch.manual_seed(seed), and its new tokens."""
+    with torch.random.fork_rng():
+        start = time.perf_counter()
+        torch.manual_seed(knobs.seed)
+        out = engine.loaded.model.generate(ids, **knobs.generate_kwargs())
+        return ms_since(start), out[0, ids.shape[1] :].tolist()
+
+
+def first_token(engine: Engine, prompt: str, knobs: Knobs) -> float:
+    start = time.perf_counter()
+    writing(engine, prompt, knobs).step()
+    return ms_since(start)
+
+
+def one_forward(engine: Engine, ids: torch.Tensor) -> float:
+    with torch.inference_mode():
+        start = time.perf_counter()
+        engine.loaded.model(input_ids=ids)
+        return ms_since(start)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--reps", type=int, default=7)
+    parser.add_argument("--prompt-tokens", type=int, nargs="+", default=[32, 256])
+    parser.add_argument("--new-tokens", type=int, default=64)
+    arguments = parser.parse_args()
+    transformers_logging.set_verbosity_error()  # generate's notes on its defaults would break up the table
+    with tempfile.TemporaryDirectory() as folder:
+        engine = Engine(load_model(gpt2_shaped(Path(folder))), max_chars=100_000)
+    load = os.getloadavg()[0]
+    print(
+        "| prompt tokens | setting | engine tokens/s | generate tokens/s | engine/generate | first token ms "
+        "| one forward ms | first/forward |"
+    )
+    print("| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: |")
+    for length in arguments.prompt_tokens:
+        prompt = " ".join(f"w{1 + (index * 7919) % (VOCABULARY - 1)}" for index in range(length))
+        ids = torch.tensor([[token.id for token in engine.tokenize(prompt)[0]]])
+        for name, setting in SETTINGS.items():
+            knobs = Knobs(max_new_tokens=arguments.new_tokens, seed=1, **setting)
+            engine_writing(engine, prompt, knobs), generated(engine, ids, knobs)  # warm both
+            ours, theirs, firsts, forwards = [], [], [], []
+            for _ in range(arguments.reps):  # alternating, so that a busy moment of the machine hits both
+                (ms, tokens), (generate_ms, generate_tokens) = engine_writing(engine, prompt, knobs), generated(
+                    engine, ids, knobs
+                )
+                if tokens != generate_tokens:
+                    raise SystemExit(f"the engine wrote {tokens}, generate {generate_tokens}: not the same tokens")
+                ours.append(len(tokens) / ms * 1000)
+                theirs.append(len(tokens) / generate_ms * 1000)
+                firsts.append(first_token(engine, prompt, knobs))
+                forwards.append(one_forward(engine, ids))
+            rate, generate_rate = statistics.median(ours), statistics.median(theirs)
+            first, forward = statistics.median(firsts), statistics.median(forwards)
+            print(
+                f"| {length} | {name} | {rate:.1f} | {generate_rate:.1f} | {rate / generate_rate:.2f}× | {first:.1f} "
+                f"| {forward:.1f} | {first / forward:.2f}× |"
+            )
+    print(
+        f"\n{os.cpu_count()} cores, torch {torch.__version__} ({torch.get_num_threads()} threads), Python "
+        f"{platform.python_version()}; {arguments.new_tokens} new tokens a writing, medians of {arguments.reps}; "
+        f"load average {load:.1f} at the start, {os.getloadavg()[0]:.1f} at the end"
+    )
+
+
+if __name__ == "__main__":
+    main()
