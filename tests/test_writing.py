@@ -10,7 +10,7 @@ from transformers import TemperatureLogitsWarper, TopKLogitsWarper, TopPLogitsWa
 
 from app.engine.capture import eager_attention, fused_attention
 from app.engine.model import load_model
-from app.engine.runs import Engine, InvalidInput
+from app.engine.runs import Engine, InvalidInput, PassFailed
 from app.engine.writing import MAX_NEW_TOKENS, CannotWrite, Knobs, Writing, check_writer, writing, writing_bytes
 from tests.families import build
 from tests.float32 import pass_tolerance
@@ -279,3 +279,23 @@ def test_a_step_waits_for_a_fused_pass_and_keeps_the_eager_attention(gemma3):
     other.join(10)
     stepping.join(10)
     assert seen == ["eager"] and model.config._attn_implementation == "eager"
+
+
+def hooks(model: torch.nn.Module) -> int:
+    return sum(len(module._forward_hooks) + len(module._forward_pre_hooks) for module in model.modules())
+
+
+def test_a_writing_leaves_no_hooks_and_a_failed_step_ends_it(engine, monkeypatch):
+    """Its hooks (each block's new row) are on the model for a step's pass only; a pass that raises is a
+    PassFailed, and the writing, whose cache may hold part of that pass, takes no more steps."""
+    before = hooks(engine.loaded.model)
+    writer = writing(engine, PROMPT, GREEDY)
+    writer.step()
+    assert hooks(engine.loaded.model) == before
+    monkeypatch.setattr(engine.loaded.model, "forward", lambda **_: 1 / 0)
+    with pytest.raises(PassFailed, match="token 2"):
+        writer.step()
+    monkeypatch.undo()
+    assert hooks(engine.loaded.model) == before
+    with pytest.raises(RuntimeError, match="failed"):
+        writer.step()

@@ -16,16 +16,18 @@ A step, one token (Writing.step):
            = multinomial(softmax(scores), 1, generator)       sampling
 """
 
+import inspect
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import torch
 from torch import Tensor
 from transformers import DynamicCache, TemperatureLogitsWarper, TopKLogitsWarper, TopPLogitsWarper
 
-from app.engine.capture import eager_attention, head_dim
+from app.engine.capture import eager_attention, head_dim, thread_hooks
 from app.engine.model import LoadedModel
-from app.engine.runs import Engine, InvalidInput, TextTooLong, Token
+from app.engine.runs import Engine, InvalidInput, PassFailed, TextTooLong, Token
 
 # New tokens a request may ask for at most (the serving layer's setting): each is one pass of the whole model.
 MAX_NEW_TOKENS = 256
@@ -184,7 +186,13 @@ class Writing:
         self.generator = torch.Generator(model.device).manual_seed(knobs.seed)
         # The cache generate makes (GenerationMixin._prepare_cache_for_generation): every block's keys and values.
         self.cache = DynamicCache(config=model.config.get_text_config(decoder=True))
+        self.seen = 0  # the tokens whose keys and values the cache holds (a window's block keeps fewer)
+        # What generate gives the model beside the ids where its forward takes it: positions, and logits_to_keep
+        # for the last row's logits alone.
+        self.positions = "position_ids" in inspect.signature(model.forward).parameters
+        self.logits_to_keep = model._supports_logits_to_keep()
         self.steps: list[Step] = []
+        self.failed = False
         self.nbytes = writing_bytes(engine, len(prompt), knobs.max_new_tokens)
 
     @property
@@ -211,43 +219,45 @@ class Writing:
         through the funnel, and the draw."""
         if self.done:
             raise RuntimeError("this writing has ended: it takes no more steps")
+        if self.failed:
+            raise RuntimeError("this writing failed at its last step: its cache is not whole, it cannot go on")
         model, index = self.engine.loaded.model, len(self.steps)
-        reused = self.cache.get_seq_length()
-        read = self.ids[:, reused:]  # [1, new tokens]
-        positions = torch.arange(reused, self.ids.shape[1], device=model.device)[None]
-        with torch.inference_mode(), eager_attention(model):
-            # As generate calls the model: the positions given, the last row's logits alone, the cache passed in.
-            out = model(
-                input_ids=read,
-                position_ids=positions,
-                cache=self.cache,
-                use_cache=True,
-                logits_to_keep=1,
-                output_attentions=True,
-            )
+        reused, length = self.seen, self.ids.shape[1]
+        read = self.ids[:, reused:]  # [1, new tokens]: the whole prompt at first, then the token written last
+        with torch.inference_mode(), eager_attention(model), new_rows(self.engine.loaded) as rows:
+            # As generate calls the model: the cache passed in, and where the model takes them, the positions of
+            # the tokens read and the last row's logits alone.
+            extra = {"position_ids": torch.arange(reused, length, device=model.device)[None]} if self.positions else {}
+            if self.logits_to_keep:
+                extra["logits_to_keep"] = 1
+            try:
+                out = model(input_ids=read, cache=self.cache, use_cache=True, output_attentions=rows is None, **extra)
+            except Exception as error:
+                self.failed = True  # the cache may hold part of this pass
+                raise PassFailed(f"the model failed writing token {index + 1} ({type(error).__name__})") from error
             logits = out.logits[:, -1].to(dtype=torch.float32, copy=True)  # [1, vocab], as generate casts them
             funnel, scores, probabilities = self._funnel(logits)
             draw = self._draw(scores, probabilities)
-            attention = last_rows(out.attentions, self.ids.shape[1])
+            attention = row_matrix(rows or [weights[0, :, -1] for weights in out.attentions], length)
+        self.seen = length
         self.ids = torch.cat([self.ids, torch.tensor([[draw.token]], device=model.device)], dim=-1)
-        stop = (
-            "eos"
-            if draw.token in self.end_ids
-            else "max_new_tokens"
-            if index + 1 == self.knobs.max_new_tokens
-            else None
-        )
+        if draw.token in self.end_ids:
+            stop = "eos"
+        elif index + 1 == self.knobs.max_new_tokens:
+            stop = "max_new_tokens"
+        else:
+            stop = None
         step = Step(
             index=index,
-            position=self.ids.shape[1] - 1,
+            position=length,
             token=draw.token,
             text=self.engine.pieces([draw.token])[0],
-            read=read.shape[1],
+            read=length - reused,
             reused=reused,
             funnel=funnel,
             draw=draw,
             attention=attention,
-            cache=cached_blocks(self.cache, self.ids.shape[1] - 1),
+            cache=cached_blocks(self.cache, length),
             stop=stop,
         )
         self.steps.append(step)
@@ -310,15 +320,35 @@ def stage(name: str, probabilities: Tensor, before: Tensor) -> Stage:
     return Stage(name, top.indices.tolist(), top.values.tolist(), count, mass)
 
 
-def last_rows(attentions: tuple[Tensor, ...], length: int) -> Tensor:
-    """The last query's row of every block's weights, [layer, head, key] over all `length` tokens in float32.
-    A block with a sliding window attends to its last keys only: its row is put at their positions, and the keys
-    before are given their weight in a full pass, exactly 0."""
-    rows = torch.zeros(len(attentions), attentions[0].shape[1], length)
-    for layer, weights in enumerate(attentions):  # [batch, head, query, key]
-        seen = weights.shape[-1]
-        rows[layer, :, length - seen :] = weights[0, :, -1].float().cpu()
-    return rows
+@contextmanager
+def new_rows(loaded: LoadedModel) -> Iterator[list[Tensor] | None]:
+    """The last query's row of every block's attention weights in this thread's passes, [head, key] each, block
+    by block: read from each attention module's output, where the eager attention returns its weights beside its
+    output, so that a pass over a long prompt keeps a row a block, where output_attentions would keep every
+    block's whole matrix at once until the pass ends. None for a model without an adapter: the lab knows no
+    module of its, and its weights come from output_attentions."""
+    family = loaded.family
+    if family.attention_only:
+        yield None
+        return
+    rows: list[Tensor] = []
+    module = family.attention_output.rpartition(".")[0]  # the block's attention: W_O's parent
+    with thread_hooks() as hook:
+        for block in loaded.model.base_model.get_submodule(family.blocks):
+            # out: (the attention's output, its weights [batch, head, query, key]); the row copied, not a view
+            # that would keep the block's whole matrix
+            hook(block.get_submodule(module), lambda _module, _inputs, out: rows.append(out[1][0, :, -1].clone()))
+        yield rows
+
+
+def row_matrix(rows: list[Tensor], length: int) -> Tensor:
+    """Every block's row of the last query, [layer, head, key] over all `length` tokens, in float32 on the CPU. A
+    block with a sliding window attends to its last keys only: its row is put at their positions, and the keys
+    before get their weight in a full pass, exactly 0."""
+    matrix = torch.zeros(len(rows), rows[0].shape[0], length)
+    for layer, row in enumerate(rows):  # [head, key]
+        matrix[layer, :, length - row.shape[-1] :] = row.float().cpu()
+    return matrix
 
 
 def cached_blocks(cache: DynamicCache, length: int) -> list[CachedBlock]:
@@ -336,14 +366,16 @@ def cached_blocks(cache: DynamicCache, length: int) -> list[CachedBlock]:
 def writing_bytes(engine: Engine, prompt_tokens: int, max_new_tokens: int) -> int:
     """A writing's peak memory, stated before it starts from its shapes (as Engine.pass_bytes states a pass's):
     the cache's keys and values for every token it may read, in the model's dtype; the first step's pass over the
-    prompt (Engine.transient_bytes) and every block's weights it returns at once (output_attentions); a step's
+    prompt (Engine.transient_bytes; and every block's weights at once for a model without an adapter); a step's
     logits and what the funnel and the draw make of them; and the attention rows the steps keep, in float32."""
     loaded, config = engine.loaded, engine.loaded.model.config
     layers, heads = config.num_hidden_layers, config.num_attention_heads
     key_value_heads = getattr(config, "num_key_value_heads", None) or heads
     tokens = prompt_tokens + max_new_tokens
     cache = layers * 2 * key_value_heads * head_dim(config) * tokens * loaded.model.dtype.itemsize
-    prompt_pass = engine.transient_bytes(1, prompt_tokens) + layers * heads * prompt_tokens**2 * 4
+    prompt_pass = engine.transient_bytes(1, prompt_tokens)
+    if loaded.family.attention_only:  # its rows come from output_attentions: every block's weights at once
+        prompt_pass += layers * heads * prompt_tokens**2 * 4
     # Per stage: its scores and their softmax; and the logits, the race's waits and arrivals (float64).
     funnel = (2 * (len(STAGE_NAMES) + 2) + 4) * config.vocab_size * 4
     rows = layers * heads * (max_new_tokens * prompt_tokens + max_new_tokens * (max_new_tokens - 1) // 2) * 4
