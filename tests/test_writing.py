@@ -6,10 +6,17 @@ import threading
 
 import pytest
 import torch
-from transformers import TemperatureLogitsWarper, TopKLogitsWarper, TopPLogitsWarper
+from transformers import (
+    AutoConfig,
+    AutoTokenizer,
+    OPTForCausalLM,
+    TemperatureLogitsWarper,
+    TopKLogitsWarper,
+    TopPLogitsWarper,
+)
 
 from app.engine.capture import eager_attention, fused_attention
-from app.engine.model import load_model
+from app.engine.model import adopt, load_model
 from app.engine.runs import Engine, InvalidInput, PassFailed
 from app.engine.writing import MAX_NEW_TOKENS, CannotWrite, Knobs, Writing, check_writer, writing, writing_bytes
 from tests.families import build
@@ -299,3 +306,19 @@ def test_a_writing_leaves_no_hooks_and_a_failed_step_ends_it(engine, monkeypatch
     assert hooks(engine.loaded.model) == before
     with pytest.raises(RuntimeError, match="failed"):
         writer.step()
+
+
+def test_a_decoder_without_an_adapter_writes_too(tmp_path):
+    """A causal LM of a family the lab has no adapter for (OPT), adopted with its head as a notebook holds it:
+    it writes what generate writes, its rows taken from output_attentions."""
+    folder = build("opt", tmp_path / "opt")
+    torch.manual_seed(0)
+    loaded = adopt(OPTForCausalLM(AutoConfig.from_pretrained(folder)), AutoTokenizer.from_pretrained(folder))
+    assert loaded.family.attention_only and loaded.has_lm_head
+    engine = Engine(loaded, max_chars=1000)
+    writer = written(engine, SAMPLED[0])
+    assert writer.new_ids == generated(engine, writer)
+    step = writer.steps[-1]
+    attentions = full_pass(engine, writer.ids[0, : step.position].tolist()).attentions
+    full = torch.stack([weights[0, :, -1] for weights in attentions])
+    assert torch.allclose(step.attention, full, rtol=0, atol=pass_tolerance(loaded.model.config))

@@ -5,12 +5,14 @@ cache of keys and values the step reused.
 Exact by construction: the logits processors are the very list `generate` builds from the same knobs and the
 model's own generation_config (GenerationMixin._get_logits_processor), applied in its order to the same float32
 logits of the same cached passes; a sampled token is drawn with `torch.multinomial(softmax(scores), 1)` as
-`generate` draws it, from a torch.Generator of the request's own, seeded with its seed. A CPU generator seeded
-with `seed` gives the numbers the global one gives after `torch.manual_seed(seed)`, so the lab writes what
-`generate` writes after `torch.manual_seed(seed)`, and the process's global RNG is never touched.
+`generate` draws it, from a torch.Generator of the request's own, seeded with its seed. On the CPU a generator
+seeded with `seed` starts in the state the global one is in after `torch.manual_seed(seed)` (tests/test_writing.py
+checks it), so the lab writes what `generate` writes after `torch.manual_seed(seed)`, and the process's global RNG
+is never touched. (On a GPU the device's own generator is seeded the same way; that is not checked here.)
 
 A step, one token (Writing.step):
     logits = model(last token read, cache of every earlier token's keys and values)     # [vocab], float32
+    row    = each block's attention weights of that token over every token so far        # [layer, head, key]
     scores = processors(logits)           # generate's own list: temperature, top-k, top-p (where on), ...
     token  = argmax(scores)                                   greedy
            = multinomial(softmax(scores), 1, generator)       sampling
@@ -57,12 +59,8 @@ class Knobs:
 
     def generate_kwargs(self) -> dict:
         """The keyword arguments of `model.generate` that write the same tokens after torch.manual_seed(seed)."""
-        knobs = {"do_sample": self.do_sample, "temperature": self.temperature, "top_k": self.top_k}
-        knobs["top_p"] = self.top_p
-        return {
-            "max_new_tokens": self.max_new_tokens,
-            **{name: value for name, value in knobs.items() if value is not None},
-        }
+        knobs = {"do_sample": self.do_sample, "temperature": self.temperature, "top_k": self.top_k, "top_p": self.top_p}
+        return {"max_new_tokens": self.max_new_tokens, **{name: on for name, on in knobs.items() if on is not None}}
 
 
 @dataclass(frozen=True)
@@ -117,7 +115,9 @@ class Step:
     text: str  # the token as the lab names it (Engine.pieces)
     read: int  # the tokens this step's pass read: the whole prompt at the first step, then the one written last
     reused: int  # the tokens whose keys and values it read from the cache instead
-    funnel: list[Stage]  # "softmax" first, then each processor in generate's order
+    # "softmax" first, then each processor in generate's order. A knob that is off (temperature 1, top_k 0, top_p 1)
+    # puts no processor in generate's list, and so no stage here; greedy applies no warper at all.
+    funnel: list[Stage]
     draw: Draw
     # The row of the last token read (position - 1) in every block and head: its attention over every token up
     # to itself, from this step's cached pass, in float32. [layer, head, key]
