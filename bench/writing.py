@@ -8,7 +8,8 @@ alternating the two sides, every number a median of --reps repetitions:
 - tokens per second of a whole writing: the engine's Writing stepped to its end (every step opened: the funnel,
   the race, the attention rows, the cache) against model.generate after torch.manual_seed, which must write the
   same tokens (checked);
-- the first token: a Writing made and stepped once, against one forward pass of the prompt (model(input_ids)).
+- the first token: a Writing made and stepped once, against one forward pass of the prompt (model(input_ids)),
+  and against one that makes the last position's logits alone, as generate's first pass does (logits_to_keep=1).
 It prints the table and the ratios. Run it with `python bench/writing.py`; nothing is written to disk but the
 model's temporary folder.
 """
@@ -89,10 +90,13 @@ def first_token(engine: Engine, prompt: str, knobs: Knobs) -> float:
     return ms_since(start)
 
 
-def one_forward(engine: Engine, ids: torch.Tensor) -> float:
+def one_forward(engine: Engine, ids: torch.Tensor, last_logits_only: bool = False) -> float:
+    """ms for one forward pass of the prompt: every position's logits, or the last one's alone (logits_to_keep=1,
+    as generate's first pass and the engine's first step make them)."""
+    keep = {"logits_to_keep": 1} if last_logits_only else {}
     with torch.inference_mode():
         start = time.perf_counter()
-        engine.loaded.model(input_ids=ids)
+        engine.loaded.model(input_ids=ids, **keep)
         return ms_since(start)
 
 
@@ -108,19 +112,20 @@ def main() -> None:
     load = os.getloadavg()[0]
     print(
         "| prompt tokens | setting | engine tokens/s | generate tokens/s | engine/generate | first token ms "
-        "| one forward ms | first/forward |"
+        "| one forward ms | first/forward | forward, last logits ms | first/that |"
     )
-    print("| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: |")
+    print("| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
     for length in arguments.prompt_tokens:
         prompt = " ".join(f"w{1 + (index * 7919) % (VOCABULARY - 1)}" for index in range(length))
         ids = torch.tensor([[token.id for token in engine.tokenize(prompt)[0]]])
         for name, setting in SETTINGS.items():
             knobs = Knobs(max_new_tokens=arguments.new_tokens, seed=1, **setting)
             engine_writing(engine, prompt, knobs), generated(engine, ids, knobs)  # warm both
-            ours, theirs, firsts, forwards = [], [], [], []
+            ours, theirs, firsts, forwards, lasts = [], [], [], [], []
             for _ in range(arguments.reps):  # alternating, so that a busy moment of the machine hits both
-                (ms, tokens), (generate_ms, generate_tokens) = engine_writing(engine, prompt, knobs), generated(
-                    engine, ids, knobs
+                (ms, tokens), (generate_ms, generate_tokens) = (
+                    engine_writing(engine, prompt, knobs),
+                    generated(engine, ids, knobs),
                 )
                 if tokens != generate_tokens:
                     raise SystemExit(f"the engine wrote {tokens}, generate {generate_tokens}: not the same tokens")
@@ -128,11 +133,12 @@ def main() -> None:
                 theirs.append(len(tokens) / generate_ms * 1000)
                 firsts.append(first_token(engine, prompt, knobs))
                 forwards.append(one_forward(engine, ids))
+                lasts.append(one_forward(engine, ids, last_logits_only=True))
             rate, generate_rate = statistics.median(ours), statistics.median(theirs)
-            first, forward = statistics.median(firsts), statistics.median(forwards)
+            first, forward, last = (statistics.median(times) for times in (firsts, forwards, lasts))
             print(
                 f"| {length} | {name} | {rate:.1f} | {generate_rate:.1f} | {rate / generate_rate:.2f}× | {first:.1f} "
-                f"| {forward:.1f} | {first / forward:.2f}× |"
+                f"| {forward:.1f} | {first / forward:.2f}× | {last:.1f} | {first / last:.2f}× |"
             )
     print(
         f"\n{os.cpu_count()} cores, torch {torch.__version__} ({torch.get_num_threads()} threads), Python "

@@ -236,8 +236,8 @@ class Writing:
                 self.failed = True  # the cache may hold part of this pass
                 raise PassFailed(f"the model failed writing token {index + 1} ({type(error).__name__})") from error
             logits = out.logits[:, -1].to(dtype=torch.float32, copy=True)  # [1, vocab], as generate casts them
-            funnel, scores, probabilities = self._funnel(logits)
-            draw = self._draw(scores, probabilities)
+            stages, scores = self._funnel(logits)
+            draw = self._draw(scores)
             attention = row_matrix(rows or [weights[0, :, -1] for weights in out.attentions], length)
         self.seen = length
         self.ids = torch.cat([self.ids, torch.tensor([[draw.token]], device=model.device)], dim=-1)
@@ -254,7 +254,7 @@ class Writing:
             text=self.engine.pieces([draw.token])[0],
             read=length - reused,
             reused=reused,
-            funnel=funnel,
+            funnel=stages,
             draw=draw,
             attention=attention,
             cache=cached_blocks(self.cache, length),
@@ -263,25 +263,21 @@ class Writing:
         self.steps.append(step)
         return step
 
-    def _funnel(self, logits: Tensor) -> tuple[list[Stage], Tensor, Tensor]:
-        """The funnel's stages, and the last stage's scores and probabilities: the softmax of the logits, then
-        each processor in turn, as LogitsProcessorList applies them (none of generate's takes more than the ids
-        and the scores)."""
-        probabilities = torch.softmax(logits, dim=-1)
-        stages = [stage("softmax", probabilities, probabilities)]
-        scores = logits
+    def _funnel(self, logits: Tensor) -> tuple[list[Stage], Tensor]:
+        """The funnel's stages, and the last stage's scores: the logits, then each processor in turn as
+        LogitsProcessorList applies them (none of generate's takes more than the ids and the scores)."""
+        names, stages = ["softmax"], [logits]
         for processor in self.processors:
-            scores = processor(self.ids, scores)
-            before, probabilities = probabilities, torch.softmax(scores, dim=-1)
-            stages.append(stage(STAGE_NAMES.get(type(processor), type(processor).__name__), probabilities, before))
-        return stages, scores, probabilities
+            stages.append(processor(self.ids, stages[-1]))
+            names.append(STAGE_NAMES.get(type(processor), type(processor).__name__))
+        return funnel(names, torch.cat(stages)), stages[-1]
 
-    def _draw(self, scores: Tensor, probabilities: Tensor) -> Draw:
-        """The token: generate's argmax of the scores, or its multinomial draw from their probabilities (softmax,
-        as generate takes it) with this writing's generator; and the race that draw ran, read again from a copy
-        of the generator taken before it."""
+    def _draw(self, scores: Tensor) -> Draw:
+        """The token: generate's argmax of the scores, or its multinomial draw from their softmax with this
+        writing's generator; and the race that draw ran, read again from a copy of the generator taken before it."""
         if not self.config.do_sample:
             return Draw("argmax", int(scores.argmax(dim=-1)), [], [], [], [])
+        probabilities = torch.softmax(scores, dim=-1)  # as generate takes them: this one row alone
         before = self.generator.get_state()
         token = int(torch.multinomial(probabilities, num_samples=1, generator=self.generator))
         again = torch.Generator(self.generator.device)
@@ -310,14 +306,22 @@ def generation_config(loaded: LoadedModel, knobs: Knobs):
     return config
 
 
-def stage(name: str, probabilities: Tensor, before: Tensor) -> Stage:
-    """One stage of the funnel from its probabilities [1, vocab] and those of the stage before. A token a
-    processor removed has the score -inf and so the probability exactly 0."""
-    kept = probabilities[0] > 0
-    count = int(kept.sum())
-    top = probabilities[0].topk(min(TOP, probabilities.shape[-1]))
-    mass = 1.0 if count == kept.numel() else float(before[0][kept].sum(dtype=torch.float64))
-    return Stage(name, top.indices.tolist(), top.values.tolist(), count, mass)
+def funnel(names: list[str], scores: Tensor) -> list[Stage]:
+    """The funnel's stages from their scores, [stage, vocab], all at once: each stage's softmax, the tokens it
+    keeps (a token a processor removed has the score -inf, so the probability exactly 0) and the probability they
+    had at the stage before, and its TOP likeliest."""
+    probabilities = torch.softmax(scores, dim=-1)
+    kept = probabilities > 0
+    counts = kept.sum(dim=-1)
+    before = (probabilities[:-1] * kept[1:]).sum(dim=-1, dtype=torch.float64)
+    masses = [1.0, *before.tolist()]
+    top = probabilities.topk(min(TOP, scores.shape[-1]), dim=-1)
+    return [
+        Stage(name, ids, chances, count, mass)
+        for name, ids, chances, count, mass in zip(
+            names, top.indices.tolist(), top.values.tolist(), counts.tolist(), masses, strict=True
+        )
+    ]
 
 
 @contextmanager
