@@ -105,7 +105,14 @@ def main() -> None:
     parser.add_argument("--reps", type=int, default=7)
     parser.add_argument("--prompt-tokens", type=int, nargs="+", default=[32, 256])
     parser.add_argument("--new-tokens", type=int, default=64)
+    parser.add_argument(
+        "--threads", type=int, help="torch's threads for both sides (default: torch's own, a thread a core)"
+    )
     arguments = parser.parse_args()
+    if arguments.threads:
+        # One thread is what a busy shared machine measures best: two wait for each other's wake at every
+        # operation, and then time tells the machine's load more than the work done.
+        torch.set_num_threads(arguments.threads)
     transformers_logging.set_verbosity_error()  # generate's notes on its defaults would break up the table
     with tempfile.TemporaryDirectory() as folder:
         engine = Engine(load_model(gpt2_shaped(Path(folder))), max_chars=100_000)
