@@ -57,9 +57,9 @@ exact: install-test
 	MKL_CBWR=COMPATIBLE $(BIN)/python -m pytest $$($(BIN)/python -c \
 		"from tests.test_exactness import same_shape_tests; print(*same_shape_tests())")
 
-# The lab against a raw forward pass and bertviz, the page in chromium, what the speed targets leave for
-# the lab's own work, and Lighthouse on the default page (the npm package, kept in bench/.lighthouse);
-# writes bench/results.{json,md} and bench/floor.{json,md}.
+# The lab against a raw forward pass and bertviz, the page in chromium, writing against model.generate
+# (printed), what the speed targets leave for the lab's own work, and Lighthouse on the default page (the npm
+# package, kept in bench/.lighthouse); writes bench/results.{json,md} and bench/floor.{json,md}.
 LIGHTHOUSE := bench/.lighthouse/node_modules/.bin/lighthouse
 $(LIGHTHOUSE):
 	@command -v npm >/dev/null || { $(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq nodejs npm; }
@@ -68,6 +68,7 @@ $(LIGHTHOUSE):
 bench: install chromium $(LIGHTHOUSE)
 	$(BIN)/pip install --quiet -e '.[bench]'
 	$(BIN)/python bench/bench.py
+	$(BIN)/python bench/writing.py
 	$(BIN)/python bench/floor.py
 	$(BIN)/python bench/lighthouse.py
 
