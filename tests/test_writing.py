@@ -62,6 +62,7 @@ def generated(engine: Engine, writer: Writing) -> list[int]:
 
 def test_greedy_writes_what_generate_writes(engine):
     writer = written(engine, GREEDY)
+    # bit for bit: same shapes (the step's passes are generate's: the prompt, then one token, the same cache)
     assert writer.new_ids == generated(engine, writer)
     assert all(step.draw.how == "argmax" for step in writer.steps)
     # The knobs left out are the model's own: a tiny model's generation_config does not sample.
@@ -77,7 +78,7 @@ def test_greedy_writes_what_generate_writes(engine):
 def test_sampling_writes_what_generate_writes_after_manual_seed(engine, knobs, seeds):
     for seed in seeds:
         writer = written(engine, Knobs(**{**knobs.__dict__, "seed": seed}))
-        assert writer.new_ids == generated(engine, writer), seed
+        assert writer.new_ids == generated(engine, writer), seed  # bit for bit: same shapes (generate's passes)
         assert all(step.draw.how == "race" for step in writer.steps)
 
 
@@ -89,10 +90,11 @@ def test_a_generator_seeded_draws_what_the_global_rng_draws_after_manual_seed():
     for seed in [0, 1, 7, 2024, 2**63 + 5]:
         with torch.random.fork_rng():
             torch.manual_seed(seed)
+            # bit for bit: no rounding (a generator's state is bytes)
             assert torch.equal(torch.random.get_rng_state(), torch.Generator().manual_seed(seed).get_state())
-            drawn = [torch.multinomial(row[None], 1) for row in probabilities]
+            drawn = [int(torch.multinomial(row[None], 1)) for row in probabilities]
         own = torch.Generator().manual_seed(seed)
-        assert [torch.multinomial(row[None], 1, generator=own) for row in probabilities] == drawn
+        assert [int(torch.multinomial(row[None], 1, generator=own)) for row in probabilities] == drawn
 
 
 def test_multinomial_draws_one_token_by_an_exponential_race():
@@ -122,7 +124,7 @@ def test_a_writing_leaves_the_global_rng_alone(engine):
     torch.manual_seed(5)
     before = torch.random.get_rng_state()
     first = written(engine, SAMPLED[0]).new_ids
-    assert torch.equal(torch.random.get_rng_state(), before)
+    assert torch.equal(torch.random.get_rng_state(), before)  # bit for bit: no rounding (a generator's state)
     torch.manual_seed(6)  # another global state changes nothing: the writing draws from its own generator
     assert written(engine, SAMPLED[0]).new_ids == first
 
