@@ -64,7 +64,9 @@ def test_greedy_writes_what_generate_writes(engine):
     writer = written(engine, GREEDY)
     # bit for bit: same shapes (the step's passes are generate's: the prompt, then one token, the same cache)
     assert writer.new_ids == generated(engine, writer)
-    assert all(step.draw.how == "argmax" for step in writer.steps)
+    assert all(
+        step.draw.how == "argmax" and [stage.name for stage in step.funnel] == ["softmax"] for step in writer.steps
+    )
     # The knobs left out are the model's own: a tiny model's generation_config does not sample.
     default = written(engine, Knobs(max_new_tokens=GREEDY.max_new_tokens))
     assert default.settings["do_sample"] is False and default.new_ids == writer.new_ids
@@ -140,21 +142,17 @@ def full_pass(engine: Engine, ids: list[int]):
         return engine.loaded.model(input_ids=torch.tensor([ids]), output_attentions=True)
 
 
-@pytest.mark.parametrize("knobs", [GREEDY, SAMPLED[1], SAMPLED[3]], ids=["greedy", "t0.2-p0.8", "t0.7-k40-p0.5"])
+@pytest.mark.parametrize("knobs", [SAMPLED[1], SAMPLED[3]], ids=["t0.2-p0.8", "t0.7-k40-p0.5"])
 def test_the_funnel_is_the_logits_processors_own(engine, knobs):
     """Each stage's candidates are those of transformers' warpers, built here from the knobs in generate's order
     (temperature, top-k, top-p) and applied to the logits of a full pass over the sequence so far."""
     writer = written(engine, knobs)
     ids = writer.ids[0].tolist()
     # The stages' errors are the logits', divided by the temperature.
-    within = pass_tolerance(engine.loaded.model.config) / min(1.0, knobs.temperature or 1.0)
-    warpers = []  # generate's order; greedy applies none of them
-    if knobs.do_sample:
-        warpers.append(TemperatureLogitsWarper(knobs.temperature))
-        if knobs.top_k:
-            warpers.append(TopKLogitsWarper(knobs.top_k))
-        if knobs.top_p < 1:
-            warpers.append(TopPLogitsWarper(knobs.top_p))
+    within = pass_tolerance(engine.loaded.model.config) / min(1.0, knobs.temperature)
+    warpers = [TemperatureLogitsWarper(knobs.temperature)]  # then top-k and top-p where on: generate's order
+    warpers += [TopKLogitsWarper(knobs.top_k)] if knobs.top_k else []
+    warpers += [TopPLogitsWarper(knobs.top_p)] if knobs.top_p < 1 else []
     names = {TemperatureLogitsWarper: "temperature", TopKLogitsWarper: "top_k", TopPLogitsWarper: "top_p"}
     for step in writer.steps:
         scores = full_pass(engine, ids[: step.position]).logits[0, -1][None].float()
@@ -174,43 +172,53 @@ def test_the_funnel_is_the_logits_processors_own(engine, knobs):
             before = probabilities
 
 
-def test_each_new_row_is_the_last_row_of_a_full_pass(engine, gemma3):
-    """The row of the token read last, from the cached step, against a full pass over the sequence up to it; a
-    block with a sliding window (Gemma 3's block 0) attends only to its window there, and weighs the rest 0."""
-    for each in (engine, gemma3):
-        writer = written(each, SAMPLED[0])
-        ids, config = writer.ids[0].tolist(), each.loaded.model.config
-        for step in writer.steps:
-            attentions = full_pass(each, ids[: step.position]).attentions
-            full = torch.stack([weights[0, :, -1] for weights in attentions])  # [layer, head, key]
-            assert (
-                step.attention.shape
-                == full.shape
-                == (config.num_hidden_layers, config.num_attention_heads, step.position)
-            )
-            assert torch.allclose(step.attention, full, rtol=0, atol=pass_tolerance(config))
-            assert torch.allclose(step.attention.sum(-1), torch.ones(full.shape[:2]), atol=pass_tolerance(config))
+def check_rows(engine: Engine) -> None:
+    """The row of the token read last, from each cached step, against a full pass over the sequence up to it."""
+    writer = written(engine, SAMPLED[0])
+    ids, config = writer.ids[0].tolist(), engine.loaded.model.config
+    for step in writer.steps:
+        attentions = full_pass(engine, ids[: step.position]).attentions
+        full = torch.stack([weights[0, :, -1] for weights in attentions])  # [layer, head, key]
+        assert (
+            step.attention.shape == full.shape == (config.num_hidden_layers, config.num_attention_heads, step.position)
+        )
+        assert torch.allclose(step.attention, full, rtol=0, atol=pass_tolerance(config))
+        assert torch.allclose(step.attention.sum(-1), torch.ones(full.shape[:2]), atol=pass_tolerance(config))
 
 
-def test_the_cache_is_described_as_it_is(engine, gemma3):
-    """Each block keeps every token read before (Gemma 3's windowed block 0 its last two), [batch, key/value
-    heads, token, head_dim] keys and as many values; and a writing's stated bytes cover what it holds."""
-    for each in (engine, gemma3):
-        writer = written(each, GREEDY)
-        config = each.loaded.model.config
-        heads = getattr(config, "num_key_value_heads", None) or config.num_attention_heads
-        width = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
-        windows = getattr(config, "layer_types", None) or ["full_attention"] * config.num_hidden_layers
-        for step in writer.steps:
-            assert step.read == (len(writer.prompt) if step.index == 0 else 1)
-            assert step.reused == (0 if step.index == 0 else step.position - 1)
-            for block, kind in zip(step.cache, windows, strict=True):
-                kept = step.position if kind == "full_attention" else config.sliding_window - 1
-                assert block.shape == (1, heads, kept, width) and block.first == step.position - kept
-                assert block.nbytes == 2 * kept * heads * width * 4
-        rows = sum(step.attention.numel() * 4 for step in writer.steps)
-        assert writer.nbytes >= writer.steps[-1].cache_bytes + rows
-        assert writing_bytes(each, 10, 20) < writing_bytes(each, 20, 20) < writing_bytes(each, 20, 40)
+def test_each_new_row_is_the_last_row_of_a_full_pass(engine):
+    check_rows(engine)
+
+
+def test_a_windowed_blocks_row_weighs_the_keys_before_its_window_0(gemma3):
+    """Gemma 3's block 0 attends within a window of 3 tokens: its cache keeps the last 2, and its row over every
+    token is the full pass's, 0 before the window."""
+    check_rows(gemma3)
+    check_cache(gemma3)
+
+
+def check_cache(engine: Engine) -> None:
+    """Each block keeps every token read before (a windowed block its last window - 1), [batch, key/value heads,
+    token, head_dim] keys and as many values; and a writing's stated bytes cover what it holds."""
+    writer = written(engine, GREEDY)
+    config = engine.loaded.model.config
+    heads = getattr(config, "num_key_value_heads", None) or config.num_attention_heads
+    width = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+    windows = getattr(config, "layer_types", None) or ["full_attention"] * config.num_hidden_layers
+    for step in writer.steps:
+        assert step.read == (len(writer.prompt) if step.index == 0 else 1)
+        assert step.reused == (0 if step.index == 0 else step.position - 1)
+        for block, kind in zip(step.cache, windows, strict=True):
+            kept = step.position if kind == "full_attention" else config.sliding_window - 1
+            assert block.shape == (1, heads, kept, width) and block.first == step.position - kept
+            assert block.nbytes == 2 * kept * heads * width * 4
+    rows = sum(step.attention.numel() * 4 for step in writer.steps)
+    assert writer.nbytes >= writer.steps[-1].cache_bytes + rows
+    assert writing_bytes(engine, 10, 20) < writing_bytes(engine, 20, 20) < writing_bytes(engine, 20, 40)
+
+
+def test_the_cache_is_described_as_it_is(engine):
+    check_cache(engine)
 
 
 def test_writing_stops_at_the_end_of_text(engine):
