@@ -380,8 +380,10 @@ def writing_bytes(engine: Engine, prompt_tokens: int, max_new_tokens: int) -> in
     prompt_pass = engine.transient_bytes(1, prompt_tokens)
     if loaded.family.attention_only:  # its rows come from output_attentions: every block's weights at once
         prompt_pass += layers * heads * prompt_tokens**2 * 4
-    # Per stage: its scores and their softmax; and the logits, the race's waits and arrivals (float64).
-    funnel = (2 * (len(STAGE_NAMES) + 2) + 4) * config.vocab_size * 4
+    # Per stage (the softmax, the three knobs', one more the model's generation_config may switch on): its scores,
+    # their copy in the funnel's [stage, vocab], its softmax and what it keeps; and the logits, the draw's
+    # softmax, its waits and their race.
+    funnel = (4 * (len(STAGE_NAMES) + 2) + 4) * config.vocab_size * 4
     rows = layers * heads * (max_new_tokens * prompt_tokens + max_new_tokens * (max_new_tokens - 1) // 2) * 4
     return cache + prompt_pass + funnel + rows
 
