@@ -212,6 +212,7 @@ def check_cache(engine: Engine) -> None:
             kept = step.position if kind == "full_attention" else config.sliding_window - 1
             assert block.shape == (1, heads, kept, width) and block.first == step.position - kept
             assert block.nbytes == 2 * kept * heads * width * 4
+    assert writer.cache is None  # let go once the last token is written: the steps keep its description
     rows = sum(step.attention.numel() * 4 for step in writer.steps)
     assert writer.nbytes >= writer.steps[-1].cache_bytes + rows
     assert writing_bytes(engine, 10, 20) < writing_bytes(engine, 20, 20) < writing_bytes(engine, 20, 40)

@@ -233,7 +233,7 @@ class Writing:
             try:
                 out = model(input_ids=read, cache=self.cache, use_cache=True, output_attentions=rows is None, **extra)
             except Exception as error:
-                self.failed = True  # the cache may hold part of this pass
+                self.failed, self.cache = True, None  # the cache may hold part of this pass: let go
                 raise PassFailed(f"the model failed writing token {index + 1} ({type(error).__name__})") from error
             logits = out.logits[:, -1].to(dtype=torch.float32, copy=True)  # [1, vocab], as generate casts them
             stages, scores = self._funnel(logits)
@@ -261,6 +261,8 @@ class Writing:
             stop=stop,
         )
         self.steps.append(step)
+        if stop is not None:
+            self.cache = None  # no step reads it again: its memory goes back at once, the steps are what is kept
         return step
 
     def _funnel(self, logits: Tensor) -> tuple[list[Stage], Tensor]:
