@@ -34,8 +34,8 @@ from tokenizers import Tokenizer, models, pre_tokenizers  # noqa: E402
 from transformers import GPT2Config, GPT2LMHeadModel, PreTrainedTokenizerFast  # noqa: E402
 from transformers.utils import logging as transformers_logging  # noqa: E402
 
+from app.engine.engine import Engine  # noqa: E402
 from app.engine.model import load_model  # noqa: E402
-from app.engine.runs import Engine  # noqa: E402
 from app.engine.writing import Knobs, writing  # noqa: E402
 
 VOCABULARY = 50_257

@@ -16,8 +16,9 @@ from transformers import (
 )
 
 from app.engine.capture import eager_attention, fused_attention
+from app.engine.engine import Engine
+from app.engine.errors import InvalidInput, PassFailed
 from app.engine.model import adopt, load_model
-from app.engine.runs import Engine, InvalidInput, PassFailed
 from app.engine.writing import MAX_NEW_TOKENS, CannotWrite, Knobs, Writing, check_writer, writing, writing_bytes
 from tests.families import build
 from tests.float32 import pass_tolerance

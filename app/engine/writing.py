@@ -28,8 +28,10 @@ from torch import Tensor
 from transformers import DynamicCache, TemperatureLogitsWarper, TopKLogitsWarper, TopPLogitsWarper
 
 from app.engine.capture import eager_attention, head_dim, thread_hooks
+from app.engine.engine import Engine
+from app.engine.errors import InvalidInput, PassFailed, TextTooLong
 from app.engine.model import LoadedModel
-from app.engine.runs import Engine, InvalidInput, PassFailed, TextTooLong, Token
+from app.engine.runs import Token
 
 # New tokens a request may ask for at most (the serving layer's setting): each is one pass of the whole model.
 MAX_NEW_TOKENS = 256
@@ -370,16 +372,16 @@ def cached_blocks(cache: DynamicCache, length: int) -> list[CachedBlock]:
 
 
 def writing_bytes(engine: Engine, prompt_tokens: int, max_new_tokens: int) -> int:
-    """A writing's peak memory, stated before it starts from its shapes (as Engine.pass_bytes states a pass's):
+    """A writing's peak memory, stated before it starts from its shapes (as Footprint.pass_bytes states a pass's):
     the cache's keys and values for every token it may read, in the model's dtype; the first step's pass over the
-    prompt (Engine.transient_bytes; and every block's weights at once for a model without an adapter); a step's
+    prompt (Footprint.transient_bytes; and every block's weights at once for a model without an adapter); a step's
     logits and what the funnel and the draw make of them; and the attention rows the steps keep, in float32."""
     loaded, config = engine.loaded, engine.loaded.model.config
     layers, heads = config.num_hidden_layers, config.num_attention_heads
     key_value_heads = getattr(config, "num_key_value_heads", None) or heads
     tokens = prompt_tokens + max_new_tokens
     cache = layers * 2 * key_value_heads * head_dim(config) * tokens * loaded.model.dtype.itemsize
-    prompt_pass = engine.transient_bytes(1, prompt_tokens)
+    prompt_pass = engine.footprint.transient_bytes(1, prompt_tokens)
     if loaded.family.attention_only:  # its rows come from output_attentions: every block's weights at once
         prompt_pass += layers * heads * prompt_tokens**2 * 4
     # Per stage (the softmax, the three knobs', one more the model's generation_config may switch on): its scores,
