@@ -112,9 +112,38 @@ class IndexSpec:
         return json.dumps({"index": asdict(self)}, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 
 
-def from_canonical(canonical: str) -> RunSpec | AtlasSpec | IndexSpec:
-    """What the store keeps under an id: a run's spec, an atlas's or an index's."""
+@dataclass(frozen=True)
+class WritingSpec:
+    """The only description of a writing (app.engine.writing): the model, the prompt and the knobs by
+    transformers' names, a knob left None being the model's own generation_config's. The same spec writes the
+    same tokens on any worker (the draws come from a generator seeded with `seed`), so its hash is the writing
+    id a follower names it by, kept in the spec store beside the runs'."""
+
+    model: str
+    model_digest: str
+    text: str
+    max_new_tokens: int = 20
+    do_sample: bool | None = None
+    temperature: float | None = None
+    top_k: int | None = None
+    top_p: float | None = None
+    seed: int = 0
+
+    @cached_property
+    def run_id(self) -> str:
+        """The writing id: the store keeps specs by this name whatever they describe."""
+        digest = hashlib.sha256(self.canonical().encode()).digest()[:16]
+        return base64.b32encode(digest).decode().rstrip("=").lower()
+
+    def canonical(self) -> str:
+        return json.dumps({"writing": asdict(self)}, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def from_canonical(canonical: str) -> RunSpec | AtlasSpec | IndexSpec | WritingSpec:
+    """What the store keeps under an id: a run's spec, an atlas's, an index's or a writing's."""
     fields = json.loads(canonical)
+    if "writing" in fields:
+        return WritingSpec(**fields["writing"])
     if "atlas" in fields:
         atlas = fields["atlas"]
         return AtlasSpec(**{**atlas, "sentences": tuple(atlas["sentences"])})

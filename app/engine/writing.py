@@ -138,9 +138,10 @@ def check_writer(loaded: LoadedModel) -> None:
         return
     what = "a decoder read without its language-model head" if loaded.family.decoder else "an encoder"
     raise CannotWrite(
-        f"{loaded.name} reads and does not write: it is {what}, with no next token to choose. To write, serve a "
-        "decoder saved with its language-model head (GPT-2, Llama, Qwen3, Gemma 3): its folder or Hub id as "
-        "ATTENTION_LAB_MODEL_PATH, or among ATTENTION_LAB_MODELS"
+        f"{loaded.name} reads and does not write: it is {what}, with no next token to choose. To write, choose a "
+        "decoder the lab serves, or serve one saved with its language-model head (GPT-2, Llama, Qwen3, Gemma 3): "
+        "its folder or Hub id among ATTENTION_LAB_MODELS, or as ATTENTION_LAB_MODEL_PATH; a model grown in the lab "
+        "writes too"
     )
 
 

@@ -29,7 +29,7 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 from app.engine.errors import InvalidInput
-from app.engine.spec import AtlasSpec, IndexSpec, RunSpec, from_canonical
+from app.engine.spec import AtlasSpec, IndexSpec, RunSpec, WritingSpec, from_canonical
 from app.serving.gate import TooManyWaiting
 from app.settings import Settings
 
@@ -37,7 +37,7 @@ SQLITE_FILE = "runs.sqlite3"
 REDIS_SCHEMES = ("redis://", "rediss://", "unix://")
 PROGRESS_SECONDS = 60
 HOUR = 3600.0
-Spec = RunSpec | AtlasSpec | IndexSpec
+Spec = RunSpec | AtlasSpec | IndexSpec | WritingSpec
 CORPORA = (AtlasSpec, IndexSpec)  # specs kept within max_corpus_bytes, apart from the runs'
 
 

@@ -1,0 +1,279 @@
+"""Serving writings (app.engine.writing): a decoder continues a prompt one token per turn of the gate, each step
+streamed as it comes to every client following the writing.
+
+A writing is named by its spec (app.engine.spec.WritingSpec): the same spec writes the same tokens on any worker,
+so its hash is the writing id, kept in the spec store for a follower on another worker. On this worker, requests
+for a writing under way follow that one writing (Writings.follow): each gets the steps written so far, then each
+new one, every step once and in order. The writing runs as one piece of work (app.serving.work): its memory
+(Writing.nbytes: its cache of keys and values for every token it may read, its first pass, its funnels and the
+rows it keeps) taken from the budget before its first pass, one step a slice; it is called off at its next step
+once the last of its followers has left. An address writes at most as many writings at once as it may have
+requests waiting for the model (a writing waits at the gate before each of its steps), and a browser as many as
+it may: past that it is refused at once (429), before any pass, never in the middle of a writing."""
+
+import asyncio
+from collections import Counter
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+
+from app.engine.engine import Engine
+from app.engine.errors import InvalidInput
+from app.engine.spec import WritingSpec
+from app.engine.writing import Knobs, Step, Writing, writing
+from app.serving.gate import ANYONE, Client, TooManyWaiting
+from app.serving.lab import ForeignRun, Lab, RunNotFound
+from app.serving.work import Work
+from app.settings import ENV_PREFIX
+
+
+class WritingNotFound(RunNotFound):
+    def __str__(self) -> str:
+        return f"writing {self.args[0]} is not kept any more (or never was): write again"
+
+
+@dataclass(eq=False)
+class Live:
+    """A writing under way on this worker, and the steps it has written, for every client following it."""
+
+    spec: WritingSpec
+    engine: Engine
+    writer: Writing
+    client: Client  # whose writing it is: the client that started it
+    steps: list[Step] = field(default_factory=list)  # each shown as it is sent (shown_step), not kept shown
+    over: bool = False
+    error: Exception | None = None
+    followers: int = 0
+    task: asyncio.Task | None = None
+    changed: asyncio.Event = field(default_factory=asyncio.Event)
+
+    def said(self) -> None:
+        """Wakes every follower: a step came, or the writing is over."""
+        self.changed.set()
+        self.changed = asyncio.Event()
+
+
+class Writings:
+    def __init__(self, lab: Lab, max_new_tokens: int):
+        self.lab = lab
+        self.max_new_tokens = max_new_tokens  # the most new tokens a writing may ask for (the lab's setting)
+        self._live: dict[str, Live] = {}  # writings under way on this worker, by id
+        self._by_client: Counter[Client] = Counter()  # writings under way started by each client
+        self._by_address: Counter[str] = Counter()
+
+    async def spec(self, model: str | None, text: str, knobs: Knobs, client: Client = ANYONE) -> WritingSpec:
+        """The spec of a writing asked for: the model (loaded if it is not) and its weights' digest, the prompt
+        and the knobs; new tokens past the lab's bound are refused (422, naming the setting)."""
+        if knobs.max_new_tokens > self.max_new_tokens:
+            raise InvalidInput(
+                f"max_new_tokens is {knobs.max_new_tokens}: this lab writes at most {self.max_new_tokens} new tokens "
+                f"a request ({ENV_PREFIX}MAX_NEW_TOKENS)"
+            )
+        engine = await self.lab.engine_for(model, client)
+        temperature = None if knobs.temperature is None else float(knobs.temperature)
+        top_p = None if knobs.top_p is None else float(knobs.top_p)
+        return WritingSpec(
+            engine.loaded.name,
+            engine.loaded.digest,
+            text,
+            knobs.max_new_tokens,
+            knobs.do_sample,
+            temperature,
+            knobs.top_k,
+            top_p,
+            knobs.seed,
+        )
+
+    async def stored(self, writing_id: str) -> WritingSpec:
+        """A writing's spec by id, of a model this lab serves with the same weights."""
+        return await self.lab.stored_spec(writing_id, WritingSpec, WritingNotFound)
+
+    async def written(self, spec: WritingSpec, client: Client = ANYONE) -> dict:
+        """The whole writing in one answer, once it has ended: its head, its steps and its end (follow's events
+        put together); a writing that failed raises its error."""
+        answer: dict = {"steps": []}
+        async with self.follow(spec, client, raising=True) as events:
+            async for name, data in events:
+                if name == "step":
+                    answer["steps"].append(data)
+                else:
+                    answer.update(data)
+        return answer
+
+    @asynccontextmanager
+    async def follow(
+        self, spec: WritingSpec, client: Client = ANYONE, raising: bool = False
+    ) -> AsyncIterator[AsyncIterator[tuple]]:
+        """The writing of a spec as events, ("writing", its head) first, then ("step", step) for each token
+        written, and ("done", its end) last, or ("error", {"detail"}) where it failed (its error raised instead
+        where `raising`): the one under way on this worker, or a new one started. Entering waits for its first
+        step: a refusal (the model does not write, a knob or the prompt out of bounds, the lab busy) is raised
+        here, before anything is sent. Leaving, the last follower calls the writing off at its next step."""
+        live = self._live.get(spec.run_id)
+        if live is None:
+            live = await self._started(spec, client)
+        live.followers += 1
+        try:
+            while not live.steps and not live.over:
+                await live.changed.wait()
+            if not live.steps and live.error is not None:
+                raise live.error
+            yield self._events(live, raising)
+        finally:
+            live.followers -= 1
+            if not live.followers and live.task is not None and not live.task.done():
+                live.task.cancel()
+                if self._live.get(spec.run_id) is live:
+                    del self._live[spec.run_id]  # a request from now on starts the writing anew
+
+    async def _started(self, spec: WritingSpec, client: Client) -> Live:
+        """A new writing of the spec, checked (Writing's checks, the client's bound) and started as a piece of
+        work, with its spec in the shared store for followers on other workers."""
+        engine = await self.lab.engine_for(spec.model, client)
+        if spec.model_digest != engine.loaded.digest:
+            raise ForeignRun(spec.run_id, spec, engine.loaded)
+        self._check_bound(client)
+        knobs = Knobs(spec.max_new_tokens, spec.do_sample, spec.temperature, spec.top_k, spec.top_p, spec.seed)
+        # The prompt tokenized, the knobs checked and generate's processors built off the event loop.
+        writer = await asyncio.to_thread(writing, engine, spec.text, knobs, self.max_new_tokens)
+        await self.lab.store(spec)
+        live = self._live.get(spec.run_id)  # another request may have started it meanwhile
+        if live is not None:
+            return live
+        self._check_bound(client)
+        live = self._live[spec.run_id] = Live(spec, engine, writer, client)
+        self._by_client[client] += 1
+        self._by_address[client.address] += 1
+        live.task = asyncio.ensure_future(self._write(live))
+        live.task.add_done_callback(lambda _: self._ended(live))
+        return live
+
+    def _check_bound(self, client: Client) -> None:
+        """TooManyWaiting (429) for a client or an address already writing as many as it may wait for turns."""
+        gate = self.lab.gate
+        if self._by_client[client] >= gate.max_waiting_per_client:
+            raise TooManyWaiting(
+                f"you already have {gate.max_waiting_per_client} writings under way "
+                f"({ENV_PREFIX}MAX_WAITING_PER_CLIENT): wait for one to end, then try again",
+                2,
+            )
+        if self._by_address[client.address] >= gate.max_waiting_per_address:
+            raise TooManyWaiting(
+                f"this address already has {gate.max_waiting_per_address} writings under way "
+                f"({ENV_PREFIX}MAX_WAITING_PER_ADDRESS): wait for one to end, then try again",
+                2,
+            )
+
+    async def _write(self, live: Live) -> None:
+        """The writing's steps, one a turn of the gate, each told to the followers as it comes."""
+        writer, engine = live.writer, live.engine
+        work = Work(f"the writing {live.spec.run_id}", writer.slices(), writer.nbytes, on=engine)
+        try:
+            async for step in self.lab.works.stream(work, live.client):
+                live.steps.append(step)
+                live.said()
+        except asyncio.CancelledError:
+            raise
+        except Exception as error:  # the followers are told; the writing is over
+            live.error = error
+        finally:
+            live.over = True
+            live.said()
+
+    def _ended(self, live: Live) -> None:
+        if self._live.get(live.spec.run_id) is live:
+            del self._live[live.spec.run_id]
+        self._by_client[live.client] -= 1
+        if not self._by_client[live.client]:
+            del self._by_client[live.client]
+        self._by_address[live.client.address] -= 1
+        if not self._by_address[live.client.address]:
+            del self._by_address[live.client.address]
+
+    async def _events(self, live: Live, raising: bool) -> AsyncIterator[tuple]:
+        yield "writing", head(live)
+        sent = 0
+        while True:
+            changed = live.changed
+            while sent < len(live.steps):
+                # Its rows made lists (a Python float a number, eight times a float32's bytes) only as it is sent.
+                yield "step", await asyncio.to_thread(shown_step, live.engine, live.steps[sent])
+                sent += 1
+            if live.over:
+                break
+            await changed.wait()
+        if live.error is not None and raising:
+            raise live.error
+        if live.error is not None:
+            yield "error", {"detail": str(live.error)}
+        else:
+            yield "done", end(live)
+
+
+def head(live: Live) -> dict:
+    """What a writing is, before its steps: its id, model and prompt, and the knobs as generate uses them."""
+    writer, config = live.writer, live.engine.loaded.model.config
+    return {
+        "writing_id": live.spec.run_id,
+        "model": live.spec.model,
+        "text": live.spec.text,
+        "prompt": [{"id": token.id, "text": token.text} for token in writer.prompt],
+        "max_new_tokens": live.spec.max_new_tokens,
+        "seed": live.spec.seed,
+        "settings": writer.settings,
+        "layers": config.num_hidden_layers,
+        "heads": config.num_attention_heads,
+    }
+
+
+def end(live: Live) -> dict:
+    """How a writing ended: its new tokens' ids and texts, and why it stopped."""
+    ids = live.writer.new_ids
+    return {
+        "ids": ids,
+        "tokens": [step.text for step in live.steps],
+        "written": live.engine.loaded.tokenizer.decode(ids),
+        "stop": live.steps[-1].stop,
+    }
+
+
+def shown_step(engine: Engine, step: Step) -> dict:
+    """A step as the API shows it: every token named by its text (Engine.pieces), the attention rows as lists,
+    [layer][head][key]."""
+    ids = sorted({token for stage in step.funnel for token in stage.ids} | set(step.draw.ids) | {step.token})
+    texts = dict(zip(ids, engine.pieces(ids), strict=True))
+    return {
+        "index": step.index,
+        "position": step.position,
+        "token": step.token,
+        "text": step.text,
+        "read": step.read,
+        "reused": step.reused,
+        "funnel": [
+            {
+                "name": stage.name,
+                "ids": stage.ids,
+                "tokens": [texts[token] for token in stage.ids],
+                "probabilities": stage.probabilities,
+                "kept": stage.kept,
+                "mass": stage.mass,
+            }
+            for stage in step.funnel
+        ],
+        "draw": {
+            "how": step.draw.how,
+            "token": step.draw.token,
+            "ids": step.draw.ids,
+            "tokens": [texts[token] for token in step.draw.ids],
+            "probabilities": step.draw.probabilities,
+            "waits": step.draw.waits,
+            "arrivals": step.draw.arrivals,
+        },
+        "attention": step.attention.tolist(),
+        "cache": [
+            {"first": block.first, "tokens": block.tokens, "shape": list(block.shape), "bytes": block.nbytes}
+            for block in step.cache
+        ],
+        "cache_bytes": step.cache_bytes,
+        "stop": step.stop,
+    }
