@@ -43,8 +43,9 @@ from app.serving.memory import check_memory, keep_freed_memory, reserve, reserve
 from app.serving.search import Searches
 from app.serving.server import check_protocol
 from app.serving.spec_store import REDIS_SCHEMES, CorpusAllowance, SpecStore, StoreError, open_spec_store
+from app.serving.writing import Writings
 from app.settings import Settings, SettingsError, get_settings
-from app.web import api, atlas, docs, experiments, pages, search
+from app.web import api, atlas, docs, experiments, pages, search, writing
 from app.web.middleware import (
     BoundedSend,
     CancelOnDisconnect,
@@ -142,6 +143,7 @@ def create_app(
     app.include_router(experiments.router)
     app.include_router(atlas.router)
     app.include_router(search.router)
+    app.include_router(writing.router)
     app.include_router(classroom.router)
     app.include_router(pages.router)
     app.include_router(docs.router)
@@ -183,11 +185,12 @@ def open_lab(
     state: State, settings: Settings, loaded: LoadedModel, store: SpecStore, cross_encoder: CrossEncoder | None = None
 ) -> None:
     """The lab and its rooms on an app's state, for the routers (app.web.deps): its runs and measures (lab), the
-    head atlas (atlases), the experiments and search, each bounded by the settings."""
+    head atlas (atlases), the experiments, search and writing, each bounded by the settings."""
     state.lab = lab = build_lab(settings, loaded, store)
     state.atlases = Atlases(lab, settings.max_ablation_tokens)
     state.experiments = Experiments(lab, settings.max_attribution_step_tokens, settings.max_patch_tokens)
     state.searches = Searches(lab, cross_encoder)
+    state.writings = Writings(lab, settings.max_new_tokens)
 
 
 def handle_errors(app: FastAPI) -> None:

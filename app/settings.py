@@ -93,6 +93,9 @@ class Settings(BaseSettings):
     # block on: its passes read the sample's tokens × heads × blocks (MiniLM's 12 × 6: 72 a token). Past this
     # product a corpus run answers 422 (262,144 is about 240 sentences of 15 tokens in MiniLM).
     max_ablation_tokens: Annotated[int, between(64, 100_000_000)] = 262_144
+    # New tokens a writing may ask for (POST /api/generate's max_new_tokens; 422 past it): each is one pass of the
+    # whole model, and the cache of keys and values and the attention rows a writing keeps grow with them.
+    max_new_tokens: Annotated[int, between(1, 4096)] = 256
     # Models one address may have loaded (a model let go, asked for again) in an hour; 429 past it.
     model_loads_per_hour: Annotated[int, between(1, 10_000)] = 20
     # A request that gets its turn computes the runs waiting behind it (fair order, same model) in the same

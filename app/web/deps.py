@@ -14,6 +14,7 @@ from app.serving.lab import Lab
 from app.serving.memory import HOLDS
 from app.serving.search import Searches
 from app.serving.spec_store import CorpusAllowance
+from app.serving.writing import Writings
 
 
 async def get_lab(request: Request) -> Lab:
@@ -39,6 +40,10 @@ async def get_experiments(request: Request) -> Experiments:
     return request.app.state.experiments
 
 
+async def get_writings(request: Request) -> Writings:
+    return request.app.state.writings
+
+
 async def get_corpora(request: Request) -> CorpusAllowance:
     return request.app.state.corpora
 
@@ -47,6 +52,7 @@ LabDep = Annotated[Lab, Depends(get_lab)]
 SearchesDep = Annotated[Searches, Depends(get_searches)]
 AtlasesDep = Annotated[Atlases, Depends(get_atlases)]
 ExperimentsDep = Annotated[Experiments, Depends(get_experiments)]
+WritingsDep = Annotated[Writings, Depends(get_writings)]
 CorporaDep = Annotated[CorpusAllowance, Depends(get_corpora)]
 ClientDep = Annotated[Client, Depends(get_client)]
 

@@ -1,0 +1,230 @@
+"""POST /api/generate and its streams (app.web.writing, app.serving.writing) on tiny random GPT-2, Llama and Qwen3
+folders, one lab for the module: the tokens of model.generate after torch.manual_seed, the funnel and the rows of
+transformers' own passes, the stream equal to the answer, a follower given every token once and in order, the
+bounds, a writing called off when its client leaves, the process's RNG left alone, and an encoder refused."""
+
+import asyncio
+import json
+
+import pytest
+import torch
+from fastapi.testclient import TestClient
+
+from app.engine.model import load_model, packaged_model_path
+from app.engine.writing import Knobs
+from app.main import create_app
+from app.serving.gate import Client, TooManyWaiting
+from app.serving.writing import Writings
+from app.settings import get_settings
+from tests.conftest import make_lab, run_async
+from tests.families import build
+from tests.float32 import pass_tolerance
+
+PROMPT = "The cat sat on the mat. The cat"
+FAMILIES = ["gpt2", "llama", "qwen3"]
+MOST = 24  # ATTENTION_LAB_MAX_NEW_TOKENS for this module's lab
+SAMPLED = [
+    {"do_sample": True, "temperature": 1.5, "top_k": 0, "top_p": 1.0, "seed": 7},
+    {"do_sample": True, "temperature": 0.7, "top_k": 5, "top_p": 0.9, "seed": 2**40},
+]
+
+
+@pytest.fixture(scope="module")
+def folders(tmp_path_factory) -> dict:
+    return {name: build(name, tmp_path_factory.mktemp(name) / name) for name in FAMILIES}
+
+
+@pytest.fixture(scope="module")
+def models(folders) -> dict:
+    """transformers' own models of the folders, as generate runs them (eager attention, for their rows)."""
+    return {name: load_model(folder).model for name, folder in folders.items()}
+
+
+@pytest.fixture(scope="module")
+def client(folders):
+    """The lab serving the tiny GPT-2 by default, the tiny Llama and Qwen3 and the packaged MiniLM beside it."""
+    with pytest.MonkeyPatch.context() as patch:
+        others = [str(folders["llama"]), str(folders["qwen3"]), str(packaged_model_path())]
+        patch.setenv("ATTENTION_LAB_MODELS", ",".join(others))
+        patch.setenv("ATTENTION_LAB_MAX_LOADED_MODELS", "4")
+        patch.setenv("ATTENTION_LAB_MAX_NEW_TOKENS", str(MOST))
+        get_settings.cache_clear()
+        with TestClient(create_app(load_model(folders["gpt2"]))) as test_client:
+            yield test_client
+    get_settings.cache_clear()
+
+
+@pytest.fixture(scope="module")
+def names(client) -> dict:
+    """Each model by the name the lab serves it under: a folder's name (the packaged MiniLM's is "model")."""
+    listed = [model["name"] for model in client.get("/api/models").json()["models"]]
+    return {**{family: family for family in FAMILIES}, "minilm": next(n for n in listed if n not in FAMILIES)}
+
+
+def generated(model, prompt: list[int], knobs: dict) -> list[int]:
+    """transformers' own new tokens after torch.manual_seed(seed)."""
+    kwargs = {name: value for name, value in knobs.items() if name != "seed"}
+    with torch.random.fork_rng():
+        torch.manual_seed(knobs.get("seed", 0))
+        out = model.generate(torch.tensor([prompt]), **kwargs)
+    return out[0, len(prompt) :].tolist()
+
+
+def events(text: str) -> list[tuple[str, dict]]:
+    """The server-sent events of a stream's body, in order."""
+    found = []
+    for block in text.split("\n\n"):
+        lines = dict(line.split(": ", 1) for line in block.splitlines() if line and not line.startswith((":", "retry")))
+        if "event" in lines:
+            found.append((lines["event"], json.loads(lines["data"])))
+    return found
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_the_lab_writes_what_generate_writes(client, names, models, family):
+    """Greedy and two sampled settings (seeds beyond 2³²); every step's first stage is the softmax of the full
+    pass's last logits, and its rows the full pass's last rows."""
+    model = models[family]
+    for knobs in [{"do_sample": False}, *SAMPLED]:
+        body = {"model": names[family], "text": PROMPT, "max_new_tokens": 8, **knobs}
+        answer = client.post("/api/generate", json=body)
+        assert answer.status_code == 200, answer.text
+        found = answer.json()
+        prompt = [token["id"] for token in found["prompt"]]
+        assert found["ids"] == generated(model, prompt, {"max_new_tokens": 8, **knobs})
+        assert found["tokens"] == [step["text"] for step in found["steps"]]
+        assert [step["token"] for step in found["steps"]] == found["ids"]
+    config = model.config
+    ids = prompt + found["ids"]
+    step = found["steps"][3]
+    with torch.inference_mode():
+        full = model(torch.tensor([ids[: step["position"]]]), output_attentions=True)
+    probabilities = torch.softmax(full.logits[0, -1].float(), dim=-1)
+    top = probabilities.topk(10)
+    softmax = step["funnel"][0]
+    assert softmax["name"] == "softmax" and softmax["ids"] == top.indices.tolist()
+    assert torch.allclose(torch.tensor(softmax["probabilities"]), top.values, rtol=0, atol=pass_tolerance(config))
+    rows = torch.stack([weights[0, :, -1] for weights in full.attentions])  # [layer, head, key]
+    assert torch.allclose(torch.tensor(step["attention"]), rows, rtol=0, atol=pass_tolerance(config))
+    assert [stage["name"] for stage in step["funnel"]] == ["softmax", "temperature", "top_k", "top_p"]
+    assert step["draw"]["how"] == "race" and step["draw"]["token"] == step["token"]
+    kv_heads = getattr(config, "num_key_value_heads", config.num_attention_heads)
+    head_dim = config.hidden_size // config.num_attention_heads
+    cached = step["position"]  # every token before the one written: the new one is read at the next step
+    assert (
+        step["cache_bytes"]
+        == config.num_hidden_layers * 2 * kv_heads * cached * getattr(config, "head_dim", head_dim) * 4
+    )
+
+
+def test_the_stream_is_the_answer_and_a_follower_by_id_gets_every_token_once_in_order(client):
+    body = {"text": PROMPT, "max_new_tokens": 10, **SAMPLED[0]}
+    answer = client.post("/api/generate", json=body).json()
+    streamed = client.post("/api/generate/stream", json=body)
+    assert streamed.status_code == 200 and streamed.headers["content-type"].startswith("text/event-stream")
+    found = events(streamed.text)
+    assert [name for name, _ in found] == ["writing"] + ["step"] * 10 + ["done"]
+    put_together = {**found[0][1], **found[-1][1], "steps": [data for _, data in found[1:-1]]}
+    assert put_together == answer
+    followed = events(client.get(f"/api/generate/{answer['writing_id']}/stream").text)
+    assert followed == found
+    assert client.get("/api/generate/aaaaaaaaaaaaaaaaaaaaaaaaaa/stream").status_code == 404
+
+
+def test_bounds_are_refused_naming_them(client, names):
+    def refused(**body) -> str:
+        answer = client.post("/api/generate", json={"text": PROMPT, **body})
+        assert answer.status_code == 422, answer.text
+        streamed = client.post("/api/generate/stream", json={"text": PROMPT, **body})
+        assert streamed.status_code == 422 and streamed.json() == answer.json()
+        return answer.json()["detail"]
+
+    assert "ATTENTION_LAB_MAX_NEW_TOKENS" in refused(max_new_tokens=MOST + 1)
+    assert "temperature" in refused(temperature=0)
+    assert "top_p" in refused(top_p=1.5)
+    assert "top_k" in refused(top_k=-1)
+    assert "read at most 64 tokens" in refused(text="cat " * 60, max_new_tokens=MOST)
+    detail = refused(model=names["minilm"])
+    assert "reads and does not write" in detail and "ATTENTION_LAB_MODELS" in detail
+
+
+def test_a_request_leaves_the_process_rng_alone(client):
+    before = torch.random.get_rng_state()
+    assert client.post("/api/generate", json={"text": PROMPT, **SAMPLED[1]}).status_code == 200
+    assert torch.equal(torch.random.get_rng_state(), before)
+
+
+@pytest.fixture(scope="module")
+def writings(folders, tmp_path_factory) -> Writings:
+    return Writings(make_lab(load_model(folders["gpt2"]), tmp_path_factory.mktemp("writings")), MOST)
+
+
+def test_a_follower_joins_the_writing_under_way_and_the_last_to_leave_calls_it_off(writings):
+    """Two clients of one writing: the second joins after the first's first token (the gate held meanwhile, so
+    that the writing is still under way) and gets every token once, in order. Then a writing whose one client
+    leaves after two tokens stops there."""
+    lab = writings.lab
+
+    async def follow_two() -> tuple[list, list, int]:
+        spec = await writings.spec(None, PROMPT, Knobs(max_new_tokens=12, do_sample=True, seed=3))
+        first, second = [], []
+        async with writings.follow(spec, Client("127.0.0.2")) as events:
+            async for name, data in events:
+                first.append((name, data))
+                if len(first) == 2:  # the first token: the writing waits at the gate while the second joins
+                    async with lab.gate.admit(Client("127.0.0.9")):
+                        joined = writings._live[spec.run_id]
+                        reading = asyncio.ensure_future(collect(writings, spec, Client("127.0.0.3"), second))
+                        while joined.followers < 2:
+                            await asyncio.sleep(0.01)
+        await reading
+        return first, second, len(joined.writer.steps)
+
+    first, second, steps = run_async(follow_two())
+    assert second == first and steps == 12
+    assert [data["index"] for name, data in first if name == "step"] == list(range(12))
+
+    async def leave() -> tuple[int, bool]:
+        spec = await writings.spec(None, PROMPT, Knobs(max_new_tokens=MOST, do_sample=False))
+        async with writings.follow(spec, Client("127.0.0.4")) as events:
+            async with lab.gate.admit(Client("127.0.0.9")):  # the writing waits for its next step's turn
+                live = writings._live[spec.run_id]
+                async for name, _ in events:
+                    if name == "step":
+                        break
+        await asyncio.wait([live.task])
+        return len(live.writer.steps), live.task.cancelled()
+
+    steps, cancelled = run_async(leave())
+    assert cancelled and 1 <= steps < MOST and not writings._live
+
+
+async def collect(writings: Writings, spec, client: Client, into: list) -> None:
+    async with writings.follow(spec, client) as events:
+        async for event in events:
+            into.append(event)
+
+
+def test_a_browser_writes_at_once_as_many_as_it_may_have_waiting_and_others_are_untouched(writings):
+    lab = writings.lab
+    bound = lab.gate.max_waiting_per_client
+    one, other = Client("127.0.0.5", "browser"), Client("127.0.0.6")
+
+    async def crowd() -> str:
+        specs = [await writings.spec(None, PROMPT, Knobs(max_new_tokens=3, seed=seed)) for seed in range(bound + 2)]
+        async with lab.gate.admit(Client("127.0.0.9")):  # nothing is written meanwhile: all are under way
+            started = [asyncio.ensure_future(collect(writings, spec, one, [])) for spec in specs[:bound]]
+            while writings._by_client[one] < bound:
+                await asyncio.sleep(0.01)
+            with pytest.raises(TooManyWaiting) as refused:
+                async with writings.follow(specs[bound], one):
+                    pass
+            started.append(asyncio.ensure_future(collect(writings, specs[bound + 1], other, [])))
+            while writings._by_client[other] < 1:
+                await asyncio.sleep(0.01)
+        await asyncio.gather(*started)
+        return str(refused.value)
+
+    said = run_async(crowd())
+    assert f"already have {bound} writings under way" in said and "ATTENTION_LAB_MAX_WAITING_PER_CLIENT" in said
+    assert not writings._live and not writings._by_client and not writings._by_address
