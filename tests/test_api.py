@@ -74,6 +74,12 @@ def test_analyze_contract(bank):
         "token_types": True,
         "position_offset": 0,
         "next_tokens": False,
+        "cannot_write": (
+            "sentence-transformers/all-MiniLM-L6-v2 reads and does not write: it is an encoder, with no next token "
+            "to choose. To write, choose a decoder the lab serves, or serve one saved with its language-model head "
+            "(GPT-2, Llama, Qwen3, Gemma 3): its folder or Hub id among ATTENTION_LAB_MODELS, or as "
+            "ATTENTION_LAB_MODEL_PATH; a model grown in the lab writes too"
+        ),
         "key_value_heads": 12,
         "windows": [None] * 6,  # MiniLM reads the whole context in every block
         "scales": [32**-0.5] * 6,  # 1/√d_head

@@ -117,6 +117,7 @@ class Engine:
             "token_types": family.token_types,
             "position_offset": family.position_offset,
             "next_tokens": loaded.has_lm_head,
+            "cannot_write": loaded.cannot_write,
             "logit_softcapping": getattr(config, "final_logit_softcapping", None) if loaded.has_lm_head else None,
             "activations": family.labels(self._recorded(), config) if adapted else {},
             "pair_layout": self._pair_layout(),

@@ -86,6 +86,20 @@ class LoadedModel:
         return self.model.get_output_embeddings() is not None
 
     @property
+    def cannot_write(self) -> str | None:
+        """Why the model cannot continue a text (app.engine.writing), in a sentence that says how to serve one
+        that can; None for a model with a language-model head."""
+        if self.has_lm_head:
+            return None
+        what = "a decoder read without its language-model head" if self.family.decoder else "an encoder"
+        return (
+            f"{self.name} reads and does not write: it is {what}, with no next token to choose. To write, choose a "
+            "decoder the lab serves, or serve one saved with its language-model head (GPT-2, Llama, Qwen3, Gemma "
+            "3): its folder or Hub id among ATTENTION_LAB_MODELS, or as ATTENTION_LAB_MODEL_PATH; a model grown in "
+            "the lab writes too"
+        )
+
+    @property
     def dtype(self) -> str:
         """What its weights and passes are in: float32, bfloat16 or float16."""
         return dtype_name(self.model.dtype)

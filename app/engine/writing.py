@@ -134,15 +134,8 @@ class Step:
 
 def check_writer(loaded: LoadedModel) -> None:
     """CannotWrite unless the model has a language-model head to choose a next token with."""
-    if loaded.has_lm_head:
-        return
-    what = "a decoder read without its language-model head" if loaded.family.decoder else "an encoder"
-    raise CannotWrite(
-        f"{loaded.name} reads and does not write: it is {what}, with no next token to choose. To write, choose a "
-        "decoder the lab serves, or serve one saved with its language-model head (GPT-2, Llama, Qwen3, Gemma 3): "
-        "its folder or Hub id among ATTENTION_LAB_MODELS, or as ATTENTION_LAB_MODEL_PATH; a model grown in the lab "
-        "writes too"
-    )
+    if loaded.cannot_write is not None:
+        raise CannotWrite(loaded.cannot_write)
 
 
 def check_knobs(knobs: Knobs, most: int = MAX_NEW_TOKENS) -> None:

@@ -178,6 +178,10 @@ class ModelInfo(BaseModel):
         description="Positions the model reserves before the first token: token i reads position row i + this"
     )
     next_tokens: bool = Field(description="The model has a language-model head: next-token candidates per position")
+    cannot_write: str | None = Field(
+        description="Why the model cannot continue a text (POST /api/generate answers 422 with it), and how to serve "
+        "one that can; null for a model that writes"
+    )
     logit_softcapping: float | None = Field(
         description="c where the LM head's logits are soft-capped, c·tanh(logit/c) (Gemma's final_logit_softcapping)"
     )
