@@ -228,3 +228,48 @@ export function search(ask) {
 export function searchPairs(ask) {
   return post("/api/search/pairs", ask);
 }
+
+// A writing (POST /api/generate/stream): a decoder continues `text` token by token, as model.generate does with the
+// same knobs (transformers' names: max_new_tokens, do_sample, temperature, top_k, top_p, seed). Each server-sent
+// event goes to onEvent(name, data, answer) as it comes ("writing", then a "step" per token, then "done"), with the
+// answer put together so far, which is returned at the end ({...writing, steps, ...done}: POST /api/generate's).
+// Aborting `signal` leaves the stream: the lab calls the writing off at its next token once nobody else follows it.
+export async function write(knobs, { signal, onEvent = () => {} } = {}) {
+  const response = await request("/api/generate/stream", {
+    method: "POST",
+    headers: { "content-type": "application/json" },
+    body: JSON.stringify({ ...knobs, model: pageModel }),
+    signal,
+  });
+  const answer = { steps: [] };
+  const take = (block) => {
+    const fields = {};
+    for (const line of block.split("\n")) {
+      const colon = line.indexOf(": ");
+      if (colon > 0) fields[line.slice(0, colon)] = line.slice(colon + 2);
+    }
+    if (!fields.event) return;
+    const data = JSON.parse(fields.data);
+    if (fields.event === "error") throw new ApiError(`The model stopped writing: ${data.detail}.`);
+    if (fields.event === "step") answer.steps.push(data);
+    else Object.assign(answer, data);
+    onEvent(fields.event, data, answer);
+  };
+  // A transport without a readable body (a notebook's widget) hands over the whole stream at once.
+  if (!response.body) {
+    (await response.text()).split("\n\n").forEach(take);
+    return answer;
+  }
+  const reader = response.body.pipeThrough(new TextDecoderStream()).getReader();
+  let buffer = "";
+  for (;;) {
+    const { value, done } = await reader.read();
+    if (done) break;
+    buffer += value;
+    for (let end = buffer.indexOf("\n\n"); end >= 0; end = buffer.indexOf("\n\n")) {
+      take(buffer.slice(0, end));
+      buffer = buffer.slice(end + 2);
+    }
+  }
+  return answer;
+}

@@ -18,6 +18,7 @@ import { getState, initState, setState, subscribe } from "./state.js";
 import { tokensView } from "./tokens.js";
 import { initTour, TOUR_LENGTH } from "./tour.js";
 import { mountViews } from "./views.js";
+import { initWrite } from "./write.js";
 
 const config = JSON.parse(document.getElementById("lab-config").textContent);
 const model = config.model;
@@ -42,6 +43,7 @@ mountViews([tokensView, attention, attendsView, dissectionView, gridView, pipeli
 initControls(lab, attention.heatmap);
 initPanels(lab);
 initPredict(lab);
+initWrite(lab);
 initTour(lab);
 initClassroom(lab);
 runPrompt(lab);

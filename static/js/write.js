@@ -1,0 +1,130 @@
+// The Write panel: a decoder continues the prompt token by token, as transformers' model.generate does with the
+// same knobs (api.write: POST /api/generate/stream). The written tokens grow on the stage as they come; each is a
+// button that opens its step (written-step.js). An encoder's panel says that it reads and does not write, and how
+// to serve a model that does.
+
+import * as api from "./api.js";
+import { el } from "./format.js";
+import { byId } from "./root.js";
+import { quotedToken, stepView } from "./written-step.js";
+
+function field(label, input) {
+  return el("label", { class: "write-knob" }, label, " ", input);
+}
+
+function number(id, value, attributes) {
+  return el("input", { type: "number", id, value: String(value), inputmode: "decimal", ...attributes });
+}
+
+// The knobs the form says, by transformers' names; sampling's knobs only when sampling.
+function knobsOf(text) {
+  const sample = byId("write-sample").checked;
+  const knobs = { text, max_new_tokens: Number(byId("write-max").value), do_sample: sample };
+  if (!sample) return knobs;
+  return {
+    ...knobs,
+    temperature: Number(byId("write-temperature").value),
+    top_k: Number(byId("write-top-k").value),
+    top_p: Number(byId("write-top-p").value),
+    seed: Number(byId("write-seed").value),
+  };
+}
+
+// lab: {getState, model, showError}
+export function initWrite(lab) {
+  const panel = byId("write");
+  if (lab.model.cannot_write) {
+    panel.replaceChildren(el("p", { class: "hint unavailable", dataset: { field: "cannot-write" } }, `${lab.model.cannot_write}.`));
+    return;
+  }
+  const sample = el("input", { type: "checkbox", id: "write-sample" });
+  const knobs = el(
+    "fieldset",
+    { class: "write-sampling", disabled: "" },
+    el("legend", {}, "Sampling"),
+    field("temperature", number("write-temperature", 1, { min: "0.05", step: "0.05" })),
+    field("top-k (0: off)", number("write-top-k", 50, { min: "0", step: "1" })),
+    field("top-p (1: off)", number("write-top-p", 1, { min: "0", max: "1", step: "0.05" })),
+    field("seed", number("write-seed", 0, { min: "0", step: "1" })),
+  );
+  const go = el("button", { type: "submit", id: "write-go" }, "Write");
+  const stop = el("button", { type: "button", id: "write-stop", hidden: "" }, "Stop");
+  const form = el(
+    "form",
+    { class: "controls write-form", id: "write-form" },
+    field("new tokens", number("write-max", 10, { min: "1", step: "1" })),
+    el("label", { class: "check" }, sample, " sample (else the likeliest each time)"),
+    knobs,
+    go,
+    stop,
+  );
+  const status = el("p", { id: "write-status", class: "hint", role: "status" }, "Write continues the prompt above, one token at a time. Each written token opens its step.");
+  const written = el("div", { id: "write-tokens", class: "write-tokens", role: "group", "aria-label": "The prompt and the tokens written" });
+  const opened = el("div", { id: "write-step" });
+  panel.replaceChildren(form, status, written, opened);
+
+  let writing = null; // the answer so far
+  let chosen = null; // the step opened
+  let calling = null; // the writing under way's AbortController
+
+  const open = (index) => {
+    chosen = index;
+    for (const chip of written.querySelectorAll(".written")) chip.setAttribute("aria-pressed", String(Number(chip.dataset.step) === index));
+    opened.replaceChildren(stepView(writing, index));
+  };
+  const grow = (step) => {
+    written.append(
+      el(
+        "button",
+        { type: "button", class: "token written", "aria-pressed": "false", title: `token ${step.index + 1} written, id ${step.token}: open its step`, dataset: { step: String(step.index), id: String(step.token) } },
+        el("span", { class: "token-text" }, quotedToken(step.text)),
+        el("span", { class: "token-id" }, step.token),
+      ),
+    );
+  };
+  written.addEventListener("click", (event) => {
+    const chip = event.target.closest(".written");
+    if (chip) open(Number(chip.dataset.step));
+  });
+  sample.addEventListener("change", () => (knobs.disabled = !sample.checked));
+  stop.addEventListener("click", () => calling?.abort());
+  form.addEventListener("submit", async (event) => {
+    event.preventDefault();
+    calling?.abort();
+    const mine = (calling = new AbortController());
+    writing = null;
+    chosen = null;
+    written.replaceChildren();
+    opened.replaceChildren();
+    go.disabled = true;
+    stop.hidden = false;
+    const asked = knobsOf(lab.getState().text);
+    status.textContent = "Reading the prompt…";
+    try {
+      const done = await api.write(asked, {
+        signal: mine.signal,
+        onEvent: (name, data, answer) => {
+          writing = answer;
+          if (name === "writing") {
+            written.append(...data.prompt.map((token) => el("span", { class: "token prompt-token" }, el("span", { class: "token-text" }, quotedToken(token.text)))));
+          } else if (name === "step") {
+            grow(data);
+            status.textContent = `Writing: ${answer.steps.length} of at most ${answer.max_new_tokens} tokens.`;
+          }
+        },
+      });
+      const why = done.stop === "eos" ? "the model wrote its end-of-text token" : `${done.max_new_tokens} new tokens were asked for`;
+      status.textContent = `Written: ${done.steps.length} tokens; it stopped because ${why}. Open a written token to see how it was chosen.`;
+      if (chosen === null && done.steps.length) open(0);
+    } catch (error) {
+      if (error.name === "AbortError") status.textContent = `Stopped after ${writing?.steps.length ?? 0} tokens: the lab calls the writing off at its next token.`;
+      else status.textContent = error.message;
+    } finally {
+      if (calling === mine) {
+        calling = null;
+        go.disabled = false;
+        stop.hidden = true;
+      }
+    }
+  });
+}

@@ -1,0 +1,121 @@
+"""The Write panel on a tiny random GPT-2 served by `python -m app` (the packaged MiniLM beside it): ten tokens
+written and streamed onto the stage, step 4 opened (its funnel, its draw, its attention row in every block and
+head, the cache), every number the API's own answer for the same knobs; the view audited at a 1024×768 projector
+and on a 390-wide phone; and an encoder's panel saying it reads and does not write."""
+
+import httpx
+import pytest
+
+from app.engine.model import packaged_model_path
+from tests.browser import audit
+from tests.browser.conftest import screenshot, wait_until
+from tests.conftest import LabProcess
+from tests.families import build
+
+TEXT = "The cat sat on the mat. The cat"
+KNOBS = {"max_new_tokens": 10, "do_sample": True, "temperature": 0.7, "top_k": 5, "top_p": 0.9, "seed": 3}
+WRITTEN = "#write-tokens .written"
+
+
+@pytest.fixture(scope="module")
+def decoder_lab(tmp_path_factory):
+    folder = build("gpt2", tmp_path_factory.mktemp("writer") / "gpt2")
+    lab = LabProcess(
+        folder.parent, env={"ATTENTION_LAB_MODEL_PATH": str(folder), "ATTENTION_LAB_MODELS": str(packaged_model_path())}
+    )
+    lab.start()
+    yield lab.url
+    lab.stop()
+
+
+@pytest.fixture
+def writer_page(browser, decoder_lab):
+    context = browser.new_context(viewport={"width": 1024, "height": 768})
+    page = context.new_page()
+    errors = []
+    page.on("pageerror", lambda error: errors.append(str(error)))
+    page.on("console", lambda message: message.type == "error" and errors.append(message.text))
+    yield page
+    context.close()
+    assert errors == []
+
+
+def write_ten(page, url: str) -> None:
+    page.goto(f"{url}/?text={TEXT.replace(' ', '+')}&panel=write&present=1")  # as a class reads it
+    wait_until(page, "document.querySelector('#write-form') && document.querySelector('#tokens .token')")
+    page.fill("#write-max", str(KNOBS["max_new_tokens"]))
+    page.check("#write-sample")
+    for knob in ("temperature", "top_k", "top_p", "seed"):
+        page.fill(f"#write-{knob.replace('_', '-')}", str(KNOBS[knob]))
+    # Each count of written tokens the stage shows, as it shows it.
+    page.evaluate(
+        """() => {
+          window.grown = [];
+          const tokens = document.getElementById('write-tokens');
+          new MutationObserver(() => grown.push(tokens.querySelectorAll('.written').length))
+            .observe(tokens, { childList: true });
+        }"""
+    )
+    page.click("#write-go")
+    done = "!document.getElementById('write-go').disabled"
+    wait_until(page, f"document.querySelectorAll('{WRITTEN}').length === 10 && {done}")
+
+
+def test_a_decoder_writes_ten_tokens_and_step_4_opens_with_the_apis_numbers(writer_page, decoder_lab):
+    page = writer_page
+    write_ten(page, decoder_lab)
+    answer = httpx.post(f"{decoder_lab}/api/generate", json={"text": TEXT, **KNOBS}, timeout=60).json()
+    chips = page.locator(WRITTEN)
+    assert [int(chip.get_attribute("data-id")) for chip in chips.all()] == answer["ids"]
+    grown = page.evaluate("() => grown")
+    assert grown == sorted(grown) and grown[-1] == 10 and len(set(grown)) > 2  # it grew as the tokens came
+    expect_status = page.locator("#write-status").inner_text()
+    assert "Written: 10 tokens" in expect_status and "10 new tokens were asked for" in expect_status
+
+    page.click(f'{WRITTEN}[data-step="3"]')
+    step = answer["steps"][3]
+    opened = page.locator("#write-step .written-step")
+    assert opened.get_attribute("data-step") == "3" and int(opened.get_attribute("data-token")) == step["token"]
+    stages = page.locator("#write-step .funnel-stage")
+    assert [stage.get_attribute("data-stage") for stage in stages.all()] == ["softmax", "temperature", "top_k", "top_p"]
+    for stage, expected in zip(stages.all(), step["funnel"], strict=True):
+        rows = stage.locator("tbody tr").all()
+        assert [int(row.get_attribute("data-id")) for row in rows] == expected["ids"]
+        assert [float(row.get_attribute("data-probability")) for row in rows] == expected["probabilities"]
+        shown = [row.locator("td").nth(1).inner_text() for row in rows]
+        assert shown == [f"{p:.4f}" for p in expected["probabilities"]]
+    drawn = page.locator("#write-step [data-field=draw] tr.top")
+    assert int(drawn.get_attribute("data-id")) == step["token"] == step["draw"]["token"]
+    cells = page.evaluate(
+        """() => [...document.querySelectorAll('#write-step .written-row')].map((table) =>
+             [...table.querySelectorAll('tbody tr')].map((row) =>
+               [...row.querySelectorAll('td')].map((cell) => Number(cell.dataset.value))))"""
+    )
+    assert cells == step["attention"]  # [layer][head][key], every block and head
+    assert len(cells[0][0]) == step["position"] == len(answer["prompt"]) + 3
+    cache = page.locator("#write-step [data-field=cache]")
+    assert int(cache.get_attribute("data-bytes")) == step["cache_bytes"]
+    assert f"{step['cache_bytes'] / 1024:.1f} KiB" in cache.inner_text()
+
+    found = audit.problems(page, 16, 16, "#panel-write")
+    page.click("#panel-enlarge")  # over the whole stage, as a class reads it
+    found += [f"enlarged: {problem}" for problem in audit.problems(page, 16, 16, "#panel-write")]
+    screenshot(page, "80-write-step-4-1024x768")
+    page.click("#panel-enlarge")
+    page.set_viewport_size({"width": 390, "height": 844})
+    page.locator("#write-step").scroll_into_view_if_needed()
+    found += [f"390: {problem}" for problem in audit.problems(page, 0, 0, "#panel-write", page_scrolls=True)]
+    screenshot(page, "81-write-step-4-phone-390")
+    assert found == [], "\n".join(found)
+
+
+def test_an_encoder_says_it_reads_and_does_not_write(writer_page, decoder_lab):
+    page = writer_page
+    models = httpx.get(f"{decoder_lab}/api/models").json()["models"]
+    encoder = next(model["name"] for model in models if model["name"] != "gpt2")
+    said = httpx.get(f"{decoder_lab}/api/model", params={"name": encoder}).json()["cannot_write"]
+    assert "reads and does not write" in said
+    page.goto(f"{decoder_lab}/?model={encoder}&text=The+cat&panel=write")
+    wait_until(page, "document.querySelector('#write [data-field=cannot-write]')")
+    assert page.locator("#write [data-field=cannot-write]").inner_text() == f"{said}."
+    assert page.locator("#write-go").count() == 0
