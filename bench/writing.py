@@ -9,34 +9,38 @@ alternating the two sides, every number a median of --reps repetitions:
   the race, the attention rows, the cache) against model.generate after torch.manual_seed, which must write the
   same tokens (checked);
 - the first token: a Writing made and stepped once, against one forward pass of the prompt (model(input_ids)),
-  and against one that makes the last position's logits alone, as generate's first pass does (logits_to_keep=1).
+  and against one that makes the last position's logits alone, as generate's first pass does (logits_to_keep=1);
+- over HTTP: the lab itself (`python -m app` serving the same folder, on a free loopback port) asked for the same
+  writing as POST /api/generate/stream, each step's event read as it comes (every step opened and sent as JSON,
+  its attention rows included): tokens per second from the request to its "done" event, and the first token, from
+  the request to its first "step" event, against the same forward passes. Each request's seed differs (the same
+  spec would be one writing for every request at once) and generate is given the same seed.
 It prints the table and the ratios. Run it with `python bench/writing.py`; nothing is written to disk but the
-model's temporary folder.
+model's temporary folder and the lab's spec store in it.
 """
 
+import harness  # noqa: F401  (first: the environment every scenario runs in)
+
+# isort: split
 import argparse
+import json
 import os
 import platform
 import statistics
-import sys
 import tempfile
 import time
 from pathlib import Path
 
-os.environ["HF_HUB_OFFLINE"] = "1"
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's app
+import httpx
+import torch
+from harness import lab_server, ms_since
+from tokenizers import Tokenizer, models, pre_tokenizers
+from transformers import GPT2Config, GPT2LMHeadModel, PreTrainedTokenizerFast
+from transformers.utils import logging as transformers_logging
 
-import app  # noqa: E402, F401  (sets GOMP_SPINCOUNT before torch loads)
-
-# isort: split
-import torch  # noqa: E402
-from tokenizers import Tokenizer, models, pre_tokenizers  # noqa: E402
-from transformers import GPT2Config, GPT2LMHeadModel, PreTrainedTokenizerFast  # noqa: E402
-from transformers.utils import logging as transformers_logging  # noqa: E402
-
-from app.engine.engine import Engine  # noqa: E402
-from app.engine.model import load_model  # noqa: E402
-from app.engine.writing import Knobs, writing  # noqa: E402
+from app.engine.engine import Engine
+from app.engine.model import load_model
+from app.engine.writing import Knobs, writing
 
 VOCABULARY = 50_257
 END = "<|endoftext|>"
@@ -60,10 +64,6 @@ def gpt2_shaped(folder: Path) -> Path:
         tokenizer_object=tokenizer, bos_token=END, eos_token=END, unk_token=END, model_max_length=1024
     ).save_pretrained(folder)
     return folder
-
-
-def ms_since(start: float) -> float:
-    return (time.perf_counter() - start) * 1000
 
 
 def engine_writing(engine: Engine, prompt: str, knobs: Knobs) -> tuple[float, list[int]]:
@@ -100,6 +100,27 @@ def one_forward(engine: Engine, ids: torch.Tensor, last_logits_only: bool = Fals
         return ms_since(start)
 
 
+def streamed(client: httpx.Client, prompt: str, knobs: Knobs) -> tuple[float, float, list[int]]:
+    """ms to the first "step" event and to the "done" event of POST /api/generate/stream, and the tokens written."""
+    body = {"text": prompt, "max_new_tokens": knobs.max_new_tokens, "seed": knobs.seed}
+    body |= {name: value for name, value in knobs.generate_kwargs().items() if name != "max_new_tokens"}
+    first, ids, event = None, [], None
+    start = time.perf_counter()
+    with client.stream("POST", "/api/generate/stream", json=body) as response:
+        response.raise_for_status()
+        for line in response.iter_lines():
+            if line.startswith("event: "):
+                event = line.removeprefix("event: ")
+            elif line.startswith("data: ") and event == "step":
+                first = first or ms_since(start)
+                ids.append(json.loads(line.removeprefix("data: "))["token"])
+            elif line.startswith("data: ") and event == "done":
+                return first, ms_since(start), ids
+            elif line.startswith("data: ") and event == "error":
+                raise SystemExit(f"the lab's writing failed: {line}")
+    raise SystemExit("the stream ended without its done event")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--reps", type=int, default=7)
@@ -115,37 +136,62 @@ def main() -> None:
         torch.set_num_threads(arguments.threads)
     transformers_logging.set_verbosity_error()  # generate's notes on its defaults would break up the table
     with tempfile.TemporaryDirectory() as folder:
-        engine = Engine(load_model(gpt2_shaped(Path(folder))), max_chars=100_000)
+        model = gpt2_shaped(Path(folder) / "gpt2-shaped")
+        engine = Engine(load_model(model), max_chars=100_000)
+        env = {
+            "ATTENTION_LAB_MODEL_PATH": str(model),
+            "ATTENTION_LAB_DATA_DIR": folder,
+            "ATTENTION_LAB_RESERVE_BYTES": "0",
+        }
+        if arguments.threads:  # the lab's passes on as many threads as the bench's own
+            env["OMP_NUM_THREADS"] = str(arguments.threads)
+        with lab_server(env) as (base, _), httpx.Client(base_url=base, timeout=600) as client:
+            table(engine, client, arguments)
+
+
+def table(engine: Engine, client: httpx.Client, arguments: argparse.Namespace) -> None:
     load = os.getloadavg()[0]
     print(
-        "| prompt tokens | setting | engine tokens/s | generate tokens/s | engine/generate | first token ms "
-        "| one forward ms | first/forward | forward, last logits ms | first/that |"
+        "| prompt tokens | setting | engine tokens/s | generate tokens/s | engine/generate | HTTP stream tokens/s "
+        "| HTTP/generate | first token ms | HTTP first token ms | one forward ms | first/forward | HTTP first/forward "
+        "| forward, last logits ms | first/that |"
     )
-    print("| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+    print("| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+    seeds = iter(range(1, 1_000_000))
     for length in arguments.prompt_tokens:
         prompt = " ".join(f"w{1 + (index * 7919) % (VOCABULARY - 1)}" for index in range(length))
         ids = torch.tensor([[token.id for token in engine.tokenize(prompt)[0]]])
         for name, setting in SETTINGS.items():
-            knobs = Knobs(max_new_tokens=arguments.new_tokens, seed=1, **setting)
-            engine_writing(engine, prompt, knobs), generated(engine, ids, knobs)  # warm both
-            ours, theirs, firsts, forwards, lasts = [], [], [], [], []
-            for _ in range(arguments.reps):  # alternating, so that a busy moment of the machine hits both
+            knobs = Knobs(max_new_tokens=arguments.new_tokens, seed=next(seeds), **setting)
+            engine_writing(engine, prompt, knobs), generated(engine, ids, knobs), streamed(client, prompt, knobs)
+            ours, theirs, served, firsts, served_firsts, forwards, lasts = [], [], [], [], [], [], []
+            for _ in range(arguments.reps):  # alternating, so that a busy moment of the machine hits every side
+                knobs = Knobs(max_new_tokens=arguments.new_tokens, seed=next(seeds), **setting)
                 (ms, tokens), (generate_ms, generate_tokens) = (
                     engine_writing(engine, prompt, knobs),
                     generated(engine, ids, knobs),
                 )
-                if tokens != generate_tokens:
-                    raise SystemExit(f"the engine wrote {tokens}, generate {generate_tokens}: not the same tokens")
+                served_first, served_ms, served_tokens = streamed(client, prompt, knobs)
+                if not tokens == generate_tokens == served_tokens:
+                    raise SystemExit(
+                        f"the engine wrote {tokens}, generate {generate_tokens}, the lab {served_tokens}: not the same"
+                    )
                 ours.append(len(tokens) / ms * 1000)
                 theirs.append(len(tokens) / generate_ms * 1000)
+                served.append(len(tokens) / served_ms * 1000)
                 firsts.append(first_token(engine, prompt, knobs))
+                served_firsts.append(served_first)
                 forwards.append(one_forward(engine, ids))
                 lasts.append(one_forward(engine, ids, last_logits_only=True))
-            rate, generate_rate = statistics.median(ours), statistics.median(theirs)
-            first, forward, last = (statistics.median(times) for times in (firsts, forwards, lasts))
+            rate, generate_rate, http_rate = (statistics.median(rates) for rates in (ours, theirs, served))
+            first, http_first, forward, last = (
+                statistics.median(times) for times in (firsts, served_firsts, forwards, lasts)
+            )
             print(
-                f"| {length} | {name} | {rate:.1f} | {generate_rate:.1f} | {rate / generate_rate:.2f}× | {first:.1f} "
-                f"| {forward:.1f} | {first / forward:.2f}× | {last:.1f} | {first / last:.2f}× |"
+                f"| {length} | {name} | {rate:.1f} | {generate_rate:.1f} | {rate / generate_rate:.2f}× "
+                f"| {http_rate:.1f} | {http_rate / generate_rate:.2f}× | {first:.1f} | {http_first:.1f} "
+                f"| {forward:.1f} | {first / forward:.2f}× | {http_first / forward:.2f}× | {last:.1f} "
+                f"| {first / last:.2f}× |"
             )
     print(
         f"\n{os.cpu_count()} cores, torch {torch.__version__} ({torch.get_num_threads()} threads), Python "

@@ -4,8 +4,10 @@ transformers' own passes, the stream equal to the answer, a follower given every
 bounds, a writing called off when its client leaves, the process's RNG left alone, and an encoder refused."""
 
 import asyncio
+import base64
 import json
 
+import numpy as np
 import pytest
 import torch
 from fastapi.testclient import TestClient
@@ -70,6 +72,14 @@ def generated(model, prompt: list[int], knobs: dict) -> list[int]:
     return out[0, len(prompt) :].tolist()
 
 
+def rows_of(step: dict) -> torch.Tensor:
+    """A step's attention rows, [layer, head, key], from their float32 bytes."""
+    rows = step["attention"]
+    assert rows["dtype"] == "float32"
+    data = np.frombuffer(base64.b64decode(rows["data"]), dtype="<f4")
+    return torch.from_numpy(data.copy()).reshape(rows["shape"])
+
+
 def events(text: str) -> list[tuple[str, dict]]:
     """The server-sent events of a stream's body, in order."""
     found = []
@@ -105,7 +115,7 @@ def test_the_lab_writes_what_generate_writes(client, names, models, family):
     assert softmax["name"] == "softmax" and softmax["ids"] == top.indices.tolist()
     assert torch.allclose(torch.tensor(softmax["probabilities"]), top.values, rtol=0, atol=pass_tolerance(config))
     rows = torch.stack([weights[0, :, -1] for weights in full.attentions])  # [layer, head, key]
-    assert torch.allclose(torch.tensor(step["attention"]), rows, rtol=0, atol=pass_tolerance(config))
+    assert torch.allclose(rows_of(step), rows, rtol=0, atol=pass_tolerance(config))
     assert [stage["name"] for stage in step["funnel"]] == ["softmax", "temperature", "top_k", "top_p"]
     assert step["draw"]["how"] == "race" and step["draw"]["token"] == step["token"]
     kv_heads = getattr(config, "num_key_value_heads", config.num_attention_heads)

@@ -12,10 +12,13 @@ requests waiting for the model (a writing waits at the gate before each of its s
 it may: past that it is refused at once (429), before any pass, never in the middle of a writing."""
 
 import asyncio
+import base64
 from collections import Counter
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
+
+from torch import Tensor
 
 from app.engine.engine import Engine
 from app.engine.errors import InvalidInput
@@ -238,8 +241,8 @@ def end(live: Live) -> dict:
 
 
 def shown_step(engine: Engine, step: Step) -> dict:
-    """A step as the API shows it: every token named by its text (Engine.pieces), the attention rows as lists,
-    [layer][head][key]."""
+    """A step as the API shows it: every token named by its text (Engine.pieces), the attention rows in float32
+    (float32_rows)."""
     ids = sorted({token for stage in step.funnel for token in stage.ids} | set(step.draw.ids) | {step.token})
     texts = dict(zip(ids, engine.pieces(ids), strict=True))
     return {
@@ -269,7 +272,7 @@ def shown_step(engine: Engine, step: Step) -> dict:
             "waits": step.draw.waits,
             "arrivals": step.draw.arrivals,
         },
-        "attention": step.attention.tolist(),
+        "attention": float32_rows(step.attention),
         "cache": [
             {"first": block.first, "tokens": block.tokens, "shape": list(block.shape), "bytes": block.nbytes}
             for block in step.cache
@@ -277,3 +280,11 @@ def shown_step(engine: Engine, step: Step) -> dict:
         "cache_bytes": step.cache_bytes,
         "stop": step.stop,
     }
+
+
+def float32_rows(rows: Tensor) -> dict:
+    """The attention rows, [layer, head, key], as their float32 bytes in base64 (as an analyze answer embeds its
+    matrices): a step's rows over a long prompt are thousands of numbers, which as JSON numbers took the server and
+    each client longer to write and read than the step took to compute."""
+    data = rows.contiguous().numpy().astype("<f4", copy=False).tobytes()
+    return {"shape": list(rows.shape), "dtype": "float32", "data": base64.b64encode(data).decode()}

@@ -2,8 +2,10 @@
 // logits' softmax, then each of transformers' logits processors in generate's order), the draw, its attention
 // row in every block and head over every token before it, and the cache of keys and values the step reused.
 // step: {index, position, token, text, read, reused, funnel: [{name, ids, tokens, probabilities, kept, mass}],
-// draw: {how, token, ids, tokens, probabilities, waits, arrivals}, attention: [layer][head][key], cache, cache_bytes}
+// draw: {how, token, ids, tokens, probabilities, waits, arrivals}, attention: {shape: [layer, head, key], dtype,
+// data}, cache, cache_bytes}
 
+import { decodeAttention } from "./api.js";
 import { rgb, sequential } from "./colors.js";
 import { count, el, fixed } from "./format.js";
 
@@ -95,11 +97,14 @@ function drawView(step) {
 // keys: the text of every token the row reads (the prompt's, then those written before this one).
 function attentionView(step, keys) {
   const reader = quotedToken(keys[step.position - 1]);
+  const [layers, heads, length] = step.attention.shape;
+  const { values } = decodeAttention(step.attention);
+  const row = (layer, head) => Array.from(values.subarray((layer * heads + head) * length, (layer * heads + head + 1) * length));
   return el(
     "div",
     { dataset: { field: "attention" } },
     el("p", { class: "hint" }, `The row of ${reader} (token ${step.position - 1}, the last token read) in every block and head, from this step's cached pass: how much it attends to each token before it.`),
-    ...step.attention.map((heads, layer) =>
+    ...Array.from({ length: layers }, (_, layer) =>
       el(
         "div",
         { class: "scroll-x" },
@@ -111,12 +116,12 @@ function attentionView(step, keys) {
           el(
             "tbody",
             {},
-            ...heads.map((row, head) =>
+            ...Array.from({ length: heads }, (_, head) =>
               el(
                 "tr",
                 { dataset: { head: String(head) } },
                 el("th", { scope: "row" }, String(head)),
-                ...row.map((weight, key) =>
+                ...row(layer, head).map((weight, key) =>
                   el(
                     "td",
                     { style: `background:${rgb(sequential(weight))};color:${weight > 0.55 ? "#fff" : "inherit"}`, title: `block ${layer}, head ${head}, token ${key}: ${weight}`, dataset: { key: String(key), value: String(weight) } },

@@ -3,7 +3,10 @@ written and streamed onto the stage, step 4 opened (its funnel, its draw, its at
 head, the cache), every number the API's own answer for the same knobs; the view audited at a 1024×768 projector
 and on a 390-wide phone; and an encoder's panel saying it reads and does not write."""
 
+import base64
+
 import httpx
+import numpy as np
 import pytest
 
 from app.engine.model import packaged_model_path
@@ -91,7 +94,9 @@ def test_a_decoder_writes_ten_tokens_and_step_4_opens_with_the_apis_numbers(writ
              [...table.querySelectorAll('tbody tr')].map((row) =>
                [...row.querySelectorAll('td')].map((cell) => Number(cell.dataset.value))))"""
     )
-    assert cells == step["attention"]  # [layer][head][key], every block and head
+    rows = step["attention"]  # [layer, head, key] in float32, every block and head
+    data = np.frombuffer(base64.b64decode(rows["data"]), dtype="<f4").reshape(rows["shape"])
+    assert cells == data.tolist()
     assert len(cells[0][0]) == step["position"] == len(answer["prompt"]) + 3
     cache = page.locator("#write-step [data-field=cache]")
     assert int(cache.get_attribute("data-bytes")) == step["cache_bytes"]

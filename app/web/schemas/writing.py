@@ -83,6 +83,12 @@ class Draw(BaseModel):
     arrivals: list[float]
 
 
+class Rows(BaseModel):
+    shape: list[int] = Field(description="[layer, head, key]")
+    dtype: Literal["float32"]
+    data: str = Field(description="The little-endian C-order float32 array, base64")
+
+
 class CachedBlock(BaseModel):
     first: int = Field(description="The position of the first token whose keys and values the block keeps")
     tokens: int
@@ -99,9 +105,9 @@ class WrittenStep(BaseModel):
     reused: int = Field(description="Tokens whose keys and values the pass read from the cache instead")
     funnel: list[Stage]
     draw: Draw
-    attention: list[list[list[float]]] = Field(
-        description="[layer][head][key]: the row of the last token read (position − 1) over every token up to it, "
-        "from this step's cached pass"
+    attention: Rows = Field(
+        description="The row of the last token read (position − 1) over every token up to it, in every block and "
+        "head, from this step's cached pass"
     )
     cache: list[CachedBlock] = Field(description="The cache of keys and values after this step, block by block")
     cache_bytes: int
