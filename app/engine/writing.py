@@ -382,8 +382,15 @@ def writing_bytes(engine: Engine, prompt_tokens: int, max_new_tokens: int) -> in
     # their copy in the funnel's [stage, vocab], its softmax and what it keeps; and the logits, the draw's
     # softmax, its waits and their race.
     funnel = (4 * (len(STAGE_NAMES) + 2) + 4) * config.vocab_size * 4
-    rows = layers * heads * (max_new_tokens * prompt_tokens + max_new_tokens * (max_new_tokens - 1) // 2) * 4
-    return cache + prompt_pass + funnel + rows
+    return cache + prompt_pass + funnel + rows_bytes(engine, prompt_tokens, max_new_tokens)
+
+
+def rows_bytes(engine: Engine, prompt_tokens: int, max_new_tokens: int) -> int:
+    """The attention rows a writing's steps keep, in float32: each step's row in every block and head, over the
+    prompt and the tokens written before it."""
+    config = engine.loaded.model.config
+    keys = max_new_tokens * prompt_tokens + max_new_tokens * (max_new_tokens - 1) // 2
+    return config.num_hidden_layers * config.num_attention_heads * keys * 4
 
 
 def writing(engine: Engine, text: str, knobs: Knobs, most: int = MAX_NEW_TOKENS) -> Writing:

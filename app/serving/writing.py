@@ -23,7 +23,7 @@ from torch import Tensor
 from app.engine.engine import Engine
 from app.engine.errors import InvalidInput
 from app.engine.spec import WritingSpec
-from app.engine.writing import Knobs, Step, Writing, writing
+from app.engine.writing import Knobs, Step, Writing, rows_bytes, writing
 from app.serving.gate import ANYONE, Client, TooManyWaiting
 from app.serving.lab import ForeignRun, Lab, RunNotFound
 from app.serving.work import Work
@@ -43,7 +43,7 @@ class Live:
     engine: Engine
     writer: Writing
     client: Client  # whose writing it is: the client that started it
-    steps: list[Step] = field(default_factory=list)  # each shown as it is sent (shown_step), not kept shown
+    steps: list[dict] = field(default_factory=list)  # each as the API shows it (shown_step), once for all
     over: bool = False
     error: Exception | None = None
     followers: int = 0
@@ -168,9 +168,14 @@ class Writings:
             )
 
     async def _write(self, live: Live) -> None:
-        """The writing's steps, one a turn of the gate, each told to the followers as it comes."""
+        """The writing's steps, one a turn of the gate, each shown on the model's thread as it is written (one
+        hop of a thread fewer a token than showing it after, for every follower at once) and told to the
+        followers. Its memory: the writing's, and its rows again as the steps show them (base64, 4/3 of their
+        bytes)."""
         writer, engine = live.writer, live.engine
-        work = Work(f"the writing {live.spec.run_id}", writer.slices(), writer.nbytes, on=engine)
+        slices = (lambda: shown_step(engine, writer.step()) for _ in writer.slices())
+        shown = rows_bytes(engine, len(writer.prompt), writer.knobs.max_new_tokens) * 4 // 3
+        work = Work(f"the writing {live.spec.run_id}", slices, writer.nbytes + shown, on=engine)
         try:
             async for step in self.lab.works.stream(work, live.client):
                 live.steps.append(step)
@@ -199,8 +204,7 @@ class Writings:
         while True:
             changed = live.changed
             while sent < len(live.steps):
-                # Its rows made lists (a Python float a number, eight times a float32's bytes) only as it is sent.
-                yield "step", await asyncio.to_thread(shown_step, live.engine, live.steps[sent])
+                yield "step", live.steps[sent]
                 sent += 1
             if live.over:
                 break
@@ -234,9 +238,9 @@ def end(live: Live) -> dict:
     ids = live.writer.new_ids
     return {
         "ids": ids,
-        "tokens": [step.text for step in live.steps],
+        "tokens": [step["text"] for step in live.steps],
         "written": live.engine.loaded.tokenizer.decode(ids),
-        "stop": live.steps[-1].stop,
+        "stop": live.steps[-1]["stop"],
     }
 
 
