@@ -4,6 +4,8 @@ head, the cache), every number the API's own answer for the same knobs; the view
 and on a 390-wide phone; and an encoder's panel saying it reads and does not write."""
 
 import base64
+import re
+import time
 
 import httpx
 import numpy as np
@@ -27,7 +29,7 @@ def decoder_lab(tmp_path_factory):
         folder.parent, env={"ATTENTION_LAB_MODEL_PATH": str(folder), "ATTENTION_LAB_MODELS": str(packaged_model_path())}
     )
     lab.start()
-    yield lab.url
+    yield lab
     lab.stop()
 
 
@@ -65,9 +67,9 @@ def write_ten(page, url: str) -> None:
 
 
 def test_a_decoder_writes_ten_tokens_and_step_4_opens_with_the_apis_numbers(writer_page, decoder_lab):
-    page = writer_page
-    write_ten(page, decoder_lab)
-    answer = httpx.post(f"{decoder_lab}/api/generate", json={"text": TEXT, **KNOBS}, timeout=60).json()
+    page, url = writer_page, decoder_lab.url
+    write_ten(page, url)
+    answer = httpx.post(f"{url}/api/generate", json={"text": TEXT, **KNOBS}, timeout=60).json()
     chips = page.locator(WRITTEN)
     assert [int(chip.get_attribute("data-id")) for chip in chips.all()] == answer["ids"]
     grown = page.evaluate("() => grown")
@@ -115,12 +117,31 @@ def test_a_decoder_writes_ten_tokens_and_step_4_opens_with_the_apis_numbers(writ
 
 
 def test_an_encoder_says_it_reads_and_does_not_write(writer_page, decoder_lab):
-    page = writer_page
-    models = httpx.get(f"{decoder_lab}/api/models").json()["models"]
+    page, url = writer_page, decoder_lab.url
+    models = httpx.get(f"{url}/api/models").json()["models"]
     encoder = next(model["name"] for model in models if model["name"] != "gpt2")
-    said = httpx.get(f"{decoder_lab}/api/model", params={"name": encoder}).json()["cannot_write"]
+    said = httpx.get(f"{url}/api/model", params={"name": encoder}).json()["cannot_write"]
     assert "reads and does not write" in said
-    page.goto(f"{decoder_lab}/?model={encoder}&text=The+cat&panel=write")
+    page.goto(f"{url}/?model={encoder}&text=The+cat&panel=write")
     wait_until(page, "document.querySelector('#write [data-field=cannot-write]')")
     assert page.locator("#write [data-field=cannot-write]").inner_text() == f"{said}."
     assert page.locator("#write-go").count() == 0
+
+
+def test_a_client_that_leaves_the_stream_calls_the_writing_off(decoder_lab):
+    """The stream left after its first token: the lab's log says the writing was called off, long before the
+    54 tokens it was asked for (the tiny model's 64 positions less the prompt's)."""
+    seen = decoder_lab.log.stat().st_size
+    body = {"text": "The cat sat", "max_new_tokens": 54, "do_sample": True, "seed": 11}
+    with httpx.stream("POST", f"{decoder_lab.url}/api/generate/stream", json=body, timeout=60) as response:
+        assert response.status_code == 200
+        for line in response.iter_lines():
+            if line == "event: step":
+                break
+    deadline = time.monotonic() + 30
+    # Other work the page left (an analyze) may be called off too: the writing's own line.
+    called_off = re.compile(rb"the writing \w+ called off after (\d+) slices")
+    while not (off := called_off.search(said := decoder_lab.log.read_bytes()[seen:])):
+        assert time.monotonic() < deadline, said.decode()
+        time.sleep(0.05)
+    assert 1 <= int(off.group(1)) < 54
