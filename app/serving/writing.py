@@ -173,7 +173,7 @@ class Writings:
         followers. Its memory: the writing's, and its rows again as the steps show them (base64, 4/3 of their
         bytes)."""
         writer, engine = live.writer, live.engine
-        slices = (lambda: shown_step(engine, writer.step()) for _ in writer.slices())
+        slices = (lambda: shown_step(engine, writer.step(), writer.new_ids) for _ in writer.slices())
         shown = rows_bytes(engine, len(writer.prompt), writer.knobs.max_new_tokens) * 4 // 3
         work = Work(f"the writing {live.spec.run_id}", slices, writer.nbytes + shown, on=engine)
         try:
@@ -244,9 +244,9 @@ def end(live: Live) -> dict:
     }
 
 
-def shown_step(engine: Engine, step: Step) -> dict:
-    """A step as the API shows it: every token named by its text (Engine.pieces), the attention rows in float32
-    (float32_rows)."""
+def shown_step(engine: Engine, step: Step, written: list[int]) -> dict:
+    """A step as the API shows it: every token named by its text (Engine.pieces), the new tokens so far decoded
+    together (`written`: their ids, this step's last), the attention rows in float32 (float32_rows)."""
     ids = sorted({token for stage in step.funnel for token in stage.ids} | set(step.draw.ids) | {step.token})
     texts = dict(zip(ids, engine.pieces(ids), strict=True))
     return {
@@ -254,6 +254,7 @@ def shown_step(engine: Engine, step: Step) -> dict:
         "position": step.position,
         "token": step.token,
         "text": step.text,
+        "written": engine.loaded.tokenizer.decode(written),
         "read": step.read,
         "reused": step.reused,
         "funnel": [

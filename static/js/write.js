@@ -4,6 +4,7 @@
 // to serve a model that does.
 
 import * as api from "./api.js";
+import { runPrompt } from "./controls.js";
 import { el } from "./format.js";
 import { byId } from "./root.js";
 import { quotedToken, stepView } from "./written-step.js";
@@ -85,6 +86,14 @@ export function initWrite(lab) {
   written.addEventListener("click", (event) => {
     const chip = event.target.closest(".written");
     if (chip) open(Number(chip.dataset.step));
+  });
+  // The whole sequence at a step, in the lab's own views: the prompt and the tokens written so far, as a text.
+  opened.addEventListener("click", (event) => {
+    const read = event.target.closest("[data-field=read-sequence]");
+    if (!read) return;
+    const step = writing.steps[Number(read.dataset.step)];
+    lab.setState({ text: writing.text + step.written, token: step.position });
+    runPrompt(lab);
   });
   sample.addEventListener("change", () => (knobs.disabled = !sample.checked));
   stop.addEventListener("click", () => calling?.abort());

@@ -164,6 +164,12 @@ export function stepView(writing, index) {
     "section",
     { class: "written-step", dataset: { step: String(index), token: String(step.token) } },
     el("h3", {}, `Token ${index + 1} written: ${quotedToken(step.text)} (id ${step.token}, position ${step.position})`),
+    el(
+      "p",
+      { class: "controls" },
+      el("button", { type: "button", class: "write-read", dataset: { field: "read-sequence", step: String(index) } }, "Read the sequence so far"),
+      el("span", { class: "hint" }, "The lab's views on the prompt and the tokens written up to this one (read again from their text)."),
+    ),
     el("h4", {}, "The funnel: its candidates at each stage"),
     funnelView(step, writing.settings),
     drawView(step),

@@ -115,6 +115,13 @@ def test_a_decoder_writes_ten_tokens_and_step_4_opens_with_the_apis_numbers(writ
     screenshot(page, "81-write-step-4-phone-390")
     assert found == [], "\n".join(found)
 
+    # The whole sequence at step 4 in the lab's own views: the prompt and the four tokens written, read again.
+    page.set_viewport_size({"width": 1024, "height": 768})
+    before = page.evaluate("() => document.body.dataset.run")
+    page.click("#write-step [data-field=read-sequence]")
+    wait_until(page, f"document.body.dataset.run && document.body.dataset.run !== '{before}'")
+    assert page.input_value("#prompt") == TEXT + step["written"]
+
 
 def test_an_encoder_says_it_reads_and_does_not_write(writer_page, decoder_lab):
     page, url = writer_page, decoder_lab.url

@@ -101,6 +101,7 @@ class WrittenStep(BaseModel):
     position: int = Field(description="Its position in the whole sequence, the prompt's tokens first")
     token: int = Field(description="The token written (its id)")
     text: str
+    written: str = Field(description="The new tokens so far decoded together, this one the last")
     read: int = Field(description="Tokens this step's pass read: the whole prompt at first, then the one written last")
     reused: int = Field(description="Tokens whose keys and values the pass read from the cache instead")
     funnel: list[Stage]
