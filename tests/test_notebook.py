@@ -239,3 +239,27 @@ def test_a_long_run_sends_one_heads_matrix_first_not_every_head():
     widget = show(" ".join(["word"] * 600), block=5, head=11)
     assert len(widget.run["tokens"]) == 512
     assert widget.run["attention"]["shape"] == [1, 1, 512, 512]  # one head of the run's 72, 1 MiB in float32
+
+
+def test_a_decoder_writes_in_the_widget_through_the_kernel():
+    """The widget's Write panel asks the kernel for a writing's stream (api.write through widget.js's transport):
+    the kernel answers every event, the tokens model.generate writes after torch.manual_seed."""
+    from attention_lab import show
+
+    torch.manual_seed(0)
+    model, tokenizer = gpt2_objects()
+    widget = show(SHORT, model, tokenizer, panel="write")
+    names = [name for name, _ in widget._modules]
+    assert "write.js" in names and "written-step.js" in names and "controls.js" not in names
+    knobs = {"max_new_tokens": 6, "do_sample": True, "temperature": 0.7, "top_k": 5, "top_p": 0.9, "seed": 3}
+    content, body = answer(widget, "/api/generate/stream", "POST", json.dumps({"text": SHORT, **knobs}))
+    assert content["status"] == 200 and content["headers"]["content-type"].startswith("text/event-stream")
+    events = [block for block in body.decode().split("\n\n") if block.startswith("event: ")]
+    assert [block.split("\n")[0] for block in events] == ["event: writing"] + ["event: step"] * 6 + ["event: done"]
+    done = json.loads(events[-1].split("data: ", 1)[1])
+    prompt = torch.tensor([[token["id"] for token in json.loads(events[0].split("data: ", 1)[1])["prompt"]]])
+    with torch.random.fork_rng():
+        torch.manual_seed(knobs["seed"])
+        kwargs = {name: value for name, value in knobs.items() if name != "seed"}
+        expected = model.generate(prompt, **kwargs)[0, prompt.shape[1] :].tolist()
+    assert done["ids"] == expected

@@ -21,7 +21,7 @@ from app.engine.model import LoadedModel, adopt, load_model
 from app.main import handle_errors, open_lab
 from app.serving.spec_store import open_spec_store
 from app.settings import get_settings
-from app.web import api, experiments
+from app.web import api, experiments, writing
 
 # What a widget may ask: the lab's API, nothing else of the server (nor of the machine the lab runs on).
 API = "/api/"
@@ -95,6 +95,7 @@ def api_app(loaded: LoadedModel) -> FastAPI:
     app = FastAPI()
     app.include_router(api.router)
     app.include_router(experiments.router)
+    app.include_router(writing.router)
     handle_errors(app)
     open_lab(app.state, settings, loaded, store)
     return app

@@ -14,7 +14,7 @@ const IMPORT = /^(import [^;]*? from ")(\.{1,2}\/[^"]+)(")/gm;
 // Traitlet → the page's state key, where the names differ (the page's link says layer, its picker Block).
 const STATE_KEY = { block: "layer", block_mean: "blockMean", all_heads: "allHeads", prompt: "promptName" };
 const TRAITS = ["text", "pair", "mask", "pooling", "prompt", "block", "head", "heads", "block_mean", "token", "also", "measure", "sinks", "segments", "scale", "all_heads", "panel"];
-const PANELS = { dissection: "Worked example", grid: "Every head" };
+const PANELS = { dissection: "Worked example", grid: "Every head", write: "Write" };
 
 // name → blob: URL of each module, made in the order given (a module after those it imports).
 function moduleURLs(modules) {
@@ -116,7 +116,13 @@ function frame(el) {
     "section",
     { class: "panels open" },
     node("div", { class: "panel-bar" }, node("div", { class: "panel-tabs", role: "tablist", id: "panel-tabs" })),
-    node("div", { class: "panel-body" }, node("div", { class: "panel", id: "panel-dissection", role: "tabpanel" }, node("div", { id: "dissection", class: "dissection" })), gridPanel),
+    node(
+      "div",
+      { class: "panel-body" },
+      node("div", { class: "panel", id: "panel-dissection", role: "tabpanel" }, node("div", { id: "dissection", class: "dissection" })),
+      gridPanel,
+      node("div", { class: "panel", id: "panel-write", role: "tabpanel", hidden: "" }, node("div", { id: "write", class: "write" })),
+    ),
   );
   el.append(
     node(
@@ -191,8 +197,8 @@ async function render({ model, el }) {
   const urls = moduleURLs(model.get("_modules"));
   const load = (name) => import(urls.get(name));
   (await load("root.js")).drawIn(root); // before any view module reads an element (measures.js reads lab-config)
-  const names = ["api.js", "data.js", "measures.js", "format.js", "views.js", "tokens.js", "attention.js", "attends.js", "grid.js", "dissection.js", "headset.js"];
-  const [api, data, measures, format, views, tokens, attention, attends, grid, dissection, headset] = await Promise.all(names.map(load));
+  const names = ["api.js", "data.js", "measures.js", "format.js", "views.js", "tokens.js", "attention.js", "attends.js", "grid.js", "dissection.js", "headset.js", "write.js"];
+  const [api, data, measures, format, views, tokens, attention, attends, grid, dissection, headset, write] = await Promise.all(names.map(load));
   for (const url of urls.values()) URL.revokeObjectURL(url); // every module is loaded: the URLs are no longer needed
   const transport = kernelTransport(model);
   api.sendWith(transport.send);
@@ -203,10 +209,13 @@ async function render({ model, el }) {
     errorLine.hidden = !message;
     errorLine.textContent = message ?? "";
   };
-  const lab = { getState: store.get, setState: (patch) => store.set(patch), subscribe: store.subscribe, model: config.model, numbers: () => data.numbersOf(store.get().run.run_id), showError };
+  // A written sequence read in the views: its text set, which the kernel runs (LabWidget's text traitlet).
+  const readText = (text, token) => store.set({ text, token });
+  const lab = { getState: store.get, setState: (patch) => store.set(patch), subscribe: store.subscribe, model: config.model, numbers: () => data.numbersOf(store.get().run.run_id), showError, readText };
   const heatmap = attention.createAttentionView(lab);
   views.mountViews([tokens.tokensView, heatmap, attends.attendsView, dissection.dissectionView, grid.gridView], lab);
   controls(root, lab, format, measures, headset);
+  write.initWrite(lab); // a decoder writes here as on the page: the kernel answers its stream whole
   root.getElementById("grid-shares").addEventListener("change", () => {
     if (store.get().run) grid.showShares(root.getElementById("grid"), store.get(), lab).catch((error) => showError(error.message));
   });

@@ -42,6 +42,7 @@ VIEW_MODULES = [
     "grid.js",
     "dissection.js",
     "headset.js",
+    "write.js",
 ]
 LONG_FROM = 512  # tokens: static/js/data.js's; a longer run's first view comes max-pooled to this many a side
 VIEW_KEYS = {
@@ -113,7 +114,7 @@ class LabWidget(anywidget.AnyWidget):
     segments = Enum(["all", "AA", "AB", "BA", "BB"], "all").tag(sync=True)
     scale = Enum(["blues", "viridis", "cividis"], "blues").tag(sync=True)
     all_heads = Bool(False).tag(sync=True)
-    panel = Enum(["dissection", "grid"], None, allow_none=True).tag(
+    panel = Enum(["dissection", "grid", "write"], None, allow_none=True).tag(
         sync=True
     )  # the open panel; None: none, as on the page
 

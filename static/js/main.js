@@ -37,7 +37,11 @@ await initState(
   },
 );
 
-const lab = { getState, setState, subscribe, model, defaultModel: config.defaultModel, numbers: () => numbersOf(getState().run.run_id), showError };
+const readText = (text, token) => {
+  setState({ text, token });
+  runPrompt(lab);
+};
+const lab = { getState, setState, subscribe, model, defaultModel: config.defaultModel, numbers: () => numbersOf(getState().run.run_id), showError, readText };
 const attention = createAttentionView(lab);
 mountViews([tokensView, attention, attendsView, dissectionView, gridView, pipelineView, pooledView, lessonsView], lab);
 initControls(lab, attention.heatmap);

@@ -4,7 +4,6 @@
 // to serve a model that does.
 
 import * as api from "./api.js";
-import { runPrompt } from "./controls.js";
 import { el } from "./format.js";
 import { byId } from "./root.js";
 import { quotedToken, stepView } from "./written-step.js";
@@ -31,7 +30,7 @@ function knobsOf(text) {
   };
 }
 
-// lab: {getState, model, showError}
+// lab: {getState, model, readText(text, token): the lab's views on a text (the page runs it, a widget's kernel too)}
 export function initWrite(lab) {
   const panel = byId("write");
   if (lab.model.cannot_write) {
@@ -92,8 +91,7 @@ export function initWrite(lab) {
     const read = event.target.closest("[data-field=read-sequence]");
     if (!read) return;
     const step = writing.steps[Number(read.dataset.step)];
-    lab.setState({ text: writing.text + step.written, token: step.position });
-    runPrompt(lab);
+    lab.readText(writing.text + step.written, step.position);
   });
   sample.addEventListener("change", () => (knobs.disabled = !sample.checked));
   stop.addEventListener("click", () => calling?.abort());

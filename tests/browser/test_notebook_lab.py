@@ -210,7 +210,14 @@ def test_the_widget_in_jupyterlab_draws_the_engines_numbers_and_follows_clicks(j
     problems += read_whole(page, "every head at 1280×720")
     page.locator(".jp-OutputArea-output .panels").scroll_into_view_if_needed()
     screenshot(page, "notebook-widget-every-head-1280x720")
+    # MiniLM's Write panel: the lab's sentence that it reads and does not write, whole.
+    page.locator(".jp-OutputArea-output #panel-tab-write").click()
+    wait_in_widget(page, "root.querySelector('#write [data-field=cannot-write]')")
+    said = shown(page, "root.querySelector('#write [data-field=cannot-write]').textContent")
+    assert said == f"{minilm.cannot_write}."
+    problems += read_whole(page, "the Write panel at 1280×720")
     assert problems == [], "\n".join(problems)
+    page.locator(".jp-OutputArea-output #panel-tab-grid").click()
     page.set_viewport_size({"width": 1400, "height": 1000})
     settle(page)
     page.locator(".jp-OutputArea-output #grid .grid-cell[data-layer='0'][data-head='5']").click()
