@@ -232,7 +232,8 @@ def test_the_panels_are_tabs_and_the_open_one_is_in_the_url(browser, server):
             expect(page.locator(f"#{panel}")).to_be_visible()
             wait_until(page, f"new URLSearchParams(location.search).get('panel') === '{panel}'")
             others = [p for p in PANELS if p != panel]
-            assert [page.locator(f"#panel-tab-{p}").get_attribute("aria-selected") for p in others] == ["false"] * len(others)
+            selected = [page.locator(f"#panel-tab-{p}").get_attribute("aria-selected") for p in others]
+            assert selected == ["false"] * len(others)
             assert stage_problems(settle(page), f"panel={panel}") == []
 
 
