@@ -9,6 +9,7 @@ import math
 import os
 import shutil
 import tempfile
+import warnings
 from pathlib import Path
 
 import torch
@@ -92,6 +93,9 @@ class quiet:
     notice) or saved."""
 
     def __enter__(self):
+        self.warnings = warnings.catch_warnings()
+        self.warnings.__enter__()
+        warnings.filterwarnings("ignore", "Initializing zero-element tensors", UserWarning)
         self.level = transformers_logging.get_verbosity()
         self.bars = transformers_logging.is_progress_bar_enabled()
         transformers_logging.set_verbosity_error()
@@ -101,6 +105,7 @@ class quiet:
         transformers_logging.set_verbosity(self.level)
         if self.bars:
             transformers_logging.enable_progress_bar()
+        self.warnings.__exit__(*exc)
 
 
 def parameter_count(spec: TrainingSpec, vocab_size: int) -> int:

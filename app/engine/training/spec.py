@@ -92,3 +92,17 @@ class TrainingSpec:
     @property
     def mlp_width(self) -> int:
         return 4 * self.hidden
+
+
+@dataclass(frozen=True)
+class Bounds:
+    """What a lab lets one training take (its settings, app.settings: ATTENTION_LAB_MAX_TRAIN_*); None: no bound."""
+
+    weights: int | None = None  # the model's weights (MAX_TRAIN_WEIGHTS)
+    steps: int | None = None  # steps (MAX_TRAIN_STEPS)
+    batch_tokens: int | None = None  # a step's sequences × their length (MAX_TRAIN_BATCH_TOKENS)
+    weight_tokens: int | None = None  # weights × a step's tokens: what one step costs (MAX_TRAIN_WEIGHT_TOKENS)
+    text_bytes: int | None = None  # a teacher's text, in UTF-8 bytes (MAX_TRAIN_TEXT_BYTES)
+
+
+MAX_CHECKPOINTS = 200  # checkpoints a training keeps: each is a folder the lab serves, a few hundred KB here
