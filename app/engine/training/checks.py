@@ -8,6 +8,7 @@ from app.engine.training.spec import ARCHITECTURES, MAX_CHECKPOINTS, RECIPES, Bo
 
 SETTING = "ATTENTION_LAB_MAX_TRAIN_"
 BPE_ALPHABET = 257  # a byte-level BPE's 256 bytes and its end-of-text token come before any merge
+UNBOUNDED = Bounds()
 
 
 def vocab_size(spec: TrainingSpec) -> int:
@@ -15,7 +16,7 @@ def vocab_size(spec: TrainingSpec) -> int:
     return spec.vocab + 1 if spec.data == "repeats" else spec.vocab
 
 
-def check(spec: TrainingSpec, bounds: Bounds = Bounds()) -> int:
+def check(spec: TrainingSpec, bounds: Bounds = UNBOUNDED) -> int:
     """InvalidInput for a spec that cannot be grown or is past a bound; its model's weights otherwise."""
     if spec.architecture not in ARCHITECTURES:
         raise InvalidInput(f"architecture: {spec.architecture!r} is not one of {', '.join(ARCHITECTURES)}")
