@@ -176,6 +176,7 @@ def build_lab(settings: Settings, loaded: LoadedModel, store: SpecStore) -> Lab:
         model_loads_per_hour=settings.model_loads_per_hour,
         placement=settings.placement,
         max_device_bytes=settings.max_device_bytes,
+        grown=settings.data_dir / "models",
     )
 
 

@@ -7,6 +7,7 @@ import hashlib
 import json
 import math
 import os
+import re
 import shutil
 import tempfile
 import warnings
@@ -22,6 +23,8 @@ from app.engine.training.spec import TrainingSpec
 
 MODEL_PREFIX = "grown-"  # a grown model's name: this and its digest's first DIGEST_CHARS hex digits
 DIGEST_CHARS = 16
+GROWN = re.compile(rf"{MODEL_PREFIX}[0-9a-f]{{{DIGEST_CHARS}}}")
+GROWN_ABOUT = "grown.json"  # in a checkpoint's folder: the training and step that kept it first
 CARD_TEXT_CHARS = 400  # a teacher's text past this is shown cut in a model card
 
 
@@ -128,10 +131,16 @@ def model_name(digest: str) -> str:
     return MODEL_PREFIX + digest[:DIGEST_CHARS]
 
 
-def save_checkpoint(model: PreTrainedModel, tokenizer, models_dir: Path, card: str) -> tuple[str, int]:
+def is_grown(name: str) -> bool:
+    return GROWN.fullmatch(name) is not None
+
+
+def save_checkpoint(model: PreTrainedModel, tokenizer, models_dir: Path, card: str, about: dict) -> tuple[str, int]:
     """The model as a folder under `models_dir` named by its weights' digest (grown-<16 hex digits>): its config,
-    weights (safetensors), tokenizer and model card. Written beside, then renamed into place, so a reader never
-    sees half a folder; the same weights again are the same folder, kept as it is. Returns its name and bytes."""
+    weights (safetensors), tokenizer, model card and `about` (GROWN_ABOUT: which training and step). Written
+    beside, then renamed into place, so a reader never sees half a folder; the same weights again are the same
+    folder, kept as it is (a step 0 is shared by every training of its shape and seed). Returns its name and
+    bytes."""
     name = model_name(weights_digest(model))
     folder = models_dir / name
     if not folder.is_dir():
@@ -142,6 +151,7 @@ def save_checkpoint(model: PreTrainedModel, tokenizer, models_dir: Path, card: s
                 model.save_pretrained(writing)
             tokenizer.save_pretrained(writing)
             (writing / "README.md").write_text(card)
+            (writing / GROWN_ABOUT).write_text(json.dumps(about))
             os.replace(writing, folder)
         except OSError:
             shutil.rmtree(writing, ignore_errors=True)

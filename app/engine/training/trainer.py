@@ -86,7 +86,8 @@ class Trainer:
         """The heads scored and the model kept as a folder (app.engine.training.model.save_checkpoint)."""
         scores = head_scores(self.model, self.data, self.conditions)
         card = model_card(self.spec, self.step, card_scores(scores))
-        name, nbytes = save_checkpoint(self.model, self.data.tokenizer, self.models_dir, card)
+        about = {"train_id": self.spec.train_id, "step": self.step, "steps": self.spec.steps}
+        name, nbytes = save_checkpoint(self.model, self.data.tokenizer, self.models_dir, card, about)
         entry = {"step": self.step, "model": name, "bytes": nbytes, "scores": scores}
         self.checkpoints.append(entry)
         return entry
