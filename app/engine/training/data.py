@@ -28,6 +28,7 @@ import torch
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import PreTrainedTokenizerFast
 
+from app.engine.runs import InvalidInput
 from app.engine.training.spec import TrainingSpec
 
 CORPUS = (
@@ -160,6 +161,18 @@ class Data:
         self.tokenizer = bpe_tokenizer(train, spec.vocab)
         self.train_ids = self._ids(train)
         self.held_out_ids = self._ids(held_out)
+
+    def check(self) -> None:
+        """InvalidInput for a text too short to learn from: a training sequence and a held-out one at least."""
+        if self.train_ids is None:
+            return
+        need = self.spec.length + 1
+        if len(self.train_ids) < need or len(self.held_out_ids) < need:
+            raise InvalidInput(
+                f"text: read by its BPE, its training lines give {len(self.train_ids):,} tokens and its held-out lines "
+                f"(every tenth) {len(self.held_out_ids):,}; each needs {need} (length + 1): a longer text, or a "
+                "shorter length"
+            )
 
     def _ids(self, lines: list[str]) -> torch.Tensor:
         ids = self.tokenizer("".join(lines), add_special_tokens=False, verbose=False)["input_ids"]
