@@ -1,7 +1,7 @@
 """Whether a training spec can be grown, and within a lab's bounds: InvalidInput naming the field, or the bound and
 its setting, otherwise."""
 
-from app.engine.runs import InvalidInput
+from app.engine.errors import InvalidInput
 from app.engine.training.data import MAX_POSITIONS, conditions, trained_periods
 from app.engine.training.model import parameter_count
 from app.engine.training.spec import ARCHITECTURES, MAX_CHECKPOINTS, RECIPES, Bounds, TrainingSpec

@@ -28,7 +28,7 @@ import torch
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import PreTrainedTokenizerFast
 
-from app.engine.runs import InvalidInput
+from app.engine.errors import InvalidInput
 from app.engine.training.spec import TrainingSpec
 
 CORPUS = (
