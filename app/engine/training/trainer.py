@@ -11,12 +11,16 @@ from pathlib import Path
 import torch
 from torch.nn.functional import cross_entropy
 
+from app.engine.threads import on_cores
 from app.engine.training.data import Data, conditions
 from app.engine.training.model import build, model_card, parameter_count, save_checkpoint
 from app.engine.training.scores import head_scores, phase_change
 from app.engine.training.spec import TrainingSpec
 
 SLICE_SECONDS = 0.1  # a slice's steps end once this has passed (a learner's analyze waits for one slice at most)
+# A grown model's operations are too small to share out: a second core's team only adds its wake-ups to every one
+# of a step's few hundred operations, many times the step's own time on a busy machine (bench/README.md).
+CORES = 1
 FLOAT_BYTES = 4
 
 
@@ -97,19 +101,23 @@ class Trainer:
         done: one slice. Its progress, for the page."""
         started = time.perf_counter()
         try:
-            if not self._checkpointed:
-                self.checkpoint()
-                return self.progress()
-            while self.step < self.spec.steps:
-                self.train_step()
-                if not self._checkpointed:
-                    self.checkpoint()
-                    break
-                if time.perf_counter() - started >= seconds:
-                    break
+            with on_cores(CORES):
+                self._advance(started, seconds)
             return self.progress()
         finally:
             self.seconds += time.perf_counter() - started
+
+    def _advance(self, started: float, seconds: float) -> None:
+        if not self._checkpointed:
+            self.checkpoint()
+            return
+        while self.step < self.spec.steps:
+            self.train_step()
+            if not self._checkpointed:
+                self.checkpoint()
+                return
+            if time.perf_counter() - started >= seconds:
+                return
 
     def slices(self, seconds: float = SLICE_SECONDS) -> Iterator[Callable[[], dict]]:
         """The rest of the training, a slice at a time (advance)."""
