@@ -8,6 +8,7 @@ from fastapi import APIRouter, Depends, Header, Request
 
 from app.classroom.classes import Classes
 from app.engine.training.spec import MAX_CHECKPOINTS, TrainingSpec
+from app.serving.gate import Client
 from app.serving.training import NotYourTraining, Owner, TeacherOnly, Trainings, browser_of
 from app.web.deps import ClientDep
 from app.web.events import RESPONSES as events_responses
@@ -93,9 +94,10 @@ async def status(train_id: str, trainings: TrainingsDep):
 
 
 async def allowed(trainings: Trainings, train_id: str, classes: Classes | None, client, secret: str | None) -> None:
-    """The browser that started the training, or its class's teacher; anyone else is refused (403)."""
+    """The browser that started the training, or its class's teacher; anyone else is refused (403). A training
+    started by a request without the lab's cookie (a script's, or a browser's very first) belongs to its address."""
     owner = await trainings.owner(train_id)
-    if browser_of(client) == owner.browser:
+    if owner.browser in (browser_of(client), browser_of(Client(client.address))):
         return
     if owner.class_code is not None and classes is not None and secret:
         await classes.check_teacher(owner.class_code, secret)
