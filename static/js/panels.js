@@ -12,6 +12,7 @@ export const PANELS = {
   pipeline: "Pipeline",
   pooled: "Sentence vector",
   lessons: "Experiments",
+  grow: "Grow a model",
 };
 // The panels a model without an adapter cannot fill (capabilities.js): their tabs say so, their panels why.
 const NEEDS = { dissection: "worked_example", pipeline: "pipeline" };
