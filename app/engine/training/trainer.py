@@ -17,7 +17,7 @@ from app.engine.training.model import build, model_card, parameter_count, save_c
 from app.engine.training.scores import head_scores, phase_change
 from app.engine.training.spec import TrainingSpec
 
-SLICE_SECONDS = 0.1  # a slice's steps end once this has passed (a learner's analyze waits for one slice at most)
+SLICE_SECONDS = 0.05  # a slice's steps end once this has passed (a learner's analyze waits for one slice at most)
 # A grown model's operations are too small to share out: a second core's team only adds its wake-ups to every one
 # of a step's few hundred operations, many times the step's own time on a busy machine (bench/README.md).
 CORES = 1
@@ -97,8 +97,8 @@ class Trainer:
         return entry
 
     def advance(self, seconds: float = SLICE_SECONDS) -> dict:
-        """Whole steps until `seconds` have passed or a checkpoint is due (it is then kept), or the training is
-        done: one slice. Its progress, for the page."""
+        """One slice: the checkpoint due, or whole steps until `seconds` have passed, a checkpoint is due or the
+        training is done. Its progress, for the page."""
         started = time.perf_counter()
         try:
             with on_cores(CORES):
@@ -113,11 +113,8 @@ class Trainer:
             return
         while self.step < self.spec.steps:
             self.train_step()
-            if not self._checkpointed:
-                self.checkpoint()
-                return
-            if time.perf_counter() - started >= seconds:
-                return
+            if not self._checkpointed or time.perf_counter() - started >= seconds:
+                return  # a checkpoint due is the next slice's: a slice of steps and a checkpoint was twice as long
 
     def slices(self, seconds: float = SLICE_SECONDS) -> Iterator[Callable[[], dict]]:
         """The rest of the training, a slice at a time (advance)."""
