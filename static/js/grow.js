@@ -159,6 +159,7 @@ export function initGrow(lab) {
   let found = false;
   async function find() {
     found = true;
+    $("grow").setAttribute("aria-busy", "true");
     let trainId = lab.getState().train;
     if (!trainId) {
       try {
@@ -170,6 +171,8 @@ export function initGrow(lab) {
     }
     if (trainId) await follow(trainId);
     else showProgress();
+    $("grow").dataset.view = status?.train_id ?? "none"; // what the panel shows: a training, or none yet
+    $("grow").setAttribute("aria-busy", "false");
   }
 
   lab.subscribe((state, changed) => {
