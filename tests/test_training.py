@@ -231,3 +231,19 @@ def test_a_training_paused_and_resumed_from_its_saved_state_is_the_uninterrupted
     for key in moments:
         for part in ("exp_avg", "exp_avg_sq", "step"):
             assert torch.equal(moments[key][part], theirs[key][part])  # bit for bit: same shapes (the same steps)
+
+
+def test_a_notebook_grows_the_same_model_and_shows_it_with_the_labs_widget(grown, tmp_path):
+    """attention_lab.grow: the lab's training in the kernel, the recipe's checkpoints the lab's own folders; show()
+    draws the last one with the page's views, its tokens the syllables of the prompt."""
+    from attention_lab import grow
+
+    trainer, _ = grown
+    small = grow(tmp_path, steps=50)  # the recipe's first 50 steps: its first three checkpoints
+    assert [c["model"] for c in small.checkpoints] == [c["model"] for c in trainer.checkpoints[:3]]
+    assert small.losses == trainer.losses[:50] and small.phase_change is None
+    assert small.folder(25) == tmp_path / trainer.checkpoints[1]["model"]
+    widget = small.show()
+    assert widget.error == "" and widget.config["model"]["name"] == small.folder().name
+    assert (widget.config["model"]["layers"], widget.config["model"]["heads"]) == (2, 2)
+    assert [token["text"] for token in widget.run["tokens"]][:3] == ["ko", "ra", "ti"]
