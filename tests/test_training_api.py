@@ -219,3 +219,20 @@ def test_sigterm_stops_a_training_with_its_last_checkpoint_kept_and_it_resumes_a
     assert going["state"] == "running"
     until(lab, train_id, lambda found: found["step"] > resume["step"])
     assert client.post(f"{lab.url}/api/train/{train_id}/cancel").json()["state"] == "cancelled"
+
+
+def test_a_trainings_events_give_its_whole_status_then_its_end(lab, paused_and_resumed):
+    """GET /api/train/{id}/events of a training that is done: its status, then "end"; an unknown training 404."""
+    _, _, found = paused_and_resumed
+    events = []
+    with httpx.stream("GET", f"{lab.url}/api/train/{found['train_id']}/events", timeout=30) as stream:
+        assert stream.headers["content-type"].startswith("text/event-stream")
+        kind = None
+        for line in stream.iter_lines():
+            if line.startswith("event: "):
+                kind = line.removeprefix("event: ")
+            elif line.startswith("data: "):
+                events.append((kind, json.loads(line.removeprefix("data: "))))
+    assert [kind for kind, _ in events] == ["training", "end"]
+    assert events[0][1]["checkpoints"] == found["checkpoints"] and events[1][1]["state"] == "done"
+    assert httpx.get(f"{lab.url}/api/train/{'a' * 26}/events", timeout=30).status_code == 404
