@@ -14,6 +14,7 @@ const FOLLOW_MS = 1000; // how often a running training's status is read
 // The recipe's tokens are syllables (ba be bi … da de …): ten of them twice is a prompt whose second half an
 // induction head predicts. A page of another model has a prompt the grown model cannot read.
 const SYLLABLE_PROMPT = "ko ra ti bu me sa lo ve du fi ko ra ti bu me sa lo ve du fi";
+const SECOND_COPY_TOKEN = 13; // "bu", whose earlier copy was followed by "me"
 const STATES = { running: "Growing", paused: "Paused", stopped: "Stopped (the server stopped)", cancelled: "Called off", done: "Done", failed: "Failed" };
 
 const $ = (id) => document.getElementById(id);
@@ -120,7 +121,11 @@ export function initGrow(lab) {
       return;
     }
     const text = status.spec.data === "repeats" ? SYLLABLE_PROMPT : lab.getState().text;
-    const params = new URLSearchParams({ model: one.model, text, panel: "grow", train: status.train_id });
+    // On the head the training's latest checkpoint calls its induction head, at a token of the second copy:
+    // the slider then shows that one head before, during and after its phase change.
+    const [layer, head] = status.checkpoints.at(-1).scores.induction_head;
+    const token = status.spec.data === "repeats" ? SECOND_COPY_TOKEN : 0;
+    const params = new URLSearchParams({ model: one.model, text, layer, head, token, panel: "grow", train: status.train_id });
     window.location.assign(`${window.location.pathname}?${params}`);
   }
 

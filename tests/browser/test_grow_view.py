@@ -92,6 +92,8 @@ def test_a_teacher_grows_the_recipe_watches_its_phase_change_and_opens_its_check
     wait_until(page, "document.body.dataset.run && document.body.dataset.busy === 'false'")
     assert page.locator("#model-picker").input_value() == first
     assert page.locator("#tokens .token").count() == 20  # ten syllables twice, no [UNK]
+    layer, head = found["checkpoints"][-1]["scores"]["induction_head"]
+    assert f"layer={layer}&head={head}&token=13" in page.url  # the induction head, at a token of the second copy
     wait_until(page, "!document.getElementById('grow-slider').disabled")
     before = page.evaluate("document.body.dataset.run")
 
