@@ -236,3 +236,23 @@ def test_a_trainings_events_give_its_whole_status_then_its_end(lab, paused_and_r
     assert [kind for kind, _ in events] == ["training", "end"]
     assert events[0][1]["checkpoints"] == found["checkpoints"] and events[1][1]["state"] == "done"
     assert httpx.get(f"{lab.url}/api/train/{'a' * 26}/events", timeout=30).status_code == 404
+
+
+def test_which_head_will_become_the_induction_head_is_asked_before_it_forms_and_answered_only_after(lab):
+    """A class question about the recipe's training (cancelled early by the first test: no head yet): its
+    choices are the model's four heads, and its reveal waits for an induction head (409 until then)."""
+    teacher = device("127.0.0.1")
+    started = teacher.post(f"{lab.url}/api/classes").json()
+    code, secret = started["code"], {"X-Class-Secret": started["secret"]}
+    try:
+        asked = teacher.post(f"{lab.url}/api/classes/{code}/question", json={"kind": "grown_head"}, headers=secret)
+        assert asked.status_code == 201, asked.text
+        question = asked.json()
+        assert question["view"] == {"train_id": TrainingSpec().train_id} and question["answer"] is None
+        assert [choice["label"] for choice in question["choices"]] == ["head 0.0", "head 0.1", "head 1.0", "head 1.1"]
+        early = teacher.post(f"{lab.url}/api/classes/{code}/question/reveal", headers=secret)
+        assert early.status_code == 409 and "no induction head yet" in early.json()["detail"], early.text
+        unknown = {"kind": "grown_head", "train_id": "a" * 26}
+        assert teacher.post(f"{lab.url}/api/classes/{code}/question", json=unknown, headers=secret).status_code == 404
+    finally:
+        teacher.delete(f"{lab.url}/api/classes/{code}", headers=secret)

@@ -5,6 +5,8 @@
 // state (and so in the URL) as `train`.
 
 import * as api from "./api.js";
+import { blind } from "./blind.js";
+import { askQuestion } from "./class/calls.js";
 import { taughtClass } from "./class/teacher.js";
 import { runPrompt } from "./controls.js";
 import { el } from "./format.js";
@@ -36,8 +38,13 @@ export function initGrow(lab) {
   // The page reads one of this training's checkpoints: another of them has its shape, and is run in place.
   const grownHere = () => status !== null && status.checkpoints.some((one) => one.model === lab.getState().model);
 
+  // While the class votes on which head will become the induction head, nothing on the page names it.
+  const voting = () => blind(lab.getState()) && lab.getState().question?.kind === "grown_head";
+
   function showProgress() {
     const running = status?.state === "running";
+    const formedAlready = status?.phase_change?.formed !== null && status?.phase_change?.formed !== undefined;
+    $("grow-ask").hidden = teacher() === null || formedAlready || voting();
     $("grow-start").hidden = status !== null && ["running", "paused", "stopped"].includes(status.state);
     $("grow-pause").hidden = !running;
     $("grow-resume").hidden = !(status && ["paused", "stopped", "cancelled"].includes(status.state));
@@ -54,7 +61,8 @@ export function initGrow(lab) {
     if (status.loss !== null) parts.push(`training loss ${status.loss.toFixed(2)}`);
     parts.push(`${status.seconds.toFixed(1)} s`);
     const formed = status.phase_change?.formed;
-    if (formed !== null && formed !== undefined) {
+    if (voting()) parts.push("the heads are hidden while the class votes");
+    else if (formed !== null && formed !== undefined) {
       const [layer, head] = status.checkpoints.at(-1).scores.induction_head;
       parts.push(`induction head ${layer}.${head} since step ${formed}`);
     }
@@ -76,8 +84,8 @@ export function initGrow(lab) {
     }
     const [layer, head] = one.scores.induction_head;
     const onStage = one.model === lab.getState().model ? " (on the stage)" : "";
-    $("grow-chosen").textContent =
-      `step ${one.step}: best induction head ${layer}.${head} at ${one.scores.induction_score.toFixed(2)}, in-context loss ${one.scores.in_context_loss.toFixed(2)}${onStage}`;
+    const best = voting() ? "" : `best induction head ${layer}.${head} at ${one.scores.induction_score.toFixed(2)}, `;
+    $("grow-chosen").textContent = `step ${one.step}: ${best}in-context loss ${one.scores.in_context_loss.toFixed(2)}${onStage}`;
     $("grow-open").textContent = grownHere() ? "Run the prompt on it" : "Open it on the stage";
   }
 
@@ -86,7 +94,9 @@ export function initGrow(lab) {
     showChosen();
     if (!open() || status === null || status.checkpoints.length === 0) return;
     const step = chosen === null ? null : status.checkpoints[chosen].step;
-    await Promise.all([drawCurves($("grow-curves"), status, step), drawHeads($("grow-heads"), status, $("grow-score").value, step)]);
+    $("grow-heads").hidden = voting();
+    $("grow-heads-hidden").hidden = !voting();
+    await Promise.all([drawCurves($("grow-curves"), status, step), voting() ? null : drawHeads($("grow-heads"), status, $("grow-score").value, step)]);
   }
 
   async function follow(trainId) {
@@ -146,6 +156,15 @@ export function initGrow(lab) {
   }
 
   $("grow-start").addEventListener("click", () => act(() => api.startTraining({}, teacher())));
+  // Asked before the head forms (before Start, too: the recipe's training is named by its spec), revealed from
+  // the class panel once it has formed.
+  $("grow-ask").addEventListener("click", async () => {
+    try {
+      await askQuestion(teacher(), { kind: "grown_head", train_id: status?.train_id ?? null });
+    } catch (error) {
+      lab.showError(error.message);
+    }
+  });
   for (const move of ["pause", "resume", "cancel"]) {
     $(`grow-${move}`).addEventListener("click", () => act(() => api.moveTraining(status.train_id, move, teacher())));
   }
@@ -181,6 +200,7 @@ export function initGrow(lab) {
   }
 
   lab.subscribe((state, changed) => {
+    if (changed.has("question") && found) draw();
     if (changed.has("panel") && open()) found ? draw() : find();
     else if (changed.has("present") && open()) draw();
   });
