@@ -35,6 +35,7 @@ from app.engine.errors import InvalidInput, OutOfRange, PassFailed, TextTooLong
 from app.engine.model import LoadedModel, ModelLoadError, load_model
 from app.engine.rerank import CrossEncoder, load_cross_encoder
 from app.engine.threads import one_core_elsewhere
+from app.engine.training.spec import Bounds
 from app.serving.atlas import Atlases
 from app.serving.experiments import Experiments
 from app.serving.gate import Busy, PassGate, TooManyWaiting
@@ -43,9 +44,10 @@ from app.serving.memory import check_memory, keep_freed_memory, reserve, reserve
 from app.serving.search import Searches
 from app.serving.server import check_protocol
 from app.serving.spec_store import REDIS_SCHEMES, CorpusAllowance, SpecStore, StoreError, open_spec_store
+from app.serving.training import NotYourTraining, TeacherOnly, TrainingNotFound, Trainings, TrainingUnderWay
 from app.serving.writing import Writings
 from app.settings import Settings, SettingsError, get_settings
-from app.web import api, atlas, docs, experiments, pages, search, writing
+from app.web import api, atlas, docs, experiments, pages, search, training, writing
 from app.web.middleware import (
     BoundedSend,
     CancelOnDisconnect,
@@ -112,6 +114,7 @@ def create_app(
         gc.freeze()
         yield
         gc.unfreeze()
+        await app.state.trainings.close()  # a training under way here saves its state first
         await classes.close()
         store.close()
         app.state.lab.close()
@@ -144,6 +147,7 @@ def create_app(
     app.include_router(atlas.router)
     app.include_router(search.router)
     app.include_router(writing.router)
+    app.include_router(training.router)
     app.include_router(classroom.router)
     app.include_router(pages.router)
     app.include_router(docs.router)
@@ -178,6 +182,7 @@ def build_lab(settings: Settings, loaded: LoadedModel, store: SpecStore) -> Lab:
         model_loads_per_hour=settings.model_loads_per_hour,
         placement=settings.placement,
         max_device_bytes=settings.max_device_bytes,
+        grown=settings.data_dir / "models",
     )
 
 
@@ -185,12 +190,25 @@ def open_lab(
     state: State, settings: Settings, loaded: LoadedModel, store: SpecStore, cross_encoder: CrossEncoder | None = None
 ) -> None:
     """The lab and its rooms on an app's state, for the routers (app.web.deps): its runs and measures (lab), the
-    head atlas (atlases), the experiments, search and writing, each bounded by the settings."""
+    head atlas (atlases), the experiments, search, writing and trainings, each bounded by the settings."""
     state.lab = lab = build_lab(settings, loaded, store)
     state.atlases = Atlases(lab, settings.max_ablation_tokens)
     state.experiments = Experiments(lab, settings.max_attribution_step_tokens, settings.max_patch_tokens)
     state.searches = Searches(lab, cross_encoder)
     state.writings = Writings(lab, settings.max_new_tokens)
+    state.trainings = Trainings(
+        lab,
+        settings.data_dir,
+        Bounds(
+            settings.max_train_weights,
+            settings.max_train_steps,
+            settings.max_train_batch_tokens,
+            settings.max_train_weight_tokens,
+            settings.max_train_text_bytes,
+        ),
+        settings.class_streams_per_browser,
+        settings.class_streams_per_address,
+    )
 
 
 def handle_errors(app: FastAPI) -> None:
@@ -215,6 +233,10 @@ def handle_errors(app: FastAPI) -> None:
     app.add_exception_handler(ClassModeOff, _error(503))
     app.add_exception_handler(PassFailed, _error(503))
     app.add_exception_handler(StoreError, _error(503))
+    app.add_exception_handler(TrainingNotFound, _error(404))
+    app.add_exception_handler(TrainingUnderWay, _error(409))
+    app.add_exception_handler(NotYourTraining, _error(403))
+    app.add_exception_handler(TeacherOnly, _error(403))
     # Last resort: whatever else goes wrong answers as a clear 503 (the server still logs the traceback).
     app.add_exception_handler(Exception, unexpected)
 

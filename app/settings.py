@@ -96,6 +96,15 @@ class Settings(BaseSettings):
     # New tokens a writing may ask for (POST /api/generate's max_new_tokens; 422 past it): each is one pass of the
     # whole model, and the cache of keys and values and the attention rows a writing keeps grow with them.
     max_new_tokens: Annotated[int, between(1, 4096)] = 256
+    # A model grown in the lab (app.engine.training; one training at a time per lab): its weights, its steps, a
+    # step's tokens (batch × length), what a step costs (weights × those tokens: 2^31 is about 0.4 s a step on
+    # one core, 25× the induction recipe's), and a teacher's text in bytes (its BPE is learnt outside the gate,
+    # in about 0.6 s for 200 kB); past any, 422 naming it.
+    max_train_weights: Annotated[int, between(1_000, 100_000_000)] = 1_000_000
+    max_train_steps: Annotated[int, between(1, 10_000_000)] = 20_000
+    max_train_batch_tokens: Annotated[int, between(64, 10_000_000)] = 16_384
+    max_train_weight_tokens: Annotated[int, between(1_000_000, 10**15)] = 2**31
+    max_train_text_bytes: Annotated[int, between(1_000, 100_000_000)] = 200_000
     # Models one address may have loaded (a model let go, asked for again) in an hour; 429 past it.
     model_loads_per_hour: Annotated[int, between(1, 10_000)] = 20
     # A request that gets its turn computes the runs waiting behind it (fair order, same model) in the same

@@ -1,4 +1,4 @@
-"""Attention Lab in a notebook: `from attention_lab import show`.
+"""Attention Lab in a notebook: `from attention_lab import show` (and `grow`, to grow a model here).
 
 A name of its own, so that a notebook whose folder holds an app.py (or an app/) of its own still finds the lab:
 the kernel puts that folder first on sys.path, where `import app` would find the notebook's app, not the lab's.
@@ -32,5 +32,6 @@ def _load_implementation() -> None:
 _load_implementation()
 
 from app.notebook import LabWidget, show  # noqa: E402  (the lab's `app`, loaded above)
+from app.notebook.grow import Grown, grow  # noqa: E402
 
-__all__ = ["LabWidget", "show"]
+__all__ = ["Grown", "LabWidget", "grow", "show"]

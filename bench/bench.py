@@ -12,17 +12,19 @@ phones at once, with Safari's and with Chrome's encodings), a class pressing Ent
 a head atlas of 500 sentences against the raw padded passes of the same sentences (--atlas-only: that
 alone, printed, nothing written), the search lesson (--search-only: that alone): the lab's corpus indexed
 against the raw padded passes over it, a query against one raw pass + the exact search, and the HNSW graph's
-search time and recall@10, and the long-context table (--long-only: that alone, printed, nothing
+search time and recall@10, the long-context table (--long-only: that alone, printed, nothing
 written): a tiny random Llama-style decoder of 8,192 positions (4 blocks, 8 heads, hidden 256, built here,
 offline) at 1,024 to 8,192 tokens: the bytes a run keeps, analyze + its first view against the raw pass
-(output_attentions=False), and in chromium Enter → the first heatmap and a zoom → exact cells.
+(output_attentions=False), and in chromium Enter → the first heatmap and a zoom → exact cells, and growing
+the induction recipe (--training-only: that alone): the lab's steps/s against a bare torch loop of the same
+model, data, optimizer and seed, the wall time from Start to an induction head, and a learner's analyze beside it.
 
 This machine is small and noisy: every number is a median of --reps repetitions, and every ratio is
 taken between numbers measured in this same run. Run it with `make bench`.
 
 Each family of scenarios has a module beside this one: harness.py (what they share: texts, the raw model, a lab
 server), per_request.py (the table's raw pass, lab, bertviz and memory), page.py (chromium), burst.py, join.py,
-atlas.py, search.py, long_context.py, and report.py (the tables and bench/results.md). This file runs them.
+atlas.py, search.py, long_context.py, training.py, and report.py (the tables and bench/results.md). This file runs them.
 """
 
 import harness  # noqa: F401  (first: the environment every scenario runs in)
@@ -59,6 +61,7 @@ from per_request import (
 )
 from report import machine_info, machine_line, summarize, text_table, write_markdown
 from search import measure_search, search_line
+from training import measure_training, training_line
 from transformers import AutoTokenizer
 
 from app.serving.memory import keep_freed_memory
@@ -77,6 +80,9 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--atlas-only", action="store_true", help="only the head atlas, printed, nothing written")
     parser.add_argument("--search-only", action="store_true", help="only the search lesson, printed, nothing written")
     parser.add_argument("--long-only", action="store_true", help="only the long-context table, printed")
+    parser.add_argument(
+        "--training-only", action="store_true", help="only growing the induction recipe, printed, nothing written"
+    )
     parser.add_argument("--out", type=Path, default=BENCH_DIR / "results.json", help="JSON results; a .md beside it")
     args = parser.parse_args()
     args.sizes = [int(size) for size in args.sizes.split(",")]
@@ -104,6 +110,9 @@ def main() -> None:
         return
     if args.long_only:
         print(long_table(measure_long(args.reps, not args.no_browser)))
+        return
+    if args.training_only:
+        print(training_line(measure_training()))
         return
     if args.requests_only:
         before = {}
@@ -156,6 +165,8 @@ def main() -> None:
     search = measure_search(model, tokenizer, args.reps)
     print(f"  {search_line(search)}", flush=True)
     long = measure_long(args.reps, not args.no_browser)
+    training = measure_training()
+    print(f"  {training_line(training)}", flush=True)
 
     rows = [
         summarize(n, raw[n], lab[n], before[n], wire[n], bertviz.get(n, []), browser.get(n, [])) for n in args.sizes
@@ -172,6 +183,7 @@ def main() -> None:
     print(atlas_line(atlas))
     print(search_line(search))
     print(long_table(long))
+    print(training_line(training))
     print(machine_line(machine, args.reps))
 
     results = {
@@ -189,10 +201,13 @@ def main() -> None:
         "atlas": atlas,
         "search": search,
         "long": long,
+        "training": training,
         "seconds": time.perf_counter() - started,
     }
     args.out.write_text(json.dumps(results, indent=2) + "\n")
-    write_markdown(args.out.with_suffix(".md"), rows, memory, burst, join, atlas, search, long, machine, args.reps)
+    write_markdown(
+        args.out.with_suffix(".md"), rows, memory, burst, join, atlas, search, long, training, machine, args.reps
+    )
     print(f"\nWrote {args.out} and {args.out.with_suffix('.md')} in {results['seconds']:.0f} s")
 
 

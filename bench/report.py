@@ -18,6 +18,7 @@ from join import join_line
 from long_context import long_table
 from per_request import OVERVIEW_SIZE, memory_line, per_request_line, request_ratios
 from search import search_line
+from training import training_line
 
 
 def machine_info(load_at_start: tuple[float, float, float]) -> dict:
@@ -146,6 +147,7 @@ def write_markdown(
     atlas: dict,
     search: dict,
     long: dict,
+    training: dict,
     machine: dict,
     reps: int,
 ) -> None:
@@ -169,7 +171,7 @@ def write_markdown(
     body = (
         f"{markdown_table(rows)}\n\n{per_request_line(ratios, reps, before)}\n\n"
         f"{memory_line(memory)}\n\n{burst_line(burst)}\n\n{join_line(join)}\n\n"
-        f"{atlas_line(atlas)}\n\n{search_line(search)}\n\n{long_table(long)}\n\n"
+        f"{atlas_line(atlas)}\n\n{search_line(search)}\n\n{long_table(long)}\n\n{training_line(training)}\n\n"
         f"{machine_line(machine, reps)}\n\n{notes}\n"
     )
     path.write_text(f"{body}\n{lighthouse}" if lighthouse else body)

@@ -192,6 +192,10 @@ class Classes:
         await self.backend.expire(self.store.alive_key(code), min(ttl, self.limits.teacher_away_seconds))
         self._kept_alive[code] = time.monotonic()
 
+    async def running(self) -> int:
+        """Classes running on this lab now (their teachers' pages open lately)."""
+        return await self.backend.count_keys("lab:class-alive:")
+
     def is_teacher(self, record: dict, secret: str | None) -> bool:
         return bool(secret) and hmac.compare_digest(digest_secret(secret), record["secret"])
 

@@ -12,6 +12,7 @@ every screen (app.classroom.answers); a post-test may then be revealed."""
 import json
 import secrets
 import time
+from collections.abc import Awaitable, Callable
 
 from app.classroom.answers import class_gains
 from app.classroom.errors import BadChoice, ClassLimit, WrongPhase
@@ -38,10 +39,19 @@ class Rounds:
         self.votes_due.discard(code)
 
     async def ask(
-        self, code: str, question: Question, view: dict, step: dict | None, text: str | None, test: str | None = None
+        self,
+        code: str,
+        question: Question,
+        view: dict,
+        step: dict | None,
+        text: str | None,
+        test: str | None = None,
+        answered_later: bool = False,
     ) -> QuestionState:
         """A new question, its first round open; `test`: "pre" or "post" for a test. The one before stays in the
-        class's record (for the CSV); a test still open is closed first, so that its votes count."""
+        class's record (for the CSV); a test still open is closed first, so that its votes count.
+        `answered_later`: a question about what has not happened yet (which head a training will grow), its
+        values and answer settled at its reveal (reveal's `settle`)."""
         async with self.store.lock(code):
             ttl = await self.store.ttl(code)
             if await self.backend.hlen(self.store.key(code, "questions")) >= MAX_QUESTIONS:
@@ -70,11 +80,11 @@ class Rounds:
                     }
                     for index, choice in enumerate(question.choices)
                 ],
-                "values": [choice.value for choice in question.choices],
+                "values": None if answered_later else [choice.value for choice in question.choices],
                 "ranks": [choice.rank for choice in question.choices] if question.ranked else None,
                 "ranked": question.ranked,
-                "answer": question.answer,
-                "right": list(question.right),
+                "answer": None if answered_later else question.answer,
+                "right": [] if answered_later else list(question.right),
                 "phase": "open",
                 "round": 1,
                 "tallies": [],
@@ -153,14 +163,22 @@ class Rounds:
             await self.backend.set(self.store.key(code, "gain"), gain.model_dump_json(), ttl)
             await self.store.publish(code, "gain", GainEvent(gain=gain))
 
-    async def reveal(self, code: str) -> QuestionState:
+    async def reveal(self, code: str, settle: Callable[[dict], Awaitable[Question]] | None = None) -> QuestionState:
         """The answer, its value, each round's tally and share right; every learner's score counts it. A
-        post-test is closed first; a pre-test is never revealed (the post-test asks it again)."""
+        post-test is closed first; a pre-test is never revealed (the post-test asks it again). A question
+        answered later is answered first by `settle` (its record -> the question with its values), which may
+        refuse (WrongPhase: not yet)."""
         async with self.store.lock(code):
             record = await self._current(code)
             ttl = await self.store.ttl(code)
             if record["test"] == "pre":
                 raise WrongPhase("a pre-test's answer is not revealed: the post-test asks the class again")
+            if record["answer"] is None and record["phase"] != "revealed":
+                if settle is None:
+                    raise WrongPhase("this question's answer is not known yet")
+                answered = await settle(record)
+                record["values"] = [choice.value for choice in answered.choices]
+                record["answer"], record["right"] = answered.answer, list(answered.right)
             if record["test"] == "post" and record["phase"] == "open":
                 await self._close_test(code, record, ttl)
             # Once, even from two workers at the same moment: a score counts each question once.

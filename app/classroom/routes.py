@@ -5,6 +5,7 @@ in app.classroom.classes and its parts; a question's choices and answer come fro
 
 import io
 import socket
+from dataclasses import asdict
 from typing import Annotated
 
 import numpy as np
@@ -15,7 +16,7 @@ from starlette.concurrency import run_in_threadpool
 
 from app.classroom.answers import answers_csv
 from app.classroom.classes import Classes
-from app.classroom.errors import ClassModeOff
+from app.classroom.errors import ClassModeOff, WrongPhase
 from app.classroom.schemas import (
     AttendsAsk,
     ClassSnapshot,
@@ -23,6 +24,7 @@ from app.classroom.schemas import (
     ClassStarted,
     ClassView,
     Code,
+    GrownHeadAsk,
     HeadAsk,
     Join,
     Joined,
@@ -37,7 +39,9 @@ from app.classroom.schemas import (
 )
 from app.engine import questions
 from app.engine.errors import InvalidInput
+from app.engine.training.spec import TrainingSpec
 from app.serving.server import is_loopback
+from app.serving.training import TrainingNotFound, Trainings
 from app.web.deps import ClientDep, ExperimentsDep, LabDep, SearchesDep
 from app.web.events import RESPONSES as events_responses
 from app.web.events import EventStream
@@ -129,6 +133,7 @@ async def show(code: Code, body: ClassView, classes: ClassesDep, secret: Secret 
 
 @router.post("/{code}/question", response_model=QuestionState, status_code=201)
 async def ask(
+    request: Request,
     code: Code,
     body: QuestionAsk,
     classes: ClassesDep,
@@ -141,6 +146,8 @@ async def ask(
     """A question about a run, its choices and answer computed here from the run's numbers; its first round
     opens. Any question asked before is closed (and kept for the answers' CSV)."""
     await classes.check_teacher(code, secret)
+    if isinstance(body, GrownHeadAsk):
+        return await grown_head_question(code, body, classes, request.app.state.trainings)
     run = await lab.serve_run(body.run_id, client)
     engine = await lab.engine_for(run.spec.model, client)
     if isinstance(body, AttendsAsk):
@@ -160,6 +167,49 @@ async def ask(
     view = body.model_dump(exclude={"kind", "step", "text", "test"})
     step = body.step.model_dump() if body.step else None
     return await classes.rounds.ask(code, question, view, step, body.text, body.test)
+
+
+async def grown_head_question(code: str, body: GrownHeadAsk, classes: Classes, trainings: Trainings):
+    """Which head will become the induction head of a training (the recipe's by default, started or not): asked
+    while none has formed, its choices the model's heads; answered at the reveal (grown_head_answer)."""
+    train_id = body.train_id or TrainingSpec().train_id
+    try:
+        status = await trainings.status(train_id)
+    except TrainingNotFound:
+        if body.train_id is not None:
+            raise
+        status = None
+    if status is not None and status["phase_change"] and status["phase_change"]["formed"] is not None:
+        raise WrongPhase(
+            f"training {train_id} grew its induction head at step {status['phase_change']['formed']}: ask before it "
+            "forms (a new training, or another seed)"
+        )
+    shape = status["spec"] if status else asdict(TrainingSpec())
+    question = questions.grown_head(shape["layers"], shape["heads"])
+    view = {"train_id": train_id}
+    step = body.step.model_dump() if body.step else None
+    return await classes.rounds.ask(code, question, view, step, body.text, answered_later=True)
+
+
+def grown_head_answer(trainings: Trainings):
+    """The settle of a grown_head question at its reveal: each head's induction score at the training's latest
+    checkpoint, once that checkpoint has an induction head (else WrongPhase: not yet)."""
+
+    async def settle(record: dict) -> questions.Question:
+        train_id = record["view"]["train_id"]
+        try:
+            status = await trainings.status(train_id)
+        except TrainingNotFound:
+            raise WrongPhase(f"training {train_id} has not started: start it, and reveal once its head forms") from None
+        if not status["checkpoints"] or not status["checkpoints"][-1]["scores"]["formed"]:
+            raise WrongPhase(
+                f"training {train_id} has no induction head yet (step {status['step']:,} of {status['steps']:,}, "
+                f"{status['state']}): reveal once it has formed"
+            )
+        spec = status["spec"]
+        return questions.grown_head(spec["layers"], spec["heads"], status["checkpoints"][-1]["scores"]["prefix_min"])
+
+    return settle
 
 
 async def patch_question(experiments, run, engine, body: PatchAsk, client) -> questions.Question:
@@ -214,9 +264,11 @@ async def close(code: Code, classes: ClassesDep, secret: Secret = None):
 
 
 @router.post("/{code}/question/reveal", response_model=QuestionState)
-async def reveal(code: Code, classes: ClassesDep, secret: Secret = None):
+async def reveal(request: Request, code: Code, classes: ClassesDep, secret: Secret = None):
+    """The answer, its value and each round's tally; a grown_head question's answer is read from its training's
+    latest checkpoint now (409 until that checkpoint has an induction head)."""
     await classes.check_teacher(code, secret)
-    return await classes.rounds.reveal(code)
+    return await classes.rounds.reveal(code, settle=grown_head_answer(request.app.state.trainings))
 
 
 @router.get("/{code}/answers.csv", response_class=Response, responses={200: {"content": {"text/csv": {}}}})

@@ -114,7 +114,21 @@ class SearchAsk(Ask):
     count: int = Field(4, ge=2, le=6, description="How many of the ranking's first documents to offer")
 
 
-QuestionAsk = Annotated[AttendsAsk | HeadAsk | NextTokenAsk | PatchAsk | SearchAsk, Field(discriminator="kind")]
+class GrownHeadAsk(Strict):
+    """Which head of a model the lab grows (POST /api/train) will become its induction head? Asked before its
+    induction head forms, answered at the reveal from the training's latest checkpoint; never a test."""
+
+    kind: Literal["grown_head"]
+    train_id: str | None = Field(
+        None, pattern=r"^[a-z2-7]{26}$", description="The training; none: the induction recipe's ({}), started or not"
+    )
+    step: Step | None = None
+    text: str | None = Field(None, max_length=300, description="The question's wording; by default the server's")
+
+
+QuestionAsk = Annotated[
+    AttendsAsk | HeadAsk | NextTokenAsk | PatchAsk | SearchAsk | GrownHeadAsk, Field(discriminator="kind")
+]
 
 
 class MeasureInfo(BaseModel):
@@ -142,7 +156,7 @@ class QuestionState(BaseModel):
     """What every screen shows of a question: never the answer, nor a tally of a round still open."""
 
     id: str
-    kind: Literal["attends", "head", "next_token", "patch", "search"]
+    kind: Literal["attends", "head", "next_token", "patch", "search", "grown_head"]
     test: Test | None = Field(description="A pre-test or a post-test (one round, closed without its votes shown)")
     text: str
     step: Step | None

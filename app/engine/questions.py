@@ -270,3 +270,20 @@ def first_document(
     read = f", each read after “{document_prefix}”," if document_prefix else ""
     text = f"Which of {these}{read} comes first for “{cut(query)}”?"
     return Question("search", text, tuple(choices), ranked=len(documents))
+
+
+GROWN_HEAD_TEXT = "Which head will become the induction head?"
+
+
+def grown_head(layers: int, heads: int, induction: list[list[float]] | None = None) -> Question:
+    """Which head of a model being grown becomes its induction head? Choices: every head, "head L.H"; values:
+    each head's induction (prefix-matching) score, least over the held-out sequences, at the training's latest
+    checkpoint (app.engine.training.scores): known only once it has grown one, so a question asked before is
+    answered at its reveal (all zeros until then)."""
+    scores = induction or [[0.0] * heads for _ in range(layers)]
+    choices = tuple(
+        Choice(f"head {layer}.{head}", scores[layer][head], head=head)
+        for layer in range(layers)
+        for head in range(heads)
+    )
+    return Question("grown_head", GROWN_HEAD_TEXT, choices)

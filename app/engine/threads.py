@@ -20,8 +20,9 @@ are skipped and torch keeps its defaults.
 import asyncio
 import ctypes
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TypeVar
 
@@ -58,6 +59,17 @@ def use_cores(cores: int) -> None:
         OPENMP.omp_set_num_threads(cores)
     if MKL is not None:
         MKL.MKL_Set_Num_Threads_Local(cores)
+
+
+@contextmanager
+def on_cores(cores: int) -> Iterator[None]:
+    """torch on the calling thread uses `cores` cores while the block runs, then as many as before."""
+    before = torch.get_num_threads()
+    use_cores(cores)
+    try:
+        yield
+    finally:
+        use_cores(before)
 
 
 class ModelThreads:

@@ -25,6 +25,7 @@ from app.engine.engine import BATCH_TOKENS, Engine
 from app.engine.model import LoadedModel
 from app.engine.runs import Run
 from app.engine.spec import RUN_ID, RunSpec
+from app.engine.training.model import is_grown
 from app.serving.cache import RunCache
 from app.serving.gate import ANYONE, Client, PassGate
 from app.serving.memory import Budget
@@ -160,11 +161,12 @@ class Lab:
         model_loads_per_hour: int = 20,
         placement: Placement | None = None,
         max_device_bytes: int = 0,
+        grown: Path | None = None,
     ):
         """`loaded`: the default model; `folders`: more models, loaded when first asked for, in `placement`'s
         dtype and device where they do not choose their own (by default: decided at load, their weights within
         max_cache_bytes). `max_device_bytes`: each GPU's memory for the work done there (0: its free memory,
-        app.engine.placement.work_bytes)."""
+        app.engine.placement.work_bytes). `grown`: the folder of the models grown in the lab (data/models)."""
         # One budget of memory for what is kept and the work under way (app.serving.memory.Budget): every
         # computation takes its bytes from it before it starts. What is kept is bounded within it too: a quarter
         # for computed blocks of weights (Run.weights, each N² floats a head), the rest for the runs and the
@@ -178,7 +180,9 @@ class Lab:
         )
         self.blocks = BlockCache(max_cache_bytes // BLOCK_SHARE)
         placement = placement or Placement(host_budget_bytes=max_cache_bytes)
-        self.models = Models(loaded, list(folders), max_chars, max_tokens, max_loaded_models, self.blocks, placement)
+        self.models = Models(
+            loaded, list(folders), max_chars, max_tokens, max_loaded_models, self.blocks, placement, grown
+        )
         self.loads = Loads(model_loads_per_hour)
         self.specs = specs
         self.gate = gate
@@ -222,7 +226,8 @@ class Lab:
         return await self.models.engine(model, lambda name, steps: self._load(name, steps, client))
 
     async def _load(self, name: str, steps: Iterator[Callable[[], Engine]], client: Client) -> Engine:
-        self.loads.take(client.address)
+        if not is_grown(name):  # a grown checkpoint loads in a few ms: a slider over them is no flood of loads
+            self.loads.take(client.address)
         return await self.works.run(Work(f"the load of {name}", steps), client)
 
     async def measured(self, run: Run, measure: str, layer: int | None, client: Client = ANYONE) -> list[Tensor]:

@@ -2,9 +2,17 @@
 shape, for the page and the API: nothing a page view or GET /api/model asks for loads a model again), then
 loaded when a run needs them, at most a few at a time (the least recently used one beyond the default is let
 go; its runs are recomputed from their specs if it is needed again). A load takes turns of the lab's own, a
-step at a time (app.engine.model.load_steps), and one address may cause at most a few an hour (Loads)."""
+step at a time (app.engine.model.load_steps), and one address may cause at most a few an hour (Loads).
+
+Models grown in the lab (app.engine.training) are served too: every checkpoint folder in the data folder's
+models/ (grown-<digest>), found when listed or asked for by name, so that every worker and replica sharing the
+data folder serves the same ones. They are small (a few hundred KB to a few MB): a slider over a training's
+checkpoints loads one after another, so they are kept loaded apart from the others (up to MAX_GROWN_LOADED, the
+least recently used let go) and their loads count against no address's loads an hour."""
 
 import asyncio
+import json
+import os
 import time
 from collections import OrderedDict, deque
 from collections.abc import Awaitable, Callable, Iterator
@@ -27,9 +35,11 @@ from app.engine.model import (
     read_sentence_pipeline,
 )
 from app.engine.runs import BLOCK_BYTES
+from app.engine.training.model import GROWN_ABOUT, is_grown
 from app.serving.gate import TooManyWaiting
 
 HOUR = 3600.0
+MAX_GROWN_LOADED = 32  # grown checkpoints kept loaded at once in a worker, apart from max_loaded
 
 
 class UnknownModel(InvalidInput):
@@ -82,10 +92,13 @@ class Models:
         max_loaded: int,
         blocks: BlockCache | None = None,
         placement: Placement = AUTO,
+        grown: Path | None = None,
     ):
         """`folders`: more models, each a folder or a Hub id (app.engine.model.locate), read in `placement`'s
         dtype and device where it does not choose its own (`?dtype=…`). `blocks`: where every engine's runs
-        keep the blocks of weights they compute, one cache for all (Run.weights)."""
+        keep the blocks of weights they compute, one cache for all (Run.weights). `grown`: the folder of the
+        models grown in the lab (the data folder's models/), served beside these."""
+        self.grown = grown
         self.default = default.name
         # every engine's input limits and block cache (Engine)
         self.limits = (max_chars, max_tokens, BlockCache(BLOCK_BYTES) if blocks is None else blocks)
@@ -121,20 +134,55 @@ class Models:
 
     @property
     def names(self) -> list[str]:
-        return list(self.folders)
+        """The listed models, the default first, then the grown ones, oldest first."""
+        return [*(name for name in self.folders if not is_grown(name)), *self.grown_names()]
+
+    def grown_names(self) -> list[str]:
+        """The checkpoints in the grown models' folder now, oldest first (a training's in the order it kept them)."""
+        if self.grown is None or not self.grown.is_dir():
+            return []
+        found = [
+            (entry.stat().st_mtime_ns, entry.name)
+            for entry in os.scandir(self.grown)
+            if is_grown(entry.name) and entry.is_dir()
+        ]
+        return [name for _, name in sorted(found)]
 
     def known(self, name: str | None) -> str:
         """The model's name (the default for None), if this lab serves it and could read it."""
         name = name or self.default
+        if name not in self.folders and self.grown is not None and is_grown(name):
+            if (self.grown / name / "config.json").is_file():
+                self.folders[name] = self.grown / name
+                self.references[name] = str(self.grown / name)
         if name not in self.folders:
-            raise UnknownModel(f"no model {name!r} here: this lab serves {', '.join(self.names)}")
+            listed = ", ".join(name for name in self.folders if not is_grown(name))
+            grown = f" and {len(self.grown_names())} grown ones (/api/models)" if self.grown_names() else ""
+            raise UnknownModel(f"no model {name!r} here: this lab serves {listed}{grown}")
         if name in self.unreadable:
             raise UnreadableModel(self.unreadable[name])
         return name
 
     def info(self, name: str | None) -> dict:
-        """A model's shape and family, loaded or not."""
-        return self.infos[self.known(name)]
+        """A model's shape and family, loaded or not (a grown model is read the first time: it is small)."""
+        name = self.known(name)
+        if name not in self.infos:
+            try:
+                engine = self._engines.get(name)
+                loaded = engine.loaded if engine is not None else load_model(self.references[name], name)
+            except ModelLoadError as error:
+                raise UnreadableModel(str(error)) from error
+            self.infos[name] = Engine(loaded, *self.limits).info
+        return self.infos[name]
+
+    def grown_about(self, name: str) -> dict | None:
+        """The training and step a grown model came from (its folder's grown.json), None for another model."""
+        if not is_grown(name) or self.grown is None:
+            return None
+        try:
+            return json.loads((self.grown / name / GROWN_ABOUT).read_text())
+        except (OSError, ValueError):
+            return None
 
     def loaded(self, name: str) -> Engine | None:
         return self._engines.get(name)
@@ -173,7 +221,8 @@ class Models:
                     except ModelLoadError as error:
                         raise UnreadableModel(str(error)) from error
         self._engines.move_to_end(name)
-        while len(self._engines) > self.max_loaded:
-            oldest = next(other for other in self._engines if other not in (self.default, name))
-            del self._engines[oldest]
+        for grown, most in ((False, self.max_loaded), (True, MAX_GROWN_LOADED)):
+            kind = [other for other in self._engines if is_grown(other) == grown]
+            for oldest in [other for other in kind if other not in (self.default, name)][: max(0, len(kind) - most)]:
+                del self._engines[oldest]
         return engine

@@ -273,3 +273,28 @@ export async function write(knobs, { signal, onEvent = () => {} } = {}) {
   }
   return answer;
 }
+
+// Growing a model (app/web/training.py): a spec ({} is the induction recipe) starts a training, named by its
+// train_id; its status carries its curves, its checkpoints' head scores and their served model names. In a
+// class, the teacher's {code, secret} goes with a start and with a pause, resume or cancel.
+function teacherHeaders(teacher) {
+  return { "content-type": "application/json", ...(teacher ? { "X-Class-Secret": teacher.secret } : {}) };
+}
+
+export async function startTraining(spec = {}, teacher = null) {
+  const body = teacher ? { ...spec, class_code: teacher.code } : spec;
+  return (await request("/api/train", { method: "POST", headers: teacherHeaders(teacher), body: JSON.stringify(body) })).json();
+}
+
+export async function training(trainId) {
+  return (await request(`/api/train/${trainId}`)).json();
+}
+
+export async function trainings() {
+  return (await request("/api/train")).json();
+}
+
+// move: "pause", "resume" or "cancel".
+export async function moveTraining(trainId, move, teacher = null) {
+  return (await request(`/api/train/${trainId}/${move}`, { method: "POST", headers: teacherHeaders(teacher) })).json();
+}

@@ -9,6 +9,7 @@ import { initControls, runPrompt, showError } from "./controls.js";
 import { numbersOf } from "./data.js";
 import { dissectionView } from "./dissection.js";
 import { gridView } from "./grid.js";
+import { initGrow } from "./grow.js";
 import { LESSONS, lessonsView } from "./lessons/lessons.js";
 import { initPanels, PANELS } from "./panels.js";
 import { pipelineView } from "./pipeline.js";
@@ -29,7 +30,7 @@ await initState(
     text: config.defaultText, mask: model.default_mask, pooling: model.default_pooling, layer: 0, head: 0, token: null, present: false,
     sinks: "show", pair: "", segments: "all", also: [], preview: null, heads: [...Array(model.heads).keys()], blockMean: false,
     allHeads: false, predict: false, tour: null, lesson: null, panel: null, scale: "blues", classCode: null, measure: "weights",
-    model: model.name, question: null, promptName: model.default_prompt ?? "", patch: null,
+    model: model.name, question: null, promptName: model.default_prompt ?? "", patch: null, train: null,
   },
   {
     defaultModel: config.defaultModel, defaultPrompt: model.default_prompt ?? "", layers: model.layers, heads: model.heads, masks: model.masks, poolings: model.poolings,
@@ -50,4 +51,5 @@ initPredict(lab);
 initWrite(lab);
 initTour(lab);
 initClassroom(lab);
+initGrow(lab);
 runPrompt(lab);

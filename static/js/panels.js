@@ -13,6 +13,7 @@ export const PANELS = {
   pooled: "Sentence vector",
   lessons: "Experiments",
   write: "Write",
+  grow: "Grow a model",
 };
 // The panels a model without an adapter cannot fill (capabilities.js): their tabs say so, their panels why.
 const NEEDS = { dissection: "worked_example", pipeline: "pipeline" };

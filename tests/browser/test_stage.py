@@ -37,7 +37,7 @@ PHONES = [(360, 740), (375, 667), (390, 844), (412, 915), (430, 932)]
 MODES = {"normal": "", "present": "present=1"}
 CANVAS = "#heatmap .hm-canvas"
 CORE = ["#prompt", "#tokens", "#heatmap", CANVAS, "#attends"]
-PANELS = ["dissection", "grid", "pipeline", "pooled", "lessons", "write"]
+PANELS = ["dissection", "grid", "pipeline", "pooled", "lessons", "write", "grow"]
 # What each tour step explains (tests/browser/test_lessons_tour.py has the same list).
 TOUR_TARGETS = {1: "tokens", 2: "tokens", 3: "pipeline", 4: "pipeline", 5: "pipeline", 6: "dissection"}
 TOUR_TARGETS |= {7: "dissection", 8: "heatmap", 9: "dissection", 10: "dissection", 11: "pipeline", 12: "pipeline"}

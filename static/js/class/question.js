@@ -16,6 +16,7 @@ export function valueName(question) {
   if (question.kind === "next_token") return "probability";
   if (question.kind === "patch") return "share of the way to B";
   if (question.kind === "search") return "cosine";
+  if (question.kind === "grown_head") return "induction score";
   return measureOf(question.measure.key, question.view.sinks).name;
 }
 

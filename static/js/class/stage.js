@@ -26,7 +26,10 @@ export function showStageGain(next) {
 export function showStage(question, role) {
   shown = [question, role];
   const cover = $("class-stage");
-  const covered = Boolean(question) && question.phase !== "revealed" && !(question.phase === "closed" && question.test === "pre");
+  // A question about a model still to grow leaves the stage uncovered: the class watches it grow, and the grow
+  // panel hides its heads until the reveal (grow.js).
+  const covered =
+    Boolean(question) && question.kind !== "grown_head" && question.phase !== "revealed" && !(question.phase === "closed" && question.test === "pre");
   cover.hidden = !covered;
   document.body.classList.toggle("blind", covered);
   if (!covered) {

@@ -17,11 +17,16 @@ import { showStageGain, showVerdict } from "./stage.js";
 const $ = (id) => document.getElementById(id);
 const TEACHER_KEY = "attention-lab-class"; // sessionStorage: the class this tab teaches, and its secret
 
+// The class this tab teaches ({code, secret, …}), or null: what a teacher's other actions (growing a model) send.
+export function taughtClass() {
+  return JSON.parse(sessionStorage.getItem(TEACHER_KEY) ?? "null");
+}
+
 export function initTeacher(lab) {
   const panel = $("class-panel");
   const opener = $("class-start");
   const show = keptInSight($("class-scroll"));
-  let taught = JSON.parse(sessionStorage.getItem(TEACHER_KEY) ?? "null");
+  let taught = taughtClass();
   let feed = null;
   let question = null;
   let phaseShown = null; // the question's id and phase last drawn: a new phase is scrolled into the panel's sight
