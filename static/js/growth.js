@@ -46,8 +46,11 @@ export async function drawCurves(element, status, chosenStep) {
   if (phase) {
     shapes.push({ type: "rect", xref: "x", yref: "paper", x0: phase.start, x1: phase.end, y0: 0, y1: 1, fillcolor: COLOURS.phase, line: { width: 0 } });
     shapes.push({ type: "line", xref: "x", yref: "paper", x0: phase.step, x1: phase.step, y0: 0, y1: 1, line: { color: "#b36b00", width: 2, dash: "dash" } });
-    // halfway up: above the curves once they have dropped, below them before
-    annotations.push({ x: phase.step, y: 0.6, xref: "x", yref: "paper", xanchor: "left", text: ` phase change, step ${phase.step}`, showarrow: false, font: { ...font, color: COLOURS.phaseText } });
+    // Halfway up (above the curves once they have dropped, below them before), on the side of the line with the
+    // more room, in two short lines: on a phone the plot is about 200 px wide.
+    const side = phase.step > status.steps / 2 ? "right" : "left";
+    const text = side === "left" ? ` phase change<br> at step ${phase.step}` : `phase change <br>at step ${phase.step} `;
+    annotations.push({ x: phase.step, y: 0.6, xref: "x", yref: "paper", xanchor: side, align: side, text, showarrow: false, font: { ...font, color: COLOURS.phaseText } });
   }
   if (chosenStep !== null) {
     shapes.push({ type: "line", xref: "x", yref: "paper", x0: chosenStep, x1: chosenStep, y0: 0, y1: 1, line: { color: COLOURS.chosen, width: 1 } });
@@ -80,7 +83,7 @@ export async function drawCurves(element, status, chosenStep) {
       font,
       paper_bgcolor: "rgba(0,0,0,0)",
       plot_bgcolor: "rgba(0,0,0,0)",
-      margin: margins(font),
+      margin: { ...margins(font), l: font.size * 3.6 }, // the losses' ticks are one digit: the plot gets the room
       xaxis: { title: { text: "step" }, range: [0, status.steps], zeroline: false },
       yaxis: { title: { text: "loss (nats)" }, rangemode: "tozero" },
       showlegend: false,

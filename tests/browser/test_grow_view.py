@@ -74,7 +74,7 @@ def test_a_teacher_grows_the_recipe_watches_its_phase_change_and_opens_its_check
     assert status_of(server, train_id)["spec"]["layers"] == 2  # {}: the recipe
 
     # the phase change, drawn as it happens, the heads hidden while the class votes: then paused
-    wait_until(page, "document.getElementById('grow-curves').textContent.includes('phase change, step')", timeout=120)
+    wait_until(page, "document.getElementById('grow-curves').textContent.includes('phase change')", timeout=120)
     deadline = time.monotonic() + 60
     while status_of(server, train_id)["phase_change"]["formed"] is None:
         assert time.monotonic() < deadline, "no induction head formed"
@@ -100,7 +100,7 @@ def test_a_teacher_grows_the_recipe_watches_its_phase_change_and_opens_its_check
     wait_until(page, "document.getElementById('grow-progress').textContent.includes('induction head')")
     assert page.locator("#grow-heads").is_visible()
     phase = found["phase_change"]["step"]
-    assert f"phase change, step {phase}" in page.text_content("#grow-curves")
+    assert f"at step {phase}" in page.text_content("#grow-curves")
     ticks = page.locator("#grow-heads .ytick text").all_text_contents()
     assert ticks == ["head 0.0", "head 0.1", "head 1.0", "head 1.1"]
     assert page.locator("#grow-resume").is_visible() and page.locator("#grow-pause").is_hidden()
@@ -154,3 +154,115 @@ def test_a_teacher_grows_the_recipe_watches_its_phase_change_and_opens_its_check
     httpx.post(f"{server}/api/train/{train_id}/cancel", timeout=30)
     context.close()
     assert errors == [], errors
+
+
+PROJECTORS = [(1024, 768), (1280, 720), (1366, 768), (1600, 900), (1920, 1080)]
+PHONES = [(360, 740), (390, 844)]
+
+
+def grown(server: str) -> dict:
+    """A training of the recipe that has formed its induction head: the one the flow above grew, or one grown
+    here when this test runs alone (paused once it has formed)."""
+    for listed in httpx.get(f"{server}/api/train", timeout=30).json()["trainings"]:
+        found = status_of(server, listed["train_id"])
+        if found["phase_change"] and found["phase_change"]["formed"] is not None:
+            return found
+    train_id = httpx.post(f"{server}/api/train", json={}, timeout=30).json()["train_id"]
+    deadline = time.monotonic() + 120
+    while (status_of(server, train_id)["phase_change"] or {}).get("formed") is None:
+        assert time.monotonic() < deadline, "no induction head formed"
+        time.sleep(0.5)
+    httpx.post(f"{server}/api/train/{train_id}/pause", timeout=30)
+    return status_of(server, train_id)
+
+
+# Every text of the panel's two charts (ticks, titles, the phase change's label, the colour bar) wholly inside its
+# chart: audit.js leaves an SVG's text alone, and Plotly draws a label past the plot's edge where it is cut.
+CHART_TEXT = """() => {
+  const problems = [];
+  for (const id of ['grow-curves', 'grow-heads']) {
+    const svg = document.querySelector(`#${id} .main-svg`);
+    if (!svg || !svg.checkVisibility()) continue;
+    const box = svg.getBoundingClientRect();
+    for (const text of document.querySelectorAll(`#${id} svg text`)) {
+      const r = text.getBoundingClientRect();
+      if (!text.textContent.trim() || r.width === 0) continue;
+      const past = r.left < box.left - 0.5 || r.right > box.right + 0.5
+        || r.top < box.top - 0.5 || r.bottom > box.bottom + 0.5;
+      if (past) {
+        const at = (b) => `${Math.round(b.left)}–${Math.round(b.right)} px`;
+        problems.push(`#${id}: “${text.textContent}” past the chart's edge at ${at(r)} in ${at(box)}`);
+      }
+    }
+  }
+  return problems;
+}"""
+
+
+def drawn(page):
+    """The panel has read its training and drawn both charts, at its width and in the page's mode's type."""
+    grow = "document.getElementById('grow')"
+    wait_until(page, f"{grow}.dataset.view && {grow}.ariaBusy === 'false'")
+    size = "document.body.classList.contains('present') ? '17px' : '12px'"
+    for chart in ("curves", "heads"):
+        wait_until(page, f"document.querySelector('#grow-{chart} .xtick text')?.style.fontSize === ({size})")
+    wait_until(page, "document.getElementById('grow-curves').textContent.includes('phase change')")
+    page.wait_for_timeout(300)  # the charts follow the panel's width (a ResizeObserver)
+
+
+def present(page, on: bool):
+    if page.evaluate("document.body.classList.contains('present')") != on:
+        page.evaluate("document.getElementById('present').click()")
+
+
+def test_the_grow_panel_is_whole_at_every_projector_and_phone_in_present_too(browser, server):
+    """Issue 56: the panel with a grown training (its curves, the phase change, the heads × steps picture, the
+    slider) at the five projector sizes, in presentation mode (on the stage and enlarged over it) and not, and on
+    both phones: nothing with a number, a word or a control cut, ellipsised or off-screen, no chart's text past
+    its chart; in presentation mode every text at the floor (tests/browser/test_projectors.py)."""
+    found = grown(server)
+    problems = []
+    context = browser.new_context(viewport=dict(zip(("width", "height"), PROJECTORS[0], strict=True)))
+    page = context.new_page()
+    page.goto(f"{server}/?panel=grow&train={found['train_id']}")
+    for on in (False, True):
+        present(page, on)
+        where = "present" if on else "plain"
+        for width, height in PROJECTORS:
+            page.set_viewport_size({"width": width, "height": height})
+            for enlarged in (False, True) if on else (False,):
+                if enlarged:
+                    page.click("#panel-enlarge")
+                page.locator(PANEL).scroll_into_view_if_needed()
+                drawn(page)
+                label = f"{width}×{height} {where}{' enlarged' if enlarged else ''}"
+                floor = (18 if width >= 1280 else 16) if on else 0
+                problems += [f"{label}: {p}" for p in audit.problems(page, floor, floor and 16, PANEL)]
+                problems += [f"{label}: {p}" for p in page.evaluate(CHART_TEXT)]
+                if width in (1024, 1920):
+                    shot(page, f"grow-{width}x{height}-{where}{'-enlarged' if enlarged else ''}")
+                if enlarged:
+                    page.click("#panel-enlarge")
+    context.close()
+    phone = {"is_mobile": True, "has_touch": True, "device_scale_factor": 3}
+    context = browser.new_context(viewport=dict(zip(("width", "height"), PHONES[0], strict=True)), **phone)
+    page = context.new_page()
+    page.goto(f"{server}/?panel=grow&train={found['train_id']}")
+    for width, height in PHONES:
+        page.set_viewport_size({"width": width, "height": height})
+        for on in (False, True):
+            present(page, on)
+            page.locator(PANEL).scroll_into_view_if_needed()
+            drawn(page)
+            label = f"phone {width}{' present' if on else ''}"
+            floor = 16 if on else 0
+            problems += [f"{label}: {p}" for p in audit.problems(page, floor, floor, PANEL, page_scrolls=True)]
+            problems += [f"{label}: {p}" for p in page.evaluate(CHART_TEXT)]
+            sideways = page.evaluate("document.scrollingElement.scrollWidth")
+            if sideways > width:
+                problems.append(f"{label}: the page scrolls sideways ({sideways} px)")
+            for chart in ("curves", "heads"):
+                name = f"grow-{chart}-phone-{width}{'-present' if on else ''}.png"
+                page.locator(f"#grow-{chart}").screenshot(path=ARTIFACTS / name)
+    context.close()
+    assert not problems, "\n".join(problems)
