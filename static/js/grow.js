@@ -13,6 +13,8 @@ import { el } from "./format.js";
 import { drawCurves, drawHeads, followWidth, HEAD_SCORES } from "./growth.js";
 
 const FOLLOW_MS = 1000; // how often a running training's status is read
+// How often a paused or stopped one is: a learner's page has no other way to hear that the teacher resumed it.
+const WAITING_MS = 3000;
 // The recipe's tokens are syllables (ba be bi … da de …): ten of them twice is a prompt whose second half an
 // induction head predicts. A page of another model has a prompt the grown model cannot read.
 const SYLLABLE_PROMPT = "ko ra ti bu me sa lo ve du fi ko ra ti bu me sa lo ve du fi";
@@ -45,10 +47,12 @@ export function initGrow(lab) {
     const running = status?.state === "running";
     const formedAlready = status?.phase_change?.formed !== null && status?.phase_change?.formed !== undefined;
     $("grow-ask").hidden = teacher() === null || formedAlready || voting();
-    $("grow-start").hidden = status !== null && ["running", "paused", "stopped"].includes(status.state);
-    $("grow-pause").hidden = !running;
-    $("grow-resume").hidden = !(status && ["paused", "stopped", "cancelled"].includes(status.state));
-    $("grow-cancel").hidden = !(status && ["running", "paused", "stopped"].includes(status.state));
+    // A learner's page watches the teacher's training: only the teacher starts, pauses or calls one off.
+    const watching = learner();
+    $("grow-start").hidden = watching || (status !== null && ["running", "paused", "stopped"].includes(status.state));
+    $("grow-pause").hidden = watching || !running;
+    $("grow-resume").hidden = watching || !(status && ["paused", "stopped", "cancelled"].includes(status.state));
+    $("grow-cancel").hidden = watching || !(status && ["running", "paused", "stopped"].includes(status.state));
     $("grow-bar").hidden = status === null;
     $("grow-pictures").hidden = status === null || status.checkpoints.length === 0;
     if (status === null) {
@@ -99,21 +103,28 @@ export function initGrow(lab) {
     await Promise.all([drawCurves($("grow-curves"), status, step), voting() ? null : drawHeads($("grow-heads"), status, $("grow-score").value, step)]);
   }
 
+  let reading = 0; // the latest follow's number: an older one's answer, come late, is dropped
   async function follow(trainId) {
     clearTimeout(timer);
+    const mine = ++reading;
+    let read;
     try {
-      status = await api.training(trainId);
+      read = await api.training(trainId);
     } catch (error) {
       lab.showError(error.message);
       return;
     }
+    if (mine !== reading) return;
+    status = read;
     if (lab.getState().train !== trainId) lab.setState({ train: trainId });
     if (chosen === null) {
       const onStage = status.checkpoints.findIndex((one) => one.model === lab.getState().model);
       if (onStage >= 0) chosen = onStage; // the slider starts at the checkpoint the page reads
     }
     await draw();
+    if (mine !== reading) return;
     if (status.state === "running") timer = setTimeout(() => follow(trainId), FOLLOW_MS);
+    else if (["paused", "stopped"].includes(status.state)) timer = setTimeout(() => follow(trainId), WAITING_MS);
   }
 
   // A checkpoint on the stage: run in place on a page of the same training's model, or its own page otherwise
@@ -143,6 +154,7 @@ export function initGrow(lab) {
     const taught = taughtClass();
     return taught?.code && taught?.secret ? { code: taught.code, secret: taught.secret } : null;
   };
+  const learner = () => Boolean(lab.getState().classCode) && teacher() === null;
 
   async function act(work) {
     try {
@@ -200,6 +212,12 @@ export function initGrow(lab) {
   }
 
   lab.subscribe((state, changed) => {
+    // A training named anew (by the teacher's view, on a learner's page that follows it): followed from its start.
+    if (changed.has("train") && state.train && state.train !== status?.train_id && found) {
+      chosen = null;
+      follow(state.train).then(() => ($("grow").dataset.view = status?.train_id ?? "none"));
+      return;
+    }
     if (changed.has("question") && found) draw();
     if (changed.has("panel") && open()) found ? draw() : find();
     else if (changed.has("present") && open()) draw();

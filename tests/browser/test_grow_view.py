@@ -28,6 +28,10 @@ def server(tmp_path_factory):
     lab.stop()
 
 
+# How many steps the Grow panel's training-loss curve has drawn.
+CURVE_POINTS = "(document.getElementById('grow-curves').data?.[0]?.x.length ?? 0)"
+
+
 def status_of(server: str, train_id: str) -> dict:
     return httpx.get(f"{server}/api/train/{train_id}", timeout=30).json()
 
@@ -56,10 +60,14 @@ def test_a_teacher_grows_the_recipe_watches_its_phase_change_and_opens_its_check
     wait_until(page, "document.body.dataset.run")
     # a class: before the model grows, it votes on which head will become the induction head
     started = start_class(page)
-    learner = browser.new_context(viewport={"width": 390, "height": 844}).new_page()
-    learner.on("pageerror", lambda error: errors.append(f"learner: {error}"))
-    learner.goto(started["join_url"])
-    learner.click("#class-name-skip")
+    learners = []  # three learners' pages, on two phones and a laptop: none opens anything, each follows
+    for width, height in [(390, 844), (360, 740), (1280, 720)]:
+        learner = browser.new_context(viewport={"width": width, "height": height}).new_page()
+        learner.on("pageerror", lambda error, width=width: errors.append(f"learner {width}: {error}"))
+        learner.goto(started["join_url"])
+        learner.click("#class-name-skip")
+        learners.append(learner)
+    learner = learners[0]
     page.click("#class-fold")  # the class panel folds to a strip: the stage's panels get the room
     if page.locator("#panel-menu").is_visible():  # a narrow side column lists the panels under one button
         page.click("#panel-menu")
@@ -72,6 +80,13 @@ def test_a_teacher_grows_the_recipe_watches_its_phase_change_and_opens_its_check
     wait_until(page, "new URLSearchParams(location.search).get('train')")
     train_id = train_id_of(page)
     assert status_of(server, train_id)["spec"]["layers"] == 2  # {}: the recipe
+    # every learner's page shows the teacher's training as it grows: its curve advancing, its progress
+    for one in learners:
+        wait_until(one, f"{CURVE_POINTS} > 0", timeout=60)
+    for one, before in [(one, one.evaluate(CURVE_POINTS)) for one in learners]:
+        wait_until(one, f"{CURVE_POINTS} > {before}", timeout=30)
+        assert one.text_content("#grow-progress").startswith("Growing: step")
+        assert one.locator("#grow-curves").is_visible() and one.locator("#grow-start").is_hidden()
 
     # the phase change, drawn as it happens, the heads hidden while the class votes: then paused
     wait_until(page, "document.getElementById('grow-curves').textContent.includes('phase change')", timeout=120)
@@ -82,8 +97,13 @@ def test_a_teacher_grows_the_recipe_watches_its_phase_change_and_opens_its_check
     page.wait_for_timeout(1200)  # the page has read the status that says so
     assert page.locator("#grow-heads").is_hidden() and page.locator("#grow-heads-hidden").is_visible()
     assert "induction head" not in page.text_content("#grow-progress") + page.text_content("#grow-chosen")
+    for one in learners:  # the phase change marked on every learner's page too
+        wait_until(one, "document.getElementById('grow-curves').textContent.includes('phase change')")
+    learners[2].screenshot(path=ARTIFACTS / "grow-learner-follows-1280x720.png")
     page.click("#grow-pause")
     wait_until(page, "document.getElementById('grow-progress').textContent.startsWith('Paused')")
+    for one in learners:
+        wait_until(one, "document.getElementById('grow-progress').textContent.startsWith('Paused')")
     found = status_of(server, train_id)
     assert found["state"] == "paused" and found["phase_change"]["formed"] is not None
     page.click("#class-fold")
@@ -95,7 +115,8 @@ def test_a_teacher_grows_the_recipe_watches_its_phase_change_and_opens_its_check
     wait_until(learner, f"document.getElementById('class-question').textContent.includes('head {layer}.{head}')")
     learner.screenshot(path=ARTIFACTS / "grow-class-revealed-phone-390.png")
     end_class(server, started)
-    learner.context.close()
+    for one in learners:
+        one.context.close()
     page.click("#class-fold")  # the ended class's panel folded away: the stage's panels get the room again
     wait_until(page, "document.getElementById('grow-progress').textContent.includes('induction head')")
     assert page.locator("#grow-heads").is_visible()

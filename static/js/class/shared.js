@@ -1,10 +1,10 @@
 // The view a class shares: what the URL carries, less what is one person's own (presentation, colours,
 // predict-first). The teacher's page sends it; a following learner's page applies it; a lesson plan's step
-// applies it too.
+// applies it too. `train` is the training the teacher's Grow panel follows: a learner's follows it live.
 
 import { runPrompt } from "../controls.js";
 
-export const SHARED = ["model", "text", "pair", "mask", "pooling", "layer", "head", "heads", "blockMean", "token", "also", "panel", "tour", "sinks", "segments", "lesson", "measure"];
+export const SHARED = ["model", "text", "pair", "mask", "pooling", "layer", "head", "heads", "blockMean", "token", "also", "panel", "tour", "sinks", "segments", "lesson", "measure", "train"];
 const RUN_INPUTS = ["text", "pair", "mask", "pooling"];
 
 export function sharedView(state) {
