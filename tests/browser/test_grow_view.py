@@ -68,25 +68,38 @@ def test_a_teacher_grows_the_recipe_watches_its_phase_change_and_opens_its_check
         learner.click("#class-name-skip")
         learners.append(learner)
     learner = learners[0]
-    page.click("#class-fold")  # the class panel folds to a strip: the stage's panels get the room
-    if page.locator("#panel-menu").is_visible():  # a narrow side column lists the panels under one button
-        page.click("#panel-menu")
-    page.click("#panel-tab-grow")
-    page.wait_for_selector("#grow-start:visible")
-    page.click("#grow-ask")
+    # the shipped plan, played: its first step opens the Grow panel and asks the class
+    page.click("#plan-edit summary")
+    page.click("#plan-grow")
+    wait_until(page, "document.getElementById('plan-said').textContent.startsWith('Opened')")
+    page.click("#plan-edit summary")
+    step = lambda number: (  # noqa: E731
+        page.click("#plan-next"),
+        wait_until(page, f"document.getElementById('plan-now').dataset.step === '{number}'"),
+    )
+    step(1)
     assert choice_labels(learner) == ["head 0.0", "head 0.1", "head 1.0", "head 1.1"]
     vote_on(learner, "head 1.1")
-    page.click("#grow-start")
+    step(2)  # starts growing the recipe
     wait_until(page, "new URLSearchParams(location.search).get('train')")
     train_id = train_id_of(page)
     assert status_of(server, train_id)["spec"]["layers"] == 2  # {}: the recipe
-    # every learner's page shows the teacher's training as it grows: its curve advancing, its progress
+    # every learner's page shows the teacher's training as it grows, opening nothing: its curve, its progress
     for one in learners:
         wait_until(one, f"{CURVE_POINTS} > 0", timeout=60)
-    for one, before in [(one, one.evaluate(CURVE_POINTS)) for one in learners]:
-        wait_until(one, f"{CURVE_POINTS} > {before}", timeout=30)
         assert one.text_content("#grow-progress").startswith("Growing: step")
         assert one.locator("#grow-curves").is_visible() and one.locator("#grow-start").is_hidden()
+    step(3)  # the plateau: paused before the head forms
+    wait_until(page, "document.getElementById('grow-progress').textContent.startsWith('Paused')")
+    paused = status_of(server, train_id)
+    assert paused["state"] == "paused" and (paused["phase_change"] or {}).get("formed") is None, paused["step"]
+    for one in learners:
+        wait_until(one, "document.getElementById('grow-progress').textContent.startsWith('Paused')")
+    before = [one.evaluate(CURVE_POINTS) for one in learners]
+    step(4)  # resumed: every learner's curve advances again
+    for one, points in zip(learners, before, strict=True):
+        wait_until(one, f"{CURVE_POINTS} > {points}", timeout=30)
+    page.click("#class-fold")  # the class panel folds to a strip: the stage's panels get the room
 
     # the phase change, drawn as it happens, the heads hidden while the class votes: then paused
     wait_until(page, "document.getElementById('grow-curves').textContent.includes('phase change')", timeout=120)

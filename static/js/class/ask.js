@@ -7,10 +7,12 @@
 // head of this block, at the selected token or every token, or which token before this block, taken from
 // input B `source`, moves the output furthest towards B's), "search" (which document of index `indexId` comes
 // first for the prompt read as a query, after the typed `prefix`, among `documents` by line or, for null, the
-// ranking's first four). step: {index, title} of a lesson plan's step, or
+// ranking's first four), "grown_head" (which head of the induction recipe the lab grows will become its
+// induction head). step: {index, title} of a lesson plan's step, or
 // null; text: the teacher's own wording, or null for the server's; test: "pre" or "post" for a test (one
 // round, answered alone), or null for rounds.
 export function questionAsk(kind, state, { pattern = "previous", source = "", indexId = null, prefix = "", documents = null, step = null, text = null, test = null } = {}) {
+  if (kind === "grown_head") return { kind, train_id: null, step, text }; // the induction recipe's, started or not
   const run_id = state.run.run_id;
   if (kind === "search") return { kind, run_id, index_id: indexId, prefix, documents, step, text, test };
   if (kind === "head") return { kind, run_id, layer: state.layer, pattern, step, text, test };

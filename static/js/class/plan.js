@@ -1,5 +1,6 @@
 // A lesson plan: a title, the model it was made for, and steps, each a view (a prompt and how to look at
-// it, as the view's link says it), an optional question for the class, and a note for the teacher. Saved as a
+// it, as the view's link says it), an optional question for the class, an optional move of the lab's induction
+// recipe (start, pause, resume), and a note for the teacher. Saved as a
 // JSON file, or as a link that carries it compressed in its fragment (#plan=…, never sent to the server).
 // Every field is checked as it is read: a plan is a file from anywhere.
 
@@ -11,7 +12,10 @@ const LINK = "#plan=";
 // The view's keys a step keeps (a link's parameter names): one person's own ones (presentation, colours,
 // predict-first, the tour, the class) are not part of a lesson's view.
 const STEP_KEYS = ["text", "pair", "segments", "mask", "pooling", "layer", "head", "heads", "token", "with", "blocks", "sinks", "measure", "panel", "lesson"];
-export const QUESTION_KINDS = ["attends", "head", "next_token", "patch", "search"];
+export const QUESTION_KINDS = ["attends", "head", "next_token", "patch", "search", "grown_head"];
+// What a step does to the lab's induction recipe (the Grow panel's training): a plan names the recipe, never a
+// grown model, whose name is its weights' digest and may differ between CPUs.
+export const TRAINING_MOVES = ["start", "pause", "resume"];
 export const PATCH_BY = ["head", "position"];
 export const PATTERNS = ["previous", "cls", "sep", "period", "self", "next"];
 // A question may be a test of what the class knows before the lesson and after it: one round, alone, no votes
@@ -45,7 +49,7 @@ function readQuestion(question) {
       ? { documents: question.documents }
       : {}),
     ...(words(question.text, 200) ? { text: words(question.text, 200) } : {}),
-    ...(TESTS.includes(question.test) ? { test: question.test } : {}),
+    ...(TESTS.includes(question.test) && question.kind !== "grown_head" ? { test: question.test } : {}), // never a test
   };
 }
 
@@ -56,7 +60,8 @@ export function readPlan(data) {
     const view = step && typeof step.view === "object" && step.view ? step.view : {};
     if (typeof view.text !== "string" || !view.text.trim()) throw new Error(`step ${index + 1} has no prompt (view.text)`);
     const kept = Object.fromEntries(Object.entries(view).filter(([key, value]) => STEP_KEYS.includes(key) && ["string", "number"].includes(typeof value)));
-    return { title: words(step.title, 80) || `Step ${index + 1}`, view: kept, question: readQuestion(step.question), note: words(step.note, 2000) };
+    const training = TRAINING_MOVES.includes(step.training) ? { training: step.training } : {};
+    return { title: words(step.title, 80) || `Step ${index + 1}`, view: kept, question: readQuestion(step.question), ...training, note: words(step.note, 2000) };
   });
   return { format: PLAN_FORMAT, title: words(data.title, 120) || "Lesson", model: words(data.model, 200) || null, steps };
 }

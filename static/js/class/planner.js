@@ -2,6 +2,7 @@
 // added, an optional question and a note), saved as a JSON file or a link, opened again, and played: "Next
 // step" applies the step's view, which the class follows, and asks its question when a class is live.
 
+import * as api from "../api.js";
 import { el } from "../format.js";
 import { linkedPlan, PATCH_BY, PATTERNS, planLink, PLAN_FORMAT, QUESTION_KINDS, readPlan, stepOf, stepView, TESTS } from "./plan.js";
 import { applyView } from "./shared.js";
@@ -13,9 +14,10 @@ const READY = [
   ["plan-sample", "sample.json", "Sample lesson"],
   ["plan-vector", "ids-to-sentence-vector.json", "Ids to a sentence vector"],
   ["plan-search", "search.json", "Search with the sentence vector"],
+  ["plan-grow", "grow.json", "Grow an induction head"],
 ];
 // The choices' words are short: a select cannot wrap, and the panel is 15 rem wide on a 1024×768 projector.
-const KINDS = { attends: "Most attended token", next_token: "Next token", search: "First document" };
+const KINDS = { attends: "Most attended token", next_token: "Next token", search: "First document", grown_head: "Grown induction head" };
 const PATTERN_WORDS = {
   previous: "previous token",
   cls: "first special",
@@ -59,13 +61,16 @@ function asks(question) {
   return question.test ? ` · ${question.test}-test` : " · asks";
 }
 
+const MOVE_WORDS = { start: " · starts growing", pause: " · pauses", resume: " · resumes" };
+
 // The teacher panel's kind for a step's question (a patch question's kind says by what it patches).
 function askedKind(question) {
   return question.kind === "patch" ? `patch-${question.by}` : question.kind;
 }
 
 // lab: the page; teacher.ask(kind, {pattern, step, text}) asks the class (nothing without a live class);
-// teacher.open() opens the teacher's panel (a plan's link opens the page with it).
+// teacher.open() opens the teacher's panel (a plan's link opens the page with it); teacher.taught() is the live
+// class ({code, secret}) or null: while a class runs only its teacher moves a training.
 export function initPlanner(lab, teacher) {
   const saved = JSON.parse(sessionStorage.getItem(PLAN_KEY) ?? "null");
   let plan = saved?.plan ?? { format: PLAN_FORMAT, title: "", model: lab.model.name, steps: [] };
@@ -141,7 +146,7 @@ export function initPlanner(lab, teacher) {
     next.textContent = at < 0 ? "Start" : "Next step";
     steps.replaceChildren(
       ...plan.steps.map((item, index) => {
-        const go = el("button", { type: "button", class: "plan-go", "aria-current": index === at ? "step" : "false" }, `${index + 1}. ${item.title}${asks(item.question)}`);
+        const go = el("button", { type: "button", class: "plan-go", "aria-current": index === at ? "step" : "false" }, `${index + 1}. ${item.title}${asks(item.question)}${MOVE_WORDS[item.training] ?? ""}`);
         go.addEventListener("click", () => play(index));
         const move = (label, name, action) => {
           const node = el("button", { type: "button", "aria-label": `${name} step ${index + 1}`, title: name }, label);
@@ -171,7 +176,17 @@ export function initPlanner(lab, teacher) {
     );
   };
 
-  // A step played: its view applied (the class follows it), then its question asked, about that view's run.
+  // A step's move of the induction recipe: the Grow panel follows the training named in the state.
+  async function train(move) {
+    const taught = teacher.taught();
+    const trainId = move === "start" ? null : (lab.getState().train ?? (await api.trainings()).active);
+    if (move !== "start" && !trainId) throw new Error(`no training to ${move}: a step starts it first`);
+    const status = move === "start" ? await api.startTraining({}, taught) : await api.moveTraining(trainId, move, taught);
+    lab.setState({ train: status.train_id });
+  }
+
+  // A step played: its training moved, its view applied (the class follows both), then its question asked,
+  // about that view's run.
   async function play(index) {
     const step = plan.steps[index];
     if (!step) return;
@@ -179,6 +194,7 @@ export function initPlanner(lab, teacher) {
     keep();
     show();
     try {
+      if (step.training) await train(step.training);
       if (!(await applyView(lab, stepView(step, lab.model)))) return; // another model's page opens instead
       if (step.question && lab.getState().run) {
         await teacher.ask(askedKind(step.question), { pattern: step.question.pattern, source: step.question.source, prefix: step.question.prefix ?? "", documentPrefix: step.question.document_prefix ?? "", documents: step.question.documents ?? null, test: step.question.test ?? null, text: step.question.text ?? null, step: { index: index + 1, title: step.title } });

@@ -88,7 +88,7 @@ export function initTeacher(lab) {
     question = await askQuestion(taught, questionAsk(chosen, lab.getState(), options));
     showFlow();
   };
-  const planner = initPlanner(lab, { ask: (chosen, options) => (taught ? ask(chosen, options) : null), open: () => openPanel(true) });
+  const planner = initPlanner(lab, { ask: (chosen, options) => (taught ? ask(chosen, options) : null), open: () => openPanel(true), taught: () => taught });
   $("class-ask").addEventListener("click", act(() => ask(kind.value, { pattern: $("class-pattern").value, source: $("class-source").value, step: planner.step() })));
   for (const move of ["show", "again", "close", "reveal"]) {
     $(`class-${move}`).addEventListener(
