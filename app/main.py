@@ -13,7 +13,6 @@ from fastapi.responses import JSONResponse
 from fastapi.staticfiles import StaticFiles
 from starlette.datastructures import State
 from starlette.exceptions import HTTPException as StarletteHTTPException
-from starlette_compress import CompressMiddleware
 
 from app.classroom import routes as classroom
 from app.classroom.backends import MemoryBackend, RedisBackend, StoreDown
@@ -52,6 +51,7 @@ from app.web.middleware import (
     BoundedSend,
     CancelOnDisconnect,
     ClientCookie,
+    Compress,
     ForwardedClient,
     HeadAsGet,
     LimitBody,
@@ -137,8 +137,9 @@ def create_app(
     app.add_middleware(ClientCookie)
     app.add_middleware(CancelOnDisconnect)
     # The page and the API's answers go out compressed to a client that accepts it: static files come
-    # compressed already (app.web.precompressed), and so do the attention matrices (app.web.compression).
-    app.add_middleware(CompressMiddleware)
+    # compressed already (app.web.precompressed), and so do the attention matrices and a writing's stream
+    # (app.web.compression), which go plain to a client on this machine.
+    app.add_middleware(Compress, plain_to_this_machine=writing.PLAIN_TO_THIS_MACHINE)
     app.add_middleware(BoundedSend)
     app.add_middleware(ForwardedClient)
     app.add_middleware(StreamsCounted)

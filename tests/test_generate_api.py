@@ -1,15 +1,18 @@
 """POST /api/generate and its streams (app.web.writing, app.serving.writing) on tiny random GPT-2, Llama and Qwen3
 folders, one lab for the module: the tokens of model.generate after torch.manual_seed, the funnel and the rows of
 transformers' own passes, the stream equal to the answer, a follower given every token once and in order, the
-bounds, a writing called off when its client leaves, the process's RNG left alone, and an encoder refused."""
+stream plain to a client on this machine and compressed to one elsewhere, the bounds, a writing called off when its
+client leaves, the process's RNG left alone, and an encoder refused."""
 
 import asyncio
 import base64
 import json
 
+import brotli
 import numpy as np
 import pytest
 import torch
+import zstandard
 from fastapi.testclient import TestClient
 
 from app.engine.model import load_model, packaged_model_path
@@ -44,14 +47,16 @@ def models(folders) -> dict:
 
 @pytest.fixture(scope="module")
 def client(folders):
-    """The lab serving the tiny GPT-2 by default, the tiny Llama and Qwen3 and the packaged MiniLM beside it."""
+    """The lab serving the tiny GPT-2 by default, the tiny Llama and Qwen3 and the packaged MiniLM beside it; its
+    requests come from a client on this machine (127.0.0.9) unless they name another (ELSEWHERE)."""
     with pytest.MonkeyPatch.context() as patch:
         others = [str(folders["llama"]), str(folders["qwen3"]), str(packaged_model_path())]
         patch.setenv("ATTENTION_LAB_MODELS", ",".join(others))
         patch.setenv("ATTENTION_LAB_MAX_LOADED_MODELS", "4")
         patch.setenv("ATTENTION_LAB_MAX_NEW_TOKENS", str(MOST))
+        patch.setenv("ATTENTION_LAB_TRUSTED_PROXIES", "127.0.0.9")
         get_settings.cache_clear()
-        with TestClient(create_app(load_model(folders["gpt2"]))) as test_client:
+        with TestClient(create_app(load_model(folders["gpt2"])), client=("127.0.0.9", 40000)) as test_client:
             yield test_client
     get_settings.cache_clear()
 
@@ -139,6 +144,40 @@ def test_the_stream_is_the_answer_and_a_follower_by_id_gets_every_token_once_in_
     followed = events(client.get(f"/api/generate/{answer['writing_id']}/stream").text)
     assert followed == found
     assert client.get("/api/generate/aaaaaaaaaaaaaaaaaaaaaaaaaa/stream").status_code == 404
+
+
+ELSEWHERE = {"X-Forwarded-For": "192.0.2.7"}  # a client on another machine, behind the lab's trusted proxy
+DECODERS = {"zstd": lambda body: zstandard.ZstdDecompressor().decompressobj().decompress(body), "br": brotli.decompress}
+
+
+def sent(client, method: str, url: str, headers: dict, **kwargs) -> tuple:
+    """A stream's headers and its body as sent, not decoded."""
+    with client.stream(method, url, headers=headers, **kwargs) as response:
+        assert response.status_code == 200
+        return response.headers, b"".join(response.iter_raw())
+
+
+@pytest.mark.parametrize("encoding", ["zstd", "br"])
+def test_the_stream_goes_plain_to_this_machine_and_compressed_elsewhere(client, encoding):
+    """Each event carries a step's rows: the stream compresses them itself, off the event loop, for a client
+    elsewhere, and sends them plain to one on this machine, past the compression middleware (app.web.writing)."""
+    body = {"text": PROMPT, "max_new_tokens": 6, **SAMPLED[1]}
+    accepts = {"Accept-Encoding": f"{encoding}, gzip"}
+    headers, plain = sent(client, "POST", "/api/generate/stream", accepts, json=body)
+    assert "content-encoding" not in headers
+    found = events(plain.decode())
+    assert [name for name, _ in found] == ["writing"] + ["step"] * 6 + ["done"]
+    headers, packed = sent(client, "POST", "/api/generate/stream", {**accepts, **ELSEWHERE}, json=body)
+    assert headers["content-encoding"] == encoding and headers["vary"] == "Accept-Encoding"
+    assert len(packed) < len(plain) / 1.5
+    assert DECODERS[encoding](packed) == plain
+    url = f"/api/generate/{found[0][1]['writing_id']}/stream"
+    headers, followed = sent(client, "GET", url, {**accepts, **ELSEWHERE})
+    assert headers["content-encoding"] == encoding and DECODERS[encoding](followed) == plain
+    headers, followed = sent(client, "GET", url, accepts)
+    assert "content-encoding" not in headers and followed == plain
+    # The other answers still go compressed by the middleware, to this machine too.
+    assert client.post("/api/generate", json=body, headers=accepts).headers["content-encoding"] == encoding
 
 
 def test_bounds_are_refused_naming_them(client, names):

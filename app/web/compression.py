@@ -7,12 +7,16 @@ level 1 compresses these bytes both faster and smaller than 4. The middleware pa
 Content-Encoding as it is.
 
 A client on the server's own machine gets the matrices uncompressed (app.web.api.attention): over loopback
-the bytes cost less than compressing and decoding them (bench/floor.py's replay server). The small JSON
-answers stay compressed by the middleware, which costs little. The figures: bench/README.md.
+the bytes cost less than compressing and decoding them (bench/floor.py's replay server). A writing's stream
+carries a step's attention rows in every event and follows the same policy (app.web.writing): its events are
+compressed in a thread for a client elsewhere and sent plain to one on this machine, past the middleware
+(app.web.middleware.Compress). The small JSON answers stay compressed by the middleware, which costs little.
+The figures: bench/README.md.
 """
 
+import asyncio
 import zlib
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import AsyncIterable, AsyncIterator, Callable, Iterable, Iterator
 
 import brotli
 import zstandard
@@ -65,4 +69,17 @@ def compressed(pieces: Iterable[bytes], encoding: str) -> Iterator[bytes]:
     compress, flush, finish = STREAMS[encoding]()
     for piece in pieces:
         yield compress(piece) + flush()
+    yield finish()
+
+
+async def compressed_as_they_come(pieces: AsyncIterable[str], encoding: str) -> AsyncIterator[bytes]:
+    """The pieces of a stream as one compressed stream, each compressed in a thread and flushed as it comes:
+    off the event loop, which every other request needs meanwhile."""
+    compress, flush, finish = STREAMS[encoding]()
+
+    def flushed(piece: str) -> bytes:
+        return compress(piece.encode()) + flush()
+
+    async for piece in pieces:
+        yield await asyncio.to_thread(flushed, piece)
     yield finish()

@@ -9,6 +9,8 @@ from contextlib import AbstractAsyncContextManager
 from fastapi.responses import StreamingResponse
 from starlette.types import Receive, Scope, Send
 
+from app.web.compression import compressed_as_they_come
+
 RETRY_MS = 1000  # how soon a browser's EventSource reconnects after a stream ends
 MEDIA_TYPE = "text/event-stream"
 RESPONSES = {200: {"content": {MEDIA_TYPE: {}}}}  # what a route that streams events answers, for /docs
@@ -17,17 +19,21 @@ Event = tuple[str, object] | None  # (name, data sent as JSON), or None: a comme
 
 
 class EventStream(StreamingResponse):
-    """The events of `following` (an async context manager yielding an async iterator of Event) as SSE."""
+    """The events of `following` (an async context manager yielding an async iterator of Event) as SSE, compressed
+    in `encoding` by the stream itself where one is given (app.web.compression.compressed_as_they_come)."""
 
-    def __init__(self, following: AbstractAsyncContextManager[AsyncIterator[Event]]):
-        super().__init__(
-            iter(()), media_type=MEDIA_TYPE, headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"}
-        )
+    def __init__(self, following: AbstractAsyncContextManager[AsyncIterator[Event]], encoding: str | None = None):
+        headers = {"Cache-Control": "no-store", "X-Accel-Buffering": "no"}
+        if encoding is not None:
+            headers |= {"Content-Encoding": encoding, "Vary": "Accept-Encoding"}
+        super().__init__(iter(()), media_type=MEDIA_TYPE, headers=headers)
         self.following = following
+        self.encoding = encoding
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         async with self.following as events:
-            self.body_iterator = sse(events)
+            texts = sse(events)
+            self.body_iterator = texts if self.encoding is None else compressed_as_they_come(texts, self.encoding)
             await super().__call__(scope, receive, send)
 
 

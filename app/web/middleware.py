@@ -13,11 +13,13 @@ import hmac
 import ipaddress
 import json
 import logging
+import re
 import secrets
 
 from starlette.requests import cookie_parser
+from starlette_compress import CompressMiddleware
 
-from app.serving.server import STREAM_EXTENSION, is_trusted
+from app.serving.server import STREAM_EXTENSION, is_loopback, is_trusted
 
 # Plotly and the page set inline styles (element style attributes), hence 'unsafe-inline' for styles
 # only; no inline or eval'd script is allowed. Images: Plotly renders PNG exports through data: URLs.
@@ -374,3 +376,27 @@ def is_event_stream(start: dict) -> bool:
     return any(
         name.lower() == b"content-type" and value.startswith(b"text/event-stream") for name, value in start["headers"]
     )
+
+
+class Compress:
+    """starlette_compress's middleware, except for the answers a route sends plain to a client on this machine (the
+    paths `plain_to_this_machine` matches, from a loopback address): those pass it untouched. The middleware picks
+    its encoder from the request alone, before any route runs, and compresses every answer whose Content-Encoding is
+    absent or identity: an answer cannot tell it "leave me as I am" without claiming an encoding it does not have,
+    so the paths are named here. Such a route compresses its answer itself, off the event loop, for a client
+    elsewhere (app.web.compression), and the Content-Encoding it sets makes the middleware pass that one too."""
+
+    def __init__(self, app, plain_to_this_machine: re.Pattern):
+        self.app = app
+        self.compressing = CompressMiddleware(app)
+        self.plain_to_this_machine = plain_to_this_machine
+
+    async def __call__(self, scope, receive, send):
+        if (
+            scope["type"] == "http"
+            and scope.get("client")
+            and self.plain_to_this_machine.search(scope["path"])
+            and is_loopback(scope["client"][0])
+        ):
+            return await self.app(scope, receive, send)
+        await self.compressing(scope, receive, send)
