@@ -127,6 +127,8 @@ def test_a_label_tells_repeated_pieces_apart_by_their_position():
     assert token_labels(["[CLS]", "a", " a", "dog", " ", "a", "[SEP]"]) == [
         "[CLS]", "a #1", "a #2", "dog", "␣", "a #5", "[SEP]",
     ]  # fmt: skip
+    # A byte-level vocabulary's control bytes, which draw nothing, spelled by their bytes; a tab is a blank.
+    assert token_labels(["\x7f", "\x1b", "a\x00", "\t"]) == ["<0x7F>", "<0x1B>", "a<0x00>", "␣"]
 
 
 def test_every_token_list_names_a_repeated_word_by_its_position(client):

@@ -4,10 +4,17 @@ page reads each token's `label` from the run and never recomputes it."""
 
 from collections import Counter
 
+# A byte-level vocabulary (GPT-2's) has a piece for each control byte: as text most draw nothing at all, so a
+# choice, chip or bar would read blank. Each is spelled by its byte as SentencePiece spells its byte pieces
+# ("<0x7F>"): every font draws that, where the Unicode control pictures are missing from many. Those Python counts
+# as space (tab, line feeds, \x1c-\x1f) are blanks, "␣".
+CONTROL_BYTES = {code: f"<0x{code:02X}>" for code in [*range(0x20), 0x7F] if not chr(code).isspace()}
+
 
 def shown(text: str) -> str:
-    """A piece as a label: without the space a byte-level piece carries in front, "␣" for a blank one."""
-    return text.strip() or "␣" * len(text)
+    """A piece as a label: without the space a byte-level piece carries in front, "␣" for a blank one, a control
+    character's byte for one (CONTROL_BYTES)."""
+    return text.translate(CONTROL_BYTES).strip() or "␣" * len(text)
 
 
 def token_labels(texts: list[str]) -> list[str]:
