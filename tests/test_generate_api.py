@@ -7,6 +7,7 @@ client leaves, the process's RNG left alone, and an encoder refused."""
 import asyncio
 import base64
 import json
+from pathlib import Path
 
 import brotli
 import numpy as np
@@ -15,6 +16,7 @@ import torch
 import zstandard
 from fastapi.testclient import TestClient
 
+from app.engine.labels import shown
 from app.engine.model import load_model, packaged_model_path
 from app.engine.writing import Knobs
 from app.main import create_app
@@ -25,6 +27,7 @@ from tests.conftest import make_lab, run_async
 from tests.families import build
 from tests.float32 import pass_tolerance
 
+ROOT = Path(__file__).resolve().parent.parent
 PROMPT = "The cat sat on the mat. The cat"
 FAMILIES = ["gpt2", "llama", "qwen3"]
 MOST = 24  # ATTENTION_LAB_MAX_NEW_TOKENS for this module's lab
@@ -277,3 +280,61 @@ def test_a_browser_writes_at_once_as_many_as_it_may_have_waiting_and_others_are_
     said = run_async(crowd())
     assert f"already have {bound} writings under way" in said and "ATTENTION_LAB_MAX_WAITING_PER_CLIENT" in said
     assert not writings._live and not writings._by_client and not writings._by_address
+
+
+@pytest.mark.parametrize("knobs", [{"do_sample": False}, SAMPLED[1]], ids=["greedy", "sampled"])
+def test_a_class_asked_which_token_comes_next_is_answered_by_the_steps_funnel(client, knobs):
+    """Before a step, the class votes on the step's likeliest candidates; the reveal gives each its probability at
+    the funnel's last stage (what the token was drawn from: the funnel test_writing holds to transformers' own
+    processors), the likeliest as the answer and the token drawn. The words so far go to every screen at once."""
+    writing = {"text": PROMPT, "max_new_tokens": 8, **knobs}
+    steps = client.post("/api/generate", json=writing).json()["steps"]
+    started = client.post("/api/classes").json()
+    classes, teacher = f"/api/classes/{started['code']}", {"X-Class-Secret": started["secret"]}
+    index = 3
+    asked = client.post(
+        f"{classes}/question", json={"kind": "written", "writing": writing, "index": index}, headers=teacher
+    )
+    assert asked.status_code == 201, asked.text
+    question = asked.json()
+    assert question["kind"] == "written" and question["phase"] == "open"
+    assert question["words"] == PROMPT + steps[index - 1]["written"]
+    assert question["answer"] is None and question["values"] is None and question["drawn"] is None
+    revealed = client.post(f"{classes}/question/reveal", headers=teacher).json()
+    last = steps[index]["funnel"][-1]
+    chances = dict(zip(last["tokens"], last["probabilities"], strict=True))
+    offered = [token for token, chance in zip(last["tokens"], last["probabilities"], strict=True) if chance > 0][:6]
+    labels = [choice["label"] for choice in revealed["choices"]]
+    assert sorted(labels) == sorted(shown(token) for token in offered)
+    by_label = {shown(token): chances[token] for token in offered}
+    assert revealed["values"] == [by_label[label] for label in labels]
+    assert revealed["answer"]["value"] == max(revealed["values"]) == last["probabilities"][0]
+    assert labels[revealed["drawn"]] == shown(steps[index]["text"])
+    if not knobs["do_sample"]:
+        assert revealed["drawn"] == revealed["answer"]["choice"]
+        assert question["text"].startswith("Which token does the model write next")
+    asking = lambda index: client.post(  # noqa: E731
+        f"{classes}/question", json={"kind": "written", "writing": writing, "index": index}, headers=teacher
+    )
+    assert asking(8).status_code == 404 and "steps are 0 to 7" in asking(8).json()["detail"]
+
+
+def test_the_shipped_writing_plan_is_asked_and_answered_on_a_tiny_decoder(client):
+    """static/lessons/write.json, step by step, on the tiny GPT-2 this module serves (the lab ships no decoder):
+    each question answered by its writing's step, the greedy ones by the token written."""
+    plan = json.loads((ROOT / "static" / "lessons" / "write.json").read_text())
+    assert plan["requires"] and "model" not in plan  # no one model: what it needs, said in words
+    started = client.post("/api/classes").json()
+    classes, teacher = f"/api/classes/{started['code']}", {"X-Class-Secret": started["secret"]}
+    for step in plan["steps"]:
+        asked = step["question"]
+        writing = {"text": step["view"]["text"], **asked["writing"]}
+        steps = client.post("/api/generate", json=writing).json()["steps"]
+        body = {"kind": "written", "writing": writing, "index": asked["index"]}
+        assert client.post(f"{classes}/question", json=body, headers=teacher).status_code == 201
+        revealed = client.post(f"{classes}/question/reveal", headers=teacher).json()
+        written = steps[asked["index"]]
+        assert revealed["answer"]["value"] == written["funnel"][-1]["probabilities"][0]
+        assert revealed["choices"][revealed["drawn"]]["label"] == shown(written["text"])
+        if not asked["writing"]["do_sample"]:
+            assert revealed["drawn"] == revealed["answer"]["choice"]

@@ -47,11 +47,12 @@ class Rounds:
         text: str | None,
         test: str | None = None,
         answered_later: bool = False,
+        written: str | None = None,
     ) -> QuestionState:
-        """A new question, its first round open; `test`: "pre" or "post" for a test. The one before stays in the
-        class's record (for the CSV); a test still open is closed first, so that its votes count.
-        `answered_later`: a question about what has not happened yet (which head a training will grow), its
-        values and answer settled at its reveal (reveal's `settle`)."""
+        """A new question, its first round open; `test`: "pre" or "post" for a test; `written`: a written question's
+        words so far, for every screen. The one before stays in the class's record (for the CSV); a test still open
+        is closed first, so that its votes count. `answered_later`: a question about what has not happened yet
+        (which head a training will grow), its values and answer settled at its reveal (reveal's `settle`)."""
         async with self.store.lock(code):
             ttl = await self.store.ttl(code)
             if await self.backend.hlen(self.store.key(code, "questions")) >= MAX_QUESTIONS:
@@ -83,6 +84,8 @@ class Rounds:
                 "values": None if answered_later else [choice.value for choice in question.choices],
                 "ranks": [choice.rank for choice in question.choices] if question.ranked else None,
                 "ranked": question.ranked,
+                "words": written,
+                "drawn": question.drawn,
                 "answer": None if answered_later else question.answer,
                 "right": [] if answered_later else list(question.right),
                 "phase": "open",
@@ -239,6 +242,8 @@ class Rounds:
             values=record["values"] if revealed else None,
             ranks=record.get("ranks") if revealed else None,
             ranked=record.get("ranked"),
+            words=record.get("words"),
+            drawn=record.get("drawn") if revealed else None,
         )
 
     async def question(self, code: str) -> QuestionState | None:

@@ -36,15 +36,17 @@ from app.classroom.schemas import (
     SearchAsk,
     Vote,
     VoteTaken,
+    WrittenAsk,
 )
 from app.engine import questions
 from app.engine.errors import InvalidInput
 from app.engine.training.spec import TrainingSpec
 from app.serving.server import is_loopback
 from app.serving.training import TrainingNotFound, Trainings
-from app.web.deps import ClientDep, ExperimentsDep, LabDep, SearchesDep
+from app.web.deps import ClientDep, ExperimentsDep, LabDep, SearchesDep, WritingsDep
 from app.web.events import RESPONSES as events_responses
 from app.web.events import EventStream
+from app.web.writing import knobs_of
 
 router = APIRouter(prefix="/api/classes", tags=["class mode"])
 TEACHER_COOKIE = "lab_class_teacher"  # the secret again, for the teacher's own event streams and CSV link
@@ -140,14 +142,20 @@ async def ask(
     lab: LabDep,
     experiments: ExperimentsDep,
     searches: SearchesDep,
+    writings: WritingsDep,
     client: ClientDep,
     secret: Secret = None,
 ):
-    """A question about a run, its choices and answer computed here from the run's numbers; its first round
-    opens. Any question asked before is closed (and kept for the answers' CSV)."""
+    """A question about a run, or a writing's step, its choices and answer computed here from their numbers; its
+    first round opens. Any question asked before is closed (and kept for the answers' CSV)."""
     await classes.check_teacher(code, secret)
     if isinstance(body, GrownHeadAsk):
         return await grown_head_question(code, body, classes, request.app.state.trainings)
+    if isinstance(body, WrittenAsk):
+        question, words = await written_question(writings, body, client)
+        view = body.model_dump(exclude={"kind", "step", "text", "test"})
+        step = body.step.model_dump() if body.step else None
+        return await classes.rounds.ask(code, question, view, step, body.text, body.test, written=words)
     run = await lab.serve_run(body.run_id, client)
     engine = await lab.engine_for(run.spec.model, client)
     if isinstance(body, AttendsAsk):
@@ -210,6 +218,22 @@ def grown_head_answer(trainings: Trainings):
         return questions.grown_head(spec["layers"], spec["heads"], status["checkpoints"][-1]["scores"]["prefix_min"])
 
     return settle
+
+
+async def written_question(writings, body: WrittenAsk, client) -> tuple[questions.Question, str]:
+    """Which token comes next at the writing's step, from the step as the writing wrote it (its funnel's last stage,
+    its draw), and the words it continues."""
+    writing = body.writing
+    spec = await writings.spec(writing.model, writing.text, knobs_of(writing), client)
+    step, words = await writings.step_at(spec, body.index, client)
+    last, draw = step["funnel"][-1], step["draw"]
+    candidates = list(zip(last["ids"], last["tokens"], last["probabilities"], strict=True))
+    # The token drawn and the probability it was drawn with: the race lists it (first to arrive); greedy's is
+    # the likeliest.
+    race = dict(zip(draw["ids"], draw["probabilities"], strict=True))
+    drawn = (step["token"], step["text"], race.get(step["token"], last["probabilities"][0]))
+    question = questions.written_next(candidates, drawn, words, f"{spec.run_id}:{body.index}", draw["how"] == "race")
+    return question, words
 
 
 async def patch_question(experiments, run, engine, body: PatchAsk, client) -> questions.Question:

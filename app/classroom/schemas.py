@@ -7,6 +7,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from app.engine.measures import Measure
 from app.engine.questions import Pattern, Segments, Sinks
+from app.web.schemas.writing import GenerateRequest
 
 Code = Annotated[str, Field(pattern=r"^[23456789A-Z]{6}$", description="The class's join code")]
 Phase = Literal["open", "shown", "closed", "revealed"]
@@ -47,13 +48,16 @@ class Step(Strict):
     title: str = Field("", max_length=200)
 
 
-class Ask(Strict):
-    run_id: str = Field(max_length=64, description="The run the question is about (its numbers give the answer)")
+class Asked(Strict):
     step: Step | None = None
     text: str | None = Field(None, max_length=300, description="The question's wording; by default the server's")
     test: Test | None = Field(
         None, description="A pre-test or a post-test: one round, answered alone, its votes never shown; null: rounds"
     )
+
+
+class Ask(Asked):
+    run_id: str = Field(max_length=64, description="The run the question is about (its numbers give the answer)")
 
 
 class AttendsAsk(Ask):
@@ -126,8 +130,17 @@ class GrownHeadAsk(Strict):
     text: str | None = Field(None, max_length=300, description="The question's wording; by default the server's")
 
 
+class WrittenAsk(Asked):
+    """Which token comes next at step `index` of a writing? The choices are that step's likeliest candidates, their
+    values the probabilities it was drawn from (its funnel's last stage)."""
+
+    kind: Literal["written"]
+    writing: GenerateRequest = Field(description="The writing, as POST /api/generate takes it")
+    index: int = Field(ge=0, description="The step asked about: 0 for the first token written")
+
+
 QuestionAsk = Annotated[
-    AttendsAsk | HeadAsk | NextTokenAsk | PatchAsk | SearchAsk | GrownHeadAsk, Field(discriminator="kind")
+    AttendsAsk | HeadAsk | NextTokenAsk | PatchAsk | SearchAsk | GrownHeadAsk | WrittenAsk, Field(discriminator="kind")
 ]
 
 
@@ -156,7 +169,7 @@ class QuestionState(BaseModel):
     """What every screen shows of a question: never the answer, nor a tally of a round still open."""
 
     id: str
-    kind: Literal["attends", "head", "next_token", "patch", "search", "grown_head"]
+    kind: Literal["attends", "head", "next_token", "patch", "search", "grown_head", "written"]
     test: Test | None = Field(description="A pre-test or a post-test (one round, closed without its votes shown)")
     text: str
     step: Step | None
@@ -179,6 +192,14 @@ class QuestionState(BaseModel):
         "cosine (1: first of every document), in the choices' order",
     )
     ranked: int | None = Field(None, description="A search question's: how many documents its index ranks")
+    words: str | None = Field(
+        None, description="A written question's: the prompt and the tokens written before its step, for every screen"
+    )
+    drawn: int | None = Field(
+        None,
+        description="Once revealed, a written question's: the choice the writing drew (sampling may draw another "
+        "than the likeliest), null where it drew none of them",
+    )
     correct: list[float | None] | None = Field(
         description="Once revealed: the share of each round's votes that were right (null: no votes, no round 2)"
     )

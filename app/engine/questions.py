@@ -60,6 +60,7 @@ class Question:
     choices: tuple[Choice, ...]
     measure: str | None = None  # the measure an "attends" question is asked under (MEASURES)
     ranked: int | None = None  # a search question: how many documents its index ranks
+    drawn: int | None = None  # a written question: the choice the writing drew (sampling may draw another one)
 
     @property
     def answer(self) -> int:
@@ -214,6 +215,39 @@ def next_token(run: Run, pieces, token: int) -> Question:
     random.Random(f"{run.run_id}:{token}").shuffle(choices)
     query = run.tokens[token].label
     return Question("next_token", f"Which token does the model write next, after “{query}”?", tuple(choices))
+
+
+Candidate = tuple[int, str, float]  # a token's id, its text, its probability
+
+
+def written_next(candidates: list[Candidate], drawn: Candidate, before: str, seed: str, sampled: bool) -> Question:
+    """Which token comes next in a writing (app.engine.writing), at one of its steps? Choices: the step's likeliest
+    candidates at the last stage of its funnel, the probabilities the token was drawn from (after the temperature,
+    top-k and top-p where they are on; the softmax alone for greedy), those with a chance left, and the token drawn
+    in the place of the last where it was a rarer one; shuffled once for this writing and step (`seed`). Values:
+    those probabilities, so the answer is the likeliest, which greedy writing always draws; `drawn` the choice it
+    drew. candidates: the stage's, likeliest first; `before`: the words the step continues."""
+    offered = [candidate for candidate in candidates if candidate[2] > 0][:NEXT_CHOICES]
+    if len(offered) < 2:
+        raise InvalidInput("this step left one token a chance (top-k 1, or a small top-p): there is nothing to ask")
+    if drawn[0] not in [token for token, _, _ in offered]:
+        offered[-1] = drawn  # the rarer token drawn is one of the choices
+    labels = [shown(text) for _, text, _ in offered]
+    # Two ids that read alike (" the" and "the") keep their spaces visible.
+    labels = [
+        label if labels.count(label) == 1 else text.replace(" ", "␣")
+        for label, (_, text, _) in zip(labels, offered, strict=True)
+    ]
+    pairs = [(Choice(label, chance), token) for label, (token, _, chance) in zip(labels, offered, strict=True)]
+    random.Random(seed).shuffle(pairs)
+    tail = before if len(before) <= 60 else "…" + before[-59:]
+    text = (
+        f"Which token is likeliest next, after “{tail}”? (The writing draws at random: it may write another.)"
+        if sampled
+        else f"Which token does the model write next, after “{tail}”?"
+    )
+    found = next(place for place, (_, token) in enumerate(pairs) if token == drawn[0])
+    return Question("written", text, tuple(choice for choice, _ in pairs), drawn=found)
 
 
 def patched(answer: dict, layer: int, by: Literal["head", "position"], source: str) -> Question:

@@ -16,12 +16,12 @@ import base64
 from collections import Counter
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from torch import Tensor
 
 from app.engine.engine import Engine
-from app.engine.errors import InvalidInput
+from app.engine.errors import InvalidInput, OutOfRange
 from app.engine.spec import WritingSpec
 from app.engine.writing import Knobs, Step, Writing, rows_bytes, writing
 from app.serving.gate import ANYONE, Client, TooManyWaiting
@@ -102,6 +102,18 @@ class Writings:
                 else:
                     answer.update(data)
         return answer
+
+    async def step_at(self, spec: WritingSpec, index: int, client: Client = ANYONE) -> tuple[dict, str]:
+        """Step `index` of a writing (as the API shows it) and the words it continues: the prompt and the tokens
+        written before it. Written up to that step only: a writing draws its tokens in order, so a shorter one
+        writes the same first tokens (its last step says it stopped there)."""
+        if index >= spec.max_new_tokens:
+            most = spec.max_new_tokens
+            raise OutOfRange(f"this writing writes {most} tokens at most: its steps are 0 to {most - 1}")
+        steps = (await self.written(replace(spec, max_new_tokens=index + 1), client))["steps"]
+        if len(steps) <= index:
+            raise OutOfRange(f"this writing ends after {len(steps)} tokens: the model wrote its end-of-text token")
+        return steps[index], spec.text + (steps[index - 1]["written"] if index else "")
 
     @asynccontextmanager
     async def follow(

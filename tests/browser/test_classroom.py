@@ -11,12 +11,15 @@ import re
 import time
 from collections import Counter
 from contextlib import contextmanager
+from pathlib import Path
 
 import httpx
 import numpy as np
 import pytest
 from playwright.sync_api import expect
 
+from app.engine import labels as token_labels
+from tests.browser import audit
 from tests.browser.conftest import ARTIFACTS, wait_until
 from tests.class_client import device
 from tests.conftest import LabProcess, start_together
@@ -24,6 +27,7 @@ from tests.families import build
 
 pytestmark = pytest.mark.slow
 
+ROOT = Path(__file__).resolve().parents[2]
 TEXT = "I sat on the bank of the river and the bank was wet"  # "the" at 4, 7, 10; "bank" at 5 and 11
 LEARNER_SIZES = [(390, 844), (360, 740), (1280, 720)]
 
@@ -245,7 +249,7 @@ def previous_token_head(attention, layer) -> tuple[int, float]:
 
 def labels_of(tokens) -> list[str]:
     """A token's label as every choice, bar and answer shows it: its text, and its position where it repeats."""
-    texts = [token["text"].strip() or "␣" for token in tokens]
+    texts = [token_labels.shown(token["text"]) for token in tokens]
     return [text if texts.count(text) == 1 else f"{text} #{index}" for index, text in enumerate(texts)]
 
 
@@ -425,14 +429,14 @@ def test_a_next_token_question_on_a_model_with_an_lm_head(browser, tmp_path_fact
             teacher.select_option("#class-kind", "next_token")
             teacher.click("#class-ask")
             offered = choice_labels(learners[0])
-            assert sorted(offered) == sorted(candidate["token"].strip() or "␣" for candidate in candidates)
+            assert sorted(offered) == sorted(token_labels.shown(candidate["token"]) for candidate in candidates)
             vote_on(learners[0], offered[0])
             counted(teacher, 1)
             assert_blind(learners[0], best["probability"], "phone, next-token question open")
             teacher.click("#class-reveal")
             state = revealed(lab.url, started["code"])
             assert abs(state["answer"]["value"] - best["probability"]) < 1e-6
-            assert state["answer"]["label"] == (best["token"].strip() or "␣")
+            assert state["answer"]["label"] == token_labels.shown(best["token"])
             expect(learners[0].locator('#class-question [data-field="reveal"]')).to_contain_text(
                 f"probability {best['probability']:.4f}"
             )
@@ -990,3 +994,71 @@ def test_a_following_phone_shows_the_views_first(browser, server, width, height)
             phone.click("#class-follow")
             phone.click("#class-controls")
             viewport_shot(phone, "class-phone-following-390")
+
+
+def test_which_token_comes_next_at_a_step_of_a_writing(browser, tmp_path_factory):
+    """The shipped plan "A decoder writes" on a tiny GPT-2 (the lab ships no decoder): its second step asks the
+    class which token the greedy writing writes second; three learners see the words so far and vote; the reveal
+    gives the step's own probabilities (POST /api/generate's funnel, held to transformers' by test_writing) and the
+    token written, on every screen. Audited at 1024×768 (the teacher's projector) and on a 390 phone."""
+    folder = build("gpt2", tmp_path_factory.mktemp("write") / "tiny-gpt2")
+    lab = LabProcess(folder.parent, env={"ATTENTION_LAB_MODEL_PATH": str(folder)})
+    lab.start()
+    plan = json.loads((ROOT / "static" / "lessons" / "write.json").read_text())
+    second = plan["steps"][1]
+    text = second["view"]["text"]
+    try:
+        query = f"text={text.replace(' ', '+')}"
+        with a_class(browser, lab.url, lab.url, query, present=True) as (teacher, learners, started):
+            teacher.set_viewport_size({"width": 1024, "height": 768})
+            teacher.click("#plan-edit summary")
+            teacher.click("#plan-write")
+            expect(teacher.locator("#plan-said")).to_contain_text("5 steps")
+            teacher.click("#plan-next")  # Start: the first token
+            wait_until(teacher, "document.getElementById('class-stage').dataset.phase === 'open'")
+            teacher.click("#plan-next")  # the second
+            deadline = time.monotonic() + 10
+            while (asked := class_question(lab.url, started["code"]))["view"]["index"] != 1:
+                assert time.monotonic() < deadline, asked
+                time.sleep(0.05)
+            steps = httpx.post(f"{lab.url}/api/generate", json={"text": text, **second["question"]["writing"]}).json()
+            words = text + steps["steps"][0]["written"]
+            assert asked["words"] == words
+            so_far = f"Written so far: {words} …"
+            expect(teacher.locator("#class-stage [data-field=written-so-far]")).to_have_text(so_far)
+            offered = choice_labels(learners[0])
+            for learner in learners:
+                expect(learner.locator("#class-question [data-field=written-so-far]")).to_have_text(so_far)
+                assert sorted(choice_labels(learner)) == sorted(offered)
+            for learner, label in zip(learners, [offered[0], offered[1], offered[0]], strict=True):
+                vote_on(learner, label)
+            counted(teacher, 3)
+            found = audit.problems(teacher, 16, 16, "header.topbar, main.stage, #class-panel", page_scrolls=True)
+            viewport_shot(teacher, "class-written-open-1024x768")
+            found += [f"390: {p}" for p in audit.problems(learners[0], 0, 0, "header.topbar, #class-bar", True)]
+            viewport_shot(learners[0], "class-written-open-phone-390")
+
+            teacher.click("#class-reveal")
+            state = revealed(lab.url, started["code"])
+            step = steps["steps"][1]
+            last = step["funnel"][-1]
+            chances = dict(zip(map(token_labels.shown, last["tokens"]), last["probabilities"], strict=True))
+            labels = [choice["label"] for choice in state["choices"]]
+            assert state["values"] == [chances[label] for label in labels]
+            assert state["answer"]["value"] == last["probabilities"][0]
+            drawn = labels[state["drawn"]]
+            assert drawn == token_labels.shown(step["text"]) and state["drawn"] == state["answer"]["choice"]  # greedy
+            probability = f"probability {last['probabilities'][0]:.4f}"
+            for learner in learners:
+                line = learner.locator('#class-question [data-field="reveal"]')
+                expect(line).to_contain_text(probability)
+                expect(line).to_contain_text(f"The writing drew “{drawn}”")
+                expect(learner.locator("#class-question [data-field=written-drawn]")).to_have_text(drawn)
+            expect(teacher.locator("#class-verdict")).to_contain_text(probability)
+            found += audit.problems(teacher, 16, 16, "header.topbar, main.stage, #class-panel", page_scrolls=True)
+            viewport_shot(teacher, "class-written-revealed-1024x768")
+            found += [f"390: {p}" for p in audit.problems(learners[0], 0, 0, "header.topbar, #class-bar", True)]
+            viewport_shot(learners[0], "class-written-revealed-phone-390")
+            assert found == [], "\n".join(found)
+    finally:
+        lab.stop()

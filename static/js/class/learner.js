@@ -8,7 +8,7 @@
 import { el } from "../format.js";
 import { classSnapshot, joinClass, score, updateLearner, vote } from "./calls.js";
 import { listen } from "./live.js";
-import { answerLine, askedUnder, gainLine, phaseLine } from "./question.js";
+import { answerLine, askedUnder, gainLine, phaseLine, writtenSoFar } from "./question.js";
 import { applyView } from "./shared.js";
 
 const $ = (id) => document.getElementById(id);
@@ -119,7 +119,7 @@ export async function initLearner(lab, code) {
     if (!question) return box.replaceChildren();
     const mine = votes[question.id] ?? {};
     const label = (choice) => question.choices.find((candidate) => candidate.index === choice)?.label;
-    const parts = [el("p", { class: "caption", dataset: { field: "question" } }, question.text), ...askedUnder(question)];
+    const parts = [el("p", { class: "caption", dataset: { field: "question" } }, question.text), ...askedUnder(question), ...writtenSoFar(question)];
     if (question.phase === "open") {
       const current = mine[question.round] ?? null;
       parts.push(

@@ -12,7 +12,7 @@ const LINK = "#plan=";
 // The view's keys a step keeps (a link's parameter names): one person's own ones (presentation, colours,
 // predict-first, the tour, the class) are not part of a lesson's view.
 const STEP_KEYS = ["text", "pair", "segments", "mask", "pooling", "layer", "head", "heads", "token", "with", "blocks", "sinks", "measure", "panel", "lesson"];
-export const QUESTION_KINDS = ["attends", "head", "next_token", "patch", "search", "grown_head"];
+export const QUESTION_KINDS = ["attends", "head", "next_token", "patch", "search", "grown_head", "written"];
 // What a step does to the lab's induction recipe (the Grow panel's training): a plan names the recipe, never a
 // grown model, whose name is its weights' digest and may differ between CPUs.
 export const TRAINING_MOVES = ["start", "pause", "resume"];
@@ -36,13 +36,23 @@ export function stepOf(state, { title, question, note }) {
   return { title: words(title, 80) || `“${state.text.slice(0, 40)}”`, view, question, note: words(note, 2000) };
 }
 
+// A written question's writing: POST /api/generate's knobs by transformers' names (the prompt is the step's text).
+const KNOBS = { max_new_tokens: "number", do_sample: "boolean", temperature: "number", top_k: "number", top_p: "number", seed: "number" };
+
+function readWriting(writing) {
+  const given = writing && typeof writing === "object" ? writing : {};
+  return Object.fromEntries(Object.entries(KNOBS).filter(([key, type]) => typeof given[key] === type).map(([key]) => [key, given[key]]));
+}
+
 function readQuestion(question) {
   if (!question || !QUESTION_KINDS.includes(question.kind)) return null;
+  if (question.kind === "written" && !(Number.isInteger(question.index) && question.index >= 0)) return null; // which step it asks about
   if (question.kind === "patch" && !words(question.source, 2000).trim()) return null; // a patch needs its input B
   return {
     kind: question.kind,
     ...(question.kind === "head" ? { pattern: PATTERNS.includes(question.pattern) ? question.pattern : "previous" } : {}),
     ...(question.kind === "patch" ? { by: PATCH_BY.includes(question.by) ? question.by : "head", source: words(question.source, 2000) } : {}),
+    ...(question.kind === "written" ? { index: question.index, writing: readWriting(question.writing) } : {}),
     ...(question.kind === "search" && words(question.prefix, 200) ? { prefix: words(question.prefix, 200) } : {}),
     ...(question.kind === "search" && words(question.document_prefix, 200) ? { document_prefix: words(question.document_prefix, 200) } : {}),
     ...(question.kind === "search" && Array.isArray(question.documents) && question.documents.length >= 2 && question.documents.length <= 6 && question.documents.every((n) => Number.isInteger(n) && n >= 0)
@@ -63,7 +73,8 @@ export function readPlan(data) {
     const training = TRAINING_MOVES.includes(step.training) ? { training: step.training } : {};
     return { title: words(step.title, 80) || `Step ${index + 1}`, view: kept, question: readQuestion(step.question), ...training, note: words(step.note, 2000) };
   });
-  return { format: PLAN_FORMAT, title: words(data.title, 120) || "Lesson", model: words(data.model, 200) || null, steps };
+  // requires: what the plan needs of the model in words, where no one model is named ("a decoder that writes").
+  return { format: PLAN_FORMAT, title: words(data.title, 120) || "Lesson", model: words(data.model, 200) || null, ...(words(data.requires, 300) ? { requires: words(data.requires, 300) } : {}), steps };
 }
 
 // What applying a step sets: its view, over the defaults of everything a link may leave out.

@@ -15,6 +15,7 @@ const READY = [
   ["plan-vector", "ids-to-sentence-vector.json", "Ids to a sentence vector"],
   ["plan-search", "search.json", "Search with the sentence vector"],
   ["plan-grow", "grow.json", "Grow an induction head"],
+  ["plan-write", "write.json", "A decoder writes"],
 ];
 // The choices' words are short: a select cannot wrap, and the panel is 15 rem wide on a 1024×768 projector.
 const KINDS = { attends: "Most attended token", next_token: "Next token", search: "First document", grown_head: "Grown induction head" };
@@ -39,7 +40,8 @@ const TEST_MEANING = {
 function questionChoices(model) {
   return [
     ["", "no question"],
-    ...QUESTION_KINDS.filter((kind) => kind !== "next_token" || model.next_tokens).flatMap((kind) => {
+    // A written question names its step and its writing's knobs: a plan's file says them (docs/lesson-plans.md).
+    ...QUESTION_KINDS.filter((kind) => kind !== "written" && (kind !== "next_token" || model.next_tokens)).flatMap((kind) => {
       if (kind === "head") return PATTERNS.map((pattern) => [`head:${pattern}`, `Head: ${PATTERN_WORDS[pattern]}`]);
       if (kind === "patch") return PATCH_BY.map((by) => [`patch:${by}`, PATCH_WORDS[by]]); // B: the ask row's B box
       return [[kind, KINDS[kind]]];
@@ -58,6 +60,7 @@ function questionOf(choice, test) {
 
 function asks(question) {
   if (!question) return "";
+  if (question.kind === "written") return ` · asks token ${question.index + 1}`;
   return question.test ? ` · ${question.test}-test` : " · asks";
 }
 
@@ -197,7 +200,7 @@ export function initPlanner(lab, teacher) {
       if (step.training) await train(step.training);
       if (!(await applyView(lab, stepView(step, lab.model)))) return; // another model's page opens instead
       if (step.question && lab.getState().run) {
-        await teacher.ask(askedKind(step.question), { pattern: step.question.pattern, source: step.question.source, prefix: step.question.prefix ?? "", documentPrefix: step.question.document_prefix ?? "", documents: step.question.documents ?? null, test: step.question.test ?? null, text: step.question.text ?? null, step: { index: index + 1, title: step.title } });
+        await teacher.ask(askedKind(step.question), { pattern: step.question.pattern, source: step.question.source, prefix: step.question.prefix ?? "", documentPrefix: step.question.document_prefix ?? "", documents: step.question.documents ?? null, writing: step.question.writing ?? {}, index: step.question.index ?? 0, test: step.question.test ?? null, text: step.question.text ?? null, step: { index: index + 1, title: step.title } });
       }
     } catch (error) {
       lab.showError(`Step ${index + 1}: ${error.message}.`);
@@ -209,7 +212,10 @@ export function initPlanner(lab, teacher) {
     at = -1;
     keep();
     show();
-    said.textContent = `Opened ${from}: ${plan.steps.length} steps.${plan.model && plan.model !== lab.model.name ? ` It was made for ${plan.model}; this page reads ${lab.model.name}.` : ""}`;
+    // A plan whose questions need a model that writes, opened on one that does not, says what to serve.
+    const writes = plan.steps.some((step) => step.question?.kind === "written");
+    const needs = writes && lab.model.cannot_write ? ` It needs ${plan.requires ?? "a model that writes"}. ${lab.model.cannot_write}.` : "";
+    said.textContent = `Opened ${from}: ${plan.steps.length} steps.${plan.model && plan.model !== lab.model.name ? ` It was made for ${plan.model}; this page reads ${lab.model.name}.` : ""}${needs}`;
   };
   const failed = (error) => (said.textContent = `That plan could not be opened: ${error.message}.`);
 

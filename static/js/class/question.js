@@ -13,7 +13,7 @@ import { measureOf } from "../measures.js";
 // head's share of its pattern, the LM head's probability.
 export function valueName(question) {
   if (question.kind === "head") return "share";
-  if (question.kind === "next_token") return "probability";
+  if (question.kind === "next_token" || question.kind === "written") return "probability";
   if (question.kind === "patch") return "share of the way to B";
   if (question.kind === "search") return "cosine";
   if (question.kind === "grown_head") return "induction score";
@@ -30,9 +30,33 @@ export function askedUnder(question) {
 
 const NUMBERS = { 2: "two", 3: "three", 4: "four", 5: "five", 6: "six" }; // a search question's documents offered
 
+// A written question's reveal: the token the writing drew, which sampling may draw though another is likelier.
+function drawnLine(question) {
+  if (question.kind !== "written" || !question.values) return "";
+  if (question.drawn === null) return " The writing drew none of these.";
+  const { label } = question.choices[question.drawn];
+  return ` The writing drew “${label}” (${fixed(question.values[question.drawn])}).`;
+}
+
+// A written question's words so far, as every screen shows them: the prompt and the tokens written before the
+// step, then, once revealed, the token drawn (marked).
+export function writtenSoFar(question) {
+  if (question.kind !== "written" || question.words === null) return [];
+  const drawn = question.phase === "revealed" && question.drawn !== null ? question.choices[question.drawn].label : null;
+  return [
+    el(
+      "p",
+      { class: "written-so-far", dataset: { field: "written-so-far" } },
+      el("span", { class: "hint" }, "Written so far: "),
+      question.words,
+      drawn === null ? el("span", { class: "written-next", "aria-label": "the next token, not yet written" }, " …") : el("mark", { class: "written-next", dataset: { field: "written-drawn" } }, drawn),
+    ),
+  ];
+}
+
 export function answerLine(question) {
   const { label, value } = question.answer;
-  const line = `The answer: “${label}”, ${valueName(question)} ${fixed(value)}.`;
+  const line = `The answer: “${label}”, ${valueName(question)} ${fixed(value)}.${drawnLine(question)}`;
   if (question.kind !== "search" || !question.values) return line;
   // A search question's ranking of the documents offered, by cosine, best first; and where the exact search over
   // the whole index puts each (the first of these four may be far from the first of all).

@@ -8,7 +8,7 @@
 
 import { revealedKey } from "../blind.js";
 import { el } from "../format.js";
-import { stageLine, askedUnder, gainLine, histogram, phaseLine } from "./question.js";
+import { stageLine, askedUnder, gainLine, histogram, phaseLine, writtenSoFar } from "./question.js";
 
 const $ = (id) => document.getElementById(id);
 let gain = null; // what the class's pre-test and post-test measured, once both are closed (the server's ClassGain)
@@ -52,7 +52,7 @@ export function showStage(question, role) {
         : "The second round's votes.";
   // A learner reads the question in the class bar above, beside its choices; the projector shows it here.
   cover.replaceChildren(
-    ...(role === "teacher" ? [el("h2", { id: "class-stage-question" }, question.text), ...askedUnder(question)] : []),
+    ...(role === "teacher" ? [el("h2", { id: "class-stage-question" }, question.text), ...askedUnder(question), ...writtenSoFar(question)] : []),
     el("p", { class: "class-stage-phase", dataset: { field: "phase" } }, phaseLine(question)),
     ...(role === "teacher" && gain && question.test === "post" && question.phase === "closed" ? [gainLine(gain, "class")] : []),
     ...(question.phase === "shown" ? [histogram(question, question.round)] : []),

@@ -10,7 +10,7 @@ import { cannotAsk, questionAsk } from "./ask.js";
 import { answersCSV, askQuestion, endClass, moveQuestion, qrURL, showView, startClass } from "./calls.js";
 import { listen } from "./live.js";
 import { initPlanner } from "./planner.js";
-import { answerLine, changeLine, gainLine, phaseLine, rounds } from "./question.js";
+import { answerLine, changeLine, gainLine, phaseLine, rounds, writtenSoFar } from "./question.js";
 import { sharedView, SHARED } from "./shared.js";
 import { showStageGain, showVerdict } from "./stage.js";
 
@@ -231,7 +231,7 @@ function showQuestion(question, lab) {
     phase.textContent = answerLine(question);
     const head = question.choices[question.answer.choice].head ?? null; // a head question's, or a patch question's by head
     const open = head === null || head === lab.getState().head ? [] : [button(`Show head ${head}`, () => lab.setState({ layer: question.view.layer, head, blockMean: false }))];
-    tally.replaceChildren(changeLine(question), rounds(question), ...open);
+    tally.replaceChildren(...writtenSoFar(question), changeLine(question), rounds(question), ...open);
     return;
   }
   // The question and its votes are on the stage; the panel says where it stands.
