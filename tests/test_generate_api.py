@@ -15,6 +15,7 @@ import pytest
 import torch
 import zstandard
 from fastapi.testclient import TestClient
+from transformers import TemperatureLogitsWarper
 
 from app.engine.labels import shown
 from app.engine.model import load_model, packaged_model_path
@@ -147,6 +148,13 @@ def test_the_stream_is_the_answer_and_a_follower_by_id_gets_every_token_once_in_
     followed = events(client.get(f"/api/generate/{answer['writing_id']}/stream").text)
     assert followed == found
     assert client.get("/api/generate/aaaaaaaaaaaaaaaaaaaaaaaaaa/stream").status_code == 404
+
+
+@pytest.fixture(scope="module")
+def classroom(client) -> tuple[str, dict]:
+    """One class for the module's questions (a client starts a few an hour): its URL and the teacher's header."""
+    started = client.post("/api/classes").json()
+    return f"/api/classes/{started['code']}", {"X-Class-Secret": started["secret"]}
 
 
 ELSEWHERE = {"X-Forwarded-For": "192.0.2.7"}  # a client on another machine, behind the lab's trusted proxy
@@ -283,14 +291,13 @@ def test_a_browser_writes_at_once_as_many_as_it_may_have_waiting_and_others_are_
 
 
 @pytest.mark.parametrize("knobs", [{"do_sample": False}, SAMPLED[1]], ids=["greedy", "sampled"])
-def test_a_class_asked_which_token_comes_next_is_answered_by_the_steps_funnel(client, knobs):
+def test_a_class_asked_which_token_comes_next_is_answered_by_the_steps_funnel(client, knobs, classroom):
     """Before a step, the class votes on the step's likeliest candidates; the reveal gives each its probability at
     the funnel's last stage (what the token was drawn from: the funnel test_writing holds to transformers' own
     processors), the likeliest as the answer and the token drawn. The words so far go to every screen at once."""
     writing = {"text": PROMPT, "max_new_tokens": 8, **knobs}
     steps = client.post("/api/generate", json=writing).json()["steps"]
-    started = client.post("/api/classes").json()
-    classes, teacher = f"/api/classes/{started['code']}", {"X-Class-Secret": started["secret"]}
+    classes, teacher = classroom
     index = 3
     asked = client.post(
         f"{classes}/question", json={"kind": "written", "writing": writing, "index": index}, headers=teacher
@@ -319,22 +326,54 @@ def test_a_class_asked_which_token_comes_next_is_answered_by_the_steps_funnel(cl
     assert asking(8).status_code == 404 and "steps are 0 to 7" in asking(8).json()["detail"]
 
 
-def test_the_shipped_writing_plan_is_asked_and_answered_on_a_tiny_decoder(client):
+def test_the_shipped_writing_plan_is_asked_and_answered_on_a_tiny_decoder(client, classroom):
     """static/lessons/write.json, step by step, on the tiny GPT-2 this module serves (the lab ships no decoder):
-    each question answered by its writing's step, the greedy ones by the token written."""
+    each question answered by its writing's step, the greedy ones by the token written; a temperature question by
+    the temperatures it names."""
     plan = json.loads((ROOT / "static" / "lessons" / "write.json").read_text())
     assert plan["requires"] and "model" not in plan  # no one model: what it needs, said in words
-    started = client.post("/api/classes").json()
-    classes, teacher = f"/api/classes/{started['code']}", {"X-Class-Secret": started["secret"]}
+    classes, teacher = classroom
     for step in plan["steps"]:
         asked = step["question"]
         writing = {"text": step["view"]["text"], **asked["writing"]}
         steps = client.post("/api/generate", json=writing).json()["steps"]
-        body = {"kind": "written", "writing": writing, "index": asked["index"]}
+        body = {key: value for key, value in asked.items() if key != "writing"} | {"writing": writing}
         assert client.post(f"{classes}/question", json=body, headers=teacher).status_code == 201
         revealed = client.post(f"{classes}/question/reveal", headers=teacher).json()
         written = steps[asked["index"]]
+        if asked["kind"] == "temperature":
+            temperatures = [f"temperature {temperature:g}" for temperature in asked["temperatures"]]
+            assert [choice["label"] for choice in revealed["choices"]] == temperatures
+            assert revealed["answer"]["value"] == max(revealed["values"])
+            continue
         assert revealed["answer"]["value"] == written["funnel"][-1]["probabilities"][0]
         assert revealed["choices"][revealed["drawn"]]["label"] == shown(written["text"])
         if not asked["writing"]["do_sample"]:
             assert revealed["drawn"] == revealed["answer"]["choice"]
+
+
+def test_a_class_asked_which_temperature_makes_a_token_likelier_is_answered_by_transformers(client, models, classroom):
+    """At step 2 of a sampled writing, of the likeliest token (likelier at temperature 0.2) and of the third: each
+    value is transformers' TemperatureLogitsWarper on a full pass over the words so far, the answer the larger."""
+    writing = {"text": PROMPT, "max_new_tokens": 6, **SAMPLED[0]}
+    answer = client.post("/api/generate", json=writing).json()
+    classes, teacher = classroom
+    ids = [token["id"] for token in answer["prompt"]] + answer["ids"][:2]
+    with torch.inference_mode():
+        logits = models["gpt2"](torch.tensor([ids])).logits[:, -1].float()
+    for rank in [0, 2]:
+        body = {"kind": "temperature", "writing": writing, "index": 2, "rank": rank}
+        asked = client.post(f"{classes}/question", json=body, headers=teacher)
+        assert asked.status_code == 201, asked.text
+        assert asked.json()["words"] == PROMPT + answer["steps"][1]["written"]
+        revealed = client.post(f"{classes}/question/reveal", headers=teacher).json()
+        token = answer["steps"][2]["funnel"][0]["ids"][rank]
+        assert [choice["label"] for choice in revealed["choices"]] == ["temperature 0.2", "temperature 1.5"]
+        expected = []
+        for value, temperature in zip(revealed["values"], [0.2, 1.5], strict=True):
+            warped = TemperatureLogitsWarper(temperature)(torch.tensor([ids]), logits.clone())
+            expected.append(float(torch.softmax(warped, dim=-1)[0, token]))
+            assert value == pytest.approx(expected[-1], abs=pass_tolerance(models["gpt2"].config) / temperature)
+        assert revealed["answer"]["choice"] == expected.index(max(expected))
+        if rank == 0:
+            assert revealed["answer"]["label"] == "temperature 0.2"

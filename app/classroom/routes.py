@@ -34,6 +34,7 @@ from app.classroom.schemas import (
     QuestionState,
     Score,
     SearchAsk,
+    TemperatureAsk,
     Vote,
     VoteTaken,
     WrittenAsk,
@@ -151,8 +152,9 @@ async def ask(
     await classes.check_teacher(code, secret)
     if isinstance(body, GrownHeadAsk):
         return await grown_head_question(code, body, classes, request.app.state.trainings)
-    if isinstance(body, WrittenAsk):
-        question, words = await written_question(writings, body, client)
+    if isinstance(body, WrittenAsk | TemperatureAsk):
+        asking = written_question if isinstance(body, WrittenAsk) else temperature_question
+        question, words = await asking(writings, body, client)
         view = body.model_dump(exclude={"kind", "step", "text", "test"})
         step = body.step.model_dump() if body.step else None
         return await classes.rounds.ask(code, question, view, step, body.text, body.test, written=words)
@@ -225,7 +227,7 @@ async def written_question(writings, body: WrittenAsk, client) -> tuple[question
     its draw), and the words it continues."""
     writing = body.writing
     spec = await writings.spec(writing.model, writing.text, knobs_of(writing), client)
-    step, words = await writings.step_at(spec, body.index, client)
+    step, words, _ = await writings.step_at(spec, body.index, client)
     last, draw = step["funnel"][-1], step["draw"]
     candidates = list(zip(last["ids"], last["tokens"], last["probabilities"], strict=True))
     # The token drawn and the probability it was drawn with: the race lists it (first to arrive); greedy's is
@@ -234,6 +236,21 @@ async def written_question(writings, body: WrittenAsk, client) -> tuple[question
     drawn = (step["token"], step["text"], race.get(step["token"], last["probabilities"][0]))
     question = questions.written_next(candidates, drawn, words, f"{spec.run_id}:{body.index}", draw["how"] == "race")
     return question, words
+
+
+async def temperature_question(writings, body: TemperatureAsk, client) -> tuple[questions.Question, str]:
+    """With which temperature is the step's `rank`th likeliest token likelier? Its probability at each temperature,
+    from a token written after the words so far at that temperature (Writings.at_temperature)."""
+    writing = body.writing
+    spec = await writings.spec(writing.model, writing.text, knobs_of(writing), client)
+    step, words, ids = await writings.step_at(spec, body.index, client)
+    raw = step["funnel"][0]  # the softmax: the order every temperature keeps
+    token, text = raw["ids"][body.rank], raw["tokens"][body.rank]
+    chances = {}
+    for temperature in body.temperatures:
+        stage = await writings.at_temperature(spec, words, ids, temperature, client)
+        chances[temperature] = stage["probabilities"][stage["ids"].index(token)]
+    return await run_in_threadpool(questions.likelier_at, text, chances, words), words
 
 
 async def patch_question(experiments, run, engine, body: PatchAsk, client) -> questions.Question:

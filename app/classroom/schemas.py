@@ -139,8 +139,23 @@ class WrittenAsk(Asked):
     index: int = Field(ge=0, description="The step asked about: 0 for the first token written")
 
 
+class TemperatureAsk(Asked):
+    """With which temperature is the `rank`th likeliest token at step `index` of a writing likelier? The choices are
+    the temperatures, their values its probability at each (transformers' TemperatureLogitsWarper on the step's
+    logits)."""
+
+    kind: Literal["temperature"]
+    writing: GenerateRequest = Field(description="The writing, as POST /api/generate takes it")
+    index: int = Field(ge=0, description="The step asked about: 0 for the first token written")
+    rank: int = Field(1, ge=0, le=9, description="Which of the step's candidates, by the raw softmax: 0 the likeliest")
+    temperatures: list[Annotated[float, Field(gt=0, le=100)]] = Field(
+        [0.2, 1.5], min_length=2, max_length=4, description="The temperatures offered"
+    )
+
+
 QuestionAsk = Annotated[
-    AttendsAsk | HeadAsk | NextTokenAsk | PatchAsk | SearchAsk | GrownHeadAsk | WrittenAsk, Field(discriminator="kind")
+    AttendsAsk | HeadAsk | NextTokenAsk | PatchAsk | SearchAsk | GrownHeadAsk | WrittenAsk | TemperatureAsk,
+    Field(discriminator="kind"),
 ]
 
 
@@ -169,7 +184,7 @@ class QuestionState(BaseModel):
     """What every screen shows of a question: never the answer, nor a tally of a round still open."""
 
     id: str
-    kind: Literal["attends", "head", "next_token", "patch", "search", "grown_head", "written"]
+    kind: Literal["attends", "head", "next_token", "patch", "search", "grown_head", "written", "temperature"]
     test: Test | None = Field(description="A pre-test or a post-test (one round, closed without its votes shown)")
     text: str
     step: Step | None

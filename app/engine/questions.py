@@ -250,6 +250,22 @@ def written_next(candidates: list[Candidate], drawn: Candidate, before: str, see
     return Question("written", text, tuple(choice for choice, _ in pairs), drawn=found)
 
 
+def likelier_at(text: str, chances: dict[float, float], before: str) -> Question:
+    """With which temperature is a token likelier at a writing's step? Choices: the temperatures; values: the
+    token's probability at each (`chances`, from transformers' own TemperatureLogitsWarper on the step's logits), so
+    the answer is the temperature that gives it more: the lowest for the likeliest token; for another, a lower one
+    where it is close behind the likeliest and far ahead of the rest, a higher one where it is far behind.
+    `text`: the token's piece; `before`: the words the step continues."""
+    if len(chances) < 2:
+        raise InvalidInput("a temperature question compares at least two different temperatures")
+    label = shown(text)
+    choices = tuple(Choice(f"temperature {temperature:g}", chance) for temperature, chance in chances.items())
+    tail = before if len(before) <= 60 else "…" + before[-59:]
+    temperatures = " or ".join(f"{temperature:g}" for temperature in chances)
+    asked = f"With temperature {temperatures}, which makes “{label}” likelier after “{tail}”?"
+    return Question("temperature", asked, choices)
+
+
 def patched(answer: dict, layer: int, by: Literal["head", "position"], source: str) -> Question:
     """Which head of block `layer` (its output taken from B), or which of A's positions (its residual before
     block `layer` taken from B), moves A's output furthest towards B's? Choices: that block's cells of a

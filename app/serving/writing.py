@@ -103,17 +103,31 @@ class Writings:
                     answer.update(data)
         return answer
 
-    async def step_at(self, spec: WritingSpec, index: int, client: Client = ANYONE) -> tuple[dict, str]:
-        """Step `index` of a writing (as the API shows it) and the words it continues: the prompt and the tokens
-        written before it. Written up to that step only: a writing draws its tokens in order, so a shorter one
-        writes the same first tokens (its last step says it stopped there)."""
+    async def step_at(self, spec: WritingSpec, index: int, client: Client = ANYONE) -> tuple[dict, str, list[int]]:
+        """Step `index` of a writing (as the API shows it), the words it continues (the prompt and the tokens
+        written before it) and their ids. Written up to that step only: a writing draws its tokens in order, so a
+        shorter one writes the same first tokens (its last step says it stopped there)."""
         if index >= spec.max_new_tokens:
             most = spec.max_new_tokens
             raise OutOfRange(f"this writing writes {most} tokens at most: its steps are 0 to {most - 1}")
-        steps = (await self.written(replace(spec, max_new_tokens=index + 1), client))["steps"]
+        answer = await self.written(replace(spec, max_new_tokens=index + 1), client)
+        steps = answer["steps"]
         if len(steps) <= index:
             raise OutOfRange(f"this writing ends after {len(steps)} tokens: the model wrote its end-of-text token")
-        return steps[index], spec.text + (steps[index - 1]["written"] if index else "")
+        ids = [token["id"] for token in answer["prompt"]] + answer["ids"][:index]
+        return steps[index], spec.text + (steps[index - 1]["written"] if index else ""), ids
+
+    async def at_temperature(
+        self, spec: WritingSpec, words: str, ids: list[int], temperature: float, client: Client = ANYONE
+    ) -> dict:
+        """The temperature stage of the funnel of the token after `words` (read as `ids`): one token written from
+        them at `temperature`, nothing else on (transformers' own TemperatureLogitsWarper on the same logits).
+        Refused where `words` read as other tokens than `ids` (a decoded text is not always tokenized back alike)."""
+        one = WritingSpec(spec.model, spec.model_digest, words, 1, True, float(temperature), 0, 1.0, 0)
+        answer = await self.written(one, client)
+        if [token["id"] for token in answer["prompt"]] != ids:
+            raise InvalidInput("the words so far read as other tokens when read again: ask at another step")
+        return next(stage for stage in answer["steps"][0]["funnel"] if stage["name"] == "temperature")
 
     @asynccontextmanager
     async def follow(

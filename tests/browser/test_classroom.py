@@ -1013,7 +1013,7 @@ def test_which_token_comes_next_at_a_step_of_a_writing(browser, tmp_path_factory
             teacher.set_viewport_size({"width": 1024, "height": 768})
             teacher.click("#plan-edit summary")
             teacher.click("#plan-write")
-            expect(teacher.locator("#plan-said")).to_contain_text("5 steps")
+            expect(teacher.locator("#plan-said")).to_contain_text("6 steps")
             teacher.click("#plan-next")  # Start: the first token
             wait_until(teacher, "document.getElementById('class-stage').dataset.phase === 'open'")
             teacher.click("#plan-next")  # the second

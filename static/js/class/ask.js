@@ -9,12 +9,15 @@
 // first for the prompt read as a query, after the typed `prefix`, among `documents` by line or, for null, the
 // ranking's first four), "grown_head" (which head of the induction recipe the lab grows will become its
 // induction head), "written" (which token a writing of the prompt, by `writing`'s knobs, writes at its step
-// `index`: the choices that step's likeliest candidates). step: {index, title} of a lesson plan's step, or
+// `index`: the choices that step's likeliest candidates), "temperature" (with which of `temperatures` the step's
+// `rank`th likeliest candidate is likelier). step: {index, title} of a lesson plan's step, or
 // null; text: the teacher's own wording, or null for the server's; test: "pre" or "post" for a test (one
 // round, answered alone), or null for rounds.
-export function questionAsk(kind, state, { pattern = "previous", source = "", indexId = null, prefix = "", documents = null, writing = {}, index = 0, step = null, text = null, test = null } = {}) {
+export function questionAsk(kind, state, { pattern = "previous", source = "", indexId = null, prefix = "", documents = null, writing = {}, index = 0, rank = 1, temperatures = [0.2, 1.5], step = null, text = null, test = null } = {}) {
   if (kind === "grown_head") return { kind, train_id: null, step, text }; // the induction recipe's, started or not
-  if (kind === "written") return { kind, writing: { ...writing, model: state.model, text: state.text }, index, step, text, test };
+  const written = { ...writing, model: state.model, text: state.text };
+  if (kind === "written") return { kind, writing: written, index, step, text, test };
+  if (kind === "temperature") return { kind, writing: written, index, rank, temperatures, step, text, test };
   const run_id = state.run.run_id;
   if (kind === "search") return { kind, run_id, index_id: indexId, prefix, documents, step, text, test };
   if (kind === "head") return { kind, run_id, layer: state.layer, pattern, step, text, test };
@@ -40,7 +43,7 @@ export function questionAsk(kind, state, { pattern = "previous", source = "", in
 
 // Why this kind cannot be asked of this view, or null when it can.
 export function cannotAsk(kind, state, model) {
-  if (kind === "written" && model.cannot_write) return model.cannot_write;
+  if ((kind === "written" || kind === "temperature") && model.cannot_write) return model.cannot_write;
   if (!state.run) return "Run a prompt first.";
   if (kind === "next_token" && !model.next_tokens) return `${model.name} has no language-model head: it predicts no next token.`;
   if ((kind === "attends" || kind === "next_token") && state.token === null) return "Select a token first: the question is about it.";

@@ -12,7 +12,7 @@ const LINK = "#plan=";
 // The view's keys a step keeps (a link's parameter names): one person's own ones (presentation, colours,
 // predict-first, the tour, the class) are not part of a lesson's view.
 const STEP_KEYS = ["text", "pair", "segments", "mask", "pooling", "layer", "head", "heads", "token", "with", "blocks", "sinks", "measure", "panel", "lesson"];
-export const QUESTION_KINDS = ["attends", "head", "next_token", "patch", "search", "grown_head", "written"];
+export const QUESTION_KINDS = ["attends", "head", "next_token", "patch", "search", "grown_head", "written", "temperature"];
 // What a step does to the lab's induction recipe (the Grow panel's training): a plan names the recipe, never a
 // grown model, whose name is its weights' digest and may differ between CPUs.
 export const TRAINING_MOVES = ["start", "pause", "resume"];
@@ -46,13 +46,16 @@ function readWriting(writing) {
 
 function readQuestion(question) {
   if (!question || !QUESTION_KINDS.includes(question.kind)) return null;
-  if (question.kind === "written" && !(Number.isInteger(question.index) && question.index >= 0)) return null; // which step it asks about
+  const writes = question.kind === "written" || question.kind === "temperature";
+  if (writes && !(Number.isInteger(question.index) && question.index >= 0)) return null; // which step it asks about
   if (question.kind === "patch" && !words(question.source, 2000).trim()) return null; // a patch needs its input B
   return {
     kind: question.kind,
     ...(question.kind === "head" ? { pattern: PATTERNS.includes(question.pattern) ? question.pattern : "previous" } : {}),
     ...(question.kind === "patch" ? { by: PATCH_BY.includes(question.by) ? question.by : "head", source: words(question.source, 2000) } : {}),
-    ...(question.kind === "written" ? { index: question.index, writing: readWriting(question.writing) } : {}),
+    ...(writes ? { index: question.index, writing: readWriting(question.writing) } : {}),
+    ...(question.kind === "temperature" && Number.isInteger(question.rank) ? { rank: question.rank } : {}),
+    ...(question.kind === "temperature" && Array.isArray(question.temperatures) && question.temperatures.every((t) => typeof t === "number" && t > 0) ? { temperatures: question.temperatures.slice(0, 4) } : {}),
     ...(question.kind === "search" && words(question.prefix, 200) ? { prefix: words(question.prefix, 200) } : {}),
     ...(question.kind === "search" && words(question.document_prefix, 200) ? { document_prefix: words(question.document_prefix, 200) } : {}),
     ...(question.kind === "search" && Array.isArray(question.documents) && question.documents.length >= 2 && question.documents.length <= 6 && question.documents.every((n) => Number.isInteger(n) && n >= 0)

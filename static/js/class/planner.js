@@ -41,7 +41,7 @@ function questionChoices(model) {
   return [
     ["", "no question"],
     // A written question names its step and its writing's knobs: a plan's file says them (docs/lesson-plans.md).
-    ...QUESTION_KINDS.filter((kind) => kind !== "written" && (kind !== "next_token" || model.next_tokens)).flatMap((kind) => {
+    ...QUESTION_KINDS.filter((kind) => !["written", "temperature"].includes(kind) && (kind !== "next_token" || model.next_tokens)).flatMap((kind) => {
       if (kind === "head") return PATTERNS.map((pattern) => [`head:${pattern}`, `Head: ${PATTERN_WORDS[pattern]}`]);
       if (kind === "patch") return PATCH_BY.map((by) => [`patch:${by}`, PATCH_WORDS[by]]); // B: the ask row's B box
       return [[kind, KINDS[kind]]];
@@ -60,7 +60,7 @@ function questionOf(choice, test) {
 
 function asks(question) {
   if (!question) return "";
-  if (question.kind === "written") return ` · asks token ${question.index + 1}`;
+  if (question.kind === "written" || question.kind === "temperature") return ` · asks at token ${question.index + 1}`;
   return question.test ? ` · ${question.test}-test` : " · asks";
 }
 
@@ -200,7 +200,7 @@ export function initPlanner(lab, teacher) {
       if (step.training) await train(step.training);
       if (!(await applyView(lab, stepView(step, lab.model)))) return; // another model's page opens instead
       if (step.question && lab.getState().run) {
-        await teacher.ask(askedKind(step.question), { pattern: step.question.pattern, source: step.question.source, prefix: step.question.prefix ?? "", documentPrefix: step.question.document_prefix ?? "", documents: step.question.documents ?? null, writing: step.question.writing ?? {}, index: step.question.index ?? 0, test: step.question.test ?? null, text: step.question.text ?? null, step: { index: index + 1, title: step.title } });
+        await teacher.ask(askedKind(step.question), { pattern: step.question.pattern, source: step.question.source, prefix: step.question.prefix ?? "", documentPrefix: step.question.document_prefix ?? "", documents: step.question.documents ?? null, writing: step.question.writing ?? {}, index: step.question.index ?? 0, rank: step.question.rank ?? 1, temperatures: step.question.temperatures ?? [0.2, 1.5], test: step.question.test ?? null, text: step.question.text ?? null, step: { index: index + 1, title: step.title } });
       }
     } catch (error) {
       lab.showError(`Step ${index + 1}: ${error.message}.`);
@@ -213,7 +213,7 @@ export function initPlanner(lab, teacher) {
     keep();
     show();
     // A plan whose questions need a model that writes, opened on one that does not, says what to serve.
-    const writes = plan.steps.some((step) => step.question?.kind === "written");
+    const writes = plan.steps.some((step) => ["written", "temperature"].includes(step.question?.kind));
     const needs = writes && lab.model.cannot_write ? ` It needs ${plan.requires ?? "a model that writes"}. ${lab.model.cannot_write}.` : "";
     said.textContent = `Opened ${from}: ${plan.steps.length} steps.${plan.model && plan.model !== lab.model.name ? ` It was made for ${plan.model}; this page reads ${lab.model.name}.` : ""}${needs}`;
   };

@@ -13,7 +13,7 @@ import { measureOf } from "../measures.js";
 // head's share of its pattern, the LM head's probability.
 export function valueName(question) {
   if (question.kind === "head") return "share";
-  if (question.kind === "next_token" || question.kind === "written") return "probability";
+  if (["next_token", "written", "temperature"].includes(question.kind)) return "probability";
   if (question.kind === "patch") return "share of the way to B";
   if (question.kind === "search") return "cosine";
   if (question.kind === "grown_head") return "induction score";
@@ -41,7 +41,7 @@ function drawnLine(question) {
 // A written question's words so far, as every screen shows them: the prompt and the tokens written before the
 // step, then, once revealed, the token drawn (marked).
 export function writtenSoFar(question) {
-  if (question.kind !== "written" || question.words === null) return [];
+  if (question.words === null) return []; // a question about a writing's step has its words so far
   const drawn = question.phase === "revealed" && question.drawn !== null ? question.choices[question.drawn].label : null;
   return [
     el(
