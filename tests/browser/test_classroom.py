@@ -1000,7 +1000,8 @@ def test_which_token_comes_next_at_a_step_of_a_writing(browser, tmp_path_factory
     """The shipped plan "A decoder writes" on a tiny GPT-2 (the lab ships no decoder): its second step asks the
     class which token the greedy writing writes second; three learners see the words so far and vote; the reveal
     gives the step's own probabilities (POST /api/generate's funnel, held to transformers' by test_writing) and the
-    token written, on every screen. Audited at 1024×768 (the teacher's projector) and on a 390 phone."""
+    token written, on every screen; then whether temperature 0.2 or 1.5 makes the likeliest first token likelier.
+    Audited at 1024×768 (the teacher's projector) and on a 390 phone."""
     folder = build("gpt2", tmp_path_factory.mktemp("write") / "tiny-gpt2")
     lab = LabProcess(folder.parent, env={"ATTENTION_LAB_MODEL_PATH": str(folder)})
     lab.start()
@@ -1059,6 +1060,31 @@ def test_which_token_comes_next_at_a_step_of_a_writing(browser, tmp_path_factory
             viewport_shot(teacher, "class-written-revealed-1024x768")
             found += [f"390: {p}" for p in audit.problems(learners[0], 0, 0, "header.topbar, #class-bar", True)]
             viewport_shot(learners[0], "class-written-revealed-phone-390")
+
+            # Step 4: with temperature 0.2 or 1.5, which makes the likeliest first token likelier?
+            teacher.click("#plan-next")
+            wait_until(teacher, "document.getElementById('plan-now').dataset.step === '3'")
+            teacher.click("#plan-next")
+            deadline = time.monotonic() + 10
+            while (asked := class_question(lab.url, started["code"]))["kind"] != "temperature":
+                assert time.monotonic() < deadline, asked
+                time.sleep(0.05)
+            assert sorted(choice_labels(learners[0])) == ["temperature 0.2", "temperature 1.5"]
+            for learner in learners:
+                vote_on(learner, "temperature 1.5")
+            counted(teacher, 3)
+            found += [f"390: {p}" for p in audit.problems(learners[0], 0, 0, "header.topbar, #class-bar", True)]
+            teacher.click("#class-reveal")
+            state = revealed(lab.url, started["code"])
+            assert state["answer"]["label"] == "temperature 0.2"
+            line = learners[0].locator('#class-question [data-field="reveal"]')
+            expect(line).to_contain_text(f"“temperature 0.2”, probability {state['answer']['value']:.4f}")
+            at_hot = state["values"][[choice["label"] for choice in state["choices"]].index("temperature 1.5")]
+            expect(line).to_contain_text(f"{at_hot:.4f} at temperature 1.5")
+            found += [f"390: {p}" for p in audit.problems(learners[0], 0, 0, "header.topbar, #class-bar", True)]
+            viewport_shot(learners[0], "class-temperature-revealed-phone-390")
+            found += audit.problems(teacher, 16, 16, "header.topbar, main.stage, #class-panel", page_scrolls=True)
+            viewport_shot(teacher, "class-temperature-revealed-1024x768")
             assert found == [], "\n".join(found)
     finally:
         lab.stop()

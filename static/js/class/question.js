@@ -30,6 +30,12 @@ export function askedUnder(question) {
 
 const NUMBERS = { 2: "two", 3: "three", 4: "four", 5: "five", 6: "six" }; // a search question's documents offered
 
+// A temperature question's reveal: the token's probability at every temperature offered, not only the answer's.
+function temperaturesLine(question) {
+  if (question.kind !== "temperature" || !question.values) return "";
+  return ` Its probability: ${question.choices.map((choice) => `${fixed(question.values[choice.index])} at ${choice.label}`).join(", ")}.`;
+}
+
 // A written question's reveal: the token the writing drew, which sampling may draw though another is likelier.
 function drawnLine(question) {
   if (question.kind !== "written" || !question.values) return "";
@@ -56,7 +62,7 @@ export function writtenSoFar(question) {
 
 export function answerLine(question) {
   const { label, value } = question.answer;
-  const line = `The answer: “${label}”, ${valueName(question)} ${fixed(value)}.${drawnLine(question)}`;
+  const line = `The answer: “${label}”, ${valueName(question)} ${fixed(value)}.${drawnLine(question)}${temperaturesLine(question)}`;
   if (question.kind !== "search" || !question.values) return line;
   // A search question's ranking of the documents offered, by cosine, best first; and where the exact search over
   // the whole index puts each (the first of these four may be far from the first of all).
