@@ -59,6 +59,7 @@ def client(folders):
         patch.setenv("ATTENTION_LAB_MAX_LOADED_MODELS", "4")
         patch.setenv("ATTENTION_LAB_MAX_NEW_TOKENS", str(MOST))
         patch.setenv("ATTENTION_LAB_TRUSTED_PROXIES", "127.0.0.9")
+        patch.setenv("ATTENTION_LAB_CLASS_ACTIONS_PER_SECOND", "1000")  # the class questions' quick teacher moves
         get_settings.cache_clear()
         with TestClient(create_app(load_model(folders["gpt2"])), client=("127.0.0.9", 40000)) as test_client:
             yield test_client

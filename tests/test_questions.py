@@ -5,6 +5,7 @@ and rollout and for the causal mask, and transformers' own logits for the next t
 answer shows before the reveal."""
 
 import math
+import unicodedata
 
 import numpy as np
 import pytest
@@ -260,10 +261,14 @@ def test_a_next_token_question_offers_the_lm_heads_best_and_answers_its_most_pro
         logits = lab.loaded.model(**encoding).logits[0, token].double()
     probabilities = torch.softmax(logits, -1).numpy()
     best = np.argsort(-logits.numpy(), kind="stable")[:6]
-    # As a person reads each piece; one holding part of a character's bytes keeps its own spelling.
+    # As a person reads each piece; one holding part of a character's bytes keeps its own spelling, and a control
+    # byte, which draws nothing, is spelled by its byte.
     tokenizer = lab.loaded.tokenizer
+    spelled = lambda text: "".join(  # noqa: E731
+        f"<0x{ord(c):02X}>" if unicodedata.category(c) == "Cc" and not c.isspace() else c for c in text
+    ).strip()
     words = [
-        tokenizer.convert_ids_to_tokens(int(i)) if "\ufffd" in tokenizer.decode([i]) else tokenizer.decode([i]).strip()
+        tokenizer.convert_ids_to_tokens(int(i)) if "\ufffd" in tokenizer.decode([i]) else spelled(tokenizer.decode([i]))
         for i in best
     ]
     first = lab.ask(kind="next_token", run_id=run["run_id"], token=token).json()
@@ -300,7 +305,7 @@ def test_nothing_of_the_answer_shows_before_the_reveal(bert):
         assert state["values"] is None and state["ranks"] is None
         assert set(state) == {
             *("id", "kind", "test", "text", "step", "view", "measure", "choices", "phase", "round"),
-            *("votes", "tallies", "answer", "correct", "values", "ranks", "ranked"),
+            *("votes", "tallies", "answer", "correct", "values", "ranks", "ranked", "words", "drawn"),
         }
         assert all(set(choice) == {"index", "label", "token", "head", "document"} for choice in state["choices"])
     revealed = bert.reveal()
