@@ -587,7 +587,8 @@ def test_a_lesson_plan_is_saved_opened_from_its_link_and_played(browser, server,
 
 def test_the_plan_editor_offers_every_question_the_plan_format_takes_and_wraps_long_titles(page, server):
     """plan.js's kinds, head patterns, patch sites and tests, each a choice of the editor (a next-token question
-    only where the model has an LM head: MiniLM has none); a long step title wraps, never cut."""
+    only where the model has an LM head, a question about a writing only where it writes: MiniLM does neither); a
+    long step title wraps, never cut."""
     page.goto(server)
     ready(page)
     page.click("#class-start")
@@ -606,7 +607,7 @@ def test_the_plan_editor_offers_every_question_the_plan_format_takes_and_wraps_l
             expected += [f"head:{pattern}" for pattern in declared["patterns"]]
         elif kind == "patch":
             expected += [f"patch:{by}" for by in declared["by"]]
-        elif kind != "next_token":
+        elif kind not in ("next_token", "written", "temperature"):
             expected.append(kind)
     assert values == expected
     assert {"head:sep", "head:self", "head:next"} <= set(values)
@@ -1013,6 +1014,8 @@ def test_which_token_comes_next_at_a_step_of_a_writing(browser, tmp_path_factory
         with a_class(browser, lab.url, lab.url, query, present=True) as (teacher, learners, started):
             teacher.set_viewport_size({"width": 1024, "height": 768})
             teacher.click("#plan-edit summary")
+            for kind in ("written", "temperature"):  # the editor offers them on a model that writes
+                assert teacher.locator(f'#plan-step-question option[value="{kind}"]').count() == 1
             teacher.click("#plan-write")
             expect(teacher.locator("#plan-said")).to_contain_text("6 steps")
             teacher.click("#plan-next")  # Start: the first token

@@ -18,7 +18,7 @@ const READY = [
   ["plan-write", "write.json", "A decoder writes"],
 ];
 // The choices' words are short: a select cannot wrap, and the panel is 15 rem wide on a 1024×768 projector.
-const KINDS = { attends: "Most attended token", next_token: "Next token", search: "First document", grown_head: "Grown induction head" };
+const KINDS = { attends: "Most attended token", next_token: "Next token", search: "First document", grown_head: "Grown induction head", written: "Next written token", temperature: "Which temperature" };
 const PATTERN_WORDS = {
   previous: "previous token",
   cls: "first special",
@@ -36,12 +36,12 @@ const TEST_MEANING = {
 };
 
 // Every question the plan format takes (plan.js), as the editor's choices: [value, label]. A next-token
-// question only for a model with a language-model head.
+// question only for a model with a language-model head, a question about a writing only for a model that writes.
 function questionChoices(model) {
+  const writes = (kind) => kind === "written" || kind === "temperature";
   return [
     ["", "no question"],
-    // A written question names its step and its writing's knobs: a plan's file says them (docs/lesson-plans.md).
-    ...QUESTION_KINDS.filter((kind) => !["written", "temperature"].includes(kind) && (kind !== "next_token" || model.next_tokens)).flatMap((kind) => {
+    ...QUESTION_KINDS.filter((kind) => (kind !== "next_token" || model.next_tokens) && (!writes(kind) || !model.cannot_write)).flatMap((kind) => {
       if (kind === "head") return PATTERNS.map((pattern) => [`head:${pattern}`, `Head: ${PATTERN_WORDS[pattern]}`]);
       if (kind === "patch") return PATCH_BY.map((by) => [`patch:${by}`, PATCH_WORDS[by]]); // B: the ask row's B box
       return [[kind, KINDS[kind]]];
@@ -49,11 +49,23 @@ function questionChoices(model) {
   ];
 }
 
+// A question about a writing asks about the Write panel's: its knobs, at the token opened there (the first if none;
+// a temperature question of that step's second likeliest candidate).
+function writingOnScreen() {
+  const input = (id) => document.getElementById(id);
+  if (!input("write-max")) return { writing: {}, index: 0 };
+  const sample = input("write-sample").checked;
+  const knobs = sample ? { temperature: Number(input("write-temperature").value), top_k: Number(input("write-top-k").value), top_p: Number(input("write-top-p").value), seed: Number(input("write-seed").value) } : {};
+  const opened = document.querySelector("#write-tokens .written[aria-pressed=true]");
+  return { writing: { max_new_tokens: Number(input("write-max").value), do_sample: sample, ...knobs }, index: opened ? Number(opened.dataset.step) : 0 };
+}
+
 // A patch question takes its input B from the teacher's panel (#class-source) when the step is added.
 function questionOf(choice, test) {
   if (!choice) return null;
   const [kind, detail] = choice.split(":");
   const as = test ? { test } : {};
+  if (kind === "written" || kind === "temperature") return { kind, ...writingOnScreen(), ...as };
   if (kind === "patch") return { kind, by: detail, source: $("class-source").value, ...as };
   return detail ? { kind, pattern: detail, ...as } : { kind, ...as };
 }
