@@ -29,6 +29,7 @@ from app.classroom.schemas import (
     Join,
     Joined,
     LearnerState,
+    LossDropAsk,
     PatchAsk,
     QuestionAsk,
     QuestionState,
@@ -150,8 +151,8 @@ async def ask(
     """A question about a run, or a writing's step, its choices and answer computed here from their numbers; its
     first round opens. Any question asked before is closed (and kept for the answers' CSV)."""
     await classes.check_teacher(code, secret)
-    if isinstance(body, GrownHeadAsk):
-        return await grown_head_question(code, body, classes, request.app.state.trainings)
+    if isinstance(body, GrownHeadAsk | LossDropAsk):
+        return await training_question(code, body, classes, request.app.state.trainings)
     if isinstance(body, WrittenAsk | TemperatureAsk):
         asking = written_question if isinstance(body, WrittenAsk) else temperature_question
         question, words = await asking(writings, body, client)
@@ -179,9 +180,10 @@ async def ask(
     return await classes.rounds.ask(code, question, view, step, body.text, body.test)
 
 
-async def grown_head_question(code: str, body: GrownHeadAsk, classes: Classes, trainings: Trainings):
-    """Which head will become the induction head of a training (the recipe's by default, started or not): asked
-    while none has formed, its choices the model's heads; answered at the reveal (grown_head_answer)."""
+async def training_question(code: str, body: GrownHeadAsk | LossDropAsk, classes: Classes, trainings: Trainings):
+    """A question about a training (the recipe's by default, started or not), asked before what it asks about has
+    happened: which head will become its induction head (its choices the model's heads), or when its loss will
+    drop (its choices ranges of its steps); answered at the reveal (training_answer)."""
     train_id = body.train_id or TrainingSpec().train_id
     try:
         status = await trainings.status(train_id)
@@ -189,34 +191,47 @@ async def grown_head_question(code: str, body: GrownHeadAsk, classes: Classes, t
         if body.train_id is not None:
             raise
         status = None
-    if status is not None and status["phase_change"] and status["phase_change"]["formed"] is not None:
+    phase = status["phase_change"] if status else None
+    if isinstance(body, GrownHeadAsk) and phase and phase["formed"] is not None:
         raise WrongPhase(
-            f"training {train_id} grew its induction head at step {status['phase_change']['formed']}: ask before it "
-            "forms (a new training, or another seed)"
+            f"training {train_id} grew its induction head at step {phase['formed']}: ask before it forms (a new "
+            "training, or another seed)"
+        )
+    if isinstance(body, LossDropAsk) and phase:
+        raise WrongPhase(
+            f"training {train_id}'s loss dropped already (its phase change at step {phase['step']}): ask before it "
+            "drops (a new training, or another seed)"
         )
     shape = status["spec"] if status else asdict(TrainingSpec())
-    question = questions.grown_head(shape["layers"], shape["heads"])
+    if isinstance(body, GrownHeadAsk):
+        question = questions.grown_head(shape["layers"], shape["heads"])
+    else:
+        question = questions.loss_drop(shape["steps"])
     view = {"train_id": train_id}
     step = body.step.model_dump() if body.step else None
     return await classes.rounds.ask(code, question, view, step, body.text, answered_later=True)
 
 
-def grown_head_answer(trainings: Trainings):
-    """The settle of a grown_head question at its reveal: each head's induction score at the training's latest
-    checkpoint, once that checkpoint has an induction head (else WrongPhase: not yet)."""
+def training_answer(trainings: Trainings):
+    """The settle of a question about a training at its reveal, from the training's status now: a grown_head
+    question's by each head's induction score at its latest checkpoint, once that checkpoint has an induction
+    head; a loss_drop question's by the range holding the step its measures mark as the phase change, once they
+    mark one (else WrongPhase: not yet)."""
 
     async def settle(record: dict) -> questions.Question:
         train_id = record["view"]["train_id"]
         try:
             status = await trainings.status(train_id)
         except TrainingNotFound:
-            raise WrongPhase(f"training {train_id} has not started: start it, and reveal once its head forms") from None
-        if not status["checkpoints"] or not status["checkpoints"][-1]["scores"]["formed"]:
-            raise WrongPhase(
-                f"training {train_id} has no induction head yet (step {status['step']:,} of {status['steps']:,}, "
-                f"{status['state']}): reveal once it has formed"
-            )
+            raise WrongPhase(f"training {train_id} has not started: start it, and reveal once it has") from None
+        where = f"step {status['step']:,} of {status['steps']:,}, {status['state']}"
         spec = status["spec"]
+        if record["kind"] == "loss_drop":
+            if not status["phase_change"]:
+                raise WrongPhase(f"training {train_id}'s loss has not dropped yet ({where}): reveal once it has")
+            return questions.loss_drop(spec["steps"], status["phase_change"]["step"])
+        if not status["checkpoints"] or not status["checkpoints"][-1]["scores"]["formed"]:
+            raise WrongPhase(f"training {train_id} has no induction head yet ({where}): reveal once it has formed")
         return questions.grown_head(spec["layers"], spec["heads"], status["checkpoints"][-1]["scores"]["prefix_min"])
 
     return settle
@@ -306,10 +321,11 @@ async def close(code: Code, classes: ClassesDep, secret: Secret = None):
 
 @router.post("/{code}/question/reveal", response_model=QuestionState)
 async def reveal(request: Request, code: Code, classes: ClassesDep, secret: Secret = None):
-    """The answer, its value and each round's tally; a grown_head question's answer is read from its training's
-    latest checkpoint now (409 until that checkpoint has an induction head)."""
+    """The answer, its value and each round's tally; a question about a training is answered from its status now:
+    a grown_head question's from its latest checkpoint (409 until that checkpoint has an induction head), a
+    loss_drop question's from its phase change (409 until its measures mark one)."""
     await classes.check_teacher(code, secret)
-    return await classes.rounds.reveal(code, settle=grown_head_answer(request.app.state.trainings))
+    return await classes.rounds.reveal(code, settle=training_answer(request.app.state.trainings))
 
 
 @router.get("/{code}/answers.csv", response_class=Response, responses={200: {"content": {"text/csv": {}}}})

@@ -118,16 +118,29 @@ class SearchAsk(Ask):
     count: int = Field(4, ge=2, le=6, description="How many of the ranking's first documents to offer")
 
 
-class GrownHeadAsk(Strict):
-    """Which head of a model the lab grows (POST /api/train) will become its induction head? Asked before its
-    induction head forms, answered at the reveal from the training's latest checkpoint; never a test."""
+class TrainingAsk(Strict):
+    """A question about a training the lab grows (POST /api/train), asked before what it asks about has happened
+    and answered at the reveal from the training's status then; never a test."""
 
-    kind: Literal["grown_head"]
     train_id: str | None = Field(
         None, pattern=r"^[a-z2-7]{26}$", description="The training; none: the induction recipe's ({}), started or not"
     )
     step: Step | None = None
     text: str | None = Field(None, max_length=300, description="The question's wording; by default the server's")
+
+
+class GrownHeadAsk(TrainingAsk):
+    """Which head of a training the lab grows will become its induction head? Asked before its induction head
+    forms, answered from the training's latest checkpoint."""
+
+    kind: Literal["grown_head"]
+
+
+class LossDropAsk(TrainingAsk):
+    """When will the loss of a training the lab grows drop? Its choices are ranges of its steps; asked before its
+    phase change, answered by the range holding the step its measures mark as the phase change."""
+
+    kind: Literal["loss_drop"]
 
 
 class WrittenAsk(Asked):
@@ -154,7 +167,15 @@ class TemperatureAsk(Asked):
 
 
 QuestionAsk = Annotated[
-    AttendsAsk | HeadAsk | NextTokenAsk | PatchAsk | SearchAsk | GrownHeadAsk | WrittenAsk | TemperatureAsk,
+    AttendsAsk
+    | HeadAsk
+    | NextTokenAsk
+    | PatchAsk
+    | SearchAsk
+    | GrownHeadAsk
+    | LossDropAsk
+    | WrittenAsk
+    | TemperatureAsk,
     Field(discriminator="kind"),
 ]
 
@@ -184,7 +205,9 @@ class QuestionState(BaseModel):
     """What every screen shows of a question: never the answer, nor a tally of a round still open."""
 
     id: str
-    kind: Literal["attends", "head", "next_token", "patch", "search", "grown_head", "written", "temperature"]
+    kind: Literal[
+        "attends", "head", "next_token", "patch", "search", "grown_head", "loss_drop", "written", "temperature"
+    ]
     test: Test | None = Field(description="A pre-test or a post-test (one round, closed without its votes shown)")
     text: str
     step: Step | None

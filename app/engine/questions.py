@@ -337,3 +337,22 @@ def grown_head(layers: int, heads: int, induction: list[list[float]] | None = No
         for head in range(heads)
     )
     return Question("grown_head", GROWN_HEAD_TEXT, choices)
+
+
+LOSS_DROP_TEXT = "When will the loss drop?"
+DROP_RANGES = 4  # the step ranges a "when will the loss drop?" question offers
+
+
+def loss_drop(steps: int, marked: int | None = None) -> Question:
+    """When will a training's loss drop? Choices: its steps 1 to `steps` cut into DROP_RANGES ranges as even as
+    whole steps allow, "steps a–b"; values: the step the training's measures mark as its phase change
+    (app.engine.training.scores.phase_change, its "step") for the range that holds it, 0 for the others, so the
+    answer is that range. Known only once the loss has dropped: asked before, answered at its reveal."""
+    count = min(DROP_RANGES, steps)
+    bounds = [round(steps * part / count) for part in range(count + 1)]
+    label = lambda low, high: f"step {high:,}" if high == low + 1 else f"steps {low + 1:,}–{high:,}"  # noqa: E731
+    choices = tuple(
+        Choice(label(low, high), float(marked) if marked is not None and low < marked <= high else 0.0)
+        for low, high in zip(bounds, bounds[1:], strict=False)
+    )
+    return Question("loss_drop", LOSS_DROP_TEXT, choices)
