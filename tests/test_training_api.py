@@ -256,3 +256,66 @@ def test_which_head_will_become_the_induction_head_is_asked_before_it_forms_and_
         assert teacher.post(f"{lab.url}/api/classes/{code}/question", json=unknown, headers=secret).status_code == 404
     finally:
         teacher.delete(f"{lab.url}/api/classes/{code}", headers=secret)
+
+
+def marked_step(checkpoints: list[dict]) -> int | None:
+    """The step the held-out in-context loss has fallen half way from its plateau (its highest value before its
+    lowest) to its lowest, once it has fallen a nat: the phase change as docs/training.md defines it."""
+    losses = [checkpoint["scores"]["in_context_loss"] for checkpoint in checkpoints]
+    lowest = int(np.argmin(losses))
+    plateau = max(losses[: lowest + 1])
+    if plateau - losses[lowest] < 1.0:
+        return None
+    top = losses.index(plateau)
+    half = plateau - (plateau - losses[lowest]) / 2
+    return next(checkpoints[i]["step"] for i in range(top, lowest + 1) if losses[i] <= half)
+
+
+def test_when_the_loss_will_drop_is_asked_before_the_phase_change_and_answered_by_the_range_holding_it(lab):
+    """The recipe's training, cancelled early by the first test (no phase change yet), asked about, then resumed
+    to its phase change: a learner's vote on a range of its steps, 409 on a reveal before the loss drops, and
+    after it the range holding the step its checkpoints' in-context losses mark."""
+    teacher, phone = device("127.0.0.1"), device("127.0.0.7")
+    recipe = TrainingSpec()
+    before = status(lab, recipe.train_id)
+    assert before["state"] == "cancelled" and before["phase_change"] is None and marked_step(before["checkpoints"]) is None
+    started = teacher.post(f"{lab.url}/api/classes").json()
+    code, secret = started["code"], {"X-Class-Secret": started["secret"]}
+    classes = f"{lab.url}/api/classes/{code}"
+    try:
+        asked = teacher.post(f"{classes}/question", json={"kind": "loss_drop"}, headers=secret)
+        assert asked.status_code == 201, asked.text
+        question = asked.json()
+        assert question["text"] == "When will the loss drop?" and question["answer"] is None
+        assert question["view"] == {"train_id": recipe.train_id}
+        quarter = recipe.steps // 4  # the recipe's 600 steps in four ranges of 150
+        ranges = [(n * quarter + 1, (n + 1) * quarter) for n in range(4)]
+        assert [choice["label"] for choice in question["choices"]] == [f"steps {a}–{b}" for a, b in ranges]
+        learner = phone.post(f"{classes}/learners", json={}).json()["learner"]
+        vote = {"question": question["id"], "round": 1, "choice": 1}
+        assert phone.put(f"{classes}/learners/{learner}/vote", json=vote).status_code == 200
+        early = teacher.post(f"{classes}/question/reveal", headers=secret)
+        assert early.status_code == 409 and "loss has not dropped yet" in early.json()["detail"], early.text
+
+        resumed = teacher.post(f"{lab.url}/api/train/{recipe.train_id}/resume", headers=secret)
+        assert resumed.status_code == 200 and resumed.json()["state"] == "running", resumed.text
+        until(lab, recipe.train_id, lambda found: found["phase_change"] is not None)
+        paused = teacher.post(f"{lab.url}/api/train/{recipe.train_id}/pause", headers=secret)
+        assert paused.status_code == 200, paused.text
+        found = until(lab, recipe.train_id, ended)
+        again = teacher.post(f"{classes}/question", json={"kind": "loss_drop"}, headers=secret)
+        assert again.status_code == 409 and "dropped already" in again.json()["detail"], again.text
+
+        revealed = teacher.post(f"{classes}/question/reveal", headers=secret)
+        assert revealed.status_code == 200, revealed.text
+        answer = revealed.json()["answer"]
+        step = marked_step(found["checkpoints"])
+        assert step is not None and found["phase_change"]["step"] == step
+        holding = next(n for n, (a, b) in enumerate(ranges) if a <= step <= b)
+        assert answer["choice"] == holding and answer["label"] == f"steps {ranges[holding][0]}–{ranges[holding][1]}"
+        assert answer["value"] == step and answer["right"] == [holding]
+        score = phone.get(f"{classes}/learners/{learner}/score").json()
+        assert (score["right"], score["asked"]) == (int(holding == 1), 1), score
+    finally:
+        teacher.post(f"{lab.url}/api/train/{recipe.train_id}/cancel", headers=secret)
+        teacher.delete(classes, headers=secret)

@@ -47,6 +47,8 @@ export function initGrow(lab) {
     const running = status?.state === "running";
     const formedAlready = status?.phase_change?.formed !== null && status?.phase_change?.formed !== undefined;
     $("grow-ask").hidden = teacher() === null || formedAlready || voting();
+    // When will the loss drop? Asked only before the measures mark its phase change, and not while a class votes.
+    $("grow-ask-drop").hidden = teacher() === null || Boolean(status?.phase_change) || blind(lab.getState());
     // A learner's page watches the teacher's training: only the teacher starts, pauses or calls one off.
     const watching = learner();
     $("grow-start").hidden = watching || (status !== null && ["running", "paused", "stopped"].includes(status.state));
@@ -168,15 +170,17 @@ export function initGrow(lab) {
   }
 
   $("grow-start").addEventListener("click", () => act(() => api.startTraining({}, teacher())));
-  // Asked before the head forms (before Start, too: the recipe's training is named by its spec), revealed from
-  // the class panel once it has formed.
-  $("grow-ask").addEventListener("click", async () => {
-    try {
-      await askQuestion(teacher(), { kind: "grown_head", train_id: status?.train_id ?? null });
-    } catch (error) {
-      lab.showError(error.message);
-    }
-  });
+  // Asked before the head forms or the loss drops (before Start, too: the recipe's training is named by its
+  // spec), revealed from the class panel once it has.
+  for (const [id, kind] of [["grow-ask", "grown_head"], ["grow-ask-drop", "loss_drop"]]) {
+    $(id).addEventListener("click", async () => {
+      try {
+        await askQuestion(teacher(), { kind, train_id: status?.train_id ?? null });
+      } catch (error) {
+        lab.showError(error.message);
+      }
+    });
+  }
   for (const move of ["pause", "resume", "cancel"]) {
     $(`grow-${move}`).addEventListener("click", () => act(() => api.moveTraining(status.train_id, move, teacher())));
   }

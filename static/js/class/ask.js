@@ -8,13 +8,13 @@
 // input B `source`, moves the output furthest towards B's), "search" (which document of index `indexId` comes
 // first for the prompt read as a query, after the typed `prefix`, among `documents` by line or, for null, the
 // ranking's first four), "grown_head" (which head of the induction recipe the lab grows will become its
-// induction head), "written" (which token a writing of the prompt, by `writing`'s knobs, writes at its step
-// `index`: the choices that step's likeliest candidates), "temperature" (with which of `temperatures` the step's
-// `rank`th likeliest candidate is likelier). step: {index, title} of a lesson plan's step, or
-// null; text: the teacher's own wording, or null for the server's; test: "pre" or "post" for a test (one
+// induction head), "loss_drop" (in which range of its steps the recipe's loss will drop), "written" (which token
+// a writing of the prompt, by `writing`'s knobs, writes at its step `index`: the choices that step's likeliest
+// candidates), "temperature" (with which of `temperatures` the step's `rank`th likeliest candidate is likelier).
+// step: {index, title} of a lesson plan's step, or null; text: the teacher's own wording, or null for the server's; test: "pre" or "post" for a test (one
 // round, answered alone), or null for rounds.
 export function questionAsk(kind, state, { pattern = "previous", source = "", indexId = null, prefix = "", documents = null, writing = {}, index = 0, rank = 1, temperatures = [0.2, 1.5], step = null, text = null, test = null } = {}) {
-  if (kind === "grown_head") return { kind, train_id: null, step, text }; // the induction recipe's, started or not
+  if (kind === "grown_head" || kind === "loss_drop") return { kind, train_id: null, step, text }; // the induction recipe's, started or not
   const written = { ...writing, model: state.model, text: state.text };
   if (kind === "written") return { kind, writing: written, index, step, text, test };
   if (kind === "temperature") return { kind, writing: written, index, rank, temperatures, step, text, test };

@@ -5,6 +5,7 @@
 // Every field is checked as it is read: a plan is a file from anywhere.
 
 import { deflate, inflate, readLink, viewOf } from "../state.js";
+import { ABOUT_TRAINING } from "./question.js";
 
 export const PLAN_FORMAT = "attention-lab lesson plan";
 const MAX_STEPS = 60;
@@ -12,7 +13,7 @@ const LINK = "#plan=";
 // The view's keys a step keeps (a link's parameter names): one person's own ones (presentation, colours,
 // predict-first, the tour, the class) are not part of a lesson's view.
 const STEP_KEYS = ["text", "pair", "segments", "mask", "pooling", "layer", "head", "heads", "token", "with", "blocks", "sinks", "measure", "panel", "lesson"];
-export const QUESTION_KINDS = ["attends", "head", "next_token", "patch", "search", "grown_head", "written", "temperature"];
+export const QUESTION_KINDS = ["attends", "head", "next_token", "patch", "search", "grown_head", "loss_drop", "written", "temperature"];
 // What a step does to the lab's induction recipe (the Grow panel's training): a plan names the recipe, never a
 // grown model, whose name is its weights' digest and may differ between CPUs.
 export const TRAINING_MOVES = ["start", "pause", "resume"];
@@ -62,7 +63,7 @@ function readQuestion(question) {
       ? { documents: question.documents }
       : {}),
     ...(words(question.text, 200) ? { text: words(question.text, 200) } : {}),
-    ...(TESTS.includes(question.test) && question.kind !== "grown_head" ? { test: question.test } : {}), // never a test
+    ...(TESTS.includes(question.test) && !ABOUT_TRAINING.includes(question.kind) ? { test: question.test } : {}), // never a test
   };
 }
 

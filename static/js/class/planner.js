@@ -18,7 +18,7 @@ const READY = [
   ["plan-write", "write.json", "A decoder writes"],
 ];
 // The choices' words are short: a select cannot wrap, and the panel is 15 rem wide on a 1024×768 projector.
-const KINDS = { attends: "Most attended token", next_token: "Next token", search: "First document", grown_head: "Grown induction head", written: "Next written token", temperature: "Which temperature" };
+const KINDS = { attends: "Most attended token", next_token: "Next token", search: "First document", grown_head: "Grown induction head", loss_drop: "When the loss drops", written: "Next written token", temperature: "Which temperature" };
 const PATTERN_WORDS = {
   previous: "previous token",
   cls: "first special",

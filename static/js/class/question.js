@@ -9,6 +9,10 @@
 import { el, fixed } from "../format.js";
 import { measureOf } from "../measures.js";
 
+// Questions about a training the lab grows, asked before what they ask about happens and answered at the reveal
+// from the training: never a test, and the stage stays uncovered while the class votes, to watch it grow.
+export const ABOUT_TRAINING = ["grown_head", "loss_drop"];
+
 // What the answer's number is: the measure it was asked under, as the page declares it (measures.js), a
 // head's share of its pattern, the LM head's probability.
 export function valueName(question) {
@@ -17,6 +21,7 @@ export function valueName(question) {
   if (question.kind === "patch") return "share of the way to B";
   if (question.kind === "search") return "cosine";
   if (question.kind === "grown_head") return "induction score";
+  if (question.kind === "loss_drop") return "phase change at step";
   return measureOf(question.measure.key, question.view.sinks).name;
 }
 
@@ -62,6 +67,8 @@ export function writtenSoFar(question) {
 
 export function answerLine(question) {
   const { label, value } = question.answer;
+  // A step is a whole number: the one the training's measures mark as its phase change.
+  if (question.kind === "loss_drop") return `The answer: “${label}”, the loss dropped at step ${value.toLocaleString("en")} (its phase change).`;
   const line = `The answer: “${label}”, ${valueName(question)} ${fixed(value)}.${drawnLine(question)}${temperaturesLine(question)}`;
   if (question.kind !== "search" || !question.values) return line;
   // A search question's ranking of the documents offered, by cosine, best first; and where the exact search over

@@ -8,7 +8,7 @@
 
 import { revealedKey } from "../blind.js";
 import { el } from "../format.js";
-import { stageLine, askedUnder, gainLine, histogram, phaseLine, writtenSoFar } from "./question.js";
+import { ABOUT_TRAINING, stageLine, askedUnder, gainLine, histogram, phaseLine, writtenSoFar } from "./question.js";
 
 const $ = (id) => document.getElementById(id);
 let gain = null; // what the class's pre-test and post-test measured, once both are closed (the server's ClassGain)
@@ -27,9 +27,9 @@ export function showStage(question, role) {
   shown = [question, role];
   const cover = $("class-stage");
   // A question about a model still to grow leaves the stage uncovered: the class watches it grow, and the grow
-  // panel hides its heads until the reveal (grow.js).
+  // panel hides its heads until a grown_head question's reveal (grow.js).
   const covered =
-    Boolean(question) && question.kind !== "grown_head" && question.phase !== "revealed" && !(question.phase === "closed" && question.test === "pre");
+    Boolean(question) && !ABOUT_TRAINING.includes(question.kind) && question.phase !== "revealed" && !(question.phase === "closed" && question.test === "pre");
   cover.hidden = !covered;
   document.body.classList.toggle("blind", covered);
   if (!covered) {
