@@ -16,6 +16,7 @@ from app.engine.training.spec import TrainingSpec
 from app.engine.training.trainer import Trainer
 from tests.class_client import device
 from tests.conftest import LabProcess
+from tests.float32 import pass_tolerance
 
 SMALL = {"steps": 60, "checkpoint_every": 20}  # about 3 s of training
 
@@ -193,6 +194,44 @@ def test_the_grown_model_is_served_in_every_request_and_writes_what_transformers
     assert [c["id"] for c in candidates][:2] == best[:2].tolist()
     np.testing.assert_allclose([c["probability"] for c in candidates], probabilities[best], atol=1e-5)
     assert [c["token"] for c in candidates][:2] == [tokenizer.decode([i]) for i in best[:2]]
+
+
+def test_what_a_head_attends_to_asked_on_a_checkpoint_is_that_checkpoints_attention(lab, paused_and_resumed):
+    """An "attends" question asked of a run on an early checkpoint's model: its values are the row that
+    checkpoint's folder gives transformers (output_attentions), not the latest checkpoint's."""
+    _, _, found = paused_and_resumed
+    early, latest = found["checkpoints"][0]["model"], found["checkpoints"][-1]["model"]
+    text = "ba be bi bo ba be bi"
+    run = httpx.post(f"{lab.url}/api/analyze", json={"text": text, "model": early}, timeout=60)
+    assert run.status_code == 200, run.text
+    run = run.json()
+    layer, head, token = 1, 0, len(run["tokens"]) - 1
+    teacher = device("127.0.0.1")
+    started = teacher.post(f"{lab.url}/api/classes").json()
+    code, secret = started["code"], {"X-Class-Secret": started["secret"]}
+    try:
+        body = {"kind": "attends", "run_id": run["run_id"], "token": token, "layer": layer, "head": head}
+        asked = teacher.post(f"{lab.url}/api/classes/{code}/question", json=body, headers=secret)
+        assert asked.status_code == 201, asked.text
+        assert [choice["token"] for choice in asked.json()["choices"]] == list(range(token + 1))  # causal: no later key
+        revealed = teacher.post(f"{lab.url}/api/classes/{code}/question/reveal", headers=secret).json()
+    finally:
+        teacher.delete(f"{lab.url}/api/classes/{code}", headers=secret)
+
+    def row(name: str) -> tuple[np.ndarray, object]:
+        folder = lab.data / "models" / name
+        model = AutoModelForCausalLM.from_pretrained(folder, attn_implementation="eager").eval()
+        ids = AutoTokenizer.from_pretrained(folder)(text, return_tensors="pt")["input_ids"]
+        assert ids[0].tolist() == [t["id"] for t in run["tokens"]]
+        with torch.no_grad():
+            attentions = model(input_ids=ids, output_attentions=True).attentions
+        return attentions[layer][0, head, token, : token + 1].double().numpy(), model.config
+
+    expected, config = row(early)
+    tolerance = pass_tolerance(config)
+    np.testing.assert_allclose(revealed["values"], expected, rtol=0, atol=tolerance)
+    assert revealed["answer"]["choice"] == int(np.argmax(expected))
+    assert np.abs(row(latest)[0] - expected).max() > 100 * tolerance, "the two checkpoints must attend apart"
 
 
 def test_sigterm_stops_a_training_with_its_last_checkpoint_kept_and_it_resumes_after_a_restart(lab):
