@@ -13,6 +13,7 @@ import torch
 from fastapi.testclient import TestClient
 
 from app.engine.model import load_model
+from app.engine.questions import loss_drop
 from app.main import create_app
 from app.settings import get_settings
 from app.web.encoding import decode_attention
@@ -355,3 +356,21 @@ def test_a_patch_question_needs_a_plain_run_and_a_b_that_differs(bert):
     same = bert.ask(**{**ask, "source": "the bank of the river"}, run_id=plain)
     assert same.status_code == 422 and "same output" in same.json()["detail"]
     assert bert.ask(**{**ask, "layer": 9}, run_id=plain).status_code == 404
+
+
+@pytest.mark.parametrize("steps", [600, 10, 7, 3])
+def test_a_loss_drop_question_cuts_the_steps_into_ranges_and_is_answered_by_the_one_holding_the_step(steps):
+    """Its ranges cover steps 1 to `steps` once each, in order (four, or one a step when fewer); at every step
+    marked, the answer is the one range holding it; unmarked, no range is."""
+    unmarked = loss_drop(steps)
+    spans = []
+    for choice in unmarked.choices:
+        low, _, high = choice.label.removeprefix("steps ").removeprefix("step ").partition("–")
+        spans.append(range(int(low), int(high or low) + 1))
+    assert [step for span in spans for step in span] == list(range(1, steps + 1))
+    assert len(spans) == min(4, steps) and all(choice.value == 0 for choice in unmarked.choices)
+    for marked in range(1, steps + 1):
+        question = loss_drop(steps, marked)
+        holding = next(n for n, span in enumerate(spans) if marked in span)
+        assert (question.answer, question.right) == (holding, (holding,))
+        assert question.choices[holding].value == marked
