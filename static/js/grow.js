@@ -7,7 +7,7 @@
 import * as api from "./api.js";
 import { blind } from "./blind.js";
 import { askQuestion } from "./class/calls.js";
-import { taughtClass } from "./class/teacher.js";
+import { TAUGHT_EVENT, taughtClass } from "./class/teacher.js";
 import { runPrompt } from "./controls.js";
 import { el } from "./format.js";
 import { drawCurves, drawHeads, followWidth, HEAD_SCORES } from "./growth.js";
@@ -226,6 +226,7 @@ export function initGrow(lab) {
     if (changed.has("panel") && open()) found ? draw() : find();
     else if (changed.has("present") && open()) draw();
   });
+  document.addEventListener(TAUGHT_EVENT, showProgress); // a class started or ended: its questions' buttons
   showProgress();
   if (open() || lab.getState().train) find();
 }

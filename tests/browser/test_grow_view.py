@@ -50,6 +50,39 @@ def serious(page) -> list[str]:
     return [f"{v['id']}: {v['help']}" for v in violations if v["impact"] in ("serious", "critical")]
 
 
+def test_a_class_is_asked_when_the_loss_will_drop_from_the_grow_panel_before_anything_has_grown(browser, server):
+    """Before the recipe is started (this module's lab has grown nothing yet), the teacher's Grow panel asks the
+    class when the loss will drop: a phone's learner votes on a range of the recipe's steps while the stage stays
+    uncovered, and the reveal says it waits for the drop (the API's test reveals it after)."""
+    errors = []
+    page = browser.new_context(viewport={"width": 1024, "height": 768}).new_page()
+    page.on("pageerror", lambda error: errors.append(str(error)))
+    page.goto(f"{server}/?panel=grow")
+    wait_until(page, "document.body.dataset.run")
+    started = start_class(page)
+    phone = browser.new_context(viewport={"width": 390, "height": 844}).new_page()
+    phone.on("pageerror", lambda error: errors.append(f"phone: {error}"))
+    phone.goto(started["join_url"])
+    phone.click("#class-name-skip")
+    try:
+        wait_until(page, "!document.getElementById('grow-ask-drop').hidden")
+        assert audit.problems(page, 0, 0, PANEL, page_scrolls=True) == []  # both questions' buttons fit
+        page.click("#grow-ask-drop")
+        assert choice_labels(phone) == ["steps 1–150", "steps 151–300", "steps 301–450", "steps 451–600"]
+        assert page.locator("#class-stage").is_hidden() and phone.locator("#class-stage").is_hidden()
+        wait_until(page, "document.getElementById('grow-ask-drop').hidden")  # one question at a time
+        vote_on(phone, "steps 151–300")
+        assert audit.problems(phone, 0, 0, "#class-question", page_scrolls=True) == []
+        phone.screenshot(path=ARTIFACTS / "grow-loss-drop-vote-phone-390.png")
+        page.click("#class-reveal")
+        wait_until(page, "document.getElementById('error').textContent.includes('has not started')")
+    finally:
+        end_class(server, started)
+        phone.context.close()
+        page.context.close()
+    assert not errors, errors
+
+
 def test_a_teacher_grows_the_recipe_watches_its_phase_change_and_opens_its_checkpoints(browser, server):
     errors = []
     context = browser.new_context(viewport={"width": 1024, "height": 768}, bypass_csp=True)

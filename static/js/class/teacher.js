@@ -22,6 +22,10 @@ export function taughtClass() {
   return JSON.parse(sessionStorage.getItem(TEACHER_KEY) ?? "null");
 }
 
+// Said on the document when this tab starts or stops teaching a class: a panel with a teacher's controls (the
+// Grow panel's questions) shows or hides them then, not at its next redraw.
+export const TAUGHT_EVENT = "lab-class-taught";
+
 export function initTeacher(lab) {
   const panel = $("class-panel");
   const opener = $("class-start");
@@ -143,6 +147,7 @@ export function initTeacher(lab) {
   function live(started) {
     taught = started;
     sessionStorage.setItem(TEACHER_KEY, JSON.stringify(started));
+    document.dispatchEvent(new Event(TAUGHT_EVENT));
     const { code } = started;
     $("class-code").textContent = code;
     $("class-opening").hidden = true;
@@ -181,6 +186,7 @@ export function initTeacher(lab) {
     taught = null;
     question = null;
     sessionStorage.removeItem(TEACHER_KEY);
+    document.dispatchEvent(new Event(TAUGHT_EVENT));
     lab.setState({ question: null });
     showGain(null, show);
     $("class-code").textContent = "";
