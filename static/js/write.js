@@ -33,8 +33,14 @@ function knobsOf(text) {
 // lab: {getState, model, readText(text, token): the lab's views on a text (the page runs it, a widget's kernel too)}
 export function initWrite(lab) {
   const panel = byId("write");
+  // What the panel shows, as the views say it (data-view, aria-busy): why it cannot write, the form, or a writing.
+  const shows = (view, busy = false) => {
+    panel.dataset.view = view;
+    panel.setAttribute("aria-busy", String(busy));
+  };
   if (lab.model.cannot_write) {
     panel.replaceChildren(el("p", { class: "hint unavailable", dataset: { field: "cannot-write" } }, `${lab.model.cannot_write}.`));
+    shows("cannot-write");
     return;
   }
   const sample = el("input", { type: "checkbox", id: "write-sample" });
@@ -62,6 +68,7 @@ export function initWrite(lab) {
   const written = el("div", { id: "write-tokens", class: "write-tokens", role: "group", "aria-label": "The prompt and the tokens written" });
   const opened = el("div", { id: "write-step" });
   panel.replaceChildren(form, status, written, opened);
+  shows("form");
 
   let writing = null; // the answer so far
   let chosen = null; // the step opened
@@ -105,6 +112,7 @@ export function initWrite(lab) {
     opened.replaceChildren();
     go.disabled = true;
     stop.hidden = false;
+    shows("writing", true);
     const asked = knobsOf(lab.getState().text);
     status.textContent = "Reading the prompt…";
     try {
@@ -131,6 +139,7 @@ export function initWrite(lab) {
         calling = null;
         go.disabled = false;
         stop.hidden = true;
+        shows(writing?.writing_id ?? "form");
       }
     }
   });
