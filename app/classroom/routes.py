@@ -48,9 +48,15 @@ from app.serving.training import TrainingNotFound, Trainings
 from app.web.deps import ClientDep, ExperimentsDep, LabDep, SearchesDep, WritingsDep
 from app.web.events import RESPONSES as events_responses
 from app.web.events import EventStream
+from app.web.schemas.common import ValidationErrorResponse
 from app.web.writing import knobs_of
 
-router = APIRouter(prefix="/api/classes", tags=["class mode"])
+# A body the API does not take answers the lab's readable 422 (app.main), as the other routers declare it.
+router = APIRouter(
+    prefix="/api/classes",
+    tags=["class mode"],
+    responses={422: {"model": ValidationErrorResponse, "description": "The request is not one the API takes"}},
+)
 TEACHER_COOKIE = "lab_class_teacher"  # the secret again, for the teacher's own event streams and CSV link
 
 
