@@ -170,14 +170,19 @@ class PhaseChange(BaseModel):
     formed: int | None = Field(description="The step an induction head formed, from which every checkpoint has one")
 
 
-class TrainingStatus(BaseModel):
+class TrainingAt(BaseModel):
+    """Which training, and where it stands: what its status and the list both begin with."""
+
     train_id: str = Field(description="The spec's hash: the same spec is the same training")
     state: TrainingState = Field(description=STATES)
+    step: int
+    steps: int
+
+
+class TrainingStatus(TrainingAt):
     spec: TrainingSpecFields
     class_code: str | None = Field(description="The class it was started in")
     started: float = Field(description="Unix time")
-    step: int
-    steps: int
     loss: float | None = Field(description="The last step's training loss")
     seconds: float = Field(description="Spent in steps and checkpoints")
     weights: int = Field(description="The model's weights")
@@ -190,23 +195,7 @@ class TrainingStatus(BaseModel):
     error: str | None = Field(description="Why it failed")
 
 
-class TrainingProgress(BaseModel):
-    """A stream's progress, state and end events."""
-
-    train_id: str
-    state: TrainingState
-    step: int
-    steps: int
-    loss: float | None
-    seconds: float
-    model: str | None
-
-
-class TrainingListed(BaseModel):
-    train_id: str
-    state: TrainingState
-    step: int
-    steps: int
+class TrainingListed(TrainingAt):
     started: float
     class_code: str | None
 
