@@ -31,15 +31,6 @@ from transformers.utils import logging as transformers_logging  # noqa: E402
 
 BENCH_DIR = Path(__file__).resolve().parent
 REPO = BENCH_DIR.parent
-CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_ARGS = [
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--no-first-run",
-]
 # Whole vocabulary words, one token each, so a text's length can be set one token at a time.
 FILLER = (
     "the old river ran past quiet green fields while children counted birds above a stone bridge and "

@@ -8,9 +8,11 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from urllib.parse import urlsplit
 
-from harness import CHROMIUM, CHROMIUM_ARGS, Texts, median
+from harness import Texts, median
 from playwright.sync_api import TimeoutError as PlaywrightTimeout
 from playwright.sync_api import sync_playwright
+
+from tests.browser.chromium import launch
 
 # Arms a probe before Enter: t0 at the keydown (capture phase, before the page's own handler), t1 when
 # #heatmap's data-view names the new run, tPaint one animation frame later.
@@ -153,7 +155,7 @@ def click_to_view(page, n: int) -> dict:
 def lab_page(base: str, timeout_ms: int) -> Iterator[tuple]:
     """The lab's page in chromium at 1280×720, loaded and settled: (page, its Network)."""
     with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        browser = launch(playwright)
         try:
             page = browser.new_page(viewport={"width": 1280, "height": 720})
             page.set_default_timeout(timeout_ms)
