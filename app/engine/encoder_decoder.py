@@ -16,6 +16,7 @@ from the encoder's output over the source: its weights are [head, target_pos, so
 The decoder reads [decoder_start] + the target's tokens: its row i is the step that chooses target token i + 1.
 """
 
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 import torch
@@ -24,6 +25,7 @@ from transformers import DynamicCache, EncoderDecoderCache
 
 from app.engine import names
 from app.engine.capture import additive_mask, attention_scores, softmax_weights, thread_hooks
+from app.engine.engine import Engine
 from app.engine.errors import InvalidInput, OutOfRange, PassFailed, TextTooLong
 from app.engine.families.base import heads
 from app.engine.families.encoder_decoder import EncoderDecoderFamily
@@ -287,12 +289,14 @@ class EncoderDecoderEngine:
     # -- the passes ------------------------------------------------------------------------------------------
 
     def compute(self, spec: EncoderDecoderSpec) -> EncoderDecoderRun:
-        """The run of a spec: the target written first where none is given, then one pass over both."""
-        source, cut = self.source_tokens(spec.source)
-        if spec.target is None:
-            target = self.written_tokens(self.write([token.id for token in source], spec.max_new_tokens))
-        else:
-            target = self.target_tokens(spec.target)
+        """The run of a spec, here and now: the target written first where none is given, then one pass over
+        both (a server takes the same steps in turns: slices)."""
+        for step in slices(self, spec):
+            run = step()
+        return run
+
+    def read(self, spec: EncoderDecoderSpec, source: list[Token], cut: bool, target: list[Token]) -> EncoderDecoderRun:
+        """The pass over a source and a target as read: the run."""
         try:
             activations = self.capture([token.id for token in source], [token.id for token in target])
         except Exception as error:
@@ -302,6 +306,18 @@ class EncoderDecoderEngine:
 
     def layers(self, kind: str) -> int:
         return self.encoder_layers if kind == "encoder" else self.decoder_layers
+
+    def source_length(self, source: str) -> int:
+        """The source's tokens as read (cut at max_tokens), before any pass: for the memory a run states."""
+        return len(self.loaded.tokenizer(source, truncation=True, max_length=self.max_tokens)["input_ids"])
+
+    def target_length(self, spec: EncoderDecoderSpec) -> int:
+        """The decoder's tokens: a given target's with the start token, or the most a written one may take."""
+        if spec.target is None:
+            return 1 + spec.max_new_tokens
+        return 1 + len(
+            self.loaded.tokenizer(text_target=spec.target, truncation=True, max_length=self.max_tokens - 1)["input_ids"]
+        )
 
     def capture(self, source_ids: list[int], target_ids: list[int]) -> dict[str, Tensor]:
         """One teacher-forced pass: every attention's q, k and v (and T5's position bias), named by
@@ -398,5 +414,43 @@ def run_bytes(engine: EncoderDecoderEngine, source: int, target: int) -> int:
     return kept + weights + rows + logits + cache
 
 
+def pair_names(kind: str) -> str:
+    """A kind of attention's weights by their name, block L standing for each block."""
+    stack, attention = WHERE[kind]
+    return names.stack_attn(stack, "L", "weights", attention)
+
+
 def is_encoder_decoder(loaded: LoadedModel) -> bool:
     return isinstance(loaded.family, EncoderDecoderFamily)
+
+
+def make_engine(
+    loaded: LoadedModel, max_chars: int, max_tokens: int | None = None, blocks=None
+) -> Engine | EncoderDecoderEngine:
+    """The engine a loaded model is read by: an encoder-decoder's own, or the one of an encoder or a decoder."""
+    kind = EncoderDecoderEngine if is_encoder_decoder(loaded) else Engine
+    return kind(loaded, max_chars, max_tokens, blocks)
+
+
+def slices(engine: EncoderDecoderEngine, spec: EncoderDecoderSpec) -> Iterator[Callable[[], object]]:
+    """A run in turns of a server's gate (app.serving.work): the source read and the target written, then the
+    pass over both, whose slice returns the run."""
+    read: dict = {}
+
+    def first() -> None:
+        source, cut = engine.source_tokens(spec.source)
+        if spec.target is None:
+            target = engine.written_tokens(engine.write([token.id for token in source], spec.max_new_tokens))
+        else:
+            target = engine.target_tokens(spec.target)
+        read.update(source=source, cut=cut, target=target)
+
+    yield first
+    yield lambda: engine.read(spec, read["source"], read["cut"], read["target"])
+
+
+def target_text(engine: EncoderDecoderEngine, run: EncoderDecoderRun) -> str:
+    """The target as a text: the given one, or the written tokens decoded (special tokens left out)."""
+    if run.spec.target is not None:
+        return run.spec.target
+    return engine.loaded.tokenizer.decode([token.id for token in run.target], skip_special_tokens=True)

@@ -16,16 +16,27 @@ from torch import Tensor
 
 from app.engine import cells, lessons, measures
 from app.engine.capture import NEXT_TOKENS
+from app.engine.encoder_decoder import (
+    NOT_MEASURED,
+    EncoderDecoderEngine,
+    EncoderDecoderRun,
+    pair_names,
+    run_bytes,
+    slices,
+    target_text,
+)
 from app.engine.errors import InvalidInput, OutOfRange
 from app.engine.placement import dtype_name
 from app.engine.runs import Run, pick
 from app.engine.spec import Patch
 from app.serving.lab import Lab
 from app.serving.server import is_loopback
+from app.serving.work import Work
 from app.web.compression import MIN_BYTES, chosen_encoding, compressed
 from app.web.deps import ClientDep, LabDep, request_reads
 from app.web.encoding import MEDIA_TYPE, PIECE_BYTES, encode_attention, on_wire
 from app.web.schemas.common import ErrorResponse, ValidationErrorResponse
+from app.web.schemas.encoder_decoder import EncoderDecoderResponse
 from app.web.schemas.runs import (
     AnalyzeRequest,
     AnalyzeResponse,
@@ -144,13 +155,20 @@ async def models(lab: LabDep):
     """The models this lab serves, the default first, and which are loaded in this worker now."""
     return {
         "default": lab.models.default,
-        "models": [{"name": name, "loaded": lab.models.loaded(name) is not None} for name in lab.models.names],
+        "models": [
+            {
+                "name": name,
+                "loaded": lab.models.loaded(name) is not None,
+                "kind": lab.models.infos.get(name, {}).get("kind"),
+            }
+            for name in lab.models.names
+        ],
     }
 
 
 @router.post(
     "/analyze",
-    response_model=AnalyzeResponse,
+    response_model=AnalyzeResponse | EncoderDecoderResponse,
     responses={
         413: {"model": ErrorResponse, "description": "Text over the character cap"},
         503: {
@@ -161,6 +179,14 @@ async def models(lab: LabDep):
 )
 async def analyze(body: AnalyzeRequest, lab: LabDep, client: ClientDep):
     engine = await lab.engine_for(body.model, client)
+    if isinstance(engine, EncoderDecoderEngine):
+        return await encoder_decoder_run(engine, body, lab, client)
+    if body.target is not None or body.max_new_tokens is not None:
+        given = "target" if body.target is not None else "max_new_tokens"
+        raise InvalidInput(
+            f"{engine.info['name']} is an {engine.info['kind']} ({engine.info['family']}): it reads one text, so it "
+            f"takes no `{given}`; a target is read by an encoder-decoder (T5, BART, Marian) with its source"
+        )
     patch = (
         None
         if body.patch is None
@@ -198,6 +224,68 @@ async def analyze(body: AnalyzeRequest, lab: LabDep, client: ClientDep):
             "attention": attention,
         }
     )
+
+
+# What an encoder-decoder's run does not take: the single-text run's knobs (AnalyzeRequest's fields).
+SINGLE_TEXT = ("text_pair", "mask", "pooling", "prompt", "patch", "attention")
+
+
+async def encoder_decoder_run(engine: EncoderDecoderEngine, body: AnalyzeRequest, lab: Lab, client) -> Response:
+    """An encoder-decoder's run: the source and the target (written first where none is given), and its three kinds
+    of attention, every block and head. Its pass takes turns of the gate and the memory run_bytes states for both
+    halves; its JSON is made on a worker thread, holding the bytes it takes."""
+    refused = [name for name in SINGLE_TEXT if getattr(body, name) is not None] + (["ablate"] if body.ablate else [])
+    if refused:
+        raise InvalidInput(
+            f"{engine.info['name']} is an encoder-decoder ({engine.info['family']}): its run takes `text` (the source),"
+            f" `target` and `max_new_tokens`, not {', '.join(f'`{name}`' for name in refused)}"
+        )
+    spec = engine.pair_spec(body.text, body.target, body.max_new_tokens)
+    source = engine.source_length(spec.source)
+    target = engine.target_length(spec)
+    work = Work(
+        f"the encoder-decoder run {spec.run_id}", slices(engine, spec), run_bytes(engine, source, target), engine
+    )
+    run = await lab.works.run(work, client)
+    numbers_in = engine.heads * (
+        engine.encoder_layers * source**2 + engine.decoder_layers * (target**2 + target * source)
+    )
+    return await answered(
+        lab, client, f"the JSON of {spec.run_id}", numbers_in * (JSON_NUMBER_BYTES + 4), lambda: pair_json(engine, run)
+    )
+
+
+def pair_json(engine: EncoderDecoderEngine, run: EncoderDecoderRun) -> dict:
+    """The run as EncoderDecoderResponse says it."""
+    where = {"encoder": ("source", "source"), "decoder": ("target", "target"), "cross": ("target", "source")}
+    attention = {
+        kind: {
+            "rows": rows,
+            "columns": columns,
+            "names": pair_names(kind),
+            "weights": np.ascontiguousarray(on_wire(run.all_weights(kind)).numpy()),
+        }
+        for kind, (rows, columns) in where.items()
+    }
+    spec = run.spec
+    return {
+        "run_id": run.run_id,
+        "kind": "encoder-decoder",
+        "model": engine.info,
+        "source": {
+            "text": spec.source,
+            "tokens": [token.__dict__ for token in run.source],
+            "truncated": run.source_truncated,
+        },
+        "target": {
+            "text": target_text(engine, run),
+            "tokens": [token.__dict__ for token in run.target],
+            "written": run.written,
+            "max_new_tokens": spec.max_new_tokens,
+        },
+        "attention": attention,
+        "not_measured": NOT_MEASURED,
+    }
 
 
 @router.get("/runs/{run_id}/pooled", response_model=Pooled, responses=NOT_FOUND)
