@@ -249,6 +249,10 @@ class EncoderDecoderEngine:
         )
         ids, offsets = encoding["input_ids"], encoding["offset_mapping"]
         added = [True, *(sequence_id is None for sequence_id in encoding.sequence_ids())]
+        if self.start_id is None:
+            raise InvalidInput(
+                f"{self.loaded.name} has no decoder_start_token_id: its decoder has no first token to read"
+            )
         return self._tokens([self.start_id, *ids], [(0, 0), *offsets], added, "target")
 
     def written_tokens(self, ids: list[int]) -> list[Token]:
@@ -362,9 +366,10 @@ class EncoderDecoderEngine:
             config, _ = model._prepare_generation_config(
                 None, max_new_tokens=max_new_tokens, do_sample=False, num_beams=1
             )
+            # transformers checks the knobs and the special tokens (a start token for the decoder) before it writes
+            model._prepare_special_tokens(config, True, device=model.device, batch_size=1)
         except ValueError as error:
-            raise InvalidInput(str(error).strip().splitlines()[0]) from None
-        model._prepare_special_tokens(config, True, device=model.device, batch_size=1)
+            raise InvalidInput(f"{self.loaded.name} cannot write: {str(error).strip().splitlines()[0]}") from None
         # As generate's _prepare_generated_length sets it: the decoder's start token and the new ones. A processor
         # reads it (the end token a config forces at the last position, forced_eos_token_id).
         config.max_length = 1 + max_new_tokens
