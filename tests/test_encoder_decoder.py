@@ -3,6 +3,7 @@ the decoder's, the cross-attention) equals transformers' eager pass with output_
 anew; a written target equals generate(do_sample=False); the names are pinned; the memory stated before a run
 holds what it keeps and makes."""
 
+import numpy as np
 import pytest
 import torch
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
@@ -166,3 +167,64 @@ def test_specs_are_content_addressed(engines):
     spec = engines["t5"].pair_spec(SOURCE, TARGET)
     assert from_canonical(spec.canonical()) == spec
     assert spec.run_id != engines["t5"].pair_spec(SOURCE).run_id
+
+
+# Each family's attention modules in transformers' own model (self-attention in each stack, cross-attention), and
+# their W_V and W_O: the test reads the raw weights by these paths, not through the lab.
+MODULES = {
+    "t5": ("encoder.block.{}.layer.0.SelfAttention", "decoder.block.{}.layer.0.SelfAttention")
+    + ("decoder.block.{}.layer.1.EncDecAttention", "v", "o"),
+    "bart": ("model.encoder.layers.{}.self_attn", "model.decoder.layers.{}.self_attn")
+    + ("model.decoder.layers.{}.encoder_attn", "v_proj", "out_proj"),
+}
+MODULES["marian"] = MODULES["bart"]
+
+
+def rms(x: np.ndarray, weight: np.ndarray, eps: float) -> np.ndarray:
+    return x / np.sqrt((x**2).mean(-1, keepdims=True) + eps) * weight
+
+
+@pytest.mark.parametrize("kind", BUILDERS)
+def test_norm_weighted_attention_is_numpys_from_the_raw_weights(kind, engines, references):
+    """α_ij ‖(x_j W_V^h + b_V^h) W_O^h‖ in float64 from the folder's weights, x_j the rows each attention reads:
+    a block's input (T5's after its RMSNorm), and for cross-attention the encoder's output over the source."""
+    engine = engines[kind]
+    run = engine.compute(engine.pair_spec(SOURCE, TARGET))
+    model, _ = references[kind]
+    with torch.inference_mode():
+        out = model(
+            input_ids=torch.tensor([[token.id for token in run.source]]),
+            decoder_input_ids=torch.tensor([[token.id for token in run.target]]),
+            output_attentions=True,
+            output_hidden_states=True,
+        )
+    paths = dict(zip(KINDS, MODULES[kind][:3], strict=True))
+    value, output = MODULES[kind][3:]
+    attentions = {"encoder": out.encoder_attentions, "decoder": out.decoder_attentions, "cross": out.cross_attentions}
+    states = {"encoder": out.encoder_hidden_states, "decoder": out.decoder_hidden_states}
+    config = model.config
+    for which in KINDS:
+        for layer in range(run.layers(which)):
+            module = model.get_submodule(paths[which].format(layer))
+            if which == "cross":
+                x = out.encoder_last_hidden_state[0].double().numpy()
+            else:
+                x = states[which][layer][0].double().numpy()
+                if kind == "t5":  # pre-RMSNorm: attention reads the block's input normalised
+                    stack = model.get_submodule(paths[which].format(layer).rsplit(".", 2)[0])
+                    weight = stack.get_submodule("0.layer_norm").weight.detach().double().numpy()
+                    x = rms(x, weight, config.layer_norm_epsilon)
+            w_v, w_o = module.get_submodule(value), module.get_submodule(output)
+            v = x @ w_v.weight.detach().double().numpy().T + (
+                0 if w_v.bias is None else w_v.bias.detach().double().numpy()
+            )
+            heads, d_head = attentions[which][layer].shape[1], v.shape[-1] // attentions[which][layer].shape[1]
+            v = v.reshape(len(x), heads, d_head).transpose(1, 0, 2)  # [head, key, d_head]
+            o = (
+                w_o.weight.detach().double().numpy().reshape(-1, heads, d_head).transpose(1, 2, 0)
+            )  # [head, d_head, d_model]
+            lengths = np.linalg.norm(v @ o, axis=-1)  # [head, key]
+            expected = attentions[which][layer][0].double().numpy() * lengths[:, None, :]
+            ours = run.norm(which, layer, engine.w_o(which, layer)).double().numpy()
+            bound = 2 * attention_tolerance(config) * lengths.max()
+            assert np.abs(ours - expected).max() <= bound, (kind, which, layer)

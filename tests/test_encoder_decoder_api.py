@@ -2,6 +2,8 @@
 three kinds of attention named by rows and columns and equal to transformers' eager pass, a clear 422 for a target
 given to an encoder, and /api/models and /api/model saying each model's kind."""
 
+import csv
+
 import numpy as np
 import pytest
 import torch
@@ -42,7 +44,7 @@ def test_the_models_say_their_kind(client):
     info = client.get("/api/model", params={"name": "marian"}).json()
     assert info["kind"] == "encoder-decoder" and info["attention_kinds"] == ["encoder", "decoder", "cross"]
     assert info["layers"] == 2 and info["decoder_layers"] == 3
-    assert set(info["not_measured"]) == {"norm", "alti"}
+    assert set(info["not_measured"]) == {"alti"}
 
 
 @pytest.mark.parametrize("target", [TARGET, None], ids=["given", "written"])
@@ -74,6 +76,8 @@ def test_a_run_names_source_and_target_and_equals_transformers(client, folders, 
         weights = np.array(served["weights"])
         assert weights.shape == (len(layers), 4, sizes[served["rows"]], sizes[served["columns"]])
         np.testing.assert_allclose(weights, np.stack([layer[0].numpy() for layer in layers]), atol=tolerance(5 * 64))
+        norm = np.array(served["norm"])
+        assert norm.shape == weights.shape and (norm >= 0).all() and ((norm > 0) == (weights > 0)).all()
     assert run["attention"]["cross"]["rows"] == "target" and run["attention"]["cross"]["columns"] == "source"
     assert run["attention"]["cross"]["names"] == "decoder.blocks.L.cross_attn.weights"
 
@@ -90,3 +94,38 @@ def test_an_encoder_decoder_refuses_the_single_text_knobs_and_views(client):
     assert answer.status_code == 422 and "not `text_pair`, `mask`" in answer.json()["detail"]
     answer = client.post("/api/generate", json={"text": SOURCE, "model": "marian"})
     assert answer.status_code == 422 and "encoder-decoder" in answer.json()["detail"]
+
+
+def test_the_export_names_source_and_target_in_every_row(client):
+    run = client.post("/api/analyze", json={"text": SOURCE, "target": TARGET, "model": "marian"}).json()
+    exported = client.get(f"/api/encoder-decoder/{run['run_id']}/export")
+    assert exported.status_code == 200 and exported.headers["content-type"].startswith("text/csv")
+    lines = exported.text.splitlines()
+    about = [row[0] for row in csv.reader(lines[:3])]  # comment lines, one cell each
+    assert about == [
+        "# model: marian (Marian, encoder-decoder, float32)",
+        f"# source: {SOURCE}",
+        f"# target (given): {TARGET}",
+    ]
+    rows = list(csv.DictReader(lines[3:]))
+    tokens = {side: run[side]["tokens"] for side in ("source", "target")}
+    cross = [row for row in rows if row["kind"] == "cross"]
+    assert len(cross) == 3 * 4 * len(tokens["target"]) * len(tokens["source"])
+    assert {(row["query segment"], row["key segment"]) for row in cross} == {("target", "source")}
+    weights = np.array(run["attention"]["cross"]["weights"])
+    for row in cross[:50]:
+        layer, head, query, key = (int(row[name]) for name in ("layer", "head", "query", "key"))
+        assert (
+            row["query token"] == tokens["target"][query]["label"]
+            and row["key token"] == tokens["source"][key]["label"]
+        )
+        assert float(row["weight"]) == pytest.approx(weights[layer, head, query, key], abs=1e-7)
+    kinds = {row["kind"]: (row["query segment"], row["key segment"]) for row in rows}
+    assert kinds == {"encoder": ("source", "source"), "decoder": ("target", "target"), "cross": ("target", "source")}
+    as_json = client.get(f"/api/encoder-decoder/{run['run_id']}/export", params={"format": "json"}).json()
+    assert (
+        as_json["run_id"] == run["run_id"]
+        and as_json["attention"]["cross"]["weights"] == run["attention"]["cross"]["weights"]
+    )
+    missing = client.get("/api/encoder-decoder/aaaaaaaaaaaaaaaaaaaaaaaaaa/export")
+    assert missing.status_code == 404

@@ -40,12 +40,9 @@ WHERE = {"encoder": ("encoder", "attn"), "decoder": ("decoder", "attn"), "cross"
 MAX_NEW_TOKENS = 64  # target tokens a greedy writing may take, at most
 DEFAULT_NEW_TOKENS = 32
 
-# Why the measures beyond the weights are not computed for an encoder-decoder's run: said by the run, in words.
+# Why a measure beyond the weights and the norm-weighted attention is not computed for an encoder-decoder's run:
+# said by the run, in words.
 NOT_MEASURED = {
-    "norm": (
-        "Norm-weighted attention (‖α·f(x)‖, Kobayashi et al. 2020) carries to cross-attention (f reads the source's "
-        "rows through W_V and W_O), but the lab does not compute it yet for an encoder-decoder: only the weights"
-    ),
     "alti": (
         "ALTI follows each token's share of the residual stream through one stack; a cross-attention adds the "
         "source's rows into the target's stream, which ALTI as defined (Ferrando et al. 2022) does not decompose, "
@@ -103,6 +100,17 @@ class EncoderDecoderRun:
     def all_weights(self, kind: str) -> Tensor:
         """Every block's weights of one kind: [layer, head, query, key]."""
         return torch.stack([self.weights(kind, layer) for layer in range(self.layers(kind))])
+
+    def norm(self, kind: str, layer: int, w_o: Tensor) -> Tensor:
+        """Norm-weighted attention (Kobayashi et al. 2020) of one block of one kind: ‖α_ij f_h(x_j)‖ = α_ij
+        ‖f_h(x_j)‖, f_h(x_j) = (x_j W_V^h + b_V^h) W_O^h, the value vector as it leaves the head through its columns
+        of W_O (its bias left out, as in the paper). It carries to cross-attention as it is: there x_j is source
+        token j's row of the encoder's output, which the target's query reads. `w_o`: the attention module's W_O,
+        [d_model, heads·d_head]. In float32. [head, query, key]"""
+        stack, attention = WHERE[kind]
+        v = self.activations[names.stack_attn(stack, layer, "v", attention)].float()  # [head, key, d_head]
+        per_head = w_o.float().unflatten(1, (v.shape[0], v.shape[-1])).permute(1, 2, 0)  # [head, d_head, d_model]
+        return self.weights(kind, layer).float() * (v @ per_head).norm(dim=-1)[:, None, :]
 
 
 class EncoderDecoderEngine:
@@ -194,6 +202,14 @@ class EncoderDecoderEngine:
         module = self.family.self_attention if attention == "attn" else self.family.cross_attention
         half = self.loaded.model.get_encoder() if stack == "encoder" else self.loaded.model.get_decoder()
         return half.get_submodule(f"{self.family.blocks}.{layer}.{module}")
+
+    def all_norms(self, run: EncoderDecoderRun, kind: str) -> Tensor:
+        """Every block's norm-weighted attention of one kind (EncoderDecoderRun.norm): [layer, head, query, key]."""
+        return torch.stack([run.norm(kind, layer, self.w_o(kind, layer)) for layer in range(self.layers(kind))])
+
+    def w_o(self, kind: str, layer: int) -> Tensor:
+        """An attention module's W_O: [d_model, heads·d_head]."""
+        return self.attention_module(kind, layer).get_submodule(self.family.output_projection).weight.detach()
 
     def scale(self, kind: str, layer: int) -> float:
         scaling = getattr(self.attention_module(kind, layer), "scaling", None)
@@ -402,7 +418,8 @@ def run_bytes(engine: EncoderDecoderEngine, source: int, target: int) -> int:
     """A run's peak memory, stated from its shapes before it runs, both halves counted: what it keeps (every
     attention's q, k and v; the position biases), the pass's transient rows (each block's hidden states, FFN rows,
     scores and weights, in the model's dtype), the decoder's logits over the vocabulary at every target row, a
-    written target's cache of keys and values (self and cross), and its three kinds of weights made for a view."""
+    written target's cache of keys and values (self and cross), and its three kinds of weights and norm-weighted
+    attention made for an answer."""
     config, size = engine.loaded.model.config, engine.loaded.model.dtype.itemsize
     hidden, heads = config.d_model, engine.heads
     inner = getattr(config, "d_ff", None) or max(config.encoder_ffn_dim, config.decoder_ffn_dim)
@@ -412,7 +429,8 @@ def run_bytes(engine: EncoderDecoderEngine, source: int, target: int) -> int:
     kept = (encoder * 3 * source + decoder * (3 * target + target + 2 * source)) * width * size
     if engine.family.position_bias:
         kept += heads * (encoder * squares["encoder"] + decoder * (squares["decoder"] + squares["cross"])) * size
-    weights = heads * (encoder * squares["encoder"] + decoder * (squares["decoder"] + squares["cross"])) * 4
+    # the three kinds' weights and norm-weighted attention, float32, made for an answer
+    weights = 2 * heads * (encoder * squares["encoder"] + decoder * (squares["decoder"] + squares["cross"])) * 4
     rows = (source + target) * (inner + 8 * hidden) * size + 3 * heads * max(squares.values()) * size
     logits = target * config.vocab_size * 4 * 2
     cache = decoder * 2 * (target + source) * width * size

@@ -8,7 +8,6 @@ from math import prod
 from typing import Annotated, TypeVar
 
 import numpy as np
-import orjson
 from fastapi import APIRouter, Depends, Header, Query, Response
 from fastapi.responses import StreamingResponse
 from starlette.concurrency import run_in_threadpool
@@ -16,25 +15,17 @@ from torch import Tensor
 
 from app.engine import cells, lessons, measures
 from app.engine.capture import NEXT_TOKENS
-from app.engine.encoder_decoder import (
-    NOT_MEASURED,
-    EncoderDecoderEngine,
-    EncoderDecoderRun,
-    pair_names,
-    run_bytes,
-    slices,
-    target_text,
-)
+from app.engine.encoder_decoder import EncoderDecoderEngine
 from app.engine.errors import InvalidInput, OutOfRange
 from app.engine.placement import dtype_name
 from app.engine.runs import Run, pick
 from app.engine.spec import Patch
 from app.serving.lab import Lab
 from app.serving.server import is_loopback
-from app.serving.work import Work
 from app.web.compression import MIN_BYTES, chosen_encoding, compressed
 from app.web.deps import ClientDep, LabDep, request_reads
-from app.web.encoding import MEDIA_TYPE, PIECE_BYTES, encode_attention, on_wire
+from app.web.encoder_decoder import encoder_decoder_run
+from app.web.encoding import MEDIA_TYPE, PIECE_BYTES, NumbersResponse, encode_attention, on_wire
 from app.web.schemas.common import ErrorResponse, ValidationErrorResponse
 from app.web.schemas.encoder_decoder import EncoderDecoderResponse
 from app.web.schemas.runs import (
@@ -70,16 +61,6 @@ NOT_FOUND = {
     404: {"model": ErrorResponse, "description": "Unknown or expired run, or layer/head out of range"},
     503: {"model": ErrorResponse, "description": "The run store is not answering, or the model is busy"},
 }
-
-
-class NumbersResponse(Response):
-    """JSON straight from float32 tensors (a bfloat16 or float16 model's upcast, numbers): orjson writes each
-    float32 exactly, and fast."""
-
-    media_type = "application/json"
-
-    def render(self, content) -> bytes:
-        return orjson.dumps(content, option=orjson.OPT_SERIALIZE_NUMPY)
 
 
 async def served(lab, run_id: str, client) -> Run:
@@ -224,68 +205,6 @@ async def analyze(body: AnalyzeRequest, lab: LabDep, client: ClientDep):
             "attention": attention,
         }
     )
-
-
-# What an encoder-decoder's run does not take: the single-text run's knobs (AnalyzeRequest's fields).
-SINGLE_TEXT = ("text_pair", "mask", "pooling", "prompt", "patch", "attention")
-
-
-async def encoder_decoder_run(engine: EncoderDecoderEngine, body: AnalyzeRequest, lab: Lab, client) -> Response:
-    """An encoder-decoder's run: the source and the target (written first where none is given), and its three kinds
-    of attention, every block and head. Its pass takes turns of the gate and the memory run_bytes states for both
-    halves; its JSON is made on a worker thread, holding the bytes it takes."""
-    refused = [name for name in SINGLE_TEXT if getattr(body, name) is not None] + (["ablate"] if body.ablate else [])
-    if refused:
-        raise InvalidInput(
-            f"{engine.info['name']} is an encoder-decoder ({engine.info['family']}): its run takes `text` (the source),"
-            f" `target` and `max_new_tokens`, not {', '.join(f'`{name}`' for name in refused)}"
-        )
-    spec = engine.pair_spec(body.text, body.target, body.max_new_tokens)
-    source = engine.source_length(spec.source)
-    target = engine.target_length(spec)
-    work = Work(
-        f"the encoder-decoder run {spec.run_id}", slices(engine, spec), run_bytes(engine, source, target), engine
-    )
-    run = await lab.works.run(work, client)
-    numbers_in = engine.heads * (
-        engine.encoder_layers * source**2 + engine.decoder_layers * (target**2 + target * source)
-    )
-    return await answered(
-        lab, client, f"the JSON of {spec.run_id}", numbers_in * (JSON_NUMBER_BYTES + 4), lambda: pair_json(engine, run)
-    )
-
-
-def pair_json(engine: EncoderDecoderEngine, run: EncoderDecoderRun) -> dict:
-    """The run as EncoderDecoderResponse says it."""
-    where = {"encoder": ("source", "source"), "decoder": ("target", "target"), "cross": ("target", "source")}
-    attention = {
-        kind: {
-            "rows": rows,
-            "columns": columns,
-            "names": pair_names(kind),
-            "weights": np.ascontiguousarray(on_wire(run.all_weights(kind)).numpy()),
-        }
-        for kind, (rows, columns) in where.items()
-    }
-    spec = run.spec
-    return {
-        "run_id": run.run_id,
-        "kind": "encoder-decoder",
-        "model": engine.info,
-        "source": {
-            "text": spec.source,
-            "tokens": [token.__dict__ for token in run.source],
-            "truncated": run.source_truncated,
-        },
-        "target": {
-            "text": target_text(engine, run),
-            "tokens": [token.__dict__ for token in run.target],
-            "written": run.written,
-            "max_new_tokens": spec.max_new_tokens,
-        },
-        "attention": attention,
-        "not_measured": NOT_MEASURED,
-    }
 
 
 @router.get("/runs/{run_id}/pooled", response_model=Pooled, responses=NOT_FOUND)

@@ -13,6 +13,7 @@ BART = EncoderDecoderFamily(
     self_attention="self_attn",
     cross_attention="encoder_attn",
     projections=("q_proj", "k_proj", "v_proj"),
+    output_projection="out_proj",
     position_bias=False,
     normalization="post-LN",
     positions="absolute",

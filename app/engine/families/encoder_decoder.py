@@ -15,6 +15,7 @@ class EncoderDecoderFamily:
     self_attention: str  # a block's self-attention module, inside the block
     cross_attention: str  # a decoder block's attention over the source, inside the block
     projections: tuple[str, str, str]  # W_Q, W_K and W_V inside an attention module
+    output_projection: str  # W_O inside an attention module: its input is the heads' contexts side by side
     # The attention module returns the relative-position bias its scores add, as its output's second part (T5's
     # buckets; a cross-attention's is zeros); else its scores add none.
     position_bias: bool
@@ -40,5 +41,6 @@ class EncoderDecoderFamily:
             for layer in range(layers):
                 for module in kinds:
                     attention = f"{stack}.{self.blocks}.{layer}.{module}"
-                    paths += [attention, *(f"{attention}.{projection}" for projection in self.projections)]
+                    parts = (*self.projections, self.output_projection)
+                    paths += [attention, *(f"{attention}.{projection}" for projection in parts)]
         return paths

@@ -12,6 +12,7 @@ T5 = EncoderDecoderFamily(
     self_attention="layer.0.SelfAttention",
     cross_attention="layer.1.EncDecAttention",
     projections=("q", "k", "v"),
+    output_projection="o",
     position_bias=True,
     normalization="pre-RMSNorm",
     positions="relative",

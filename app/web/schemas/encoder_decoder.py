@@ -45,6 +45,10 @@ class AttentionKind(BaseModel):
         examples=["decoder.blocks.L.cross_attn.weights"],
     )
     weights: list[list[list[list[float]]]] = Field(description="[layer][head][query][key], each row summing to 1")
+    norm: list[list[list[list[float]]]] = Field(
+        description="Norm-weighted attention, ‖α_ij f_h(x_j)‖ (Kobayashi et al. 2020): [layer][head][query][key]; in "
+        "cross-attention x_j is source token j's row of the encoder's output"
+    )
 
 
 class PairAttention(BaseModel):
@@ -61,5 +65,5 @@ class EncoderDecoderResponse(BaseModel):
     target: Target
     attention: PairAttention
     not_measured: dict[str, str] = Field(
-        description="The measures beyond the weights not computed for an encoder-decoder's run, each with why"
+        description="The measures not computed for an encoder-decoder's run (ALTI), each with why"
     )
