@@ -426,11 +426,17 @@ BUILDERS = {
 # Tiny models the family tests leave out: a sentence-transformers layout of a family, or a family without an
 # adapter.
 MORE_BUILDERS = {"qwen3-embedding": qwen3_embedding, "opt": opt, "electra": electra}
+# Encoder-decoders, read by an engine of their own (app.engine.encoder_decoder): not among the one-text families.
+ENCODER_DECODERS = {
+    "t5": lambda folder: t5(folder),
+    "bart": lambda folder: bart(folder),
+    "marian": lambda folder: marian(folder),
+}
 
 
 def build(family: str, folder: Path) -> Path:
     torch.manual_seed(0)
-    {**BUILDERS, **MORE_BUILDERS}[family](folder)
+    {**BUILDERS, **MORE_BUILDERS, **ENCODER_DECODERS}[family](folder)
     return folder
 
 
