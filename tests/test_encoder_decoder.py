@@ -228,3 +228,16 @@ def test_norm_weighted_attention_is_numpys_from_the_raw_weights(kind, engines, r
             ours = run.norm(which, layer, engine.w_o(which, layer)).double().numpy()
             bound = 2 * attention_tolerance(config) * lengths.max()
             assert np.abs(ours - expected).max() <= bound, (kind, which, layer)
+
+
+def test_a_written_target_takes_a_turn_a_token(engines):
+    """A server runs a writing's slices one per turn of its gate: the source and the first token, each further
+    token, then the pass over both; the run is the one computed here and now."""
+    from app.engine.encoder_decoder import slices
+
+    engine = engines["t5"]
+    spec = engine.pair_spec(SOURCE, max_new_tokens=WRITTEN)
+    results = [piece() for piece in slices(engine, spec)]
+    run = results[-1]
+    assert len(results) == len(run.target)  # the start token is not written: the last slice is the pass
+    assert [token.id for token in run.target] == [token.id for token in engine.compute(spec).target]

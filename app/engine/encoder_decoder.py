@@ -374,10 +374,20 @@ class EncoderDecoderEngine:
         return self.encoder_layers, self.decoder_layers
 
     def write(self, source_ids: list[int], max_new_tokens: int) -> list[int]:
-        """The target the model writes for the source greedily, from its start token: the ids
-        `generate(do_sample=False, num_beams=1, max_new_tokens=…)` returns, through the same logits processors (the
-        model's own generation_config's), one cached decoder step a token, the encoder run once."""
-        model = self.loaded.model
+        """The target the model writes for the source greedily (Greedy), here and now: its ids from the start token."""
+        greedy = Greedy(self, source_ids, max_new_tokens)
+        while not greedy.done:
+            greedy.step()
+        return greedy.ids[0].tolist()
+
+
+class Greedy:
+    """A target being written greedily, one token a step: the ids `generate(do_sample=False, num_beams=1,
+    max_new_tokens=…)` returns, through the same logits processors (the model's own generation_config's), one
+    cached decoder step a token, the encoder run once (at the first step). A server runs a step a turn (slices)."""
+
+    def __init__(self, engine: EncoderDecoderEngine, source_ids: list[int], max_new_tokens: int):
+        model = self.model = engine.loaded.model
         try:
             config, _ = model._prepare_generation_config(
                 None, max_new_tokens=max_new_tokens, do_sample=False, num_beams=1
@@ -385,33 +395,40 @@ class EncoderDecoderEngine:
             # transformers checks the knobs and the special tokens (a start token for the decoder) before it writes
             model._prepare_special_tokens(config, True, device=model.device, batch_size=1)
         except ValueError as error:
-            raise InvalidInput(f"{self.loaded.name} cannot write: {str(error).strip().splitlines()[0]}") from None
+            raise InvalidInput(f"{engine.loaded.name} cannot write: {str(error).strip().splitlines()[0]}") from None
         # As generate's _prepare_generated_length sets it: the decoder's start token and the new ones. A processor
         # reads it (the end token a config forces at the last position, forced_eos_token_id).
         config.max_length = 1 + max_new_tokens
-        source = torch.tensor([source_ids], device=model.device)
-        processors = model._get_logits_processor(
-            config, input_ids_seq_length=1, encoder_input_ids=source, device=model.device
+        self.source = torch.tensor([source_ids], device=model.device)
+        self.processors = model._get_logits_processor(
+            config, input_ids_seq_length=1, encoder_input_ids=self.source, device=model.device
         )
-        ends = set() if config._eos_token_tensor is None else set(config._eos_token_tensor.tolist())
-        ids = torch.tensor([[int(config._decoder_start_token_tensor.reshape(-1)[0])]], device=model.device)
+        self.ends = set() if config._eos_token_tensor is None else set(config._eos_token_tensor.tolist())
+        self.ids = torch.tensor([[int(config._decoder_start_token_tensor.reshape(-1)[0])]], device=model.device)
         # Its blocks' layers made as the decoder's blocks first fill them (a T5 config's layer count is the encoder's).
-        cache = EncoderDecoderCache(DynamicCache(), DynamicCache())
+        self.cache = EncoderDecoderCache(DynamicCache(), DynamicCache())
+        self.encoded = None
+        self.max_new_tokens = max_new_tokens
+        self.done = False
+
+    def step(self) -> None:
+        """The next token: the last one read with the cache of the ones before, its logits through the processors,
+        their argmax."""
         with torch.inference_mode():
-            encoded = model.get_encoder()(input_ids=source)
-            for _ in range(max_new_tokens):
-                out = model(
-                    encoder_outputs=encoded,
-                    decoder_input_ids=ids[:, cache.get_seq_length() :],
-                    cache=cache,
-                    use_cache=True,
-                )
-                scores = processors(ids, out.logits[:, -1].to(dtype=torch.float32, copy=True))
-                token = int(scores.argmax(dim=-1))
-                ids = torch.cat([ids, torch.tensor([[token]], device=model.device)], dim=-1)
-                if token in ends:
-                    break
-        return ids[0].tolist()
+            if self.encoded is None:
+                self.encoded = self.model.get_encoder()(input_ids=self.source)
+            out = self.model(
+                encoder_outputs=self.encoded,
+                decoder_input_ids=self.ids[:, self.cache.get_seq_length() :],
+                cache=self.cache,
+                use_cache=True,
+            )
+            scores = self.processors(self.ids, out.logits[:, -1].to(dtype=torch.float32, copy=True))
+        token = int(scores.argmax(dim=-1))
+        self.ids = torch.cat([self.ids, torch.tensor([[token]], device=self.ids.device)], dim=-1)
+        self.done = token in self.ends or self.ids.shape[1] - 1 == self.max_new_tokens
+        if self.done:
+            self.cache = self.encoded = None  # no step reads them again: their memory goes back at once
 
 
 def run_bytes(engine: EncoderDecoderEngine, source: int, target: int) -> int:
@@ -456,19 +473,25 @@ def make_engine(
 
 
 def slices(engine: EncoderDecoderEngine, spec: EncoderDecoderSpec) -> Iterator[Callable[[], object]]:
-    """A run in turns of a server's gate (app.serving.work): the source read and the target written, then the
-    pass over both, whose slice returns the run."""
+    """A run in turns of a server's gate (app.serving.work), each slice asked for once the one before has run: the
+    source read (and a written target's first token), each further token written, then the pass over both, whose
+    slice returns the run."""
     read: dict = {}
 
     def first() -> None:
         source, cut = engine.source_tokens(spec.source)
+        read.update(source=source, cut=cut)
         if spec.target is None:
-            target = engine.written_tokens(engine.write([token.id for token in source], spec.max_new_tokens))
+            read["greedy"] = Greedy(engine, [token.id for token in source], spec.max_new_tokens)
+            read["greedy"].step()
         else:
-            target = engine.target_tokens(spec.target)
-        read.update(source=source, cut=cut, target=target)
+            read["target"] = engine.target_tokens(spec.target)
 
     yield first
+    if spec.target is None:
+        while not read["greedy"].done:  # a token a turn
+            yield read["greedy"].step
+        read["target"] = engine.written_tokens(read["greedy"].ids[0].tolist())
     yield lambda: engine.read(spec, read["source"], read["cut"], read["target"])
 
 
