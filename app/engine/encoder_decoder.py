@@ -120,6 +120,7 @@ class EncoderDecoderEngine:
     kind = "encoder-decoder"
 
     def __init__(self, loaded: LoadedModel, max_chars: int, max_tokens: int | None = None, blocks=None):
+        """As Engine's (make_engine builds either); `blocks` is unused: its runs keep no blocks of weights."""
         self.loaded = loaded
         self.family: EncoderDecoderFamily = loaded.family
         self.max_chars = max_chars
@@ -157,7 +158,7 @@ class EncoderDecoderEngine:
             "max_input_tokens": self.max_tokens,
             "max_seq_length": self.max_tokens,
             "decoder": False,
-            "scales": [None] * self.encoder_layers,
+            "scales": [self.scale("encoder", layer) for layer in range(self.encoder_layers)],
             "windows": [None] * self.encoder_layers,
             "score_notes": self._score_notes(),
             "masks": ["bidirectional"],
@@ -167,7 +168,8 @@ class EncoderDecoderEngine:
             "prompts": {},
             "default_prompt": None,
             "sentence_modules": [],
-            "normalization": family.normalization if family.normalization != "pre-RMSNorm" else "pre-RMSNorm",
+            "normalization": family.normalization,
+            # Marian's fixed sinusoids are absolute positions (score_notes says which kind)
             "positions": "relative" if family.positions == "relative" else "absolute",
             "ffn": None,
             "ffn_gated": None,
