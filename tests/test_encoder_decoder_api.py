@@ -13,6 +13,7 @@ from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 from app.engine.model import load_model
 from app.main import create_app
 from app.settings import get_settings
+from app.web.schemas.encoder_decoder import EncoderDecoderResponse
 from tests import families
 from tests.float32 import tolerance
 
@@ -53,6 +54,7 @@ def test_a_run_names_source_and_target_and_equals_transformers(client, folders, 
     answer = client.post("/api/analyze", json=body)
     assert answer.status_code == 200, answer.text
     run = answer.json()
+    EncoderDecoderResponse.model_validate(run)  # the answer is what the schema (and /docs) says
     assert run["kind"] == "encoder-decoder" and run["target"]["written"] == (target is None)
     assert {token["segment"] for token in run["source"]["tokens"]} == {"source"}
     assert {token["segment"] for token in run["target"]["tokens"]} == {"target"}
