@@ -46,7 +46,7 @@ from app.serving.spec_store import REDIS_SCHEMES, CorpusAllowance, SpecStore, St
 from app.serving.training import NotYourTraining, TeacherOnly, TrainingNotFound, Trainings, TrainingUnderWay
 from app.serving.writing import Writings
 from app.settings import Settings, SettingsError, get_settings
-from app.web import api, atlas, docs, experiments, pages, search, training, writing
+from app.web import api, atlas, docs, encoder_decoder, experiments, pages, search, training, writing
 from app.web.middleware import (
     BoundedSend,
     CancelOnDisconnect,
@@ -144,6 +144,7 @@ def create_app(
     app.add_middleware(ForwardedClient)
     app.add_middleware(StreamsCounted)
     app.include_router(api.router)
+    app.include_router(encoder_decoder.router)
     app.include_router(experiments.router)
     app.include_router(atlas.router)
     app.include_router(search.router)

@@ -9,6 +9,8 @@ from pathlib import Path
 import torch
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
 from transformers import (
+    BartConfig,
+    BartForConditionalGeneration,
     BertConfig,
     BertModel,
     BertTokenizerFast,
@@ -24,6 +26,8 @@ from transformers import (
     GPT2LMHeadModel,
     LlamaConfig,
     LlamaForCausalLM,
+    MarianConfig,
+    MarianMTModel,
     MistralConfig,
     MistralForCausalLM,
     ModernBertConfig,
@@ -41,6 +45,8 @@ from transformers import (
     Qwen3Model,
     RobertaConfig,
     RobertaModel,
+    T5Config,
+    T5ForConditionalGeneration,
     XLMRobertaConfig,
     XLMRobertaModel,
 )
@@ -420,9 +426,108 @@ BUILDERS = {
 # Tiny models the family tests leave out: a sentence-transformers layout of a family, or a family without an
 # adapter.
 MORE_BUILDERS = {"qwen3-embedding": qwen3_embedding, "opt": opt, "electra": electra}
+# Encoder-decoders, read by an engine of their own (app.engine.encoder_decoder): not among the one-text families.
+ENCODER_DECODERS = {
+    "t5": lambda folder: t5(folder),
+    "bart": lambda folder: bart(folder),
+    "marian": lambda folder: marian(folder),
+}
 
 
 def build(family: str, folder: Path) -> Path:
     torch.manual_seed(0)
-    {**BUILDERS, **MORE_BUILDERS}[family](folder)
+    {**BUILDERS, **MORE_BUILDERS, **ENCODER_DECODERS}[family](folder)
     return folder
+
+
+# Encoder-decoders: 2 encoder blocks and 3 decoder blocks, so that a stack read for the other shows.
+SEQ2SEQ = {"d_model": 32, "encoder_layers": 2, "decoder_layers": 3, "encoder_attention_heads": 4}
+
+
+def metaspace_bpe(special: list[str]) -> Tokenizer:
+    """A SentencePiece-style vocabulary (pieces of words marked ▁ at a word's start), trained here, with the
+    end token after a text as T5's and Marian's tokenizers put it."""
+    tokenizer = Tokenizer(models.BPE(unk_token="<unk>"))
+    tokenizer.pre_tokenizer = pre_tokenizers.Metaspace()
+    tokenizer.decoder = decoders.Metaspace()
+    tokenizer.train_from_iterator(CORPUS, trainers.BpeTrainer(vocab_size=200, special_tokens=special))
+    end = tokenizer.token_to_id("</s>")
+    tokenizer.post_processor = processors.TemplateProcessing(
+        single="$A </s>", pair="$A </s> $B </s>", special_tokens=[("</s>", end)]
+    )
+    return tokenizer
+
+
+def t5(folder: Path) -> None:
+    """Relative-position buckets in both stacks (8 buckets, a distance of 16), a gated-GELU FFN, start token <pad>.
+    As many decoder blocks as encoder blocks: transformers 5.25's generate sizes a T5's cache by the encoder's
+    count (num_layers), and fails on a T5 with more decoder blocks."""
+    tokenizer = metaspace_bpe(["<pad>", "</s>", "<unk>"])
+    config = T5Config(
+        vocab_size=tokenizer.get_vocab_size(),
+        d_model=32,
+        d_kv=8,
+        d_ff=64,
+        num_layers=2,
+        num_decoder_layers=2,
+        num_heads=4,
+        relative_attention_num_buckets=8,
+        relative_attention_max_distance=16,
+        feed_forward_proj="gated-gelu",
+        pad_token_id=0,
+        eos_token_id=1,
+        decoder_start_token_id=0,
+    )
+    torch.manual_seed(0)
+    T5ForConditionalGeneration(config).save_pretrained(folder)
+    PreTrainedTokenizerFast(
+        tokenizer_object=tokenizer, pad_token="<pad>", eos_token="</s>", unk_token="<unk>", model_max_length=POSITIONS
+    ).save_pretrained(folder)
+
+
+def bart(folder: Path) -> None:
+    """BART's byte-level BPE with <s> … </s> around a text, start token </s>, and the forced end token at the
+    last position that BART's generation config asks for (a logits processor the written target goes through)."""
+    tokenizer = byte_level_bpe(["<s>", "<pad>", "</s>", "<unk>", "<mask>"])
+    tokenizer.post_processor = processors.RobertaProcessing(("</s>", 2), ("<s>", 0), add_prefix_space=False)
+    config = BartConfig(
+        vocab_size=tokenizer.get_vocab_size(),
+        decoder_attention_heads=4,
+        encoder_ffn_dim=64,
+        decoder_ffn_dim=64,
+        max_position_embeddings=POSITIONS,
+        pad_token_id=1,
+        bos_token_id=0,
+        eos_token_id=2,
+        decoder_start_token_id=2,
+        forced_eos_token_id=2,
+        **SEQ2SEQ,
+    )
+    torch.manual_seed(0)
+    BartForConditionalGeneration(config).save_pretrained(folder)
+    special = {"bos_token": "<s>", "eos_token": "</s>", "sep_token": "</s>", "cls_token": "<s>"}
+    PreTrainedTokenizerFast(
+        tokenizer_object=tokenizer, unk_token="<unk>", pad_token="<pad>", mask_token="<mask>", **special
+    ).save_pretrained(folder)
+
+
+def marian(folder: Path) -> None:
+    """Marian's sinusoidal positions and start token <pad>, with a fast SentencePiece-style tokenizer built here:
+    Marian's own tokenizer needs the sentencepiece package, which the lab does not install."""
+    tokenizer = metaspace_bpe(["<pad>", "</s>", "<unk>"])
+    config = MarianConfig(
+        vocab_size=tokenizer.get_vocab_size(),
+        decoder_attention_heads=4,
+        encoder_ffn_dim=64,
+        decoder_ffn_dim=64,
+        max_position_embeddings=POSITIONS,
+        pad_token_id=0,
+        eos_token_id=1,
+        decoder_start_token_id=0,
+        **SEQ2SEQ,
+    )
+    torch.manual_seed(0)
+    MarianMTModel(config).save_pretrained(folder)
+    PreTrainedTokenizerFast(
+        tokenizer_object=tokenizer, pad_token="<pad>", eos_token="</s>", unk_token="<unk>", model_max_length=POSITIONS
+    ).save_pretrained(folder)

@@ -61,6 +61,7 @@ def test_analyze_contract(bank):
             },
         ],
         "logit_softcapping": None,
+        "kind": "encoder",
         "decoder": False,
         "masks": ["bidirectional", "causal"],
         "default_mask": "bidirectional",

@@ -213,18 +213,29 @@ def test_a_load_takes_the_gate_a_step_at_a_time_and_names_the_same_model(tiny, f
 
 
 def test_a_listed_model_the_lab_cannot_read_is_refused_when_asked_for(tiny, tmp_path, monkeypatch):
-    """A T5 folder: its config reads, so the lab starts; its probe pass fails when it is first asked for."""
-    from transformers import BertTokenizerFast, T5Config, T5Model
+    """A Pegasus folder (an encoder-decoder the lab has no family for): its config reads, so the lab starts; its
+    probe pass fails when it is first asked for."""
+    from transformers import BertTokenizerFast, PegasusConfig, PegasusModel
 
     from tests.families import wordpiece_vocab
 
-    folder = tmp_path / "t5"
-    T5Model(T5Config(d_model=16, d_ff=32, num_layers=1, num_heads=2, d_kv=8, vocab_size=50)).save_pretrained(folder)
+    folder = tmp_path / "pegasus"
+    config = PegasusConfig(
+        d_model=16,
+        encoder_layers=1,
+        decoder_layers=1,
+        encoder_attention_heads=2,
+        decoder_attention_heads=2,
+        encoder_ffn_dim=32,
+        decoder_ffn_dim=32,
+        vocab_size=50,
+    )
+    PegasusModel(config).save_pretrained(folder)
     BertTokenizerFast(wordpiece_vocab(folder, ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"])).save_pretrained(folder)
     monkeypatch.setenv("ATTENTION_LAB_MODELS", str(folder))
     get_settings.cache_clear()
     with TestClient(create_app(tiny)) as client:
-        refused = client.post("/api/analyze", json={"text": TEXT, "model": "t5"})
-        assert refused.status_code == 422 and "'t5' model the lab cannot read" in refused.json()["detail"]
+        refused = client.post("/api/analyze", json={"text": TEXT, "model": "pegasus"})
+        assert refused.status_code == 422 and "'pegasus' model the lab cannot read" in refused.json()["detail"]
         assert client.post("/api/analyze", json={"text": TEXT}).status_code == 200
     get_settings.cache_clear()

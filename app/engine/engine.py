@@ -82,6 +82,7 @@ class Engine:
         pipeline = loaded.pipeline
         return {
             "name": loaded.name,
+            "kind": "decoder" if family.decoder else "encoder",
             "dtype": loaded.dtype,
             "device": str(loaded.device),
             "family": family.name,

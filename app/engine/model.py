@@ -18,6 +18,7 @@ from transformers import (
     AutoConfig,
     AutoModel,
     AutoModelForCausalLM,
+    AutoModelForSeq2SeqLM,
     AutoTokenizer,
     PretrainedConfig,
     PreTrainedModel,
@@ -29,6 +30,7 @@ from app.engine.capture import hook_table
 from app.engine.choices import Placement, split_choice
 from app.engine.families import Family, UnknownFamily, family_of
 from app.engine.families.attention_only import NoAttention, attention_only
+from app.engine.families.encoder_decoder import EncoderDecoderFamily
 from app.engine.hub import NotInCache, is_hub_id, snapshot
 from app.engine.placement import DTYPES, device_budget, dtype_name, resolved_device, saved_dtype
 from app.engine.sentence import PipelineError, SentencePipeline, read_pipeline
@@ -59,7 +61,7 @@ class LoadedModel:
     path: Path
     model: PreTrainedModel  # with its LM head where the folder has one
     tokenizer: PreTrainedTokenizerBase
-    family: Family
+    family: Family | EncoderDecoderFamily  # an encoder-decoder's is read by its own engine (app.engine.encoder_decoder)
     default_pooling: str
     pooled_length: int | None  # the sentence-transformers folder's max_seq_length: its pooling reads no more
     digest: str  # what fixes the numbers, wherever the folder lies: see model_digest
@@ -89,6 +91,12 @@ class LoadedModel:
     def cannot_write(self) -> str | None:
         """Why the model cannot continue a text (app.engine.writing), in a sentence that says how to serve one
         that can; None for a model with a language-model head."""
+        if isinstance(self.family, EncoderDecoderFamily):
+            return (
+                f"{self.name} is an encoder-decoder ({self.family.name}): it writes a target for a source, not a "
+                "continuation of one text. Ask POST /api/analyze with `text` (the source) and no `target`: the model "
+                "writes the target greedily and the run shows its three kinds of attention"
+            )
         if self.has_lm_head:
             return None
         what = "a decoder read without its language-model head" if self.family.decoder else "an encoder"
@@ -196,7 +204,14 @@ def _read_folder(path: Path, placement: Placement) -> dict:
         and family.decoder
         and any(architecture.endswith(("ForCausalLM", "LMHeadModel")) for architecture in config.architectures or ())
     )
-    auto = AutoModelForCausalLM if with_head else AutoModel
+    # An encoder-decoder is read with its LM head: it writes the target when none is given.
+    auto = (
+        AutoModelForSeq2SeqLM
+        if isinstance(family, EncoderDecoderFamily)
+        else AutoModelForCausalLM
+        if with_head
+        else AutoModel
+    )
     with _unreadable(folder, "read"):
         with torch.device("meta"):  # its shape alone: no memory
             parameters = sum(weight.numel() for weight in auto.from_config(config).parameters())
@@ -267,8 +282,14 @@ def adapted(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, family: 
             raise ModelLoadError(
                 f"{where} holds a {model.config.model_type!r} model the lab cannot read: {error}"
             ) from None
-    modules = [module for module, _, _ in hook_table(family, model.config)]
-    missing = [module for module in modules if not _has_submodule(model.base_model, module)]
+    if isinstance(family, EncoderDecoderFamily):
+        stacks = {"encoder": model.get_encoder(), "decoder": model.get_decoder()}
+        layers = [len(stacks[stack].get_submodule(family.blocks)) for stack in stacks]
+        paths = [module.split(".", 1) for module in family.modules(*layers)]
+        missing = [f"{stack}.{path}" for stack, path in paths if not _has_submodule(stacks[stack], path)]
+    else:
+        modules = [module for module, _, _ in hook_table(family, model.config)]
+        missing = [module for module in modules if not _has_submodule(model.base_model, module)]
     if missing:
         raise ModelLoadError(
             f"{where} holds a {model.config.model_type!r} model the lab cannot hook as "

@@ -139,9 +139,32 @@ class WritingSpec:
         return json.dumps({"writing": asdict(self)}, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 
 
-def from_canonical(canonical: str) -> RunSpec | AtlasSpec | IndexSpec | WritingSpec:
-    """What the store keeps under an id: a run's spec, an atlas's, an index's or a writing's."""
+@dataclass(frozen=True)
+class EncoderDecoderSpec:
+    """The only description of an encoder-decoder's run (app.engine.encoder_decoder): the model, the source, and the
+    target, given or (None) written greedily by the model, at most `max_new_tokens` tokens. Its hash is the run id."""
+
+    model: str
+    model_digest: str
+    source: str
+    target: str | None = None
+    max_new_tokens: int | None = None  # a written target's bound; None for a given target
+
+    @cached_property
+    def run_id(self) -> str:
+        digest = hashlib.sha256(self.canonical().encode()).digest()[:16]
+        return base64.b32encode(digest).decode().rstrip("=").lower()
+
+    def canonical(self) -> str:
+        return json.dumps({"encoder_decoder": asdict(self)}, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def from_canonical(canonical: str) -> RunSpec | AtlasSpec | IndexSpec | WritingSpec | EncoderDecoderSpec:
+    """What the store keeps under an id: a run's spec, an atlas's, an index's, a writing's or an encoder-decoder
+    run's."""
     fields = json.loads(canonical)
+    if "encoder_decoder" in fields:
+        return EncoderDecoderSpec(**fields["encoder_decoder"])
     if "writing" in fields:
         return WritingSpec(**fields["writing"])
     if "atlas" in fields:

@@ -20,6 +20,7 @@ from pathlib import Path
 
 from app.engine.blocks import BlockCache
 from app.engine.choices import Placement
+from app.engine.encoder_decoder import EncoderDecoderEngine, make_engine
 from app.engine.engine import Engine
 from app.engine.errors import InvalidInput
 from app.engine.model import (
@@ -116,7 +117,9 @@ class Models:
             read_model_config(path / read_sentence_pipeline(path).transformer)
             self.folders[name] = path
             self.references[name] = folder
-        self._engines: OrderedDict[str, Engine] = OrderedDict({default.name: Engine(default, *self.limits)})
+        self._engines: OrderedDict[str, Engine | EncoderDecoderEngine] = OrderedDict(
+            {default.name: make_engine(default, *self.limits)}
+        )
         # Each model's shape (Engine.info), read once here: a model is loaded for its runs, never for a view. One
         # that cannot be loaded (its probe fails) leaves the lab starting, and says why when asked for.
         self.infos = {default.name: self._engines[default.name].info}
@@ -125,7 +128,7 @@ class Models:
             if name not in self.infos:
                 try:
                     loaded = load_model(self.references[name], name, placement)
-                    self.infos[name] = Engine(loaded, *self.limits).info
+                    self.infos[name] = make_engine(loaded, *self.limits).info
                 except ModelTooLarge:
                     raise  # the lab's settings cannot serve it: they are changed, not a learner told
                 except ModelLoadError as error:
@@ -172,7 +175,7 @@ class Models:
                 loaded = engine.loaded if engine is not None else load_model(self.references[name], name)
             except ModelLoadError as error:
                 raise UnreadableModel(str(error)) from error
-            self.infos[name] = Engine(loaded, *self.limits).info
+            self.infos[name] = make_engine(loaded, *self.limits).info
         return self.infos[name]
 
     def grown_about(self, name: str) -> dict | None:
@@ -213,7 +216,7 @@ class Models:
                     steps = load_steps(
                         self.references[name],
                         name,
-                        then=lambda loaded: Engine(loaded, *self.limits),
+                        then=lambda loaded: make_engine(loaded, *self.limits),
                         placement=self.placement,
                     )
                     try:

@@ -8,7 +8,6 @@ from math import prod
 from typing import Annotated, TypeVar
 
 import numpy as np
-import orjson
 from fastapi import APIRouter, Depends, Header, Query, Response
 from fastapi.responses import StreamingResponse
 from starlette.concurrency import run_in_threadpool
@@ -16,6 +15,7 @@ from torch import Tensor
 
 from app.engine import cells, lessons, measures
 from app.engine.capture import NEXT_TOKENS
+from app.engine.encoder_decoder import EncoderDecoderEngine
 from app.engine.errors import InvalidInput, OutOfRange
 from app.engine.placement import dtype_name
 from app.engine.runs import Run, pick
@@ -24,8 +24,10 @@ from app.serving.lab import Lab
 from app.serving.server import is_loopback
 from app.web.compression import MIN_BYTES, chosen_encoding, compressed
 from app.web.deps import ClientDep, LabDep, request_reads
-from app.web.encoding import MEDIA_TYPE, PIECE_BYTES, encode_attention, on_wire
+from app.web.encoder_decoder import encoder_decoder_run
+from app.web.encoding import MEDIA_TYPE, PIECE_BYTES, NumbersResponse, encode_attention, on_wire
 from app.web.schemas.common import ErrorResponse, ValidationErrorResponse
+from app.web.schemas.encoder_decoder import EncoderDecoderResponse
 from app.web.schemas.runs import (
     AnalyzeRequest,
     AnalyzeResponse,
@@ -59,16 +61,6 @@ NOT_FOUND = {
     404: {"model": ErrorResponse, "description": "Unknown or expired run, or layer/head out of range"},
     503: {"model": ErrorResponse, "description": "The run store is not answering, or the model is busy"},
 }
-
-
-class NumbersResponse(Response):
-    """JSON straight from float32 tensors (a bfloat16 or float16 model's upcast, numbers): orjson writes each
-    float32 exactly, and fast."""
-
-    media_type = "application/json"
-
-    def render(self, content) -> bytes:
-        return orjson.dumps(content, option=orjson.OPT_SERIALIZE_NUMPY)
 
 
 async def served(lab, run_id: str, client) -> Run:
@@ -144,13 +136,20 @@ async def models(lab: LabDep):
     """The models this lab serves, the default first, and which are loaded in this worker now."""
     return {
         "default": lab.models.default,
-        "models": [{"name": name, "loaded": lab.models.loaded(name) is not None} for name in lab.models.names],
+        "models": [
+            {
+                "name": name,
+                "loaded": lab.models.loaded(name) is not None,
+                "kind": lab.models.infos.get(name, {}).get("kind"),
+            }
+            for name in lab.models.names
+        ],
     }
 
 
 @router.post(
     "/analyze",
-    response_model=AnalyzeResponse,
+    response_model=AnalyzeResponse | EncoderDecoderResponse,
     responses={
         413: {"model": ErrorResponse, "description": "Text over the character cap"},
         503: {
@@ -161,6 +160,14 @@ async def models(lab: LabDep):
 )
 async def analyze(body: AnalyzeRequest, lab: LabDep, client: ClientDep):
     engine = await lab.engine_for(body.model, client)
+    if isinstance(engine, EncoderDecoderEngine):
+        return await encoder_decoder_run(engine, body, lab, client)
+    if body.target is not None or body.max_new_tokens is not None:
+        given = "target" if body.target is not None else "max_new_tokens"
+        raise InvalidInput(
+            f"{engine.info['name']} is an {engine.info['kind']} ({engine.info['family']}): it reads one text, so it "
+            f"takes no `{given}`; a target is read by an encoder-decoder (T5, BART, Marian) with its source"
+        )
     patch = (
         None
         if body.patch is None

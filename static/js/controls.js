@@ -161,6 +161,11 @@ export async function runPrompt(lab) {
     showError("Type some text first.");
     return;
   }
+  if (lab.model.kind === "encoder-decoder") {
+    // Its run is a source, a target and three kinds of attention: not the one-text run every view here draws.
+    showError(`${lab.model.name} is an encoder-decoder (${lab.model.family}): this page does not draw its source, target and cross-attention yet. POST /api/analyze with the source as text (and a target, if you want) answers all three kinds of attention.`);
+    return;
+  }
   const mine = ++runCounter;
   setBusy(true);
   showError(null);

@@ -78,6 +78,18 @@ class AnalyzeRequest(BaseModel):
     patch: PatchedFrom | None = Field(
         None, description="A patched run: input B's activation put into the pass at one site (POST /api/patch's cell)"
     )
+    target: ReadableText | None = Field(
+        None,
+        description="For an encoder-decoder (T5, BART, Marian; GET /api/model's `kind`): the target read with `text` "
+        "(the source). Left out, the model writes it greedily (max_new_tokens). Refused (422) for an encoder or a "
+        "decoder, which read one text",
+        examples=["le chat"],
+    )
+    max_new_tokens: int | None = Field(
+        None,
+        description="For an encoder-decoder given no target: the most tokens it writes (1 to its max_new_tokens; "
+        "default 32)",
+    )
     attention: AttentionRequest | None = Field(
         None,
         description="Attention matrices to answer with, as GET /api/runs/{run_id}/attention takes them (e.g. "
@@ -86,8 +98,15 @@ class AnalyzeRequest(BaseModel):
     )
 
 
+ModelKind = Literal["encoder", "decoder", "encoder-decoder"]
+
+
 class ServedModel(BaseModel):
     name: str
+    kind: ModelKind | None = Field(
+        description="encoder (one text, both ways), decoder (one text, causally) or encoder-decoder (a source and a "
+        "target: POST /api/analyze takes `target`); null for a grown model not read yet in this worker"
+    )
     loaded: bool = Field(description="Loaded in the worker that answered (a model loads on first use)")
 
 
@@ -112,6 +131,20 @@ class SentenceModule(BaseModel):
 
 class ModelInfo(BaseModel):
     name: str = Field(description="The folder's name, or the Hub id it was named by (org/name)")
+    kind: ModelKind = Field(
+        description="encoder, decoder, or encoder-decoder: a source and a target, and three kinds of attention (the "
+        "encoder's, the decoder's, and cross-attention from the target to the source)"
+    )
+    decoder_layers: int | None = Field(
+        None, description="An encoder-decoder's decoder blocks (`layers`: its encoder's)"
+    )
+    attention_kinds: list[Literal["encoder", "decoder", "cross"]] | None = Field(
+        None, description="An encoder-decoder's kinds of attention, as its runs name them"
+    )
+    max_new_tokens: int | None = Field(None, description="An encoder-decoder's bound on a written target's tokens")
+    not_measured: dict[str, str] | None = Field(
+        None, description="An encoder-decoder's measures not computed beyond the weights, each with why"
+    )
     dtype: Literal["float32", "bfloat16", "float16"] = Field(
         description="What the model's weights and passes are in (ATTENTION_LAB_DTYPE): every number of its runs is "
         "the model's own in it, sent as float32, which holds a bfloat16 or float16 number exactly. In bfloat16 or "
