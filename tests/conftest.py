@@ -1,9 +1,14 @@
 import asyncio
+import atexit
+import functools
+import json
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -20,7 +25,8 @@ from app.main import create_app
 from app.serving.gate import PassGate
 from app.serving.lab import Lab
 from app.serving.spec_store import SqliteSpecStore
-from app.settings import get_settings
+from app.settings import ENV_PREFIX, get_settings
+from tests.zygote import exit_path
 
 
 def run_async(coroutine):
@@ -30,6 +36,7 @@ def run_async(coroutine):
         return thread.submit(asyncio.run, coroutine).result()
 
 
+REPO = Path(__file__).resolve().parents[1]
 REDIS_SERVER = "/usr/bin/redis-server"
 
 
@@ -151,19 +158,100 @@ def free_port() -> int:
         return probe.getsockname()[1]
 
 
+def without_lab_settings(env) -> dict:
+    return {key: value for key, value in env.items() if not key.startswith(ENV_PREFIX)}
+
+
+class Forked:
+    """A lab forked by the zygote, with the part of Popen's interface the tests use. Its parent is the zygote,
+    which writes its exit status beside its log when it ends."""
+
+    def __init__(self, pid: int, log: Path):
+        self.pid = pid
+        self.exit = exit_path(log)
+        self.returncode: int | None = None
+
+    def poll(self) -> int | None:
+        if self.returncode is None and self.exit.exists() and self.exit.read_text():
+            self.returncode = int(self.exit.read_text())
+        return self.returncode
+
+    def wait(self, timeout: float) -> int:
+        deadline = time.monotonic() + timeout
+        while self.poll() is None:
+            if time.monotonic() > deadline:
+                raise subprocess.TimeoutExpired(f"lab {self.pid}", timeout)
+            time.sleep(0.02)
+        return self.returncode
+
+    def send_signal(self, signum: int) -> None:
+        if self.poll() is None:
+            os.kill(self.pid, signum)
+
+    def terminate(self) -> None:
+        self.send_signal(signal.SIGTERM)
+
+    def kill(self) -> None:
+        self.send_signal(signal.SIGKILL)
+
+
+class Zygote:
+    """tests/zygote.py in a process of its own, started once per test session with the suite's environment."""
+
+    def __init__(self):
+        self.folder = Path(tempfile.mkdtemp(prefix="attention-lab-zygote-"))
+        self.socket = str(self.folder / "forks")
+        self.env = {**without_lab_settings(os.environ), "PYTHONUNBUFFERED": "1"}
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "tests.zygote", self.socket], env=self.env, stdout=subprocess.PIPE, cwd=REPO
+        )
+        if self.process.stdout.readline() != b"ready\n":
+            raise RuntimeError("the zygote did not start")
+
+    def takes(self, env: dict) -> bool:
+        """Whether a lab of this environment can be forked here: it differs from the zygote's only in the lab's
+        settings (libraries read the rest, such as the hub's cache or MKL's kernels, when they are imported)."""
+        return {**without_lab_settings(env), "PYTHONUNBUFFERED": "1"} == self.env
+
+    def fork(self, args: list[str], env: dict, log: Path) -> Forked:
+        exit_path(log).unlink(missing_ok=True)
+        request = {"args": args, "env": env, "cwd": os.getcwd(), "log": str(log)}
+        with socket.socket(socket.AF_UNIX) as connection:
+            connection.connect(self.socket)
+            connection.sendall((json.dumps(request) + "\n").encode())
+            pid = int(connection.makefile().readline())
+        return Forked(pid, log)
+
+    def stop(self) -> None:
+        self.process.kill()
+        self.process.wait()
+        shutil.rmtree(self.folder, ignore_errors=True)
+
+
+@functools.cache
+def zygote() -> Zygote:
+    started = Zygote()
+    atexit.register(started.stop)
+    return started
+
+
 class LabProcess:
     """The lab as an operator starts it, in its own process on a free 127.0.0.1 port: `python -m app`
     unless another command is given. stop() and then start() on the same port are a restart."""
 
-    def __init__(self, folder: Path, command: tuple[str, ...] = ("-m", "app"), env=None, workers: int = 1):
+    def __init__(self, folder: Path, command: tuple[str, ...] = ("-m", "app"), env=None, workers: int = 1, fresh=False):
+        """fresh: a process of its own from the start, as an operator's is; otherwise, where only the lab's
+        settings differ from the suite's environment, forked from the suite's zygote (tests/zygote.py), which
+        has done the imports already. A lab whose memory a test measures is fresh."""
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.command = [sys.executable, *command, "--host", "127.0.0.1", "--port", str(self.port)]
         self.env = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
         self.workers = workers
+        self.forkable = not fresh and command == ("-m", "app") and workers == 1
         self.log = folder / "server.log"
         self.log.touch()
-        self.process: subprocess.Popen | None = None
+        self.process: subprocess.Popen | Forked | None = None
 
     def start(self) -> None:
         """Starts the server and returns once every worker has started and the lab answers."""
@@ -172,6 +260,9 @@ class LabProcess:
     def launch(self) -> int:
         """Starts the server's process; returns where its log was, for wait_started."""
         seen = self.log.stat().st_size
+        if self.forkable and zygote().takes(self.env):
+            self.process = zygote().fork(self.command[3:], self.env, self.log)  # after `python -m app`
+            return seen
         with self.log.open("a") as log:  # a file, not a pipe: a full pipe would stall a server nobody reads
             self.process = subprocess.Popen(self.command, env=self.env, stdout=log, stderr=subprocess.STDOUT)
         return seen

@@ -26,7 +26,7 @@ MEMORY_CAP_MB = (2 + 1.5) * 1024  # ATTENTION_LAB_MAX_STORE_BYTES (2 GiB) + 1.5 
 
 @pytest.fixture(scope="module")
 def lab(tmp_path_factory):
-    lab = LabProcess(tmp_path_factory.mktemp("heavy"))
+    lab = LabProcess(tmp_path_factory.mktemp("heavy"), fresh=True)  # its peak RSS is measured
     lab.start()
     yield lab
     lab.stop()

@@ -21,6 +21,7 @@ def long_lab(tmp_path_factory):
     lab = LabProcess(
         tmp_path_factory.mktemp("long-lab"),
         env={"ATTENTION_LAB_MODEL_PATH": str(folder), "ATTENTION_LAB_MAX_STORE_BYTES": str(STORE_BYTES)},
+        fresh=True,  # its peak RSS is measured
     )
     lab.start()
     yield lab

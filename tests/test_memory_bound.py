@@ -38,7 +38,7 @@ WAIT_SECONDS = 10
 
 def started(tmp_path_factory, name: str, **env: str) -> LabProcess:
     bounds = {"ATTENTION_LAB_MAX_STORE_BYTES": str(STORE_BYTES), "ATTENTION_LAB_MAX_WAIT_SECONDS": str(WAIT_SECONDS)}
-    lab = LabProcess(tmp_path_factory.mktemp(name), env={**bounds, **env})
+    lab = LabProcess(tmp_path_factory.mktemp(name), env={**bounds, **env}, fresh=True)  # its peak RSS is measured
     lab.start()
     return lab
 
