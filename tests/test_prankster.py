@@ -17,7 +17,7 @@ import pytest
 from app.serving.gate import Busy, Client, PassGate, TooManyWaiting
 from tests.conftest import LAB_PROTOCOL, LabProcess, free_port, run_async
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.alone]  # its bounds are times on the 2-core machine
 
 
 def long_prompt(seed: int) -> str:
