@@ -423,6 +423,27 @@ BUILDERS = {
     "gemma3": gemma3,
     "embeddinggemma": embeddinggemma,
 }
+
+
+def pegasus(folder: Path) -> Path:
+    """An encoder-decoder the lab has no family for (it reads T5, BART and Marian as such)."""
+    from transformers import PegasusConfig, PegasusModel
+
+    config = PegasusConfig(
+        d_model=16,
+        encoder_layers=1,
+        decoder_layers=1,
+        encoder_attention_heads=2,
+        decoder_attention_heads=2,
+        encoder_ffn_dim=32,
+        decoder_ffn_dim=32,
+        vocab_size=50,
+    )
+    PegasusModel(config).save_pretrained(folder)
+    BertTokenizerFast(wordpiece_vocab(folder, ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"])).save_pretrained(folder)
+    return folder
+
+
 # Tiny models the family tests leave out: a sentence-transformers layout of a family, or a family without an
 # adapter.
 MORE_BUILDERS = {"qwen3-embedding": qwen3_embedding, "opt": opt, "electra": electra}

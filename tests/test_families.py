@@ -8,7 +8,6 @@ import numpy as np
 import pytest
 import torch
 from fastapi.testclient import TestClient
-from transformers import BertTokenizerFast
 
 from app.engine import capture as capture_module
 from app.engine import measures, names
@@ -17,7 +16,7 @@ from app.engine.engine import Engine
 from app.engine.model import ModelLoadError, load_model
 from app.main import create_app
 from app.web.encoding import decode_attention
-from tests.families import BUILDERS, build, wordpiece_vocab
+from tests.families import BUILDERS, build, pegasus
 from tests.float32 import largest, pass_tolerance, tolerance
 
 TEXT = "The cat sat on the mat."
@@ -335,22 +334,7 @@ def test_the_names_each_family_records_are_pinned(family):
 def test_a_model_that_does_not_return_its_attention_is_refused_in_one_line(tmp_path):
     """Pegasus is an encoder-decoder the lab has no family for (it reads T5, BART and Marian as such): one pass of
     its encoder's input alone is not a pass it makes."""
-    from transformers import PegasusConfig, PegasusModel
-
-    config = PegasusConfig(
-        d_model=16,
-        encoder_layers=1,
-        decoder_layers=1,
-        encoder_attention_heads=2,
-        decoder_attention_heads=2,
-        encoder_ffn_dim=32,
-        decoder_ffn_dim=32,
-        vocab_size=50,
-    )
-    PegasusModel(config).save_pretrained(tmp_path)
-    BertTokenizerFast(wordpiece_vocab(tmp_path, ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"])).save_pretrained(
-        tmp_path
-    )
+    pegasus(tmp_path)
     with pytest.raises(ModelLoadError) as refused:
         load_model(tmp_path)
     message = str(refused.value)

@@ -11,7 +11,7 @@ from app.main import create_app
 from app.serving.models import Models
 from app.settings import Settings, get_settings
 from app.web.encoding import decode_attention
-from tests.families import build
+from tests.families import build, pegasus
 from tests.float32 import largest, pass_tolerance
 
 TEXT = "The cat sat on the mat."
@@ -215,23 +215,7 @@ def test_a_load_takes_the_gate_a_step_at_a_time_and_names_the_same_model(tiny, f
 def test_a_listed_model_the_lab_cannot_read_is_refused_when_asked_for(tiny, tmp_path, monkeypatch):
     """A Pegasus folder (an encoder-decoder the lab has no family for): its config reads, so the lab starts; its
     probe pass fails when it is first asked for."""
-    from transformers import BertTokenizerFast, PegasusConfig, PegasusModel
-
-    from tests.families import wordpiece_vocab
-
-    folder = tmp_path / "pegasus"
-    config = PegasusConfig(
-        d_model=16,
-        encoder_layers=1,
-        decoder_layers=1,
-        encoder_attention_heads=2,
-        decoder_attention_heads=2,
-        encoder_ffn_dim=32,
-        decoder_ffn_dim=32,
-        vocab_size=50,
-    )
-    PegasusModel(config).save_pretrained(folder)
-    BertTokenizerFast(wordpiece_vocab(folder, ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"])).save_pretrained(folder)
+    folder = pegasus(tmp_path / "pegasus")
     monkeypatch.setenv("ATTENTION_LAB_MODELS", str(folder))
     get_settings.cache_clear()
     with TestClient(create_app(tiny)) as client:
