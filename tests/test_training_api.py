@@ -22,12 +22,14 @@ SMALL = {"steps": 60, "checkpoint_every": 20}  # about 3 s of training
 
 
 @pytest.fixture(scope="module")
-def lab(tmp_path_factory):
+def lab(tmp_path_factory, request):
     data = tmp_path_factory.mktemp("training-data")
     env = {"ATTENTION_LAB_DATA_DIR": str(data), "ATTENTION_LAB_CLASS_STARTS_PER_HOUR": "1000"}
     process = LabProcess(tmp_path_factory.mktemp("training-lab"), env=env)
     process.data = data
-    process.start()
+    seen = process.launch()
+    request.getfixturevalue("grown_recipe")  # grown on one core (once a session) while the lab starts on the other
+    process.wait_started(seen)
     yield process
     if process.process.poll() is None:
         process.stop()
@@ -310,12 +312,16 @@ def marked_step(checkpoints: list[dict]) -> int | None:
     return next(checkpoints[i]["step"] for i in range(top, lowest + 1) if losses[i] <= half)
 
 
-def test_when_the_loss_will_drop_is_asked_before_the_phase_change_and_answered_by_the_range_holding_it(lab):
-    """The recipe's training, cancelled early by the first test (no phase change yet), asked about, then resumed
-    to its phase change: a learner's vote on a range of its steps, 409 on a reveal before the loss drops, and
-    after it the range holding the step its checkpoints' in-context losses mark."""
+def test_when_the_loss_will_drop_is_asked_before_the_phase_change_and_answered_by_the_range_holding_it(
+    lab, grown_recipe
+):
+    """The recipe's training called off on its plateau (the session's, as a lab that grew it that far keeps it:
+    tests/grown.py), asked about, then resumed to its phase change: a learner's vote on a range of its steps, 409
+    on a reveal before the loss drops, and after it the range holding the step its checkpoints' in-context losses
+    mark."""
     teacher, phone = device("127.0.0.1"), device("127.0.0.7")
     recipe = TrainingSpec()
+    grown_recipe.in_lab(lab.data, grown_recipe.plateau_step, "cancelled")
     before = status(lab, recipe.train_id)
     assert before["state"] == "cancelled" and before["phase_change"] is None
     assert marked_step(before["checkpoints"]) is None
