@@ -117,6 +117,7 @@ class Folder:
 
     def save_resume(self, trainer: Trainer) -> None:
         path = self.root / "resume.pt"
+        self.root.mkdir(parents=True, exist_ok=True)
         writing = path.with_suffix(f".{os.getpid()}.tmp")
         torch.save(trainer.state(), writing)
         os.replace(writing, path)
