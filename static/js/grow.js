@@ -46,9 +46,11 @@ export function initGrow(lab) {
   function showProgress() {
     const running = status?.state === "running";
     const formedAlready = status?.phase_change?.formed !== null && status?.phase_change?.formed !== undefined;
-    $("grow-ask").hidden = teacher() === null || formedAlready || voting();
-    // When will the loss drop? Asked only before the measures mark its phase change, and not while a class votes.
-    $("grow-ask-drop").hidden = teacher() === null || Boolean(status?.phase_change) || blind(lab.getState());
+    // Which head? Asked only before the head forms; when will the loss drop? Only before the measures mark its
+    // phase change. Neither while a question is under way (open, its votes shown or closed): one at a time.
+    const asking = blind(lab.getState());
+    $("grow-ask").hidden = teacher() === null || formedAlready || asking;
+    $("grow-ask-drop").hidden = teacher() === null || Boolean(status?.phase_change) || asking;
     // A learner's page watches the teacher's training: only the teacher starts, pauses or calls one off.
     const watching = learner();
     $("grow-start").hidden = watching || (status !== null && ["running", "paused", "stopped"].includes(status.state));

@@ -66,11 +66,13 @@ def test_a_class_is_asked_when_the_loss_will_drop_from_the_grow_panel_before_any
     phone.click("#class-name-skip")
     try:
         wait_until(page, "!document.getElementById('grow-ask-drop').hidden")
+        assert page.locator("#grow-ask").is_visible()
         assert audit.problems(page, 0, 0, PANEL, page_scrolls=True) == []  # both questions' buttons fit
         page.click("#grow-ask-drop")
         assert choice_labels(phone) == ["steps 1–150", "steps 151–300", "steps 301–450", "steps 451–600"]
         assert page.locator("#class-stage").is_hidden() and phone.locator("#class-stage").is_hidden()
-        wait_until(page, "document.getElementById('grow-ask-drop').hidden")  # one question at a time
+        # one question at a time: neither question's button while this one's vote is open
+        wait_until(page, "['grow-ask-drop', 'grow-ask'].every((id) => document.getElementById(id).hidden)")
         vote_on(phone, "steps 151–300")
         assert audit.problems(phone, 0, 0, "#class-question", page_scrolls=True) == []
         phone.screenshot(path=ARTIFACTS / "grow-loss-drop-vote-phone-390.png")
