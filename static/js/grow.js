@@ -97,9 +97,24 @@ export function initGrow(lab) {
     $("grow-open").textContent = grownHere() ? "Run the prompt on it" : "Open it on the stage";
   }
 
+  // A learner's screen that follows the teacher's training shows it in its first screen: the panel laid over the
+  // stage, whose views say nothing of the training until the teacher opens one of its checkpoints there, and the
+  // bars above them folded away (lab.css); "Back to the stage" gives the stage back. (A phone's page scrolls.)
+  const oneScreen = matchMedia("(min-width: 900px) and (min-height: 500px)");
+  let laidOver = null; // the training this page laid the panel over the stage for
+  function layOver() {
+    const over = open() && status !== null && learner() && document.body.classList.contains("following") && !grownHere();
+    document.body.classList.toggle("follows-training", over);
+    const key = over ? status.train_id : null;
+    if (key === laidOver || !oneScreen.matches) return;
+    laidOver = key;
+    if ($("views").classList.contains("enlarged") !== over) $("panel-enlarge").click();
+  }
+
   async function draw() {
     showProgress();
     showChosen();
+    layOver();
     if (!open() || status === null || status.checkpoints.length === 0) return;
     const step = chosen === null ? null : status.checkpoints[chosen].step;
     $("grow-heads").hidden = voting();
