@@ -26,6 +26,7 @@ from app.serving.gate import PassGate
 from app.serving.lab import Lab
 from app.serving.spec_store import SqliteSpecStore
 from app.settings import ENV_PREFIX, get_settings
+from tests.grown import GrownRecipe, grow_recipe
 from tests.zygote import exit_path
 
 
@@ -117,6 +118,13 @@ def minilm():
 @pytest.fixture(scope="session")
 def lab(minilm, tmp_path_factory):
     return make_lab(minilm, tmp_path_factory.mktemp("lab"), max_runs=64, max_chars=20_000)
+
+
+@pytest.fixture(scope="session")
+def grown_recipe(tmp_path_factory) -> GrownRecipe:
+    """The induction recipe grown once for the session, to its first checkpoint with an induction head (tests/grown.py):
+    its checkpoints, its state at each, and a lab's data folder holding it at any of them."""
+    return grow_recipe(tmp_path_factory.mktemp("grown-recipe"))
 
 
 @pytest.fixture(scope="session")

@@ -2,10 +2,10 @@
 folders, its head scores against NumPy from transformers' own attention, the induction recipe's head on periods
 and offsets it never trained on, and the same weights from the same spec, whether run twice or paused and resumed.
 
-The recipe is grown once for the module, up to its first checkpoint with an induction head (its step budget is
-600 steps; the head forms at about step 275)."""
+The recipe is grown once for the session, up to its first checkpoint with an induction head (its step budget is
+600 steps; the head forms at about step 275): tests/grown.py. What needs a second training (the same weights again,
+a pause) grows the recipe's first 25 steps, not the whole of it."""
 
-import io
 import json
 from pathlib import Path
 
@@ -15,10 +15,12 @@ import torch
 from safetensors.torch import load_file
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
+from app.engine.threads import on_cores
 from app.engine.training.data import Data, conditions, trained_offsets, trained_periods
 from app.engine.training.spec import TrainingSpec
 from app.engine.training.trainer import Trainer
 from tests.float32 import pass_tolerance
+from tests.grown import saved_and_read
 
 ROUNDED = 5e-5  # the lab's scores are JSON with 4 decimals
 RECIPE = TrainingSpec()
@@ -32,21 +34,19 @@ def weights_of(model) -> dict[str, torch.Tensor]:
     return {name: tensor.detach().clone() for name, tensor in model.state_dict().items()}
 
 
+@pytest.fixture(scope="module", autouse=True)
+def one_core():
+    """The checks' passes of a grown model on one core, as the trainer's (app.engine.training.trainer.CORES): its
+    operations are too small to share out, and a second core's wake-ups cost more than it does."""
+    with on_cores(1):
+        yield
+
+
 @pytest.fixture(scope="module")
-def grown(tmp_path_factory):
+def grown(grown_recipe):
     """The recipe grown until a checkpoint has an induction head: the trainer, and each checkpoint's weights as
     the trainer held them when it kept the checkpoint."""
-    torch.set_num_threads(1)
-    trainer = Trainer(RECIPE, tmp_path_factory.mktemp("models"))
-    kept = {}
-    for piece in trainer.slices(seconds=float("inf")):
-        piece()  # the steps up to a checkpoint, or the checkpoint
-        checkpoint = trainer.checkpoints[-1]
-        if checkpoint["step"] == trainer.step:
-            kept[checkpoint["step"]] = weights_of(trainer.model)
-            if checkpoint["scores"]["formed"]:
-                break
-    return trainer, kept
+    return grown_recipe.trainer, {step: grown_recipe.weights(step) for step in grown_recipe.states}
 
 
 def test_a_specs_id_is_the_hash_of_everything_that_changes_its_weights():
@@ -194,40 +194,36 @@ def test_the_phase_change_is_marked_where_the_in_context_loss_drops(grown):
 
 
 def test_the_same_spec_grows_the_same_weights_again(grown, tmp_path):
-    """A second trainer of the recipe, to its second checkpoint: the same weights, so the same folders."""
+    """A second trainer of the recipe, to its second checkpoint (step 25): the same weights, so the same folders."""
     trainer, kept = grown
     again = Trainer(RECIPE, tmp_path)
-    while len(again.checkpoints) < 3:
+    while len(again.checkpoints) < 2:
         again.advance(seconds=float("inf"))
-    assert [c["model"] for c in again.checkpoints] == [c["model"] for c in trainer.checkpoints[:3]]
+    assert again.step == 25
+    assert [c["model"] for c in again.checkpoints] == [c["model"] for c in trainer.checkpoints[:2]]
     for name, tensor in weights_of(again.model).items():
         # bit for bit: same shapes (the same steps on the same batches)
         assert torch.equal(tensor, kept[again.step][name]), name
     assert again.losses == trainer.losses[: again.step]
 
 
-def test_a_training_paused_and_resumed_from_its_saved_state_is_the_uninterrupted_one(grown, tmp_path):
-    """Stopped after 37 steps (between checkpoints), its state saved as a server saves it and read back by a new
-    trainer: at step 50 the weights, AdamW's moments and the curve are the uninterrupted run's."""
-    trainer, kept = grown
+def test_a_training_paused_and_resumed_from_its_saved_state_is_the_uninterrupted_one(grown_recipe, tmp_path):
+    """Stopped after 12 steps (between checkpoints), its state saved as a server saves it and read back by a new
+    trainer: at step 25 the weights, AdamW's moments and the curve are the uninterrupted run's (the session's)."""
+    trainer = grown_recipe.trainer
     first = Trainer(RECIPE, tmp_path)
-    while first.step < 37:
+    while first.step < 12:
         first.advance(seconds=0)  # a step a slice, and the checkpoints due
-    saved = io.BytesIO()
-    torch.save(first.state(), saved)
-    saved.seek(0)
-    resumed = Trainer(RECIPE, tmp_path, torch.load(saved, weights_only=True))
-    while len(resumed.checkpoints) < 3:
+    resumed = Trainer(RECIPE, tmp_path, saved_and_read(first.state()))
+    while len(resumed.checkpoints) < 2:
         resumed.advance(seconds=float("inf"))
-    assert resumed.step == 50 and [c["step"] for c in resumed.checkpoints] == [0, 25, 50]
+    assert resumed.step == 25 and [c["step"] for c in resumed.checkpoints] == [0, 25]
     for name, tensor in weights_of(resumed.model).items():
-        assert torch.equal(tensor, kept[50][name]), name  # bit for bit: same shapes (the same steps)
-    assert resumed.losses == trainer.losses[:50]
-    assert [c["model"] for c in resumed.checkpoints] == [c["model"] for c in trainer.checkpoints[:3]]
-    uninterrupted = Trainer(RECIPE, tmp_path)
-    while len(uninterrupted.checkpoints) < 3:
-        uninterrupted.advance(seconds=float("inf"))
-    moments, theirs = resumed.optimizer.state_dict()["state"], uninterrupted.optimizer.state_dict()["state"]
+        assert torch.equal(tensor, grown_recipe.weights(25)[name]), name  # bit for bit: same shapes (the same steps)
+    assert resumed.losses == trainer.losses[:25]
+    assert [c["model"] for c in resumed.checkpoints] == [c["model"] for c in trainer.checkpoints[:2]]
+    moments, theirs = resumed.optimizer.state_dict()["state"], grown_recipe.states[25]["optimizer"]["state"]
+    assert moments.keys() == theirs.keys()
     for key in moments:
         for part in ("exp_avg", "exp_avg_sq", "step"):
             assert torch.equal(moments[key][part], theirs[key][part])  # bit for bit: same shapes (the same steps)
@@ -239,9 +235,9 @@ def test_a_notebook_grows_the_same_model_and_shows_it_with_the_labs_widget(grown
     from attention_lab import grow
 
     trainer, _ = grown
-    small = grow(tmp_path, steps=50)  # the recipe's first 50 steps: its first three checkpoints
-    assert [c["model"] for c in small.checkpoints] == [c["model"] for c in trainer.checkpoints[:3]]
-    assert small.losses == trainer.losses[:50] and small.phase_change is None
+    small = grow(tmp_path, steps=25)  # the recipe's first 25 steps: its first two checkpoints
+    assert [c["model"] for c in small.checkpoints] == [c["model"] for c in trainer.checkpoints[:2]]
+    assert small.losses == trainer.losses[:25] and small.phase_change is None
     assert small.folder(25) == tmp_path / trainer.checkpoints[1]["model"]
     widget = small.show()
     assert widget.error == "" and widget.config["model"]["name"] == small.folder().name

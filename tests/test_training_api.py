@@ -1,7 +1,7 @@
 """Growing a model through the lab's API, on one lab process (`python -m app`) with a data folder of its own:
 the induction recipe from {}, one training at a time, a learner's analyze beside a training, the bounds, the
-teacher's rule in a class, pause and resume against an uninterrupted run in the engine, the grown model in every
-request, and SIGTERM keeping the last checkpoint."""
+teacher's rule in a class, pause and resume against the session's uninterrupted run of the recipe in the engine
+(tests/grown.py), the grown model in every request, and SIGTERM keeping the last checkpoint."""
 
 import json
 import time
@@ -13,7 +13,6 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from app.engine.training.spec import TrainingSpec
-from app.engine.training.trainer import Trainer
 from tests.class_client import device
 from tests.conftest import LabProcess
 from tests.float32 import pass_tolerance
@@ -22,12 +21,14 @@ SMALL = {"steps": 60, "checkpoint_every": 20}  # about 3 s of training
 
 
 @pytest.fixture(scope="module")
-def lab(tmp_path_factory):
+def lab(tmp_path_factory, request):
     data = tmp_path_factory.mktemp("training-data")
     env = {"ATTENTION_LAB_DATA_DIR": str(data), "ATTENTION_LAB_CLASS_STARTS_PER_HOUR": "1000"}
     process = LabProcess(tmp_path_factory.mktemp("training-lab"), env=env)
     process.data = data
-    process.start()
+    seen = process.launch()
+    request.getfixturevalue("grown_recipe")  # grown on one core (once a session) while the lab starts on the other
+    process.wait_started(seen)
     yield process
     if process.process.poll() is None:
         process.stop()
@@ -134,16 +135,17 @@ def test_while_a_class_runs_only_its_teacher_starts_pauses_and_resumes_a_trainin
         assert device("127.0.0.4").post(f"{lab.url}/api/train/{train_id}/resume").status_code == 403
         resumed = device("127.0.0.4").post(f"{lab.url}/api/train/{train_id}/resume", headers={"X-Class-Secret": secret})
         assert resumed.status_code == 200 and resumed.json()["state"] == "running"
-        assert until(lab, train_id, ended)["state"] == "done"
+        assert learner.post(f"{lab.url}/api/train/{train_id}/cancel").json()["state"] == "cancelled"
     finally:
         teacher.delete(f"{lab.url}/api/classes/{code}", headers={"X-Class-Secret": secret})
 
 
 @pytest.fixture(scope="module")
 def paused_and_resumed(lab):
-    """A small training paused twice on its way and resumed each time, to its end."""
+    """The recipe's first 75 steps as a training of their own, paused twice on its way and resumed each time, to
+    its end."""
     client = device("127.0.0.5")
-    spec = {**SMALL, "seed": 3}
+    spec = {"steps": 75, "checkpoint_every": 25}
     train_id = client.post(f"{lab.url}/api/train", json=spec).json()["train_id"]
     pauses = []
     for least in (10, 35):
@@ -156,15 +158,16 @@ def paused_and_resumed(lab):
 
 
 def test_a_training_paused_and_resumed_in_the_lab_ends_with_the_uninterrupted_runs_weights(
-    paused_and_resumed, tmp_path
+    paused_and_resumed, grown_recipe
 ):
+    """Its steps are the recipe's first 75 (the same seed, batches and learning rates): the session's
+    uninterrupted recipe has its weights at each of its checkpoints."""
     spec, pauses, found = paused_and_resumed
     assert found["state"] == "done" and all(0 < step < spec.steps for step in pauses), pauses
-    torch.set_num_threads(1)
-    uninterrupted = Trainer(spec, tmp_path).run()
+    uninterrupted = grown_recipe.trainer
     # the checkpoints are named by their weights' digest: the same names are the same weights, bit for bit
-    assert [c["model"] for c in found["checkpoints"]] == [c["model"] for c in uninterrupted.checkpoints]
-    assert found["losses"] == uninterrupted.losses
+    assert [c["model"] for c in found["checkpoints"]] == [c["model"] for c in uninterrupted.checkpoints[:4]]
+    assert found["losses"] == uninterrupted.losses[:75]
 
 
 def test_the_grown_model_is_served_in_every_request_and_writes_what_transformers_writes(lab, paused_and_resumed):
@@ -310,12 +313,16 @@ def marked_step(checkpoints: list[dict]) -> int | None:
     return next(checkpoints[i]["step"] for i in range(top, lowest + 1) if losses[i] <= half)
 
 
-def test_when_the_loss_will_drop_is_asked_before_the_phase_change_and_answered_by_the_range_holding_it(lab):
-    """The recipe's training, cancelled early by the first test (no phase change yet), asked about, then resumed
-    to its phase change: a learner's vote on a range of its steps, 409 on a reveal before the loss drops, and
-    after it the range holding the step its checkpoints' in-context losses mark."""
+def test_when_the_loss_will_drop_is_asked_before_the_phase_change_and_answered_by_the_range_holding_it(
+    lab, grown_recipe
+):
+    """The recipe's training called off on its plateau (the session's, as a lab that grew it that far keeps it:
+    tests/grown.py), asked about, then resumed to its phase change: a learner's vote on a range of its steps, 409
+    on a reveal before the loss drops, and after it the range holding the step its checkpoints' in-context losses
+    mark."""
     teacher, phone = device("127.0.0.1"), device("127.0.0.7")
     recipe = TrainingSpec()
+    grown_recipe.in_lab(lab.data, grown_recipe.plateau_step, "cancelled")
     before = status(lab, recipe.train_id)
     assert before["state"] == "cancelled" and before["phase_change"] is None
     assert marked_step(before["checkpoints"]) is None

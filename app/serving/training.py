@@ -117,6 +117,7 @@ class Folder:
 
     def save_resume(self, trainer: Trainer) -> None:
         path = self.root / "resume.pt"
+        self.root.mkdir(parents=True, exist_ok=True)
         writing = path.with_suffix(f".{os.getpid()}.tmp")
         torch.save(trainer.state(), writing)
         os.replace(writing, path)
@@ -251,18 +252,8 @@ class Trainings:
             )
         try:
             trainer = await self._trainer(spec, folder)
-            record = {
-                "train_id": spec.train_id,
-                "spec": json.loads(spec.canonical())["training"],
-                "state": "running",
-                "owner": {"browser": owner.browser, "class_code": owner.class_code},
-                "started": state["started"] if state else time.time(),
-                "weights": weights,
-                "memory_bytes": training_bytes(spec, vocab_size(spec)),
-                "error": None,
-                "record": trainer.record(),
-            }
-            await asyncio.to_thread(self._save_state, folder, record)
+            record = record_of(trainer, owner, weights, state["started"] if state else time.time())
+            await asyncio.to_thread(save_state, folder, record)
             await asyncio.to_thread(folder.ask, None)
         except BaseException:
             await asyncio.to_thread(self.place.give_back, spec.train_id)
@@ -336,7 +327,7 @@ class Trainings:
                 if len(trainer.checkpoints) > kept:
                     folder.save_resume(trainer)
                     record["record"] = trainer.record()
-                    self._save_state(folder, record)
+                    save_state(folder, record)
                 if time.monotonic() - said >= PROGRESS_SECONDS or trainer.done:
                     said = time.monotonic()
                     folder.write("progress.json", {**progress, "state": "running", "at": time.time()})
@@ -345,15 +336,9 @@ class Trainings:
             yield run
 
     def _ended(self, folder: Folder, trainer: Trainer, record: dict) -> None:
-        if record["state"] != "failed":
-            folder.save_resume(trainer)
-        self._save_state(folder, record)
-        folder.write("progress.json", {**trainer.progress(), "state": record["state"], "at": time.time()})
+        save_ended(folder, trainer, record)
         folder.ask(None)
         self.place.give_back(folder.train_id)
-
-    def _save_state(self, folder: Folder, record: dict) -> None:
-        folder.write("state.json", {**record, "updated": time.time()})
 
     async def _beat(self, train_id: str) -> None:
         while True:
@@ -378,7 +363,7 @@ class Trainings:
         if not await self._live(train_id):
             if becomes == "cancelled":
                 state["state"] = "cancelled"
-                await asyncio.to_thread(self._save_state, folder, state)
+                await asyncio.to_thread(save_state, folder, state)
             return await self.status(train_id)
         await asyncio.to_thread(folder.ask, what)
         deadline = time.monotonic() + WAIT_SECONDS
@@ -504,6 +489,36 @@ class Trainings:
                 quiet_since = time.monotonic()
                 yield None
         yield ("end", progress_of(status))
+
+
+def record_of(trainer: Trainer, owner: Owner, weights: int, started: float, state: str = "running") -> dict:
+    """What state.json says of a training: its spec, state, owner, bounds' figures and the trainer's record."""
+    spec = trainer.spec
+    return {
+        "train_id": spec.train_id,
+        "spec": json.loads(spec.canonical())["training"],
+        "state": state,
+        "owner": {"browser": owner.browser, "class_code": owner.class_code},
+        "started": started,
+        "weights": weights,
+        "memory_bytes": training_bytes(spec, vocab_size(spec)),
+        "error": None,
+        "record": trainer.record(),
+    }
+
+
+def save_state(folder: Folder, record: dict) -> None:
+    folder.write("state.json", {**record, "updated": time.time()})
+
+
+def save_ended(folder: Folder, trainer: Trainer, record: dict) -> None:
+    """The training's files as its worker leaves them when it ends in `record`'s state: what resumes it (unless it
+    failed), its state and its last progress. A lab reading the folder later (a worker restarted on it, another
+    replica) answers it from these and goes on from them."""
+    if record["state"] != "failed":
+        folder.save_resume(trainer)
+    save_state(folder, record)
+    folder.write("progress.json", {**trainer.progress(), "state": record["state"], "at": time.time()})
 
 
 def state_now(state: str, live: bool) -> str:

@@ -46,9 +46,11 @@ export function initGrow(lab) {
   function showProgress() {
     const running = status?.state === "running";
     const formedAlready = status?.phase_change?.formed !== null && status?.phase_change?.formed !== undefined;
-    $("grow-ask").hidden = teacher() === null || formedAlready || voting();
-    // When will the loss drop? Asked only before the measures mark its phase change, and not while a class votes.
-    $("grow-ask-drop").hidden = teacher() === null || Boolean(status?.phase_change) || blind(lab.getState());
+    // Which head? Asked only before the head forms; when will the loss drop? Only before the measures mark its
+    // phase change. Neither while a question is under way (open, its votes shown or closed): one at a time.
+    const asking = blind(lab.getState());
+    $("grow-ask").hidden = teacher() === null || formedAlready || asking;
+    $("grow-ask-drop").hidden = teacher() === null || Boolean(status?.phase_change) || asking;
     // A learner's page watches the teacher's training: only the teacher starts, pauses or calls one off.
     const watching = learner();
     $("grow-start").hidden = watching || (status !== null && ["running", "paused", "stopped"].includes(status.state));
@@ -95,9 +97,24 @@ export function initGrow(lab) {
     $("grow-open").textContent = grownHere() ? "Run the prompt on it" : "Open it on the stage";
   }
 
+  // A learner's screen that follows the teacher's training shows it in its first screen: the panel laid over the
+  // stage, whose views say nothing of the training until the teacher opens one of its checkpoints there, and the
+  // bars above them folded away (lab.css); "Back to the stage" gives the stage back. (A phone's page scrolls.)
+  const oneScreen = matchMedia("(min-width: 900px) and (min-height: 500px)");
+  let laidOver = null; // the training this page laid the panel over the stage for
+  function layOver() {
+    const over = open() && status !== null && learner() && document.body.classList.contains("following") && !grownHere();
+    document.body.classList.toggle("follows-training", over);
+    const key = over ? status.train_id : null;
+    if (key === laidOver || !oneScreen.matches) return;
+    laidOver = key;
+    if ($("views").classList.contains("enlarged") !== over) $("panel-enlarge").click();
+  }
+
   async function draw() {
     showProgress();
     showChosen();
+    layOver();
     if (!open() || status === null || status.checkpoints.length === 0) return;
     const step = chosen === null ? null : status.checkpoints[chosen].step;
     $("grow-heads").hidden = voting();

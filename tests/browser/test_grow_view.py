@@ -2,8 +2,10 @@
 head (its heads hidden from the page until the reveal); one click on Start grows the induction recipe; the panel
 shows its progress, its loss curves with the phase change marked and its heads × steps picture; the checkpoint
 slider opens a checkpoint on the stage, and on that page moving the slider reruns the prompt on another
-checkpoint in place. Read at 1024×768 and on a 390 phone, checked by axe-core. On a lab of its own, so that
-the grown models reach no other test's model picker."""
+checkpoint in place. Read at 1024×768 and on a 390 phone, checked by axe-core; every learner's page shows the
+curves and the step in its first screen at every projector size, and reaches them on a phone. On a lab of its
+own, so that the grown models reach no other test's model picker; what the session grew of the recipe
+(tests/grown.py) is put in its data folder as that lab would keep it, rather than grown again there."""
 
 import time
 
@@ -15,21 +17,47 @@ from tests.browser import audit
 from tests.browser.conftest import ARTIFACTS, wait_until
 from tests.browser.test_classroom import choice_labels, end_class, revealed, start_class, vote_on
 from tests.conftest import LabProcess
+from tests.grown import RECIPE
 
 PANEL = "#panel-grow"
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory):
+def grow_lab(tmp_path_factory, request):
     data = tmp_path_factory.mktemp("grow-data")
     lab = LabProcess(tmp_path_factory.mktemp("grow-lab"), env={"ATTENTION_LAB_DATA_DIR": str(data)})
-    lab.start()
-    yield lab.url
+    lab.data = data
+    seen = lab.launch()
+    request.getfixturevalue("grown_recipe")  # grown on one core (once a session) while the lab starts on the other
+    lab.wait_started(seen)
+    yield lab
     lab.stop()
+
+
+@pytest.fixture(scope="module")
+def server(grow_lab):
+    return grow_lab.url
 
 
 # How many steps the Grow panel's training-loss curve has drawn.
 CURVE_POINTS = "(document.getElementById('grow-curves').data?.[0]?.x.length ?? 0)"
+# Both charts drawn at their element's width (they follow it with a ResizeObserver).
+FOLLOWED = """['grow-curves', 'grow-heads'].every((id) => {
+  const chart = document.getElementById(id), svg = chart.querySelector('.main-svg');
+  const width = (node) => node.getBoundingClientRect().width;
+  return !chart.checkVisibility() || (svg && Math.abs(width(svg) - width(chart)) < 2);
+})"""
+# The training's step and losses and its curves, each wholly in the viewport as it is scrolled now, or (reached)
+# once scrolled to: what is not, with where it is.
+IN_SIGHT = """(reached) => ['grow-progress', 'grow-curves'].flatMap((id) => {
+  const node = document.getElementById(id);
+  if (reached) node.scrollIntoView({ block: 'center' });
+  const box = node.getBoundingClientRect();
+  const whole = box.height > 0 && box.top >= 0 && box.bottom <= innerHeight && box.left >= 0 && box.right <= innerWidth;
+  return whole ? [] : [`#${id} at ${Math.round(box.top)}–${Math.round(box.bottom)} px of ${innerHeight}`];
+})"""
+# The projector sizes a learner's page is read at (the phones are the learners' own).
+SCREENS = [(1024, 768), (1280, 720), (1280, 800), (1366, 768), (1920, 1080)]
 
 
 def status_of(server: str, train_id: str) -> dict:
@@ -66,11 +94,13 @@ def test_a_class_is_asked_when_the_loss_will_drop_from_the_grow_panel_before_any
     phone.click("#class-name-skip")
     try:
         wait_until(page, "!document.getElementById('grow-ask-drop').hidden")
+        assert page.locator("#grow-ask").is_visible()
         assert audit.problems(page, 0, 0, PANEL, page_scrolls=True) == []  # both questions' buttons fit
         page.click("#grow-ask-drop")
         assert choice_labels(phone) == ["steps 1–150", "steps 151–300", "steps 301–450", "steps 451–600"]
         assert page.locator("#class-stage").is_hidden() and phone.locator("#class-stage").is_hidden()
-        wait_until(page, "document.getElementById('grow-ask-drop').hidden")  # one question at a time
+        # one question at a time: neither question's button while this one's vote is open
+        wait_until(page, "['grow-ask-drop', 'grow-ask'].every((id) => document.getElementById(id).hidden)")
         vote_on(phone, "steps 151–300")
         assert audit.problems(phone, 0, 0, "#class-question", page_scrolls=True) == []
         phone.screenshot(path=ARTIFACTS / "grow-loss-drop-vote-phone-390.png")
@@ -83,7 +113,11 @@ def test_a_class_is_asked_when_the_loss_will_drop_from_the_grow_panel_before_any
     assert not errors, errors
 
 
-def test_a_teacher_grows_the_recipe_watches_its_phase_change_and_opens_its_checkpoints(browser, server):
+def test_a_teacher_grows_the_recipe_watches_its_phase_change_and_opens_its_checkpoints(
+    browser, server, grow_lab, grown_recipe
+):
+    """Start goes on from the recipe's first 100 steps (of the 275 its head takes to form), the session's, put in
+    the lab's data folder just before as the lab keeps a training paused there: still on its plateau."""
     errors = []
     context = browser.new_context(viewport={"width": 1024, "height": 768}, bypass_csp=True)
     page = context.new_page()
@@ -113,6 +147,7 @@ def test_a_teacher_grows_the_recipe_watches_its_phase_change_and_opens_its_check
     step(1)
     assert choice_labels(learner) == ["head 0.0", "head 0.1", "head 1.0", "head 1.1"]
     vote_on(learner, "head 1.1")
+    grown_recipe.in_lab(grow_lab.data, 100, "paused")
     step(2)  # starts growing the recipe
     wait_until(page, "new URLSearchParams(location.search).get('train')")
     train_id = train_id_of(page)
@@ -137,15 +172,30 @@ def test_a_teacher_grows_the_recipe_watches_its_phase_change_and_opens_its_check
     # the phase change, drawn as it happens, the heads hidden while the class votes: then paused
     wait_until(page, "document.getElementById('grow-curves').textContent.includes('phase change')", timeout=120)
     deadline = time.monotonic() + 60
-    while status_of(server, train_id)["phase_change"]["formed"] is None:
+    while (formed := status_of(server, train_id)["phase_change"]["formed"]) is None:
         assert time.monotonic() < deadline, "no induction head formed"
         page.wait_for_timeout(200)
-    page.wait_for_timeout(1200)  # the page has read the status that says so
+    wait_until(page, f"document.getElementById('grow-bar').value >= {formed}")  # the page read a status saying so
     assert page.locator("#grow-heads").is_hidden() and page.locator("#grow-heads-hidden").is_visible()
     assert "induction head" not in page.text_content("#grow-progress") + page.text_content("#grow-chosen")
     for one in learners:  # the phase change marked on every learner's page too
         wait_until(one, "document.getElementById('grow-curves').textContent.includes('phase change')")
-    learners[2].screenshot(path=ARTIFACTS / "grow-learner-follows-1280x720.png")
+    # a learner's page shows the training's step and curves in its first screen at every projector size, under
+    # the class's question, and on a phone reaches each of them whole
+    laptop, problems = learners[2], []
+    for width, height in SCREENS:
+        laptop.set_viewport_size({"width": width, "height": height})
+        wait_until(laptop, f"innerWidth === {width} && innerHeight === {height} && {FOLLOWED}")
+        problems += [f"{width}×{height}: not in the first screen: {out}" for out in laptop.evaluate(IN_SIGHT, False)]
+        problems += [f"{width}×{height}: {problem}" for problem in audit.problems(laptop, 0, 0, PANEL)]
+        if width in (1024, 1280) and height < 800:
+            laptop.screenshot(path=ARTIFACTS / f"grow-learner-follows-{width}x{height}.png")
+    for phone in learners[:2]:
+        width = phone.viewport_size["width"]
+        problems += [f"phone {width}: not reached: {out}" for out in phone.evaluate(IN_SIGHT, True)]
+        problems += [f"phone {width}: {problem}" for problem in audit.problems(phone, 0, 0, PANEL, page_scrolls=True)]
+    learners[1].screenshot(path=ARTIFACTS / "grow-learner-follows-phone-360.png")
+    assert problems == [], problems
     page.click("#grow-pause")
     wait_until(page, "document.getElementById('grow-progress').textContent.startsWith('Paused')")
     for one in learners:
@@ -213,7 +263,7 @@ def test_a_teacher_grows_the_recipe_watches_its_phase_change_and_opens_its_check
     # a phone reads the panel too
     page.set_viewport_size({"width": 390, "height": 844})
     page.locator(PANEL).scroll_into_view_if_needed()
-    page.wait_for_timeout(300)  # the charts follow the panel's width
+    wait_until(page, FOLLOWED)
     problems = audit.problems(page, 0, 0, PANEL, page_scrolls=True)
     assert problems == [], problems
     assert page.evaluate("document.documentElement.scrollWidth") <= 390
@@ -227,20 +277,15 @@ PROJECTORS = [(1024, 768), (1280, 720), (1366, 768), (1600, 900), (1920, 1080)]
 PHONES = [(360, 740), (390, 844)]
 
 
-def grown(server: str) -> dict:
-    """A training of the recipe that has formed its induction head: the one the flow above grew, or one grown
-    here when this test runs alone (paused once it has formed)."""
-    for listed in httpx.get(f"{server}/api/train", timeout=30).json()["trainings"]:
-        found = status_of(server, listed["train_id"])
+def grown(lab: LabProcess, grown_recipe) -> dict:
+    """A training of the recipe that has formed its induction head: the one the flow above grew, or, when this
+    test runs alone, the session's kept in the lab's data folder (paused once it has formed)."""
+    for listed in httpx.get(f"{lab.url}/api/train", timeout=30).json()["trainings"]:
+        found = status_of(lab.url, listed["train_id"])
         if found["phase_change"] and found["phase_change"]["formed"] is not None:
             return found
-    train_id = httpx.post(f"{server}/api/train", json={}, timeout=30).json()["train_id"]
-    deadline = time.monotonic() + 120
-    while (status_of(server, train_id)["phase_change"] or {}).get("formed") is None:
-        assert time.monotonic() < deadline, "no induction head formed"
-        time.sleep(0.5)
-    httpx.post(f"{server}/api/train/{train_id}/pause", timeout=30)
-    return status_of(server, train_id)
+    grown_recipe.in_lab(lab.data, grown_recipe.trainer.step, "paused")
+    return status_of(lab.url, RECIPE.train_id)
 
 
 # Every text of the panel's two charts (ticks, titles, the phase change's label, the colour bar) wholly inside its
@@ -274,7 +319,7 @@ def drawn(page):
     for chart in ("curves", "heads"):
         wait_until(page, f"document.querySelector('#grow-{chart} .xtick text')?.style.fontSize === ({size})")
     wait_until(page, "document.getElementById('grow-curves').textContent.includes('phase change')")
-    page.wait_for_timeout(300)  # the charts follow the panel's width (a ResizeObserver)
+    wait_until(page, FOLLOWED)
 
 
 def present(page, on: bool):
@@ -282,12 +327,12 @@ def present(page, on: bool):
         page.evaluate("document.getElementById('present').click()")
 
 
-def test_the_grow_panel_is_whole_at_every_projector_and_phone_in_present_too(browser, server):
+def test_the_grow_panel_is_whole_at_every_projector_and_phone_in_present_too(browser, server, grow_lab, grown_recipe):
     """Issue 56: the panel with a grown training (its curves, the phase change, the heads × steps picture, the
     slider) at the five projector sizes, in presentation mode (on the stage and enlarged over it) and not, and on
     both phones: nothing with a number, a word or a control cut, ellipsised or off-screen, no chart's text past
     its chart; in presentation mode every text at the floor (tests/browser/test_projectors.py)."""
-    found = grown(server)
+    found = grown(grow_lab, grown_recipe)
     problems = []
     context = browser.new_context(viewport=dict(zip(("width", "height"), PROJECTORS[0], strict=True)))
     page = context.new_page()
