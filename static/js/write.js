@@ -72,7 +72,8 @@ export function initWrite(lab) {
 
   let writing = null; // the answer so far
   let chosen = null; // the step opened
-  let calling = null; // the writing under way's AbortController
+  let calling = null; // the stream read now's AbortController
+  let shown = null; // the id of the writing the panel shows, or is reading
 
   const open = (index) => {
     chosen = index;
@@ -102,25 +103,44 @@ export function initWrite(lab) {
   });
   sample.addEventListener("change", () => (knobs.disabled = !sample.checked));
   stop.addEventListener("click", () => calling?.abort());
-  form.addEventListener("submit", async (event) => {
-    event.preventDefault();
+
+  // A followed writing's knobs in the form, as generate used them: what the class sees written, and what Write
+  // would write again.
+  const showKnobs = (head) => {
+    byId("write-max").value = String(head.max_new_tokens);
+    sample.checked = head.settings.do_sample;
+    knobs.disabled = !sample.checked;
+    if (!sample.checked) return;
+    byId("write-temperature").value = String(head.settings.temperature);
+    byId("write-top-k").value = String(head.settings.top_k ?? 0);
+    byId("write-top-p").value = String(head.settings.top_p);
+    byId("write-seed").value = String(head.seed ?? 0);
+  };
+
+  // A writing's stream shown as it comes, the tokens growing on the stage: one this page asks for (api.write), or
+  // one named by its id (api.followWriting: the writing a class's teacher shows, or a link's). Its id goes into
+  // the state, so the link, and a class's view, name it.
+  async function read(stream, followed = null) {
     calling?.abort();
     const mine = (calling = new AbortController());
     writing = null;
     chosen = null;
+    shown = followed;
     written.replaceChildren();
     opened.replaceChildren();
     go.disabled = true;
-    stop.hidden = false;
+    stop.hidden = followed !== null;
     shows("writing", true);
-    const asked = knobsOf(lab.getState().text);
-    status.textContent = "Reading the prompt…";
+    status.textContent = followed ? "Following the writing…" : "Reading the prompt…";
     try {
-      const done = await api.write(asked, {
+      const done = await stream({
         signal: mine.signal,
         onEvent: (name, data, answer) => {
           writing = answer;
           if (name === "writing") {
+            shown = data.writing_id;
+            if (followed) showKnobs(data);
+            lab.setState({ writing: data.writing_id });
             written.append(...data.prompt.map((token) => el("span", { class: "token prompt-token" }, el("span", { class: "token-text" }, quotedToken(token.text)))));
           } else if (name === "step") {
             grow(data);
@@ -132,6 +152,7 @@ export function initWrite(lab) {
       status.textContent = `Written: ${done.steps.length} tokens; it stopped because ${why}. Open a written token to see how it was chosen.`;
       if (chosen === null && done.steps.length) open(0);
     } catch (error) {
+      if (calling !== mine) return; // another writing took the panel: it says its own
       if (error.name === "AbortError") status.textContent = `Stopped after ${writing?.steps.length ?? 0} tokens: the lab calls the writing off at its next token.`;
       else status.textContent = error.message;
     } finally {
@@ -142,5 +163,20 @@ export function initWrite(lab) {
         shows(writing?.writing_id ?? "form");
       }
     }
+  }
+
+  form.addEventListener("submit", (event) => {
+    event.preventDefault();
+    const asked = knobsOf(lab.getState().text);
+    lab.setState({ writing: null }); // until the new writing's id comes: a class keeps the one before meanwhile
+    read((options) => api.write(asked, options));
   });
+  // A writing named by the state and not shown here (a class's teacher wrote it, a link names it) is followed
+  // once the panel is open: its tokens grow here as they are written.
+  const follow = () => {
+    const { writing: named, panel: place } = lab.getState();
+    if (named && named !== shown && place === "write") read((options) => api.followWriting(named, options), named);
+  };
+  lab.subscribe((state, changed) => (changed.has("writing") || changed.has("panel")) && follow());
+  follow();
 }

@@ -14,6 +14,7 @@ import pytest
 from app.engine.model import packaged_model_path
 from tests.browser import audit
 from tests.browser.conftest import screenshot, wait_until
+from tests.browser.test_classroom import a_class, viewport_shot
 from tests.conftest import LabProcess
 from tests.families import build
 
@@ -121,6 +122,67 @@ def test_a_decoder_writes_ten_tokens_and_step_4_opens_with_the_apis_numbers(writ
     page.click("#write-step [data-field=read-sequence]")
     wait_until(page, f"document.body.dataset.run && document.body.dataset.run !== '{before}'")
     assert page.input_value("#prompt") == TEXT + step["written"]
+
+
+# Each count of written tokens a page shows as it changes, with whether the writing it shows is still under way
+# (the panel's aria-busy): a page that got the tokens only at the end records the whole count, never busy.
+WATCH_GROWTH = """() => {
+  window.grown = [];
+  const tokens = document.getElementById('write-tokens');
+  new MutationObserver(() => grown.push([
+    tokens.querySelectorAll('.written').length, document.getElementById('write').getAttribute('aria-busy') === 'true',
+  ])).observe(tokens, { childList: true });
+}"""
+
+
+def test_learners_screens_follow_the_words_as_the_teacher_writes_them(browser, decoder_lab):
+    """In a class, the teacher writes ten tokens in the Write panel: each following learner's page (two phones
+    and a laptop) opens the panel on the teacher's writing (named in the class's view) with the teacher's knobs,
+    shows its tokens as its stream brings them, and ends with the teacher's tokens, which are POST /api/generate's
+    for the same knobs. The tiny model writes ten tokens faster than a page takes to follow the view (a learner's
+    page then reads the writing written again from its spec: the same tokens): on the phones' slow network its
+    steps arrive apart, and the phones show a count between none and ten while their stream is under way."""
+    url = decoder_lab.url
+    query = f"text={TEXT.replace(' ', '+')}&panel=write"
+    with a_class(browser, url, url, query) as (teacher, learners, _):
+        phones = [learner for learner in learners if learner.viewport_size["width"] < 500]
+        for learner in learners:
+            learner.evaluate(WATCH_GROWTH)
+        for phone in phones:  # on a school's busy Wi-Fi: a step's event takes a while to arrive
+            network = phone.context.new_cdp_session(phone)
+            network.send("Network.enable")
+            network.send(
+                "Network.emulateNetworkConditions",
+                {"offline": False, "latency": 40, "downloadThroughput": 16_000, "uploadThroughput": 16_000},
+            )
+        teacher.fill("#write-max", str(KNOBS["max_new_tokens"]))
+        teacher.check("#write-sample")
+        for knob in ("temperature", "top_k", "top_p", "seed"):
+            teacher.fill(f"#write-{knob.replace('_', '-')}", str(KNOBS[knob]))
+        teacher.click("#write-go")
+        done = "document.getElementById('write-status').textContent.startsWith('Written: 10 tokens')"
+        wait_until(teacher, done)
+        answer = httpx.post(f"{url}/api/generate", json={"text": TEXT, **KNOBS}, timeout=60).json()
+        ids = lambda page: [int(chip.get_attribute("data-id")) for chip in page.locator(WRITTEN).all()]  # noqa: E731
+        assert ids(teacher) == answer["ids"]
+        writing = answer["writing_id"]
+        assert f"writing={writing}" in teacher.url  # the link names the writing, and so does the class's view
+        found = []
+        for learner in learners:
+            wait_until(learner, done)
+            assert ids(learner) == answer["ids"] and f"writing={writing}" in learner.url
+            grown = learner.evaluate("() => grown")
+            counts = [count for count, _ in grown]
+            assert counts == sorted(counts) and counts[-1] == 10, grown
+            if learner in phones:  # seen growing as the tokens arrive, not only at the end
+                assert any(0 < count < 10 and busy for count, busy in grown), grown
+            assert learner.input_value("#write-temperature") == str(KNOBS["temperature"])
+            assert learner.input_value("#write-seed") == str(KNOBS["seed"])
+            width = learner.viewport_size["width"]
+            learner.locator("#write-tokens").scroll_into_view_if_needed()
+            found += [f"{width}: {problem}" for problem in audit.problems(learner, 0, 0, "#panel-write", True)]
+            viewport_shot(learner, f"82-write-followed-learner-{width}")
+        assert found == [], "\n".join(found)
 
 
 def test_an_encoder_says_it_reads_and_does_not_write(writer_page, decoder_lab):
