@@ -265,11 +265,6 @@ async function writingOf(response, onEvent) {
     else Object.assign(answer, data);
     onEvent(fields.event, data, answer);
   };
-  // A transport without a readable body (a notebook's widget) hands over the whole stream at once.
-  if (!response.body) {
-    (await response.text()).split("\n\n").forEach(take);
-    return answer;
-  }
   const reader = response.body.pipeThrough(new TextDecoderStream()).getReader();
   let buffer = "";
   for (;;) {
