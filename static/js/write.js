@@ -65,9 +65,10 @@ export function initWrite(lab) {
     stop,
   );
   const status = el("p", { id: "write-status", class: "hint", role: "status" }, "Write continues the prompt above, one token at a time. Each written token opens its step.");
-  const written = el("div", { id: "write-tokens", class: "write-tokens", role: "group", "aria-label": "The prompt and the tokens written" });
+  const prompt = el("div", { id: "write-prompt", class: "write-prompt", role: "group", "aria-label": "The prompt" });
+  const written = el("div", { id: "write-tokens", class: "write-tokens", role: "group", "aria-label": "The tokens written" });
   const opened = el("div", { id: "write-step" });
-  panel.replaceChildren(form, status, written, opened);
+  panel.replaceChildren(form, status, prompt, written, opened);
   shows("form");
 
   let writing = null; // the answer so far
@@ -81,6 +82,8 @@ export function initWrite(lab) {
     opened.replaceChildren(stepView(writing, index));
   };
   const grow = (step) => {
+    // The newest token in sight while the row is followed to its end (a long writing's row scrolls in itself).
+    const following = written.scrollTop + written.clientHeight >= written.scrollHeight - 2;
     written.append(
       el(
         "button",
@@ -89,10 +92,21 @@ export function initWrite(lab) {
         el("span", { class: "token-id" }, step.token),
       ),
     );
+    if (following) written.scrollTop = written.scrollHeight;
+  };
+  // A step opened by a click starts just under the written tokens, which stay in sight above it (lab.css): the
+  // panel's scroll box is moved, never the page.
+  const showOpened = () => {
+    const box = opened.closest(".panel-body");
+    if (!box) return;
+    const top = opened.getBoundingClientRect().top - box.getBoundingClientRect().top - box.clientTop + box.scrollTop;
+    box.scrollTop = top - written.offsetHeight;
   };
   written.addEventListener("click", (event) => {
     const chip = event.target.closest(".written");
-    if (chip) open(Number(chip.dataset.step));
+    if (!chip) return;
+    open(Number(chip.dataset.step));
+    showOpened();
   });
   // The whole sequence at a step, in the lab's own views: the prompt and the tokens written so far, as a text.
   opened.addEventListener("click", (event) => {
@@ -126,6 +140,7 @@ export function initWrite(lab) {
     writing = null;
     chosen = null;
     shown = followed;
+    prompt.replaceChildren();
     written.replaceChildren();
     opened.replaceChildren();
     go.disabled = true;
@@ -141,7 +156,7 @@ export function initWrite(lab) {
             shown = data.writing_id;
             if (followed) showKnobs(data);
             lab.setState({ writing: data.writing_id });
-            written.append(...data.prompt.map((token) => el("span", { class: "token prompt-token" }, el("span", { class: "token-text" }, quotedToken(token.text)))));
+            prompt.append(...data.prompt.map((token) => el("span", { class: "token prompt-token" }, el("span", { class: "token-text" }, quotedToken(token.text)))));
           } else if (name === "step") {
             grow(data);
             status.textContent = `Writing: ${answer.steps.length} of at most ${answer.max_new_tokens} tokens.`;

@@ -185,6 +185,64 @@ def test_learners_screens_follow_the_words_as_the_teacher_writes_them(browser, d
         assert found == [], "\n".join(found)
 
 
+# Where the Write panel's parts are on screen: its tab bar, its scroll box, the written tokens' first row and the
+# opened step's first line.
+PLACES = """() => {
+  const box = (node) => node.getBoundingClientRect();
+  const panel = document.getElementById('panel-write').closest('.panels');
+  const first = document.querySelector('#write-tokens .written');
+  return {
+    bar: box(panel.querySelector('.panel-bar')).bottom, body: box(panel.querySelector('.panel-body')),
+    row: box(first), step: box(document.querySelector('#write-step .written-step > :first-child')),
+    opened: box(document.getElementById('write-step')),
+    window: innerHeight,
+  };
+}"""
+
+
+def in_sight(page, what: str, opened: bool = True) -> None:
+    """The written tokens' first row in sight under the panel's tab bar, inside the panel's scroll box and the
+    window; the opened step's first line just under it (`opened`: the step was just opened), or else some of
+    the step under it."""
+    at = page.evaluate(PLACES)
+    row, step, body, bottom = at["row"], at["step"], at["body"], min(at["body"]["bottom"], at["window"]) + 0.5
+    assert row["top"] >= at["bar"] - 0.5 and row["top"] >= body["top"] - 0.5 and row["bottom"] <= bottom, (what, at)
+    if opened:
+        assert row["bottom"] - 0.5 <= step["top"] and step["bottom"] <= bottom, (what, at)
+    else:
+        assert at["opened"]["bottom"] > row["bottom"] + 20, (what, at)
+
+
+@pytest.mark.parametrize(("width", "height", "present"), [(1024, 768, True), (1280, 720, False), (390, 844, False)])
+def test_an_opened_step_leaves_the_written_tokens_in_sight(browser, decoder_lab, width, height, present):
+    """A step opened from the written tokens starts just under them, and the tokens' first row stays in sight
+    under the panel's tab bar, however far the step before was read, and once the panel is enlarged over the
+    stage (the step read where it was): at a projector's 1024×768 (in Present, as a class reads it) and
+    1280×720, and on a 390 phone; nothing in the panel is cut."""
+    page = browser.new_context(viewport={"width": width, "height": height}).new_page()
+    page.goto(f"{decoder_lab.url}/?text={TEXT.replace(' ', '+')}&panel=write{'&present=1' if present else ''}")
+    wait_until(page, "document.querySelector('#write-form') && document.querySelector('#tokens .token')")
+    page.fill("#write-max", "10")
+    page.click("#write-go")
+    done = "!document.getElementById('write-go').disabled"
+    wait_until(page, f"document.querySelectorAll('{WRITTEN}').length === 10 && {done}")
+    found = []
+    for index in (3, 8):
+        page.locator(f'{WRITTEN}[data-step="{index}"]').click()
+        wait_until(page, f"document.querySelector('#write-step .written-step')?.dataset.step === '{index}'")
+        in_sight(page, f"step {index}")
+        found += [f"step {index}: {problem}" for problem in audit.problems(page, 0, 0, "#panel-write", width < 900)]
+        screenshot(page, f"83-write-step-{index + 1}-{width}x{height}", page.locator(".panels"))
+        # The step read far down (its attention rows): the next one opened starts at its top again.
+        page.locator("#write-step .written-row").last.scroll_into_view_if_needed()
+    page.click("#panel-enlarge")  # over the whole stage: the tokens still in sight above the step
+    in_sight(page, "enlarged", opened=False)
+    found += [f"enlarged: {problem}" for problem in audit.problems(page, 0, 0, "#panel-write", width < 900)]
+    screenshot(page, f"83-write-step-9-enlarged-{width}x{height}", page.locator(".panels"))
+    page.context.close()
+    assert found == [], "\n".join(found)
+
+
 def test_an_encoder_says_it_reads_and_does_not_write(writer_page, decoder_lab):
     page, url = writer_page, decoder_lab.url
     models = httpx.get(f"{url}/api/models").json()["models"]
