@@ -266,7 +266,7 @@ def test_the_widget_in_jupyterlab_draws_the_engines_numbers_and_follows_clicks(j
     writer.locator("#write-go").click()
     wait_until(page, f"{WRITER}.getElementById('write-status').textContent.startsWith('Written: 10 tokens')", 60)
     grown = page.evaluate("() => grown")
-    assert grown == sorted(grown) and grown[-1] == 10 and len(set(grown)) > 2, grown  # it grew as the steps came
+    assert grown == sorted(grown) and grown[-1] == 10 and any(0 < count < 10 for count in grown), grown  # it grew
     written = page.evaluate(f"() => [...{WRITER}.querySelectorAll('#write-tokens .written')].map((c) => +c.dataset.id)")
     run_cell(page, 5)
     output = page.locator(".jp-Notebook .jp-Cell").nth(5).locator(".jp-OutputArea-output")

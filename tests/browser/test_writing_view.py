@@ -74,7 +74,7 @@ def test_a_decoder_writes_ten_tokens_and_step_4_opens_with_the_apis_numbers(writ
     chips = page.locator(WRITTEN)
     assert [int(chip.get_attribute("data-id")) for chip in chips.all()] == answer["ids"]
     grown = page.evaluate("() => grown")
-    assert grown == sorted(grown) and grown[-1] == 10 and len(set(grown)) > 2  # it grew as the tokens came
+    assert grown == sorted(grown) and grown[-1] == 10 and any(0 < count < 10 for count in grown)  # it grew
     expect_status = page.locator("#write-status").inner_text()
     assert "Written: 10 tokens" in expect_status and "10 new tokens were asked for" in expect_status
 
