@@ -136,15 +136,15 @@ WATCH_GROWTH = """() => {
 
 
 def test_learners_screens_follow_the_words_as_the_teacher_writes_them(browser, decoder_lab):
-    """In a class, the teacher writes ten tokens in the Write panel: each following learner's page (two phones
-    and a laptop) opens the panel on the teacher's writing (named in the class's view) with the teacher's knobs,
+    """In a class, the teacher writes ten tokens in the Write panel: each following learner's page (a phone and
+    a laptop) opens the panel on the teacher's writing (named in the class's view) with the teacher's knobs,
     shows its tokens as its stream brings them, and ends with the teacher's tokens, which are POST /api/generate's
     for the same knobs. The tiny model writes ten tokens faster than a page takes to follow the view (a learner's
-    page then reads the writing written again from its spec: the same tokens): on the phones' slow network its
-    steps arrive apart, and the phones show a count between none and ten while their stream is under way."""
+    page then reads the writing written again from its spec: the same tokens): on the phone's slow network its
+    steps arrive apart, and the phone shows a count between none and ten while its stream is under way."""
     url = decoder_lab.url
     query = f"text={TEXT.replace(' ', '+')}&panel=write"
-    with a_class(browser, url, url, query) as (teacher, learners, _):
+    with a_class(browser, url, url, query, sizes=[(390, 844), (1280, 720)]) as (teacher, learners, _):
         phones = [learner for learner in learners if learner.viewport_size["width"] < 500]
         for learner in learners:
             learner.evaluate(WATCH_GROWTH)
