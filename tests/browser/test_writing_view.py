@@ -46,6 +46,17 @@ def writer_page(browser, decoder_lab):
     assert errors == []
 
 
+def network(page, kbytes_per_second: float | None):
+    """The page's network as a phone's on a school's busy Wi-Fi (a writing's steps, a few kB each, then arrive
+    apart, however busy the machine), or as it was (None)."""
+    session = page.context.new_cdp_session(page)
+    session.send("Network.enable")
+    rate = -1 if kbytes_per_second is None else kbytes_per_second * 1000
+    latency = 0 if kbytes_per_second is None else 40
+    conditions = {"offline": False, "latency": latency, "downloadThroughput": rate, "uploadThroughput": rate}
+    session.send("Network.emulateNetworkConditions", conditions)
+
+
 def write_ten(page, url: str) -> None:
     page.goto(f"{url}/?text={TEXT.replace(' ', '+')}&panel=write&present=1")  # as a class reads it
     wait_until(page, "document.querySelector('#write-form') && document.querySelector('#tokens .token')")
@@ -62,9 +73,11 @@ def write_ten(page, url: str) -> None:
             .observe(tokens, { childList: true });
         }"""
     )
+    network(page, 16)  # the steps arrive apart, so the page is seen growing whatever the machine's load
     page.click("#write-go")
     done = "!document.getElementById('write-go').disabled"
     wait_until(page, f"document.querySelectorAll('{WRITTEN}').length === 10 && {done}")
+    network(page, None)
 
 
 def test_a_decoder_writes_ten_tokens_and_step_4_opens_with_the_apis_numbers(writer_page, decoder_lab):
@@ -148,13 +161,8 @@ def test_learners_screens_follow_the_words_as_the_teacher_writes_them(browser, d
         phones = [learner for learner in learners if learner.viewport_size["width"] < 500]
         for learner in learners:
             learner.evaluate(WATCH_GROWTH)
-        for phone in phones:  # on a school's busy Wi-Fi: a step's event takes a while to arrive
-            network = phone.context.new_cdp_session(phone)
-            network.send("Network.enable")
-            network.send(
-                "Network.emulateNetworkConditions",
-                {"offline": False, "latency": 40, "downloadThroughput": 16_000, "uploadThroughput": 16_000},
-            )
+        for phone in phones:
+            network(phone, 16)
         teacher.fill("#write-max", str(KNOBS["max_new_tokens"]))
         teacher.check("#write-sample")
         for knob in ("temperature", "top_k", "top_p", "seed"):
