@@ -241,6 +241,16 @@ export async function write(knobs, { signal, onEvent = () => {} } = {}) {
     body: JSON.stringify({ ...knobs, model: pageModel }),
     signal,
   });
+  return writingOf(response, onEvent);
+}
+
+// A writing named by its id, followed (GET /api/generate/{id}/stream: a class's teacher's, a link's): the one
+// under way from its first token, or written again from its spec (the same tokens), told as write() tells its own.
+export async function followWriting(writingId, { signal, onEvent = () => {} } = {}) {
+  return writingOf(await request(`/api/generate/${writingId}/stream`, { signal }), onEvent);
+}
+
+async function writingOf(response, onEvent) {
   const answer = { steps: [] };
   const take = (block) => {
     const fields = {};
@@ -255,11 +265,6 @@ export async function write(knobs, { signal, onEvent = () => {} } = {}) {
     else Object.assign(answer, data);
     onEvent(fields.event, data, answer);
   };
-  // A transport without a readable body (a notebook's widget) hands over the whole stream at once.
-  if (!response.body) {
-    (await response.text()).split("\n\n").forEach(take);
-    return answer;
-  }
   const reader = response.body.pipeThrough(new TextDecoderStream()).getReader();
   let buffer = "";
   for (;;) {

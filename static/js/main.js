@@ -30,7 +30,7 @@ await initState(
     text: config.defaultText, mask: model.default_mask, pooling: model.default_pooling, layer: 0, head: 0, token: null, present: false,
     sinks: "show", pair: "", segments: "all", also: [], preview: null, heads: [...Array(model.heads).keys()], blockMean: false,
     allHeads: false, predict: false, tour: null, lesson: null, panel: null, scale: "blues", classCode: null, measure: "weights",
-    model: model.name, question: null, promptName: model.default_prompt ?? "", patch: null, train: null,
+    model: model.name, question: null, promptName: model.default_prompt ?? "", patch: null, train: null, writing: null,
   },
   {
     defaultModel: config.defaultModel, defaultPrompt: model.default_prompt ?? "", layers: model.layers, heads: model.heads, masks: model.masks, poolings: model.poolings,

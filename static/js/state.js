@@ -8,7 +8,7 @@
 
 import { VIEW_MEASURES } from "./measures.js";
 
-const URL_KEYS = ["text", "promptName", "mask", "pooling", "layer", "head", "token", "present", "predict", "tour", "lesson", "sinks", "pair", "segments", "also", "heads", "blockMean", "panel", "scale", "classCode", "measure", "patch", "train", "model"];
+const URL_KEYS = ["text", "promptName", "mask", "pooling", "layer", "head", "token", "present", "predict", "tour", "lesson", "sinks", "pair", "segments", "also", "heads", "blockMean", "panel", "scale", "classCode", "measure", "patch", "train", "writing", "model"];
 const LONGEST_QUERY = 2000; // characters; a longer view is written compressed into the fragment
 const COMPRESSED = "#z=";
 // A link is read within bounds, so that any link opens or is refused at once: a compressed view is inflated
@@ -124,6 +124,7 @@ function readView(params, limits) {
   if (VIEW_MEASURES.includes(params.get("measure"))) view.measure = params.get("measure");
   if (/^[23456789A-Z]{6}$/.test(params.get("class") ?? "")) view.classCode = params.get("class");
   if (/^[a-z2-7]{26}$/.test(params.get("train") ?? "")) view.train = params.get("train");
+  if (/^[a-z2-7]{26}$/.test(params.get("writing") ?? "")) view.writing = params.get("writing");
   const patch = patchOf(params.get("patch"), limits);
   if (patch) view.patch = patch;
   const tour = wholeNumber(params.get("tour"));
@@ -215,6 +216,7 @@ function viewParams(state) {
   if (state.classCode) params.set("class", state.classCode);
   if (state.patch) params.set("patch", JSON.stringify(state.patch));
   if (state.train) params.set("train", state.train);
+  if (state.writing) params.set("writing", state.writing);
   return params;
 }
 
