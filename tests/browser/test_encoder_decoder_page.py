@@ -20,6 +20,11 @@ SOURCE = "The cat sat on the mat."
 TARGET = "A quick brown fox jumps over the lazy dog!"
 FAMILIES = ["t5", "bart", "marian"]
 CLICKED = 3  # the target token clicked: its row is the step that chooses target token 4
+DRAWN = "document.body.dataset.run && document.getElementById('attends').getAttribute('aria-busy') === 'false'"
+RUN = "() => fetch(`/api/encoder-decoder/${document.body.dataset.run}/export?format=json`).then((r) => r.json())"
+MAP = "document.getElementById('heatmap').pairMap.shown"
+KEYS = "[...document.querySelectorAll('#attends .attend-keys > li')]"
+STAGE = "header.topbar, main.stage"
 
 
 @pytest.fixture(scope="module")
@@ -65,15 +70,17 @@ def open_page(browser, lab, model: str, size, query: str):
     page.on("pageerror", lambda error: page.errors.append(str(error)))
     page.on("console", lambda message: message.type == "error" and page.errors.append(message.text))
     page.goto(f"{lab}/?model={model}&{query}")
-    wait_until(page, "document.body.dataset.run && document.getElementById('attends').getAttribute('aria-busy') === 'false' && document.querySelector('#attends .attend-keys')")
+    wait_until(page, f"{DRAWN} && document.querySelector('#attends .attend-keys')")
     return context, page
 
 
 def shown_row(page) -> list[tuple[str, str, float]]:
     """The attends view's rows: each key's label, its segment and the number printed beside its bar."""
     return page.evaluate(
-        """() => [...document.querySelectorAll('#attends .attend-keys > li')].map((li) =>
-            [li.querySelector('.attend-token').textContent, li.dataset.segment, Number(li.querySelector('.attend-weight').textContent)])"""
+        f"""() => {KEYS}.map((li) => [
+            li.querySelector('.attend-token').textContent, li.dataset.segment,
+            Number(li.querySelector('.attend-weight').textContent),
+        ])"""
     )
 
 
@@ -87,7 +94,7 @@ def test_a_clicked_target_word_reads_the_source_as_transformers_cross_attention(
     expect(sides).to_have_text(["Source", "Target"])
     page.locator(f'#tokens .pair-chips[data-side="target"] .token[data-index="{CLICKED}"]').click()
     wait_until(page, f"document.querySelector('#attends .attend-queries li.selected')?.dataset.index === '{CLICKED}'")
-    run = page.evaluate("() => fetch('/api/encoder-decoder/' + document.body.dataset.run + '/export?format=json').then((r) => r.json())")
+    run = page.evaluate(RUN)
     out, bound = eager(folders[family], SOURCE, [token["id"] for token in run["target"]["tokens"]])
     expected = out.cross_attentions[1][0, 2, CLICKED].tolist()
     shown = shown_row(page)
@@ -96,16 +103,15 @@ def test_a_clicked_target_word_reads_the_source_as_transformers_cross_attention(
     assert len(shown) == len(expected)
     for (_, _, number), weight in zip(shown, expected, strict=True):
         assert abs(number - weight) <= 5e-5 + bound  # printed to 4 decimals
-    exact = page.evaluate("() => [...document.querySelectorAll('#attends .attend-keys > li')].map((li) => Number(li.dataset.weight))")
+    exact = page.evaluate(f"() => {KEYS}.map((li) => Number(li.dataset.weight))")
     assert max(abs(a - b) for a, b in zip(exact, expected, strict=True)) <= bound
     # The heatmap is target rows × source columns, the clicked row outlined.
     heatmap = page.locator("#heatmap")
     expect(heatmap).to_have_attribute("data-selected-row", str(CLICKED))
-    expect(page.locator("#heatmap .hm-title")).to_contain_text("cross-attention, block 1, head 2 · Target rows × Source columns")
-    assert page.evaluate("() => [document.getElementById('heatmap').pairMap.shown.rows, document.getElementById('heatmap').pairMap.shown.columns]") == [
-        len(run["target"]["tokens"]),
-        len(run["source"]["tokens"]),
-    ]
+    title = "cross-attention, block 1, head 2 · Target rows × Source columns"
+    expect(page.locator("#heatmap .hm-title")).to_contain_text(title)
+    shape = [len(run["target"]["tokens"]), len(run["source"]["tokens"])]
+    assert page.evaluate(f"() => [{MAP}.rows, {MAP}.columns]") == shape
     context.close()
     assert page.errors == []
 
@@ -114,19 +120,24 @@ def test_each_kind_labels_its_rows_and_columns_and_the_views_fit(browser, lab, f
     found = []
     for size in [(1024, 768), (390, 844)]:
         context, page = open_page(browser, lab, "marian", size, f"text={SOURCE}&target={TARGET}")
-        run = page.evaluate("() => fetch('/api/encoder-decoder/' + document.body.dataset.run + '/export?format=json').then((r) => r.json())")
+        run = page.evaluate(RUN)
+        expect(page.locator("#model-name")).to_contain_text("2 encoder + 3 decoder blocks × 4 heads")
         source = [token["label"] for token in run["source"]["tokens"]]
         target = [token["label"] for token in run["target"]["tokens"]]
-        for kind, rows, columns in [("encoder", source, source), ("decoder", target, target), ("cross", target, source)]:
+        kinds = [("encoder", source, source), ("decoder", target, target), ("cross", target, source)]
+        for kind, rows, columns in kinds:
             page.select_option("#kind", kind)
-            wait_until(page, f"document.getElementById('heatmap').pairMap.shown.rows === {len(rows)} && document.getElementById('heatmap').pairMap.shown.columns === {len(columns)} && document.getElementById('attends').getAttribute('aria-busy') === 'false'")
-            assert page.evaluate("() => document.getElementById('heatmap').pairMap.shown.rowLabels") == rows
-            assert page.evaluate("() => document.getElementById('heatmap').pairMap.shown.columnLabels") == columns
+            wait_until(page, f"{MAP}.rows === {len(rows)} && {MAP}.columns === {len(columns)} && {DRAWN}")
+            assert page.evaluate(f"() => {MAP}.rowLabels") == rows
+            assert page.evaluate(f"() => {MAP}.columnLabels") == columns
             keys = [label for label, _, _ in shown_row(page)]
             selected = int(page.locator("#attends .attend-queries li.selected").get_attribute("data-index"))
             # The decoder reads causally: a target token's row lists itself and the tokens before it.
             assert keys == (columns[: selected + 1] if kind == "decoder" else columns)
-            found += [f"{size[0]} {kind}: {problem}" for problem in audit.problems(page, 0, 0, "header.topbar, main.stage", page_scrolls=size[0] < 900)]
+            found += [
+                f"{size[0]} {kind}: {problem}"
+                for problem in audit.problems(page, 0, 0, STAGE, page_scrolls=size[0] < 900)
+            ]
             screenshot(page, f"encoder-decoder-{kind}-{size[0]}")
         # Every head of the kind, as many blocks as its stack has (Marian here: 3 decoder blocks × 4 heads).
         page.locator("#panel-menu").click() if page.locator("#panel-menu").is_visible() else None
@@ -134,7 +145,9 @@ def test_each_kind_labels_its_rows_and_columns_and_the_views_fit(browser, lab, f
         wait_until(page, "document.querySelectorAll('#grid .grid-cell').length === 12")
         page.locator('#grid .grid-cell[data-layer="2"][data-head="1"]').click()
         expect(page.locator("#heatmap .hm-title")).to_contain_text("cross-attention, block 2, head 1")
-        found += [f"{size[0]} grid: {problem}" for problem in audit.problems(page, 0, 0, "header.topbar, main.stage", page_scrolls=size[0] < 900)]
+        found += [
+            f"{size[0]} grid: {problem}" for problem in audit.problems(page, 0, 0, STAGE, page_scrolls=size[0] < 900)
+        ]
         screenshot(page, f"encoder-decoder-grid-{size[0]}")
         page.locator("#export-menu").click()
         href = page.locator("#export-pair-csv").get_attribute("href")

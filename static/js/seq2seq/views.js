@@ -171,14 +171,16 @@ export const pairGridView = {
       cells.push(el("span", { class: "grid-label" }, `block ${layer}`));
       for (let head = 0; head < heads; head += 1) {
         const { values, rows, columns } = shownOrWhy({ ...state, layer, head });
-        const canvas = el("canvas", { width: columns, height: rows, style: `aspect-ratio:${columns}/${rows}` });
+        const canvas = el("canvas", { width: columns, height: rows });
         const zmax = values.reduce((max, value) => Math.max(max, value), 1e-9);
         const image = new ImageData(columns, rows);
         values.forEach((value, index) => image.data.set([...sequential(value / zmax, state.scale), 255], index * 4));
         canvas.getContext("2d").putImageData(image, 0, 0);
         const name = `${KINDS[state.kind].name}, block ${layer}, head ${head}`;
         const current = state.layer === layer && state.head === head;
-        cells.push(el("button", { type: "button", class: `grid-cell${current ? " current" : ""}`, "aria-label": `Open ${name}`, title: name, dataset: { layer: String(layer), head: String(head) } }, canvas));
+        // A head's cells stay square: cross-attention's picture is as tall as the target and as wide as the source.
+        const shape = `aspect-ratio:${columns}/${rows}`;
+        cells.push(el("button", { type: "button", class: `grid-cell${current ? " current" : ""}`, style: shape, "aria-label": `Open ${name}`, title: name, dataset: { layer: String(layer), head: String(head) } }, canvas));
       }
     }
     const header = [el("span", { class: "grid-label" }, "head"), ...Array.from({ length: heads }, (_, head) => el("span", { class: "grid-label", title: `head ${head}` }, String(head)))];
