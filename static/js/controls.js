@@ -356,16 +356,18 @@ function bindExports(lab, heatmap) {
 
 // Keys on the page itself: ← → move the selected token, Esc clears it. Text fields, pickers, tab lists and
 // the heatmap's own cursor keep their keys.
+// An encoder-decoder's keys move along the rows of its kind of attention (the source's or the target's).
 function bindKeys({ getState, setState }) {
   document.addEventListener("keydown", (event) => {
     const own = event.target.closest("textarea, input, select, [role=tablist], .hm-plot, .menu");
-    const { run, token } = getState();
-    if (own || !run || !run.tokens) return; // an encoder-decoder's run: its heatmap's cursor keys
+    const { run, token, kind } = getState();
+    if (own || !run) return;
+    const n = run.tokens ? run.tokens.length : rowsOf(run, kind).length;
     if (event.key === "Escape") setState({ token: null, also: [] });
     else if (event.key === "ArrowRight" || event.key === "ArrowLeft") {
       const step = event.key === "ArrowRight" ? 1 : -1;
-      const start = token === null ? (step > 0 ? -1 : run.tokens.length) : token;
-      setState({ token: Math.max(0, Math.min(run.tokens.length - 1, start + step)), also: [] });
+      const start = token === null ? (step > 0 ? -1 : n) : token;
+      setState({ token: Math.max(0, Math.min(n - 1, start + step)), also: [] });
       event.preventDefault();
     }
   });

@@ -128,6 +128,7 @@ def test_each_kind_labels_its_rows_and_columns_and_the_views_fit(browser, lab, f
         for kind, rows, columns in kinds:
             page.select_option("#kind", kind)
             wait_until(page, f"{MAP}.rows === {len(rows)} && {MAP}.columns === {len(columns)} && {DRAWN}")
+            assert ("kind=" in page.url) == (kind != "cross") and (kind == "cross" or f"kind={kind}" in page.url)
             assert page.evaluate(f"() => {MAP}.rowLabels") == rows
             assert page.evaluate(f"() => {MAP}.columnLabels") == columns
             keys = [label for label, _, _ in shown_row(page)]

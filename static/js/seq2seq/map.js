@@ -8,7 +8,6 @@ import { el, fixed } from "../format.js";
 import { cellSymbol } from "../measures.js";
 
 const MAX_CELL = 44; // px: a short pair is not blown up past this
-const MIN_CELL = 4; // px
 
 export class PairMap {
   // bounds(): {width, height} the whole map may take; readout: the element printing the cursor's cell.
@@ -81,7 +80,9 @@ export class PairMap {
     const frameWidth = Math.ceil(body.width - plot.width) + 4;
     const frameHeight = Math.ceil(this.head.offsetHeight + body.height - plot.height) + 4;
     const fits = Math.min((width - frameWidth) / columns, (height - frameHeight) / rows, MAX_CELL);
-    this.cell = Math.max(MIN_CELL, fits >= 1 ? Math.floor(fits) : fits);
+    // Whole pixels a cell while they fit, so that every cell is crisp; a long source takes less than a pixel a
+    // cell rather than running past the stage (its labels thin out to every k-th).
+    this.cell = fits >= 1 ? Math.floor(fits) : Math.max(fits, 0.1);
     this.paint();
   }
 

@@ -34,8 +34,8 @@ export const pairTokensView = {
       const selected = KINDS[state.kind].rows === side ? state.token : null;
       renderTokens(chips, state.run[side].tokens, selected, {
         select: (index) => {
-          const kind = side === "source" ? "encoder" : state.kind === "encoder" ? "cross" : lab.getState().kind;
-          lab.setState({ kind, token: index });
+          const now = lab.getState().kind;
+          lab.setState({ kind: side === "source" ? "encoder" : now === "encoder" ? "cross" : now, token: index });
         },
         preview: () => {},
       });
