@@ -112,6 +112,9 @@ def test_a_clicked_target_word_reads_the_source_as_transformers_cross_attention(
     expect(page.locator("#heatmap .hm-title")).to_contain_text(title)
     shape = [len(run["target"]["tokens"]), len(run["source"]["tokens"])]
     assert page.evaluate(f"() => [{MAP}.rows, {MAP}.columns]") == shape
+    # → moves to the next target token's row, as it moves along the tokens on a one-text page.
+    page.keyboard.press("ArrowRight")
+    expect(heatmap).to_have_attribute("data-selected-row", str(CLICKED + 1))
     context.close()
     assert page.errors == []
 
