@@ -73,6 +73,16 @@ export function analyze({ text, textPair = null, mask, pooling, ablate = [], att
   return post("/api/analyze", { text, text_pair: textPair || null, mask, pooling, ablate, model: pageModel, attention, prompt, patch });
 }
 
+// An encoder-decoder's run: the source, and the target to read ("" or null: the model writes one, greedily).
+export function analyzePair({ source, target }) {
+  return post("/api/analyze", { text: source, target: target || null, model: pageModel });
+}
+
+// Where an encoder-decoder's run is saved whole (format: "csv" or "json").
+export function pairExportURL(runId, format) {
+  return `/api/encoder-decoder/${encodeURIComponent(runId)}/export?format=${format}`;
+}
+
 export async function compare(a, b, tokenA, tokenB) {
   const params = new URLSearchParams({ a, b, token_a: String(tokenA), token_b: String(tokenB) });
   return (await request(`/api/compare?${params}`)).json();
