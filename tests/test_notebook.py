@@ -241,9 +241,33 @@ def test_a_long_run_sends_one_heads_matrix_first_not_every_head():
     assert widget.run["attention"]["shape"] == [1, 1, 512, 512]  # one head of the run's 72, 1 MiB in float32
 
 
-def test_a_decoder_writes_in_the_widget_through_the_kernel():
+def relayed(widget, url: str, body: dict, leave=lambda messages: False, timeout: float = 60) -> list[tuple]:
+    """A stream asked as widget.js asks it: (message, buffer) for each message the kernel sends back, the answer
+    (streamed), each part and the end. `leave(messages)` true: the view leaves the stream (abort) there."""
+    sent = []
+    widget.send = lambda content, buffers=None: sent.append((content, bytes(buffers[0]) if buffers else b""))
+    asked = {"kind": "fetch", "id": "v:1", "url": url, "method": "POST", "body": json.dumps(body)}
+    widget._on_message(widget, asked, [])
+    deadline = time.monotonic() + timeout
+    while not (sent and sent[-1][0]["kind"] == "end"):
+        assert time.monotonic() < deadline, f"no end to {url} in {timeout} s: {[m for m, _ in sent]}"
+        if sent and leave(sent):
+            widget._on_message(widget, {"kind": "abort", "id": "v:1"}, [])
+            return sent
+        time.sleep(0.002)
+    return sent
+
+
+def events_of(parts: list[bytes]) -> list[tuple[str, dict]]:
+    blocks = [block for block in b"".join(parts).decode().split("\n\n") if block.startswith("event: ")]
+    return [(block.split("\n")[0][len("event: ") :], json.loads(block.split("data: ", 1)[1])) for block in blocks]
+
+
+def test_a_decoder_writes_in_the_widget_through_the_kernel_token_by_token():
     """The widget's Write panel asks the kernel for a writing's stream (api.write through widget.js's transport):
-    the kernel answers every event, the tokens model.generate writes after torch.manual_seed."""
+    the kernel relays each event as the lab writes it, every step in a part of its own, the tokens
+    model.generate writes after torch.manual_seed; a view that leaves the stream calls the writing off."""
+    from app.notebook.labs import _kernel_labs
     from attention_lab import show
 
     torch.manual_seed(0)
@@ -252,14 +276,30 @@ def test_a_decoder_writes_in_the_widget_through_the_kernel():
     names = [name for name, _ in widget._modules]
     assert "write.js" in names and "written-step.js" in names and "controls.js" not in names
     knobs = {"max_new_tokens": 6, "do_sample": True, "temperature": 0.7, "top_k": 5, "top_p": 0.9, "seed": 3}
-    content, body = answer(widget, "/api/generate/stream", "POST", json.dumps({"text": SHORT, **knobs}))
-    assert content["status"] == 200 and content["headers"]["content-type"].startswith("text/event-stream")
-    events = [block for block in body.decode().split("\n\n") if block.startswith("event: ")]
-    assert [block.split("\n")[0] for block in events] == ["event: writing"] + ["event: step"] * 6 + ["event: done"]
-    done = json.loads(events[-1].split("data: ", 1)[1])
-    prompt = torch.tensor([[token["id"] for token in json.loads(events[0].split("data: ", 1)[1])["prompt"]]])
+    sent = relayed(widget, "/api/generate/stream", {"text": SHORT, **knobs})
+    (head, nothing), *parts, (end, _) = sent
+    assert head["kind"] == "answer" and head["status"] == 200 and head["streamed"] and nothing == b""
+    assert head["headers"]["content-type"].startswith("text/event-stream")
+    assert all(message["kind"] == "part" for message, _ in parts) and end == {"kind": "end", "id": "v:1"}
+    events = events_of([piece for _, piece in parts])
+    assert [name for name, _ in events] == ["writing"] + ["step"] * 6 + ["done"]
+    # Token by token: no part holds two steps, so each reached the view as it was written.
+    assert all(piece.count(b"event: step") <= 1 for _, piece in parts)
+    done = events[-1][1]
+    prompt = torch.tensor([[token["id"] for token in events[0][1]["prompt"]]])
     with torch.random.fork_rng():
         torch.manual_seed(knobs["seed"])
         kwargs = {name: value for name, value in knobs.items() if name != "seed"}
         expected = model.generate(prompt, **kwargs)[0, prompt.shape[1] :].tolist()
-    assert done["ids"] == expected
+    assert done["ids"] == expected == [step["token"] for name, step in events if name == "step"]
+
+    # Left after its first step: the lab calls the writing off long before the 50 tokens asked for.
+    first_step = lambda sent: any(b"event: step" in piece for _, piece in sent)  # noqa: E731
+    sent = relayed(widget, "/api/generate/stream", {"text": SHORT, "max_new_tokens": 50, "seed": 4}, first_step)
+    writings = next(lab for lab in _kernel_labs.values() if lab is widget._lab).client._transport.app.state.writings
+    deadline = time.monotonic() + 30
+    while writings._live:
+        assert time.monotonic() < deadline, "the writing was not called off"
+        time.sleep(0.01)
+    assert all(message["kind"] in ("answer", "part") for message, _ in sent)
+    assert sum(piece.count(b"event: step") for _, piece in sent) < 50

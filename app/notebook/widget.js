@@ -32,23 +32,45 @@ function moduleURLs(modules) {
 
 // The page's fetch, carried to the kernel and back: a request goes out as a custom message, its answer comes
 // back with the status and headers the lab sent and the body as one binary buffer (the attention endpoint's
-// compact bytes as they are).
+// compact bytes as they are), or for a stream (a writing's events) as a readable body fed with each part as the
+// lab sends it, then its end. Aborting the request's signal leaves the stream at the lab too.
 function kernelTransport(model) {
-  const waiting = new Map();
+  const waiting = new Map(); // requests not answered yet, by id
+  const streams = new Map(); // streamed bodies still coming, by id: their ReadableStream controllers
   const prefix = Math.random().toString(36).slice(2); // this view's requests, apart from another view's
   let count = 0;
+  // A buffer as the front end gives it (a DataView in JupyterLab, over part of a larger buffer), as bytes.
+  const bytesOf = (buffer) => (ArrayBuffer.isView(buffer) ? new Uint8Array(buffer.buffer, buffer.byteOffset, buffer.byteLength) : new Uint8Array(buffer));
+  const abortError = () => new DOMException("The view left the request", "AbortError");
   const answered = (message, buffers) => {
+    if (message.kind === "part") return streams.get(message.id)?.enqueue(bytesOf(buffers[0]));
+    if (message.kind === "end") {
+      const controller = streams.get(message.id);
+      streams.delete(message.id);
+      if (message.error) controller?.error(new Error(message.error));
+      else controller?.close();
+      return;
+    }
     const pending = message.kind === "answer" && waiting.get(message.id);
     if (!pending) return;
     waiting.delete(message.id);
-    if (message.error) pending.reject(new Error(message.error));
-    else pending.resolve(new Response(buffers?.[0] ?? null, { status: message.status, headers: message.headers }));
+    if (message.error) return pending.reject(new Error(message.error));
+    let body = buffers?.[0] ?? null;
+    if (message.streamed) body = new ReadableStream({ start: (controller) => streams.set(message.id, controller) });
+    pending.resolve(new Response(body, { status: message.status, headers: message.headers }));
   };
   model.on("msg:custom", answered);
   const send = (url, options = {}) =>
     new Promise((resolve, reject) => {
       const id = `${prefix}:${(count += 1)}`;
       waiting.set(id, { resolve, reject });
+      options.signal?.addEventListener("abort", () => {
+        model.send({ kind: "abort", id });
+        waiting.get(id)?.reject(abortError());
+        waiting.delete(id);
+        streams.get(id)?.error(abortError());
+        streams.delete(id);
+      });
       model.send({ kind: "fetch", id, url, method: options.method ?? "GET", body: options.body ?? null });
     });
   return { send, close: () => model.off("msg:custom", answered) };
@@ -215,7 +237,7 @@ async function render({ model, el }) {
   const heatmap = attention.createAttentionView(lab);
   views.mountViews([tokens.tokensView, heatmap, attends.attendsView, dissection.dissectionView, grid.gridView], lab);
   controls(root, lab, format, measures, headset);
-  write.initWrite(lab); // a decoder writes here as on the page: the kernel answers its stream whole
+  write.initWrite(lab); // a decoder writes here as on the page: the kernel relays its stream as it comes
   root.getElementById("grid-shares").addEventListener("change", () => {
     if (store.get().run) grid.showShares(root.getElementById("grid"), store.get(), lab).catch((error) => showError(error.message));
   });

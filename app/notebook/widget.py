@@ -9,10 +9,11 @@ URLs of the modules before it, so every widget has its own copy of the modules (
 their root), and draws in a shadow root of its own (root.js), which also keeps the page's stylesheet to the
 widget. The views' requests go through api.js's transport to the kernel (msg:custom), which asks the lab's
 own API (app.notebook.labs) and sends the answer back as it came: JSON, or the attention endpoint's compact
-bytes (app.web.encoding) as a binary buffer.
+bytes (app.web.encoding) as a binary buffer, or a writing's events in parts as they are written.
 """
 
 import json
+from concurrent.futures import Future
 from graphlib import TopologicalSorter
 from pathlib import Path
 from urllib.parse import quote
@@ -124,6 +125,7 @@ class LabWidget(anywidget.AnyWidget):
             raise TypeError(f"show() takes no {', '.join(sorted(unknown))}: a view is {', '.join(sorted(VIEW_KEYS))}")
         self._lab = lab
         self._model = model
+        self._relays: dict[str, Future] = {}  # the views' requests under way, by id: a stream is left by its id
         self._ready = False
         info = lab.ask("GET", "/api/model" + (f"?name={quote(model)}" if model else "")).json()
         defaults = {"mask": info["default_mask"], "pooling": info["default_pooling"], "heads": [*range(info["heads"])]}
@@ -223,25 +225,41 @@ class LabWidget(anywidget.AnyWidget):
 
     def _on_message(self, _, content: dict, buffers) -> None:
         """A view's request (api.js through widget.js's transport), asked of the lab; the answer goes back with
-        its status and headers, its body as one binary buffer."""
+        its status and headers, its body as one binary buffer, or a stream's (a writing's events) in parts as
+        the lab sends them, then its end. A view that leaves a stream (abort) leaves it at the lab too."""
+        ident = content.get("id")
+        if content.get("kind") == "abort":
+            relaying = self._relays.pop(ident, None)
+            if relaying is not None:
+                relaying.cancel()
+            return
         if content.get("kind") != "fetch":
             return
-        ident = content["id"]
+        said = {"answered": False, "streamed": False}
+
+        def answered(response, body: bytes | None) -> None:
+            said.update(answered=True, streamed=body is None)
+            head = {"kind": "answer", "id": ident, "status": response.status_code, "headers": answer_headers(response)}
+            self.send({**head, "streamed": body is None}, buffers=[] if body is None else [body])
+
+        def ended(done) -> None:
+            self._relays.pop(ident, None)
+            if done.cancelled():
+                return  # the view left: it ended the stream on its side
+            error = done.exception()
+            if not said["answered"]:  # the lab did not answer at all: the view says the lab is not answering
+                self.send({"kind": "answer", "id": ident, "error": str(error)})
+            elif said["streamed"]:
+                self.send({"kind": "end", "id": ident, **({"error": str(error)} if error else {})})
+
+        part = lambda piece: self.send({"kind": "part", "id": ident}, buffers=[piece])  # noqa: E731
         try:
-            future = self._lab.request(content["method"], content["url"], content.get("body"))
+            relaying = self._lab.relay(content["method"], content["url"], content.get("body"), answered, part)
         except LabError as error:
             self.send({"kind": "answer", "id": ident, "error": str(error)})
             return
-        future.add_done_callback(lambda done: self._answer(ident, done))
-
-    def _answer(self, ident: str, done) -> None:
-        try:
-            response = done.result()
-        except Exception as error:  # the lab did not answer at all: the view says the lab is not answering
-            self.send({"kind": "answer", "id": ident, "error": str(error)})
-            return
-        head = {"kind": "answer", "id": ident, "status": response.status_code, "headers": answer_headers(response)}
-        self.send(head, buffers=[response.content])
+        self._relays[ident] = relaying
+        relaying.add_done_callback(ended)
 
 
 def show(

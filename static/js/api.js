@@ -73,6 +73,16 @@ export function analyze({ text, textPair = null, mask, pooling, ablate = [], att
   return post("/api/analyze", { text, text_pair: textPair || null, mask, pooling, ablate, model: pageModel, attention, prompt, patch });
 }
 
+// An encoder-decoder's run: the source, and the target to read ("" or null: the model writes one, greedily).
+export function analyzePair({ source, target }) {
+  return post("/api/analyze", { text: source, target: target || null, model: pageModel });
+}
+
+// Where an encoder-decoder's run is saved whole (format: "csv" or "json").
+export function pairExportURL(runId, format) {
+  return `/api/encoder-decoder/${encodeURIComponent(runId)}/export?format=${format}`;
+}
+
 export async function compare(a, b, tokenA, tokenB) {
   const params = new URLSearchParams({ a, b, token_a: String(tokenA), token_b: String(tokenB) });
   return (await request(`/api/compare?${params}`)).json();
@@ -241,6 +251,16 @@ export async function write(knobs, { signal, onEvent = () => {} } = {}) {
     body: JSON.stringify({ ...knobs, model: pageModel }),
     signal,
   });
+  return writingOf(response, onEvent);
+}
+
+// A writing named by its id, followed (GET /api/generate/{id}/stream: a class's teacher's, a link's): the one
+// under way from its first token, or written again from its spec (the same tokens), told as write() tells its own.
+export async function followWriting(writingId, { signal, onEvent = () => {} } = {}) {
+  return writingOf(await request(`/api/generate/${writingId}/stream`, { signal }), onEvent);
+}
+
+async function writingOf(response, onEvent) {
   const answer = { steps: [] };
   const take = (block) => {
     const fields = {};
@@ -255,11 +275,6 @@ export async function write(knobs, { signal, onEvent = () => {} } = {}) {
     else Object.assign(answer, data);
     onEvent(fields.event, data, answer);
   };
-  // A transport without a readable body (a notebook's widget) hands over the whole stream at once.
-  if (!response.body) {
-    (await response.text()).split("\n\n").forEach(take);
-    return answer;
-  }
   const reader = response.body.pipeThrough(new TextDecoderStream()).getReader();
   let buffer = "";
   for (;;) {

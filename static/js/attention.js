@@ -14,7 +14,7 @@ const PHONE_HEIGHT_SHARE = 0.75; // on a phone the square takes at most this sha
 
 const $ = byId;
 
-function stageBounds() {
+export function stageBounds() {
   const views = $("views");
   const column = find(".heatmap-column");
   const style = getComputedStyle(column);

@@ -10,18 +10,20 @@ import { renderHeadSet } from "./headset.js";
 import { maskName, viewFileName, viewLayers, viewName } from "./matrix.js";
 import { measureOf, noHead } from "./measures.js";
 import { bindPopup } from "./popup.js";
+import { blocksOf, KINDS, rowsOf } from "./seq2seq/kinds.js";
 
 const $ = (id) => document.getElementById(id);
 
-// lab: {getState, setState, subscribe, model, numbers, showError}; heatmap: the stage's Heatmap.
+// lab: {getState, setState, subscribe, model, numbers, showError}; heatmap: the stage's Heatmap (null for an
+// encoder-decoder, whose exports are its run's, saved by the server).
 export function initControls(lab, heatmap) {
   const { getState, setState, model } = lab;
   fillPickers();
   lab.subscribe((state, changed) => showControls(state, changed, lab));
-  showControls(getState(), new Set(["text", "pair", "head"]), lab);
+  showControls(getState(), new Set(["text", "pair", "head", "target", "kind"]), lab);
   bindPrompt(lab);
   bindViewControls(lab, heatmap);
-  bindExports(lab, heatmap);
+  if (heatmap) bindExports(lab, heatmap);
   bindKeys(lab);
   $("present").addEventListener("click", () => setState({ present: !getState().present }));
   bindPopup($("options-toggle"), $("prompt-options"));
@@ -47,6 +49,7 @@ function fillPickers() {
 // The prompt box is only written when the state's text changes, never over what someone is typing.
 function showControls(state, changed, lab) {
   if (changed.has("text")) $("prompt").value = state.text;
+  if (lab.model.kind === "encoder-decoder") showPairControls(state, changed, lab.model);
   if (changed.has("pair")) {
     $("prompt-pair").value = state.pair;
     if (state.pair) $("pair-box").open = true;
@@ -73,6 +76,20 @@ function showControls(state, changed, lab) {
   }
 }
 
+// An encoder-decoder's target box, its kind of attention and that kind's blocks; its exports name its run.
+function showPairControls(state, changed, model) {
+  if (changed.has("target")) $("prompt-target").value = state.target;
+  $("kind").value = state.kind;
+  if (changed.has("kind")) {
+    const blocks = blocksOf(model, state.kind);
+    $("layer").replaceChildren(...Array.from({ length: blocks }, (_, layer) => new Option(`block ${layer}`, String(layer))));
+  }
+  if (changed.has("run") && state.run) {
+    $("export-pair-csv").href = api.pairExportURL(state.run.run_id, "csv");
+    $("export-pair-json").href = api.pairExportURL(state.run.run_id, "json");
+  }
+}
+
 function precision(measure, dtype) {
   if (dtype === "float32") return "";
   return measure === "weights" ? ` The model's own ${dtype} numbers.` : ` Computed in float32 from the model's ${dtype} numbers.`;
@@ -86,6 +103,13 @@ function showMeasure(state, model) {
   $("measure").value = state.measure;
   $("measure-meaning").textContent = `${measure.meaning}${precision(state.measure, model.dtype)}`;
   for (const line of document.querySelectorAll(".measure-line")) line.classList.toggle("current", line.dataset.measure === state.measure);
+  if (model.kind === "encoder-decoder") {
+    for (const option of $("measure").options) {
+      const why = model.not_measured[option.value];
+      option.disabled = Boolean(why);
+      option.title = why ? `Not computed for an encoder-decoder: ${why}` : measureOf(option.value).meaning;
+    }
+  }
   const why = noHead(measure) ?? "";
   for (const id of ["head", "all-heads"]) {
     const label = $(id).closest("label");
@@ -161,11 +185,7 @@ export async function runPrompt(lab) {
     showError("Type some text first.");
     return;
   }
-  if (lab.model.kind === "encoder-decoder") {
-    // Its run is a source, a target and three kinds of attention: not the one-text run every view here draws.
-    showError(`${lab.model.name} is an encoder-decoder (${lab.model.family}): this page does not draw its source, target and cross-attention yet. POST /api/analyze with the source as text (and a target, if you want) answers all three kinds of attention.`);
-    return;
-  }
+  if (lab.model.kind === "encoder-decoder") return runPair(lab);
   const mine = ++runCounter;
   setBusy(true);
   showError(null);
@@ -190,15 +210,41 @@ export async function runPrompt(lab) {
   }
 }
 
+// An encoder-decoder's run: the source (the prompt) and the target (written by the model when the box is empty).
+// The selected row stays where the new run has it.
+async function runPair(lab) {
+  const { text, target, kind, token } = lab.getState();
+  const mine = ++runCounter;
+  setBusy(true);
+  showError(null);
+  status(target ? "Running the model…" : "The model writes the target…");
+  try {
+    const run = await api.analyzePair({ source: text, target });
+    if (mine !== runCounter) return;
+    document.body.dataset.run = run.run_id;
+    const rows = rowsOf(run, kind).length;
+    lab.setState({ run, token: token !== null && token < rows ? token : 0 });
+    status("");
+    notice(run.source.truncated ? `The source was cut to its first ${run.source.tokens.length} tokens (${lab.model.max_input_tokens} at most).` : "");
+  } catch (error) {
+    if (mine !== runCounter) return;
+    showError(error.message);
+    status("");
+  } finally {
+    if (mine === runCounter) setBusy(false);
+  }
+}
+
 function bindPrompt(lab) {
   $("prompt-form").addEventListener("submit", (event) => {
     event.preventDefault();
     const promptName = $("prompt-name")?.value ?? lab.getState().promptName;
-    lab.setState({ text: $("prompt").value, pair: $("prompt-pair").value.trim() ? $("prompt-pair").value : "", mask: $("mask").value, pooling: $("pooling").value, promptName, patch: null });
+    const target = $("prompt-target")?.value ?? "";
+    lab.setState({ text: $("prompt").value, target, pair: $("prompt-pair").value.trim() ? $("prompt-pair").value : "", mask: $("mask").value, pooling: $("pooling").value, promptName, patch: null });
     runPrompt(lab);
   });
-  for (const id of ["prompt", "prompt-pair"]) {
-    $(id).addEventListener("keydown", (event) => {
+  for (const id of ["prompt", "prompt-pair", "prompt-target"]) {
+    $(id)?.addEventListener("keydown", (event) => {
       if (event.key === "Enter" && !event.shiftKey) {
         event.preventDefault();
         $("prompt-form").requestSubmit();
@@ -220,6 +266,13 @@ function bindViewControls(lab, heatmap) {
   $("head").addEventListener("change", () => setState({ head: $("head").value === "mean" ? "mean" : Number($("head").value) }));
   $("sinks").addEventListener("change", () => setState({ sinks: $("sinks").value }));
   $("measure").addEventListener("change", () => setState({ measure: $("measure").value }));
+  // Another kind reads other rows (the source's or the target's) in another stack of blocks.
+  $("kind")?.addEventListener("change", () => {
+    const { kind, layer, token } = getState();
+    const next = $("kind").value;
+    const sameRows = KINDS[kind].rows === KINDS[next].rows;
+    setState({ kind: next, layer: Math.min(layer, blocksOf(lab.model, next) - 1), token: sameRows ? token : 0 });
+  });
   $("segments").addEventListener("change", () => setState({ segments: $("segments").value }));
   $("scale").addEventListener("change", () => setState({ scale: $("scale").value }));
   $("block-mean").addEventListener("change", () => setState({ blockMean: $("block-mean").checked }));
@@ -303,16 +356,18 @@ function bindExports(lab, heatmap) {
 
 // Keys on the page itself: ← → move the selected token, Esc clears it. Text fields, pickers, tab lists and
 // the heatmap's own cursor keep their keys.
+// An encoder-decoder's keys move along the rows of its kind of attention (the source's or the target's).
 function bindKeys({ getState, setState }) {
   document.addEventListener("keydown", (event) => {
     const own = event.target.closest("textarea, input, select, [role=tablist], .hm-plot, .menu");
-    const { run, token } = getState();
+    const { run, token, kind } = getState();
     if (own || !run) return;
+    const n = run.tokens ? run.tokens.length : rowsOf(run, kind).length;
     if (event.key === "Escape") setState({ token: null, also: [] });
     else if (event.key === "ArrowRight" || event.key === "ArrowLeft") {
       const step = event.key === "ArrowRight" ? 1 : -1;
-      const start = token === null ? (step > 0 ? -1 : run.tokens.length) : token;
-      setState({ token: Math.max(0, Math.min(run.tokens.length - 1, start + step)), also: [] });
+      const start = token === null ? (step > 0 ? -1 : n) : token;
+      setState({ token: Math.max(0, Math.min(n - 1, start + step)), also: [] });
       event.preventDefault();
     }
   });

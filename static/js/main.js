@@ -2,7 +2,7 @@
 
 import * as api from "./api.js";
 import { attendsView } from "./attends.js";
-import { createAttentionView } from "./attention.js";
+import { createAttentionView, stageBounds } from "./attention.js";
 import { SCALES } from "./colors.js";
 import { initClassroom } from "./classroom.js";
 import { initControls, runPrompt, showError } from "./controls.js";
@@ -14,6 +14,7 @@ import { LESSONS, lessonsView } from "./lessons/lessons.js";
 import { initPanels, PANELS } from "./panels.js";
 import { pipelineView } from "./pipeline.js";
 import { pooledView } from "./pooled.js";
+import { createPairMapView, pairAttendsView, pairGridView, pairTokensView } from "./seq2seq/views.js";
 import { initPredict } from "./predict.js";
 import { getState, initState, setState, subscribe } from "./state.js";
 import { tokensView } from "./tokens.js";
@@ -23,6 +24,9 @@ import { initWrite } from "./write.js";
 
 const config = JSON.parse(document.getElementById("lab-config").textContent);
 const model = config.model;
+// An encoder-decoder's run is a source, a target and three kinds of attention: views of their own (seq2seq/).
+const pairRun = model.kind === "encoder-decoder";
+const PAIR_PANELS = ["grid"];
 api.useModel(model.name);
 
 await initState(
@@ -30,11 +34,11 @@ await initState(
     text: config.defaultText, mask: model.default_mask, pooling: model.default_pooling, layer: 0, head: 0, token: null, present: false,
     sinks: "show", pair: "", segments: "all", also: [], preview: null, heads: [...Array(model.heads).keys()], blockMean: false,
     allHeads: false, predict: false, tour: null, lesson: null, panel: null, scale: "blues", classCode: null, measure: "weights",
-    model: model.name, question: null, promptName: model.default_prompt ?? "", patch: null, train: null,
+    model: model.name, question: null, target: "", kind: "cross", promptName: model.default_prompt ?? "", patch: null, train: null, writing: null,
   },
   {
-    defaultModel: config.defaultModel, defaultPrompt: model.default_prompt ?? "", layers: model.layers, heads: model.heads, masks: model.masks, poolings: model.poolings,
-    prompts: Object.keys(model.prompts), tourSteps: TOUR_LENGTH, lessons: Object.keys(LESSONS), panels: Object.keys(PANELS), scales: Object.keys(SCALES),
+    defaultModel: config.defaultModel, defaultPrompt: model.default_prompt ?? "", layers: pairRun ? Math.max(model.layers, model.decoder_layers) : model.layers, heads: model.heads, masks: model.masks, poolings: model.poolings,
+    prompts: Object.keys(model.prompts), tourSteps: TOUR_LENGTH, lessons: pairRun ? [] : Object.keys(LESSONS), panels: pairRun ? PAIR_PANELS : Object.keys(PANELS), scales: Object.keys(SCALES),
   },
 );
 
@@ -43,13 +47,23 @@ const readText = (text, token) => {
   runPrompt(lab);
 };
 const lab = { getState, setState, subscribe, model, defaultModel: config.defaultModel, numbers: () => numbersOf(getState().run.run_id), showError, readText };
-const attention = createAttentionView(lab);
-mountViews([tokensView, attention, attendsView, dissectionView, gridView, pipelineView, pooledView, lessonsView], lab);
-initControls(lab, attention.heatmap);
-initPanels(lab);
-initPredict(lab);
-initWrite(lab);
-initTour(lab);
-initClassroom(lab);
-initGrow(lab);
+if (pairRun) {
+  // A link's block is the kind's own, at most.
+  const { kind, layer } = getState();
+  const blocks = kind === "encoder" ? model.layers : model.decoder_layers;
+  if (layer >= blocks) setState({ layer: blocks - 1 });
+  mountViews([pairTokensView, createPairMapView(lab, stageBounds), pairAttendsView, pairGridView], lab);
+  initControls(lab, null);
+  initPanels(lab, PAIR_PANELS);
+} else {
+  const attention = createAttentionView(lab);
+  mountViews([tokensView, attention, attendsView, dissectionView, gridView, pipelineView, pooledView, lessonsView], lab);
+  initControls(lab, attention.heatmap);
+  initPanels(lab);
+  initPredict(lab);
+  initWrite(lab);
+  initTour(lab);
+  initClassroom(lab);
+  initGrow(lab);
+}
 runPrompt(lab);

@@ -23,10 +23,9 @@ export function backToStage() {
   if (document.getElementById("views")?.classList.contains("enlarged")) document.getElementById("panel-enlarge").click();
 }
 
-// lab: {getState, setState, subscribe}
-export function initPanels(lab) {
+// lab: {getState, setState, subscribe}; names: the panels this page has (an encoder-decoder's: every head only).
+export function initPanels(lab, names = Object.keys(PANELS)) {
   const tabs = document.getElementById("panel-tabs");
-  const names = Object.keys(PANELS);
   tabs.replaceChildren(
     ...names.map((name) => {
       const reason = NEEDS[name] && missing(lab.model, NEEDS[name]);

@@ -8,7 +8,9 @@
 
 import { VIEW_MEASURES } from "./measures.js";
 
-const URL_KEYS = ["text", "promptName", "mask", "pooling", "layer", "head", "token", "present", "predict", "tour", "lesson", "sinks", "pair", "segments", "also", "heads", "blockMean", "panel", "scale", "classCode", "measure", "patch", "train", "model"];
+const URL_KEYS = ["text", "promptName", "mask", "pooling", "layer", "head", "token", "present", "predict", "tour", "lesson", "sinks", "pair", "segments", "also", "heads", "blockMean", "panel", "scale", "classCode", "measure", "patch", "train", "writing", "model", "target", "kind"];
+// An encoder-decoder's view: its target ("" for one the model writes) and which of its three kinds of attention.
+export const PAIR_KINDS = ["encoder", "decoder", "cross"];
 const LONGEST_QUERY = 2000; // characters; a longer view is written compressed into the fragment
 const COMPRESSED = "#z=";
 // A link is read within bounds, so that any link opens or is refused at once: a compressed view is inflated
@@ -100,6 +102,8 @@ function readView(params, limits) {
   const view = {};
   if (params.has("text")) view.text = params.get("text");
   if (params.has("pair")) view.pair = params.get("pair");
+  if (params.has("target")) view.target = params.get("target");
+  if (PAIR_KINDS.includes(params.get("kind"))) view.kind = params.get("kind");
   if (["AA", "AB", "BA", "BB"].includes(params.get("segments"))) view.segments = params.get("segments");
   if (limits.masks.includes(params.get("mask"))) view.mask = params.get("mask");
   if (limits.poolings.includes(params.get("pooling"))) view.pooling = params.get("pooling");
@@ -124,6 +128,7 @@ function readView(params, limits) {
   if (VIEW_MEASURES.includes(params.get("measure"))) view.measure = params.get("measure");
   if (/^[23456789A-Z]{6}$/.test(params.get("class") ?? "")) view.classCode = params.get("class");
   if (/^[a-z2-7]{26}$/.test(params.get("train") ?? "")) view.train = params.get("train");
+  if (/^[a-z2-7]{26}$/.test(params.get("writing") ?? "")) view.writing = params.get("writing");
   const patch = patchOf(params.get("patch"), limits);
   if (patch) view.patch = patch;
   const tour = wholeNumber(params.get("tour"));
@@ -195,6 +200,8 @@ function viewParams(state) {
   params.set("text", state.text);
   if (state.promptName !== defaultPrompt) params.set("prompt", state.promptName);
   if (state.pair) params.set("pair", state.pair);
+  if (state.target) params.set("target", state.target);
+  if (state.kind !== "cross") params.set("kind", state.kind);
   if (state.segments !== "all") params.set("segments", state.segments);
   params.set("mask", state.mask);
   params.set("pooling", state.pooling);
@@ -215,6 +222,7 @@ function viewParams(state) {
   if (state.classCode) params.set("class", state.classCode);
   if (state.patch) params.set("patch", JSON.stringify(state.patch));
   if (state.train) params.set("train", state.train);
+  if (state.writing) params.set("writing", state.writing);
   return params;
 }
 

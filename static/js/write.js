@@ -65,14 +65,16 @@ export function initWrite(lab) {
     stop,
   );
   const status = el("p", { id: "write-status", class: "hint", role: "status" }, "Write continues the prompt above, one token at a time. Each written token opens its step.");
-  const written = el("div", { id: "write-tokens", class: "write-tokens", role: "group", "aria-label": "The prompt and the tokens written" });
+  const prompt = el("div", { id: "write-prompt", class: "write-prompt", role: "group", "aria-label": "The prompt" });
+  const written = el("div", { id: "write-tokens", class: "write-tokens", role: "group", "aria-label": "The tokens written" });
   const opened = el("div", { id: "write-step" });
-  panel.replaceChildren(form, status, written, opened);
+  panel.replaceChildren(form, status, prompt, written, opened);
   shows("form");
 
   let writing = null; // the answer so far
   let chosen = null; // the step opened
-  let calling = null; // the writing under way's AbortController
+  let calling = null; // the stream read now's AbortController
+  let shown = null; // the id of the writing the panel shows, or is reading
 
   const open = (index) => {
     chosen = index;
@@ -80,6 +82,8 @@ export function initWrite(lab) {
     opened.replaceChildren(stepView(writing, index));
   };
   const grow = (step) => {
+    // The newest token in sight while the row is followed to its end (a long writing's row scrolls in itself).
+    const following = written.scrollTop + written.clientHeight >= written.scrollHeight - 2;
     written.append(
       el(
         "button",
@@ -88,10 +92,21 @@ export function initWrite(lab) {
         el("span", { class: "token-id" }, step.token),
       ),
     );
+    if (following) written.scrollTop = written.scrollHeight;
+  };
+  // A step opened by a click starts just under the written tokens, which stay in sight above it (lab.css): the
+  // panel's scroll box is moved, never the page.
+  const showOpened = () => {
+    const box = opened.closest(".panel-body");
+    if (!box) return;
+    const top = opened.getBoundingClientRect().top - box.getBoundingClientRect().top - box.clientTop + box.scrollTop;
+    box.scrollTop = top - written.offsetHeight;
   };
   written.addEventListener("click", (event) => {
     const chip = event.target.closest(".written");
-    if (chip) open(Number(chip.dataset.step));
+    if (!chip) return;
+    open(Number(chip.dataset.step));
+    showOpened();
   });
   // The whole sequence at a step, in the lab's own views: the prompt and the tokens written so far, as a text.
   opened.addEventListener("click", (event) => {
@@ -102,26 +117,46 @@ export function initWrite(lab) {
   });
   sample.addEventListener("change", () => (knobs.disabled = !sample.checked));
   stop.addEventListener("click", () => calling?.abort());
-  form.addEventListener("submit", async (event) => {
-    event.preventDefault();
+
+  // A followed writing's knobs in the form, as generate used them: what the class sees written, and what Write
+  // would write again.
+  const showKnobs = (head) => {
+    byId("write-max").value = String(head.max_new_tokens);
+    sample.checked = head.settings.do_sample;
+    knobs.disabled = !sample.checked;
+    if (!sample.checked) return;
+    byId("write-temperature").value = String(head.settings.temperature);
+    byId("write-top-k").value = String(head.settings.top_k ?? 0);
+    byId("write-top-p").value = String(head.settings.top_p);
+    byId("write-seed").value = String(head.seed ?? 0);
+  };
+
+  // A writing's stream shown as it comes, the tokens growing on the stage: one this page asks for (api.write), or
+  // one named by its id (api.followWriting: the writing a class's teacher shows, or a link's). Its id goes into
+  // the state, so the link, and a class's view, name it.
+  async function read(stream, followed = null) {
     calling?.abort();
     const mine = (calling = new AbortController());
     writing = null;
     chosen = null;
+    shown = followed;
+    prompt.replaceChildren();
     written.replaceChildren();
     opened.replaceChildren();
     go.disabled = true;
-    stop.hidden = false;
+    stop.hidden = followed !== null;
     shows("writing", true);
-    const asked = knobsOf(lab.getState().text);
-    status.textContent = "Reading the prompt…";
+    status.textContent = followed ? "Following the writing…" : "Reading the prompt…";
     try {
-      const done = await api.write(asked, {
+      const done = await stream({
         signal: mine.signal,
         onEvent: (name, data, answer) => {
           writing = answer;
           if (name === "writing") {
-            written.append(...data.prompt.map((token) => el("span", { class: "token prompt-token" }, el("span", { class: "token-text" }, quotedToken(token.text)))));
+            shown = data.writing_id;
+            if (followed) showKnobs(data);
+            lab.setState({ writing: data.writing_id });
+            prompt.append(...data.prompt.map((token) => el("span", { class: "token prompt-token" }, el("span", { class: "token-text" }, quotedToken(token.text)))));
           } else if (name === "step") {
             grow(data);
             status.textContent = `Writing: ${answer.steps.length} of at most ${answer.max_new_tokens} tokens.`;
@@ -132,6 +167,7 @@ export function initWrite(lab) {
       status.textContent = `Written: ${done.steps.length} tokens; it stopped because ${why}. Open a written token to see how it was chosen.`;
       if (chosen === null && done.steps.length) open(0);
     } catch (error) {
+      if (calling !== mine) return; // another writing took the panel: it says its own
       if (error.name === "AbortError") status.textContent = `Stopped after ${writing?.steps.length ?? 0} tokens: the lab calls the writing off at its next token.`;
       else status.textContent = error.message;
     } finally {
@@ -142,5 +178,20 @@ export function initWrite(lab) {
         shows(writing?.writing_id ?? "form");
       }
     }
+  }
+
+  form.addEventListener("submit", (event) => {
+    event.preventDefault();
+    const asked = knobsOf(lab.getState().text);
+    lab.setState({ writing: null }); // until the new writing's id comes: a class keeps the one before meanwhile
+    read((options) => api.write(asked, options));
   });
+  // A writing named by the state and not shown here (a class's teacher wrote it, a link names it) is followed
+  // once the panel is open: its tokens grow here as they are written.
+  const follow = () => {
+    const { writing: named, panel: place } = lab.getState();
+    if (named && named !== shown && place === "write") read((options) => api.followWriting(named, options), named);
+  };
+  lab.subscribe((state, changed) => (changed.has("writing") || changed.has("panel")) && follow());
+  follow();
 }

@@ -29,12 +29,24 @@ WIDGET = (
     "[...document.querySelectorAll('.jp-OutputArea-output *')]"
     ".find((e) => e.shadowRoot?.getElementById('heatmap'))?.shadowRoot"
 )
+WRITE_TEXT = "The cat sat on the mat. The cat"
+KNOBS = {"max_new_tokens": 10, "do_sample": True, "temperature": 0.7, "top_k": 5, "top_p": 0.9}
 CELLS = [
     f"from attention_lab import show\nw = show({TEXT!r}, block=2, head=0)\nw",
     "print(w.token)",
     "w.block, w.head = 4, 1",
     "print(w.measure, w.block, w.head)",
+    # A decoder in memory writes in its widget's Write panel; generate's tokens for the same knobs, beside it.
+    "import json, torch\nfrom tests.families import gpt2_objects\ntorch.manual_seed(0)\n"
+    f"gpt2, tokenizer = gpt2_objects()\ng = show({WRITE_TEXT!r}, gpt2, tokenizer, panel='write')\ng",
+    f"prompt = tokenizer({WRITE_TEXT!r}, return_tensors='pt').input_ids\ntorch.manual_seed(3)\n"
+    f"print(json.dumps(gpt2.generate(prompt, **{KNOBS!r})[0, prompt.shape[1]:].tolist()))",
 ]
+# The decoder's widget, in its cell's output.
+WRITER = (
+    "[...document.querySelectorAll('.jp-Notebook .jp-Cell')[4].querySelectorAll('.jp-OutputArea-output *')]"
+    ".find((e) => e.shadowRoot?.getElementById('write'))?.shadowRoot"
+)
 
 
 @pytest.fixture(scope="module")
@@ -231,3 +243,32 @@ def test_the_widget_in_jupyterlab_draws_the_engines_numbers_and_follows_clicks(j
     output = page.locator(".jp-Notebook .jp-Cell").nth(3).locator(".jp-OutputArea-output")
     output.wait_for(timeout=60_000)
     assert output.inner_text().strip() == "norm 0 5"
+
+    # A decoder's widget writes token by token: its Write panel's tokens grow as the kernel relays each step, and
+    # they are the ones model.generate writes with the same knobs after torch.manual_seed.
+    run_cell(page, 4)
+    writer = page.locator(".jp-Notebook .jp-Cell").nth(4)
+    wait_until(page, f"{WRITER}?.getElementById('write-go')", 120)
+    writer.locator("#write-max").fill(str(KNOBS["max_new_tokens"]))
+    writer.locator("#write-sample").check()
+    for knob in ("temperature", "top_k", "top_p"):
+        writer.locator(f"#write-{knob.replace('_', '-')}").fill(str(KNOBS[knob]))
+    writer.locator("#write-seed").fill("3")
+    page.evaluate(
+        f"""() => {{
+          const root = {WRITER};
+          window.grown = [];
+          const tokens = root.getElementById('write-tokens');
+          new MutationObserver(() => grown.push(tokens.querySelectorAll('.written').length))
+            .observe(tokens, {{ childList: true }});
+        }}"""
+    )
+    writer.locator("#write-go").click()
+    wait_until(page, f"{WRITER}.getElementById('write-status').textContent.startsWith('Written: 10 tokens')", 60)
+    grown = page.evaluate("() => grown")
+    assert grown == sorted(grown) and grown[-1] == 10 and any(0 < count < 10 for count in grown), grown  # it grew
+    written = page.evaluate(f"() => [...{WRITER}.querySelectorAll('#write-tokens .written')].map((c) => +c.dataset.id)")
+    run_cell(page, 5)
+    output = page.locator(".jp-Notebook .jp-Cell").nth(5).locator(".jp-OutputArea-output")
+    output.wait_for(timeout=60_000)
+    assert written == json.loads(output.inner_text())

@@ -14,6 +14,7 @@ import pytest
 from app.engine.model import packaged_model_path
 from tests.browser import audit
 from tests.browser.conftest import screenshot, wait_until
+from tests.browser.test_classroom import a_class, viewport_shot
 from tests.conftest import LabProcess
 from tests.families import build
 
@@ -45,6 +46,17 @@ def writer_page(browser, decoder_lab):
     assert errors == []
 
 
+def network(page, kbytes_per_second: float | None):
+    """The page's network as a phone's on a school's busy Wi-Fi (a writing's steps, a few kB each, then arrive
+    apart, however busy the machine), or as it was (None)."""
+    session = page.context.new_cdp_session(page)
+    session.send("Network.enable")
+    rate = -1 if kbytes_per_second is None else kbytes_per_second * 1000
+    latency = 0 if kbytes_per_second is None else 40
+    conditions = {"offline": False, "latency": latency, "downloadThroughput": rate, "uploadThroughput": rate}
+    session.send("Network.emulateNetworkConditions", conditions)
+
+
 def write_ten(page, url: str) -> None:
     page.goto(f"{url}/?text={TEXT.replace(' ', '+')}&panel=write&present=1")  # as a class reads it
     wait_until(page, "document.querySelector('#write-form') && document.querySelector('#tokens .token')")
@@ -61,9 +73,11 @@ def write_ten(page, url: str) -> None:
             .observe(tokens, { childList: true });
         }"""
     )
+    network(page, 16)  # the steps arrive apart, so the page is seen growing whatever the machine's load
     page.click("#write-go")
     done = "!document.getElementById('write-go').disabled"
     wait_until(page, f"document.querySelectorAll('{WRITTEN}').length === 10 && {done}")
+    network(page, None)
 
 
 def test_a_decoder_writes_ten_tokens_and_step_4_opens_with_the_apis_numbers(writer_page, decoder_lab):
@@ -73,7 +87,7 @@ def test_a_decoder_writes_ten_tokens_and_step_4_opens_with_the_apis_numbers(writ
     chips = page.locator(WRITTEN)
     assert [int(chip.get_attribute("data-id")) for chip in chips.all()] == answer["ids"]
     grown = page.evaluate("() => grown")
-    assert grown == sorted(grown) and grown[-1] == 10 and len(set(grown)) > 2  # it grew as the tokens came
+    assert grown == sorted(grown) and grown[-1] == 10 and any(0 < count < 10 for count in grown)  # it grew
     expect_status = page.locator("#write-status").inner_text()
     assert "Written: 10 tokens" in expect_status and "10 new tokens were asked for" in expect_status
 
@@ -121,6 +135,120 @@ def test_a_decoder_writes_ten_tokens_and_step_4_opens_with_the_apis_numbers(writ
     page.click("#write-step [data-field=read-sequence]")
     wait_until(page, f"document.body.dataset.run && document.body.dataset.run !== '{before}'")
     assert page.input_value("#prompt") == TEXT + step["written"]
+
+
+# Each count of written tokens a page shows as it changes, with whether the writing it shows is still under way
+# (the panel's aria-busy): a page that got the tokens only at the end records the whole count, never busy.
+WATCH_GROWTH = """() => {
+  window.grown = [];
+  const tokens = document.getElementById('write-tokens');
+  new MutationObserver(() => grown.push([
+    tokens.querySelectorAll('.written').length, document.getElementById('write').getAttribute('aria-busy') === 'true',
+  ])).observe(tokens, { childList: true });
+}"""
+
+
+def test_learners_screens_follow_the_words_as_the_teacher_writes_them(browser, decoder_lab):
+    """In a class, the teacher writes ten tokens in the Write panel: each following learner's page (a phone and
+    a laptop) opens the panel on the teacher's writing (named in the class's view) with the teacher's knobs,
+    shows its tokens as its stream brings them, and ends with the teacher's tokens, which are POST /api/generate's
+    for the same knobs. The tiny model writes ten tokens faster than a page takes to follow the view (a learner's
+    page then reads the writing written again from its spec: the same tokens): on the phone's slow network its
+    steps arrive apart, and the phone shows a count between none and ten while its stream is under way."""
+    url = decoder_lab.url
+    query = f"text={TEXT.replace(' ', '+')}&panel=write"
+    with a_class(browser, url, url, query, sizes=[(390, 844), (1280, 720)]) as (teacher, learners, _):
+        phones = [learner for learner in learners if learner.viewport_size["width"] < 500]
+        for learner in learners:
+            learner.evaluate(WATCH_GROWTH)
+        for phone in phones:
+            network(phone, 16)
+        teacher.fill("#write-max", str(KNOBS["max_new_tokens"]))
+        teacher.check("#write-sample")
+        for knob in ("temperature", "top_k", "top_p", "seed"):
+            teacher.fill(f"#write-{knob.replace('_', '-')}", str(KNOBS[knob]))
+        teacher.click("#write-go")
+        done = "document.getElementById('write-status').textContent.startsWith('Written: 10 tokens')"
+        wait_until(teacher, done)
+        answer = httpx.post(f"{url}/api/generate", json={"text": TEXT, **KNOBS}, timeout=60).json()
+        ids = lambda page: [int(chip.get_attribute("data-id")) for chip in page.locator(WRITTEN).all()]  # noqa: E731
+        assert ids(teacher) == answer["ids"]
+        writing = answer["writing_id"]
+        assert f"writing={writing}" in teacher.url  # the link names the writing, and so does the class's view
+        found = []
+        for learner in learners:
+            wait_until(learner, done)
+            assert ids(learner) == answer["ids"] and f"writing={writing}" in learner.url
+            grown = learner.evaluate("() => grown")
+            counts = [count for count, _ in grown]
+            assert counts == sorted(counts) and counts[-1] == 10, grown
+            if learner in phones:  # seen growing as the tokens arrive, not only at the end
+                assert any(0 < count < 10 and busy for count, busy in grown), grown
+            assert learner.input_value("#write-temperature") == str(KNOBS["temperature"])
+            assert learner.input_value("#write-seed") == str(KNOBS["seed"])
+            width = learner.viewport_size["width"]
+            learner.locator("#write-tokens").scroll_into_view_if_needed()
+            found += [f"{width}: {problem}" for problem in audit.problems(learner, 0, 0, "#panel-write", True)]
+            viewport_shot(learner, f"82-write-followed-learner-{width}")
+        assert found == [], "\n".join(found)
+
+
+# Where the Write panel's parts are on screen: its tab bar, its scroll box, the written tokens' first row and the
+# opened step's first line.
+PLACES = """() => {
+  const box = (node) => node.getBoundingClientRect();
+  const panel = document.getElementById('panel-write').closest('.panels');
+  const first = document.querySelector('#write-tokens .written');
+  return {
+    bar: box(panel.querySelector('.panel-bar')).bottom, body: box(panel.querySelector('.panel-body')),
+    row: box(first), step: box(document.querySelector('#write-step .written-step > :first-child')),
+    opened: box(document.getElementById('write-step')),
+    window: innerHeight,
+  };
+}"""
+
+
+def in_sight(page, what: str, opened: bool = True) -> None:
+    """The written tokens' first row in sight under the panel's tab bar, inside the panel's scroll box and the
+    window; the opened step's first line just under it (`opened`: the step was just opened), or else some of
+    the step under it."""
+    at = page.evaluate(PLACES)
+    row, step, body, bottom = at["row"], at["step"], at["body"], min(at["body"]["bottom"], at["window"]) + 0.5
+    assert row["top"] >= at["bar"] - 0.5 and row["top"] >= body["top"] - 0.5 and row["bottom"] <= bottom, (what, at)
+    if opened:
+        assert row["bottom"] - 0.5 <= step["top"] and step["bottom"] <= bottom, (what, at)
+    else:
+        assert at["opened"]["bottom"] > row["bottom"] + 20, (what, at)
+
+
+@pytest.mark.parametrize(("width", "height", "present"), [(1024, 768, True), (1280, 720, False), (390, 844, False)])
+def test_an_opened_step_leaves_the_written_tokens_in_sight(browser, decoder_lab, width, height, present):
+    """A step opened from the written tokens starts just under them, and the tokens' first row stays in sight
+    under the panel's tab bar, however far the step before was read, and once the panel is enlarged over the
+    stage (the step read where it was): at a projector's 1024×768 (in Present, as a class reads it) and
+    1280×720, and on a 390 phone; nothing in the panel is cut."""
+    page = browser.new_context(viewport={"width": width, "height": height}).new_page()
+    page.goto(f"{decoder_lab.url}/?text={TEXT.replace(' ', '+')}&panel=write{'&present=1' if present else ''}")
+    wait_until(page, "document.querySelector('#write-form') && document.querySelector('#tokens .token')")
+    page.fill("#write-max", "10")
+    page.click("#write-go")
+    done = "!document.getElementById('write-go').disabled"
+    wait_until(page, f"document.querySelectorAll('{WRITTEN}').length === 10 && {done}")
+    found = []
+    for index in (3, 8):
+        page.locator(f'{WRITTEN}[data-step="{index}"]').click()
+        wait_until(page, f"document.querySelector('#write-step .written-step')?.dataset.step === '{index}'")
+        in_sight(page, f"step {index}")
+        found += [f"step {index}: {problem}" for problem in audit.problems(page, 0, 0, "#panel-write", width < 900)]
+        screenshot(page, f"83-write-step-{index + 1}-{width}x{height}", page.locator(".panels"))
+        # The step read far down (its attention rows): the next one opened starts at its top again.
+        page.locator("#write-step .written-row").last.scroll_into_view_if_needed()
+    page.click("#panel-enlarge")  # over the whole stage: the tokens still in sight above the step
+    in_sight(page, "enlarged", opened=False)
+    found += [f"enlarged: {problem}" for problem in audit.problems(page, 0, 0, "#panel-write", width < 900)]
+    screenshot(page, f"83-write-step-9-enlarged-{width}x{height}", page.locator(".panels"))
+    page.context.close()
+    assert found == [], "\n".join(found)
 
 
 def test_an_encoder_says_it_reads_and_does_not_write(writer_page, decoder_lab):

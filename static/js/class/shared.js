@@ -1,10 +1,11 @@
 // The view a class shares: what the URL carries, less what is one person's own (presentation, colours,
 // predict-first). The teacher's page sends it; a following learner's page applies it; a lesson plan's step
-// applies it too. `train` is the training the teacher's Grow panel follows: a learner's follows it live.
+// applies it too. `train` is the training the teacher's Grow panel follows, `writing` the writing its Write panel
+// shows: a learner's follows each live.
 
 import { runPrompt } from "../controls.js";
 
-export const SHARED = ["model", "text", "pair", "mask", "pooling", "layer", "head", "heads", "blockMean", "token", "also", "panel", "tour", "sinks", "segments", "lesson", "measure", "train"];
+export const SHARED = ["model", "text", "pair", "mask", "pooling", "layer", "head", "heads", "blockMean", "token", "also", "panel", "tour", "sinks", "segments", "lesson", "measure", "train", "writing"];
 const RUN_INPUTS = ["text", "pair", "mask", "pooling"];
 
 export function sharedView(state) {
