@@ -11,7 +11,7 @@ import { TAUGHT_EVENT, taughtClass } from "./class/teacher.js";
 import { runPrompt } from "./controls.js";
 import { el } from "./format.js";
 import { drawCurves, drawHeads, followWidth, HEAD_SCORES } from "./growth.js";
-import { isLearner, overStage } from "./over-stage.js";
+import { overStage } from "./over-stage.js";
 
 const FOLLOW_MS = 1000; // how often a running training's status is read
 // How often a paused or stopped one is: a learner's page has no other way to hear that the teacher resumed it.
@@ -165,7 +165,7 @@ export function initGrow(lab) {
     const taught = taughtClass();
     return taught?.code && taught?.secret ? { code: taught.code, secret: taught.secret } : null;
   };
-  const learner = () => isLearner(lab);
+  const learner = () => Boolean(lab.getState().classCode) && teacher() === null;
 
   async function act(work) {
     try {

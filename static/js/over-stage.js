@@ -3,24 +3,16 @@
 // above them folded away (lab.css: body[data-laid-over]); "Back to the stage" gives them back. Laid over once for
 // each thing followed, so that a learner who went back to the stage stays there. (A phone's page scrolls.)
 
-import { taughtClass } from "./class/teacher.js";
-
 const ONE_SCREEN = matchMedia("(min-width: 900px) and (min-height: 500px)");
-
-// A page in a class that does not teach it.
-export function isLearner(lab) {
-  const taught = taughtClass();
-  return Boolean(lab.getState().classCode) && !(taught?.code && taught?.secret);
-}
 
 // lab: {getState}; panel: the panel's name in the state. Returns lay(key): `key` names what the panel shows
 // (a training's id, a writing's), or null for nothing followed; the panel is laid over while it is open on a
-// learner's page that follows the teacher.
+// learner's page that follows the teacher (body.following: class/learner.js, a learner's page only).
 export function overStage(lab, panel) {
   let laidOver = null; // what this panel was laid over the stage for
   return (key) => {
     const body = document.body;
-    const over = key !== null && lab.getState().panel === panel && isLearner(lab) && body.classList.contains("following");
+    const over = key !== null && lab.getState().panel === panel && body.classList.contains("following");
     if (over) body.dataset.laidOver = panel;
     else if (body.dataset.laidOver === panel) delete body.dataset.laidOver;
     const now = over ? key : null;
