@@ -1,12 +1,15 @@
 """POST /api/generate and its streams (app.web.writing, app.serving.writing) on tiny random GPT-2, Llama and Qwen3
 folders, one lab for the module: the tokens of model.generate after torch.manual_seed, the funnel and the rows of
 transformers' own passes, the stream equal to the answer, a follower given every token once and in order, the
-stream plain to a client on this machine and compressed to one elsewhere, the bounds, a writing called off when its
-client leaves, the process's RNG left alone, and an encoder refused."""
+stream plain to a client on this machine and compressed to one elsewhere, a writing that ended kept for the
+followers who come after, the bounds, a writing called off when its client leaves, the process's RNG left alone,
+and an encoder refused."""
 
 import asyncio
 import base64
 import json
+import logging
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import brotli
@@ -22,7 +25,7 @@ from app.engine.model import load_model, packaged_model_path
 from app.engine.writing import Knobs
 from app.main import create_app
 from app.serving.gate import Client, TooManyWaiting
-from app.serving.writing import Writings
+from app.serving.writing import Writings, kept_key
 from app.settings import get_settings
 from tests.conftest import make_lab, run_async
 from tests.families import build
@@ -149,6 +152,37 @@ def test_the_stream_is_the_answer_and_a_follower_by_id_gets_every_token_once_in_
     followed = events(client.get(f"/api/generate/{answer['writing_id']}/stream").text)
     assert followed == found
     assert client.get("/api/generate/aaaaaaaaaaaaaaaaaaaaaaaaaa/stream").status_code == 404
+
+
+def test_followers_after_the_end_read_the_kept_steps_and_after_eviction_it_is_written_again(client, caplog):
+    """A class's phones that follow a writing after it ended: each gets every step once and in order, the stream
+    as its writer got it, and the lab writes it no second time (its log says when it writes one from its spec);
+    the kept steps' bytes are the run cache's, in the budget. Let go as a run is, it is written again from its
+    spec: the same tokens."""
+    body = {"text": "Late phones follow the cat. The cat", "max_new_tokens": 12, **SAMPLED[1]}
+    logged = lambda writing_id: [  # noqa: E731
+        record for record in caplog.records if record.getMessage().startswith(f"writing {writing_id}:")
+    ]
+    with caplog.at_level(logging.INFO, logger="uvicorn.error"):
+        written = events(client.post("/api/generate/stream", json=body).text)
+        writing_id = written[0][1]["writing_id"]
+        url = f"/api/generate/{writing_id}/stream"
+        with ThreadPoolExecutor(6) as phones:
+            followed = list(phones.map(lambda _: events(client.get(url).text), range(6)))
+        assert client.post("/api/generate", json=body).json()["ids"] == written[-1][1]["ids"]
+        assert len(logged(writing_id)) == 1
+        assert [data["index"] for name, data in written if name == "step"] == list(range(12))
+        assert all(one == written for one in followed)
+        lab = client.app.state.lab
+        kept = lab.runs.get(kept_key(writing_id))
+        rows = sum(len(data["attention"]["data"]) for name, data in written if name == "step")
+        assert rows < kept.nbytes < 20 * rows and lab.runs.nbytes >= kept.nbytes
+        while lab.runs.let_go_oldest():  # as the budget lets the cache's oldest entries go where work needs room
+            pass
+        again = events(client.get(url).text)
+        assert len(logged(writing_id)) == 2
+    tokens = lambda found: [(data["index"], data["token"]) for name, data in found if name == "step"]  # noqa: E731
+    assert tokens(again) == tokens(written) and again[-1] == written[-1]
 
 
 @pytest.fixture(scope="module")

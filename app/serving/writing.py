@@ -7,12 +7,18 @@ for a writing under way follow that one writing (Writings.follow): each gets the
 new one, every step once and in order. The writing runs as one piece of work (app.serving.work): its memory
 (Writing.nbytes: its cache of keys and values for every token it may read, its first pass, its funnels and the
 rows it keeps) taken from the budget before its first pass, one step a slice; it is called off at its next step
-once the last of its followers has left. An address writes at most as many writings at once as it may have
-requests waiting for the model (a writing waits at the gate before each of its steps), and a browser as many as
-it may: past that it is refused at once (429), before any pass, never in the middle of a writing."""
+once the last of its followers has left. A writing that ended is kept as its stream sent it (Kept) in the lab's run
+cache, its bytes counted and let go as runs' are: a follower who comes after the end (a class's 30 phones) reads
+it at once; where it was let go, or on another worker, it is written again from its spec, the same tokens.
+
+An address writes at most as many writings at once as it may have requests waiting for the model (a writing waits
+at the gate before each of its steps), and a browser as many as it may: past that it is refused at once (429),
+before any pass, never in the middle of a writing."""
 
 import asyncio
 import base64
+import logging
+import sys
 from collections import Counter
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -28,6 +34,8 @@ from app.serving.gate import ANYONE, Client, TooManyWaiting
 from app.serving.lab import ForeignRun, Lab, RunNotFound
 from app.serving.work import Work
 from app.settings import ENV_PREFIX
+
+log = logging.getLogger("uvicorn.error")  # uvicorn shows its INFO lines
 
 
 class WritingNotFound(RunNotFound):
@@ -47,6 +55,7 @@ class Live:
     over: bool = False
     error: Exception | None = None
     followers: int = 0
+    nbytes: int = 0  # the steps' bytes as kept (sized)
     task: asyncio.Task | None = None
     changed: asyncio.Event = field(default_factory=asyncio.Event)
 
@@ -54,6 +63,44 @@ class Live:
         """Wakes every follower: a step came, or the writing is over."""
         self.changed.set()
         self.changed = asyncio.Event()
+
+
+@dataclass(eq=False)
+class Kept:
+    """A writing that ended, as its stream sent it: its head, every step (funnel, rows and cache figures) and its
+    end, kept in the lab's run cache (under kept_key) beside the runs, bounded in bytes only (it is not a run), its
+    bytes those of the objects its steps are (sized)."""
+
+    head: dict
+    steps: list[dict]
+    end: dict
+    nbytes: int
+    storages: dict[int, int] = field(init=False)  # as RunCache counts its entries' bytes: one of its own
+
+    def __post_init__(self):
+        self.storages = {id(self): self.nbytes}
+
+    async def events(self) -> AsyncIterator[tuple]:
+        yield "writing", self.head
+        for step in self.steps:
+            yield "step", step
+        yield "done", self.end
+
+
+def kept_key(writing_id: str) -> str:
+    """A kept writing's key in the run cache: no run id (nor path segment of a run's route) is one."""
+    return f"{writing_id}/written"
+
+
+def sized(value) -> int:
+    """The bytes a step as the API shows it holds in Python (dicts, lists, strings, numbers), each object counted
+    (sys.getsizeof) however many steps share it: its rows' base64 are most of it."""
+    total = sys.getsizeof(value)
+    if isinstance(value, dict):
+        total += sum(sized(key) + sized(item) for key, item in value.items())
+    elif isinstance(value, list):
+        total += sum(sized(item) for item in value)
+    return total
 
 
 class Writings:
@@ -135,9 +182,14 @@ class Writings:
     ) -> AsyncIterator[AsyncIterator[tuple]]:
         """The writing of a spec as events, ("writing", its head) first, then ("step", step) for each token
         written, and ("done", its end) last, or ("error", {"detail"}) where it failed (its error raised instead
-        where `raising`): the one under way on this worker, or a new one started. Entering waits for its first
-        step: a refusal (the model does not write, a knob or the prompt out of bounds, the lab busy) is raised
-        here, before anything is sent. Leaving, the last follower calls the writing off at its next step."""
+        where `raising`): the one kept once it ended (Kept, read at once: nothing is written), the one under way on
+        this worker, or a new one started. Entering waits for its first step: a refusal (the model does not write, a
+        knob or the prompt out of bounds, the lab busy) is raised here, before anything is sent. Leaving, the last
+        follower calls the writing off at its next step."""
+        kept = self.lab.runs.get(kept_key(spec.run_id))
+        if kept is not None:
+            yield kept.events()
+            return
         live = self._live.get(spec.run_id)
         if live is None:
             live = await self._started(spec, client)
@@ -170,6 +222,7 @@ class Writings:
         if live is not None:
             return live
         self._check_bound(client)
+        log.info("writing %s: %d new tokens at most, from its spec", spec.run_id, spec.max_new_tokens)
         live = self._live[spec.run_id] = Live(spec, engine, writer, client)
         self._by_client[client] += 1
         self._by_address[client.address] += 1
@@ -197,15 +250,22 @@ class Writings:
         """The writing's steps, one a turn of the gate, each shown on the model's thread as it is written (one
         hop of a thread fewer a token than showing it after, for every follower at once) and told to the
         followers. Its memory: the writing's, and its rows again as the steps show them (base64, 4/3 of their
-        bytes)."""
+        bytes). Once it has ended it is kept (Kept), its steps sized on the model's thread as they are shown."""
         writer, engine = live.writer, live.engine
-        slices = (lambda: shown_step(engine, writer.step(), writer.new_ids) for _ in writer.slices())
+
+        def next_shown() -> dict:
+            shown = shown_step(engine, writer.step(), writer.new_ids)
+            live.nbytes += sized(shown)
+            return shown
+
+        slices = (next_shown for _ in writer.slices())
         shown = rows_bytes(engine, len(writer.prompt), writer.knobs.max_new_tokens) * 4 // 3
         work = Work(f"the writing {live.spec.run_id}", slices, writer.nbytes + shown, on=engine)
         try:
             async for step in self.lab.works.stream(work, live.client):
                 live.steps.append(step)
                 live.said()
+            self.lab.runs.put(kept_key(live.spec.run_id), Kept(head(live), live.steps, end(live), live.nbytes), False)
         except asyncio.CancelledError:
             raise
         except Exception as error:  # the followers are told; the writing is over

@@ -79,7 +79,8 @@ async def generate_stream(
     response_class=StreamingResponse,
     responses={**RESPONSES, **REFUSED, 404: {"model": ErrorResponse, "description": "Unknown or expired writing"}},
     description="The writing named by its `writing_id`, followed: the one under way on this worker from its first "
-    f"token, or written again from its spec (the same tokens, on any worker). {EVENTS}",
+    "token, the one that ended as this worker keeps it (at once: nothing is written again), or written again from "
+    f"its spec (the same tokens, on any worker). {EVENTS}",
 )
 async def follow(writing_id: str, writings: WritingsDep, client: ClientDep, accept_encoding: AcceptEncoding = ""):
     spec = await writings.stored(writing_id)

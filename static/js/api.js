@@ -255,7 +255,8 @@ export async function write(knobs, { signal, onEvent = () => {} } = {}) {
 }
 
 // A writing named by its id, followed (GET /api/generate/{id}/stream: a class's teacher's, a link's): the one
-// under way from its first token, or written again from its spec (the same tokens), told as write() tells its own.
+// under way from its first token, the one that ended as the lab kept it, or written again from its spec (the same
+// tokens), told as write() tells its own.
 export async function followWriting(writingId, { signal, onEvent = () => {} } = {}) {
   return writingOf(await request(`/api/generate/${writingId}/stream`, { signal }), onEvent);
 }

@@ -11,6 +11,7 @@ import { TAUGHT_EVENT, taughtClass } from "./class/teacher.js";
 import { runPrompt } from "./controls.js";
 import { el } from "./format.js";
 import { drawCurves, drawHeads, followWidth, HEAD_SCORES } from "./growth.js";
+import { overStage } from "./over-stage.js";
 
 const FOLLOW_MS = 1000; // how often a running training's status is read
 // How often a paused or stopped one is: a learner's page has no other way to hear that the teacher resumed it.
@@ -97,19 +98,10 @@ export function initGrow(lab) {
     $("grow-open").textContent = grownHere() ? "Run the prompt on it" : "Open it on the stage";
   }
 
-  // A learner's screen that follows the teacher's training shows it in its first screen: the panel laid over the
-  // stage, whose views say nothing of the training until the teacher opens one of its checkpoints there, and the
-  // bars above them folded away (lab.css); "Back to the stage" gives the stage back. (A phone's page scrolls.)
-  const oneScreen = matchMedia("(min-width: 900px) and (min-height: 500px)");
-  let laidOver = null; // the training this page laid the panel over the stage for
-  function layOver() {
-    const over = open() && status !== null && learner() && document.body.classList.contains("following") && !grownHere();
-    document.body.classList.toggle("follows-training", over);
-    const key = over ? status.train_id : null;
-    if (key === laidOver || !oneScreen.matches) return;
-    laidOver = key;
-    if ($("views").classList.contains("enlarged") !== over) $("panel-enlarge").click();
-  }
+  // A learner's screen that follows the teacher's training shows it in its first screen (over-stage.js): the
+  // stage's views say nothing of it until the teacher opens one of its checkpoints there.
+  const lay = overStage(lab, "grow");
+  const layOver = () => lay(status !== null && !grownHere() ? status.train_id : null);
 
   async function draw() {
     showProgress();

@@ -5,6 +5,7 @@
 
 import * as api from "./api.js";
 import { el } from "./format.js";
+import { overStage } from "./over-stage.js";
 import { byId } from "./root.js";
 import { quotedToken, stepView } from "./written-step.js";
 
@@ -75,6 +76,9 @@ export function initWrite(lab) {
   let chosen = null; // the step opened
   let calling = null; // the stream read now's AbortController
   let shown = null; // the id of the writing the panel shows, or is reading
+  let followedNow = null; // the id of the writing the panel shows if it follows it (a class's teacher's, a link's)
+  // A learner's screen that follows the teacher's writing shows its tokens in its first screen (over-stage.js).
+  const lay = overStage(lab, "write");
 
   const open = (index) => {
     chosen = index;
@@ -139,7 +143,8 @@ export function initWrite(lab) {
     const mine = (calling = new AbortController());
     writing = null;
     chosen = null;
-    shown = followed;
+    shown = followedNow = followed;
+    lay(followed);
     prompt.replaceChildren();
     written.replaceChildren();
     opened.replaceChildren();
@@ -192,6 +197,9 @@ export function initWrite(lab) {
     const { writing: named, panel: place } = lab.getState();
     if (named && named !== shown && place === "write") read((options) => api.followWriting(named, options), named);
   };
-  lab.subscribe((state, changed) => (changed.has("writing") || changed.has("panel")) && follow());
+  lab.subscribe((state, changed) => {
+    if (changed.has("panel")) lay(followedNow);
+    if (changed.has("writing") || changed.has("panel")) follow();
+  });
   follow();
 }

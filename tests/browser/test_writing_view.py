@@ -1,7 +1,8 @@
 """The Write panel on a tiny random GPT-2 served by `python -m app` (the packaged MiniLM beside it): ten tokens
 written and streamed onto the stage, step 4 opened (its funnel, its draw, its attention row in every block and
 head, the cache), every number the API's own answer for the same knobs; the view audited at a 1024×768 projector
-and on a 390-wide phone; and an encoder's panel saying it reads and does not write."""
+and on a 390-wide phone; a class's learners following the teacher's writing, its tokens in a projector-size
+learner's first screen; and an encoder's panel saying it reads and does not write."""
 
 import base64
 import re
@@ -148,13 +149,31 @@ WATCH_GROWTH = """() => {
 }"""
 
 
+# The written tokens, each wholly in the window as the page is scrolled now (and in the written row's own scroll
+# box), the page not scrolled: what is not, with where it is.
+FIRST_SCREEN = """() => {
+  const row = document.getElementById('write-tokens'), out = scrollY ? [`the page scrolled by ${scrollY} px`] : [];
+  const inside = (box, around) => box.height > 0 && box.top >= around.top - 0.5 && box.bottom <= around.bottom + 0.5
+    && box.left >= around.left - 0.5 && box.right <= around.right + 0.5;
+  const window = { top: 0, left: 0, bottom: innerHeight, right: innerWidth };
+  for (const node of [row, ...row.querySelectorAll('.written')]) {
+    const box = node.getBoundingClientRect(), at = `${Math.round(box.top)}–${Math.round(box.bottom)}`;
+    if (!inside(box, window) || (node !== row && !inside(box, row.getBoundingClientRect())))
+      out.push(`${node.id || node.textContent} at ${at} of ${innerHeight} px`);
+  }
+  return out;
+}"""
+
+
 def test_learners_screens_follow_the_words_as_the_teacher_writes_them(browser, decoder_lab):
     """In a class, the teacher writes ten tokens in the Write panel: each following learner's page (a phone and
     a laptop) opens the panel on the teacher's writing (named in the class's view) with the teacher's knobs,
     shows its tokens as its stream brings them, and ends with the teacher's tokens, which are POST /api/generate's
     for the same knobs. The tiny model writes ten tokens faster than a page takes to follow the view (a learner's
-    page then reads the writing written again from its spec: the same tokens): on the phone's slow network its
-    steps arrive apart, and the phone shows a count between none and ten while its stream is under way."""
+    page then reads the writing the lab kept once it ended: the same steps): on the phone's slow network its
+    steps arrive apart, and the phone shows a count between none and ten while its stream is under way. On a
+    projector-size screen (1280×720, then 1024×768) the learner's page lays the panel over the stage, the written
+    tokens in its first screen; "Back to the stage" gives the stage back."""
     url = decoder_lab.url
     query = f"text={TEXT.replace(' ', '+')}&panel=write"
     with a_class(browser, url, url, query, sizes=[(390, 844), (1280, 720)]) as (teacher, learners, _):
@@ -187,9 +206,21 @@ def test_learners_screens_follow_the_words_as_the_teacher_writes_them(browser, d
             assert learner.input_value("#write-temperature") == str(KNOBS["temperature"])
             assert learner.input_value("#write-seed") == str(KNOBS["seed"])
             width = learner.viewport_size["width"]
-            learner.locator("#write-tokens").scroll_into_view_if_needed()
-            found += [f"{width}: {problem}" for problem in audit.problems(learner, 0, 0, "#panel-write", True)]
-            viewport_shot(learner, f"82-write-followed-learner-{width}")
+            if width < 900:
+                learner.locator("#write-tokens").scroll_into_view_if_needed()
+                found += [f"{width}: {problem}" for problem in audit.problems(learner, 0, 0, "#panel-write", True)]
+                viewport_shot(learner, f"82-write-followed-learner-{width}")
+                continue
+            for width, height in [(1280, 720), (1024, 768)]:
+                learner.set_viewport_size({"width": width, "height": height})
+                wait_until(learner, f"innerWidth === {width} && innerHeight === {height}")
+                size = f"{width}x{height}"
+                found += [f"{size}: not in the first screen: {out}" for out in learner.evaluate(FIRST_SCREEN)]
+                found += [f"{size}: {problem}" for problem in audit.problems(learner, 0, 0, "#panel-write")]
+                viewport_shot(learner, f"82-write-followed-learner-{size}")
+            assert learner.inner_text("#panel-enlarge") == "Back to the stage"
+            learner.click("#panel-enlarge")
+            assert learner.locator("#prompt").is_visible() and learner.locator("#tokens .token").first.is_visible()
         assert found == [], "\n".join(found)
 
 
