@@ -30,14 +30,6 @@ from tests.grown import GrownRecipe, grow_recipe
 from tests.zygote import exit_path
 
 
-def pytest_collection_modifyitems(items):
-    """`make test`'s workers (pytest-xdist's loadgroup) take a test file at a time, its module fixtures' labs with
-    it, unless the file names a group to share a worker with others (as the files that read the grown recipe)."""
-    for item in items:
-        if item.get_closest_marker("xdist_group") is None:
-            item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::")[0]))
-
-
 def run_async(coroutine):
     """asyncio.run on a thread of its own: Playwright's sync API keeps an event loop running on the main
     thread for the rest of the session, and asyncio.run refuses to start inside it."""

@@ -24,8 +24,6 @@ from tests.grown import saved_and_read
 
 ROUNDED = 5e-5  # the lab's scores are JSON with 4 decimals
 RECIPE = TrainingSpec()
-# On the worker that grows the session's recipe for the Grow panel's tests too (tests/conftest.py).
-pytestmark = pytest.mark.xdist_group("grown-recipe")
 
 
 def load(folder: Path):

@@ -18,8 +18,6 @@ from tests.conftest import LabProcess
 from tests.float32 import pass_tolerance
 
 SMALL = {"steps": 60, "checkpoint_every": 20}  # about 3 s of training
-# A learner's analyze beside a training is bounded in seconds on the 2-core machine.
-pytestmark = pytest.mark.alone
 
 
 @pytest.fixture(scope="module")

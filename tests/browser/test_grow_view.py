@@ -20,8 +20,6 @@ from tests.conftest import LabProcess
 from tests.grown import RECIPE
 
 PANEL = "#panel-grow"
-# On the worker that grows the session's recipe for test_training too (tests/conftest.py).
-pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("grown-recipe")]
 
 
 @pytest.fixture(scope="module")
