@@ -46,12 +46,9 @@ nginx:
 run: install
 	$(BIN)/python -m app
 
-# Two workers, a test file each at a time (its labs are module fixtures), then the tests that bound a time on
-# this 2-core machine by themselves; both parts run and either one's failure fails the target.
 test: install-test chromium redis-server nginx
 	$(BIN)/ruff check app attention_lab tests bench
-	$(BIN)/python -m pytest -n 2 --dist loadfile -m "not alone"; shared=$$?; \
-		$(BIN)/python -m pytest -m alone && exit $$shared
+	$(BIN)/python -m pytest
 
 # Every test that compares two computations bit for bit "for the same shapes" (tests/test_exactness.py), under
 # MKL's compatible kernels, whose sums change order with a product's shape as an Intel Xeon's do; `make test`

@@ -9,7 +9,7 @@ import pytest
 from tests.class_client import Listener, device, start_class
 from tests.conftest import LabProcess
 
-pytestmark = [pytest.mark.slow, pytest.mark.alone]  # its bounds are times on the 2-core machine
+pytestmark = pytest.mark.slow
 
 AWAY_SECONDS = 2
 

@@ -351,7 +351,6 @@ def test_one_vote_per_learner_per_round_within_the_choices(lab):
     assert teacher.post(f"{classes}/question/reveal", headers=secret).status_code == 409
 
 
-@pytest.mark.alone  # the spacing is measured as the events arrive
 def test_presence_goes_out_coalesced_at_most_once_a_second(lab):
     teacher = device("127.0.7.1")
     code, secret = start_class(teacher, lab.url)

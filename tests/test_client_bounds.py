@@ -21,7 +21,7 @@ from tests.class_client import device, start_class
 from tests.conftest import LabProcess, free_port, run_async
 from tests.floods import answered, cpu_seconds, gather_cookies, half_sent, stream, timed_get, timed_post
 
-pytestmark = [pytest.mark.slow, pytest.mark.alone]  # its bounds are times on the 2-core machine
+pytestmark = pytest.mark.slow
 
 QUICK = {"ATTENTION_LAB_RESERVE_BYTES": "0"}  # no memory written at start: the labs here test connections
 

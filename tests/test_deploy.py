@@ -19,7 +19,7 @@ import pytest
 from tests.class_client import Listener, device, start_class
 from tests.conftest import LabProcess, RedisServer, free_port, start_together
 
-pytestmark = [pytest.mark.slow, pytest.mark.alone]  # its bounds are times on the 2-core machine
+pytestmark = pytest.mark.slow
 
 NGINX = "/usr/sbin/nginx"
 DEPLOYED = Path(__file__).parents[1] / "deploy" / "nginx.conf"

@@ -19,7 +19,7 @@ from tests.class_client import device
 from tests.conftest import LabProcess, run_async
 from tests.floods import cpu_seconds, rss_mb
 
-pytestmark = [pytest.mark.slow, pytest.mark.alone]  # its bounds are times on the 2-core machine
+pytestmark = pytest.mark.slow
 
 MEMORY_CAP_MB = (2 + 1.5) * 1024  # ATTENTION_LAB_MAX_STORE_BYTES (2 GiB) + 1.5 GiB, the README's cap
 

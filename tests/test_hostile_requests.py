@@ -18,7 +18,7 @@ from tests.class_client import device
 from tests.conftest import LabProcess, run_async
 from tests.floods import connect
 
-pytestmark = [pytest.mark.slow, pytest.mark.alone]  # its bounds are times on the 2-core machine
+pytestmark = pytest.mark.slow
 
 DOCS = Path(__file__).parent.parent / "docs"
 BODY_LIMIT = 512 * 1024  # ATTENTION_LAB_MAX_BODY_BYTES's default

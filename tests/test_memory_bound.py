@@ -17,7 +17,7 @@ from tests.class_client import device
 from tests.conftest import LabProcess, run_async
 from tests.families import long_llama
 
-pytestmark = [pytest.mark.slow, pytest.mark.alone]  # its bounds are times on the 2-core machine
+pytestmark = pytest.mark.slow
 
 MIB, GIB = 1024**2, 1024**3
 STORE_BYTES = 512 * MIB

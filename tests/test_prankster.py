@@ -18,7 +18,7 @@ from app.serving.gate import Busy, Client, PassGate, TooManyWaiting
 from tests.conftest import LAB_PROTOCOL, LabProcess, free_port, run_async
 from tests.floods import rss_mb
 
-pytestmark = [pytest.mark.slow, pytest.mark.alone]  # its bounds are times on the 2-core machine
+pytestmark = pytest.mark.slow
 
 
 def long_prompt(seed: int) -> str:

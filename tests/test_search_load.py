@@ -14,7 +14,7 @@ import pytest
 from tests.class_client import device
 from tests.conftest import LabProcess, run_async, start_together
 
-pytestmark = [pytest.mark.slow, pytest.mark.alone]  # its bounds are times on the 2-core machine
+pytestmark = pytest.mark.slow
 
 MIB = 1024**2
 WAIT_SECONDS = 10

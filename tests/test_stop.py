@@ -14,7 +14,7 @@ from app.settings import Settings
 from tests.conftest import LabProcess
 from tests.floods import cpu_seconds
 
-pytestmark = [pytest.mark.slow, pytest.mark.alone]  # its bounds are times on the 2-core machine
+pytestmark = pytest.mark.slow
 
 GRACE_SECONDS = Settings.model_fields["shutdown_grace_seconds"].default
 

@@ -10,7 +10,7 @@ import pytest
 
 from tests.browser.conftest import screenshot, wait_until
 
-pytestmark = [pytest.mark.slow, pytest.mark.alone]  # its bounds are times on the 2-core machine
+pytestmark = pytest.mark.slow
 
 GREEK = "αβγδεζηθικλμνξοπρστυφχψω"
 
