@@ -41,13 +41,18 @@ function funnelView(step, settings) {
         el(
           "tbody",
           {},
-          ...stage.ids.map((id, rank) =>
-            el(
-              "tr",
-              { class: id === step.token ? "top" : "", dataset: { id: String(id), probability: String(stage.probabilities[rank]) } },
-              el("td", { title: `id ${id}` }, quotedToken(stage.tokens[rank])),
-              el("td", {}, fixed(stage.probabilities[rank])),
-            ),
+          // A token a stage filtered out has no chance left: listing it at 0 would contradict "k kept".
+          ...stage.ids.flatMap((id, rank) =>
+            stage.probabilities[rank] > 0
+              ? [
+                  el(
+                    "tr",
+                    { class: id === step.token ? "top" : "", dataset: { id: String(id), probability: String(stage.probabilities[rank]) } },
+                    el("td", { title: `id ${id}` }, quotedToken(stage.tokens[rank])),
+                    el("td", {}, fixed(stage.probabilities[rank])),
+                  ),
+                ]
+              : [],
           ),
         ),
       ),
