@@ -116,8 +116,9 @@ def test_a_class_is_asked_when_the_loss_will_drop_from_the_grow_panel_before_any
 def test_a_teacher_grows_the_recipe_watches_its_phase_change_and_opens_its_checkpoints(
     browser, server, grow_lab, grown_recipe
 ):
-    """Start goes on from the recipe's first 100 steps (of the 275 its head takes to form), the session's, put in
-    the lab's data folder just before as the lab keeps a training paused there: still on its plateau."""
+    """Start goes on from the recipe's first 25 steps (of the 275 its head takes to form), the session's, put in
+    the lab's data folder just before as the lab keeps a training paused there: still on its plateau. The plan's
+    pause must land before the head forms while three learners' pages follow, so the training has room to run."""
     errors = []
     context = browser.new_context(viewport={"width": 1024, "height": 768}, bypass_csp=True)
     page = context.new_page()
@@ -147,7 +148,7 @@ def test_a_teacher_grows_the_recipe_watches_its_phase_change_and_opens_its_check
     step(1)
     assert choice_labels(learner) == ["head 0.0", "head 0.1", "head 1.0", "head 1.1"]
     vote_on(learner, "head 1.1")
-    grown_recipe.in_lab(grow_lab.data, 100, "paused")
+    grown_recipe.in_lab(grow_lab.data, 25, "paused")
     step(2)  # starts growing the recipe
     wait_until(page, "new URLSearchParams(location.search).get('train')")
     train_id = train_id_of(page)
