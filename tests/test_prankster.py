@@ -21,6 +21,9 @@ from tests.floods import rss_mb
 pytestmark = pytest.mark.slow
 
 
+HOG_ADDRESS, LEARNER_ADDRESS = "127.0.0.66", "127.0.0.7"
+
+
 def long_prompt(seed: int) -> str:
     """A different prompt of well over 512 tokens each time: a full-length pass that no cache answers."""
     return " ".join(f"w{seed}q{word}" for word in range(400))
@@ -103,7 +106,9 @@ def test_a_learner_beside_a_forty_connection_hog_is_served_every_time(lab):
     hog_statuses = []
 
     async def hog():
-        async with httpx.AsyncClient(base_url=lab.url, timeout=60, limits=httpx.Limits(max_connections=40)) as client:
+        # The hog is a device of its own: its own loopback address, as a prankster's phone in the room is.
+        transport = httpx.AsyncHTTPTransport(local_address=HOG_ADDRESS, limits=httpx.Limits(max_connections=40))
+        async with httpx.AsyncClient(base_url=lab.url, timeout=60, transport=transport) as client:
 
             async def connection(number):
                 seed = number * 10_000
@@ -122,7 +127,8 @@ def test_a_learner_beside_a_forty_connection_hog_is_served_every_time(lab):
     flood.start()
     try:
         time.sleep(3)  # the flood is under way: passes running, the hog's queue full
-        with httpx.Client(base_url=lab.url, timeout=60) as learner:
+        learner_device = httpx.HTTPTransport(local_address=LEARNER_ADDRESS)
+        with httpx.Client(base_url=lab.url, timeout=60, transport=learner_device) as learner:
             learner.get("/")  # the page gives the browser its lab_client cookie
             waits = []
             for attempt in range(4):

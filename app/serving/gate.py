@@ -234,15 +234,20 @@ class PassGate:
             claimed.append((turn.job, answer))
         return claimed
 
-    async def _wait_for_turn(self, turn: Turn, short: bool) -> asyncio.Future | None:
-        keys = turn.keys
+    def check_room(self, client: Client) -> None:
+        """TooManyWaiting or Busy now where the client's request would be refused a place in line: called
+        before the work a request does to get there (reading a long text's tokens), so that a client past
+        its bound costs the server no more than this, however fast it asks again."""
+        if self.running < self.max_passes and self.waiting == 0:
+            return
+        keys = (client.address, client.cookie)
         if self._turns.count(keys) >= self.max_waiting_per_client:
             raise TooManyWaiting(
                 f"you already have {self.max_waiting_per_client} requests waiting for the model: "
                 "wait for them, then try again",
                 2,
             )
-        if self._by_address[keys[0]] >= self.max_waiting_per_address:
+        if self._by_address[client.address] >= self.max_waiting_per_address:
             raise TooManyWaiting(
                 f"this address already has {self.max_waiting_per_address} requests waiting for the model: "
                 "wait for them, then try again",
@@ -250,6 +255,10 @@ class PassGate:
             )
         if self.waiting >= self.max_waiting:
             raise Busy(f"{self.waiting} requests are already waiting for the model: try again in a moment", 2)
+
+    async def _wait_for_turn(self, turn: Turn, short: bool) -> asyncio.Future | None:
+        keys = turn.keys
+        self.check_room(Client(*keys))
         self._turns.append(keys, turn, tier=(RESTED_SHORT if short else RESTED) if self._rested(keys[0]) else None)
         self.waiting += 1
         self._by_address[keys[0]] += 1

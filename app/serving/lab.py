@@ -318,6 +318,9 @@ class Lab:
         then its spec in the shared store, so that every worker can serve the id the client receives. `client` is
         whose turn at the gate this request takes."""
         engine = await self.engine_for(spec.model, client)
+        if self.kept(spec) is None:  # refused before its tokens are read (hold): a refusal costs a flood nothing
+            self.budget.check_room(client)
+            self.gate.check_room(client)
         await self.hold(engine, spec, client)
         run = await self._computed(spec, client)
         await self.store(spec)

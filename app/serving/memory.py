@@ -358,13 +358,18 @@ class Budget:
             self.granted += nbytes
         self._by_address[reads][address] += nbytes
 
-    async def _wait(self, ask: Ask, what: str) -> None:
+    def check_room(self, client: Client) -> None:
+        """TooManyWaiting or Busy now where an ask of the client's would be refused a place in line (as
+        PassGate.check_room): an ask waits whenever anyone does (try_take)."""
+        if self.waiting:
+            self._check_line(client)
+
+    def _check_line(self, client: Client) -> None:
         if self.waiting >= self.max_waiting:
             raise Busy(f"{self.waiting} requests already wait for memory: try again in a moment", 2)
-        address, cookie = ask.client.address, ask.client.cookie
-        browsers = self._asks.setdefault(address, {})
+        browsers = self._asks.get(client.address, {})
         # As at the gate: one client's queue is bounded, so a prankster is refused (429) and waits for nobody.
-        if len(browsers.get(cookie, ())) >= self.max_waiting_per_client:
+        if len(browsers.get(client.cookie, ())) >= self.max_waiting_per_client:
             raise TooManyWaiting(
                 f"you already have {self.max_waiting_per_client} requests waiting for memory: wait for them, "
                 "then try again",
@@ -376,7 +381,11 @@ class Budget:
                 "them, then try again",
                 2,
             )
-        browsers.setdefault(cookie, deque()).append(ask)
+
+    async def _wait(self, ask: Ask, what: str) -> None:
+        self._check_line(ask.client)
+        browsers = self._asks.setdefault(ask.client.address, {})
+        browsers.setdefault(ask.client.cookie, deque()).append(ask)
         self.waiting += 1
         self._serve()  # it may fit now: the asks before it may be waiting for their own address's work
         try:
