@@ -300,6 +300,35 @@ async def collect(writings: Writings, spec, client: Client, into: list) -> None:
             into.append(event)
 
 
+def test_a_step_asked_while_the_writing_is_under_way_is_read_from_it(writings, caplog):
+    """A class asked about step 5 while the teacher's writing has written one token (the gate held meanwhile): the
+    question follows that writing, waits for its step 5 and is answered with it, and no second writing starts."""
+    lab = writings.lab
+
+    async def ask_under_way() -> tuple[list, tuple]:
+        spec = await writings.spec(None, PROMPT, Knobs(max_new_tokens=12, do_sample=True, seed=5))
+        teacher = []
+        async with writings.follow(spec, Client("127.0.0.2")) as events:
+            async for event in events:
+                teacher.append(event)
+                if len(teacher) == 2:  # the first token: the writing waits at the gate while the class asks
+                    async with lab.gate.admit(Client("127.0.0.9")):
+                        live = writings._live[spec.run_id]
+                        asked = asyncio.ensure_future(writings.step_at(spec, 5, Client("127.0.0.3")))
+                        async with asyncio.timeout(30):  # a question that writes again waits for the gate for ever
+                            while live.followers < 2:
+                                await asyncio.sleep(0.01)
+        return teacher, await asked
+
+    with caplog.at_level(logging.INFO, logger="uvicorn.error"):
+        teacher, (step, words, ids) = run_async(ask_under_way())
+    assert started_writings(caplog) == 1
+    steps = [data for name, data in teacher if name == "step"]
+    assert len(steps) == 12 and step == steps[5]
+    assert words == PROMPT + steps[4]["written"]
+    assert ids == [token["id"] for token in teacher[0][1]["prompt"]] + [data["token"] for data in steps[:5]]
+
+
 def test_a_browser_writes_at_once_as_many_as_it_may_have_waiting_and_others_are_untouched(writings):
     lab = writings.lab
     bound = lab.gate.max_waiting_per_client
@@ -359,6 +388,52 @@ def test_a_class_asked_which_token_comes_next_is_answered_by_the_steps_funnel(cl
         f"{classes}/question", json={"kind": "written", "writing": writing, "index": index}, headers=teacher
     )
     assert asking(8).status_code == 404 and "steps are 0 to 7" in asking(8).json()["detail"]
+
+
+def started_writings(caplog) -> int:
+    """The writings the lab has started from a spec (it logs each one)."""
+    return sum(record.getMessage().startswith("writing ") for record in caplog.records)
+
+
+def test_a_class_asked_about_a_kept_writing_reads_its_step_and_after_eviction_writes_it_again(
+    client, classroom, caplog
+):
+    """The teacher's writing ended and is kept: asked which token comes next at its step 4, the class is answered
+    from that step as the stream showed it (its funnel's last stage, the token it drew, the words before it) and
+    the lab writes nothing. Let go as a run is, the step is written again from the spec: the same question."""
+    writing = {"text": "The class asks about the cat. The cat", "max_new_tokens": 9, **SAMPLED[1]}
+    classes, teacher = classroom
+    index = 4
+
+    def asked_and_revealed() -> tuple[dict, dict]:
+        body = {"kind": "written", "writing": writing, "index": index}
+        asked = client.post(f"{classes}/question", json=body, headers=teacher)
+        assert asked.status_code == 201, asked.text
+        return asked.json(), client.post(f"{classes}/question/reveal", headers=teacher).json()
+
+    with caplog.at_level(logging.INFO, logger="uvicorn.error"):
+        written = events(client.post("/api/generate/stream", json=writing).text)
+        assert started_writings(caplog) == 1
+        question, revealed = asked_and_revealed()
+        assert started_writings(caplog) == 1
+        lab = client.app.state.lab
+        while lab.runs.let_go_oldest():  # as the budget lets the cache's oldest entries go where work needs room
+            pass
+        question_again, revealed_again = asked_and_revealed()
+        assert started_writings(caplog) == 2
+    steps = [data for name, data in written if name == "step"]
+    step, last = steps[index], steps[index]["funnel"][-1]
+    assert question["words"] == writing["text"] + steps[index - 1]["written"]
+    # Each choice's value: the token's probability at the last stage (the race's too, where it drew a rarer one).
+    race = zip(step["draw"]["tokens"], step["draw"]["probabilities"], strict=True)
+    last_stage = zip(last["tokens"], last["probabilities"], strict=True)
+    by_label = {shown(token): chance for token, chance in [*race, *last_stage] if chance > 0}
+    labels = [choice["label"] for choice in revealed["choices"]]
+    assert revealed["values"] == [by_label[label] for label in labels]
+    assert revealed["answer"]["value"] == last["probabilities"][0]
+    assert labels[revealed["drawn"]] == shown(step["text"])
+    same = lambda answer: {key: answer[key] for key in ("text", "words", "choices", "values", "answer", "drawn")}  # noqa: E731
+    assert same(question_again) == same(question) and same(revealed_again) == same(revealed)
 
 
 def test_the_shipped_writing_plan_is_asked_and_answered_on_a_tiny_decoder(client, classroom):

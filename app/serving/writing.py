@@ -152,16 +152,28 @@ class Writings:
 
     async def step_at(self, spec: WritingSpec, index: int, client: Client = ANYONE) -> tuple[dict, str, list[int]]:
         """Step `index` of a writing (as the API shows it), the words it continues (the prompt and the tokens
-        written before it) and their ids. Written up to that step only: a writing draws its tokens in order, so a
-        shorter one writes the same first tokens (its last step says it stopped there)."""
+        written before it) and their ids: read from the writing as this worker keeps it, or from the one under way
+        (waiting for that step), so that a class's question reads the steps its teacher's writing showed and
+        nothing is written again. Only where it was let go (or never written here) is it written again from its
+        spec, up to that step alone: a writing draws its tokens in order, so a shorter one writes the same first
+        tokens (its last step says it stopped there)."""
         if index >= spec.max_new_tokens:
             most = spec.max_new_tokens
             raise OutOfRange(f"this writing writes {most} tokens at most: its steps are 0 to {most - 1}")
-        answer = await self.written(replace(spec, max_new_tokens=index + 1), client)
-        steps = answer["steps"]
+        if self.lab.runs.get(kept_key(spec.run_id)) is None and spec.run_id not in self._live:
+            spec = replace(spec, max_new_tokens=index + 1)
+        head, steps = {}, []
+        async with self.follow(spec, client, raising=True) as events:
+            async for name, data in events:
+                if name == "writing":
+                    head = data
+                elif name == "step":
+                    steps.append(data)
+                    if len(steps) > index:
+                        break
         if len(steps) <= index:
             raise OutOfRange(f"this writing ends after {len(steps)} tokens: the model wrote its end-of-text token")
-        ids = [token["id"] for token in answer["prompt"]] + answer["ids"][:index]
+        ids = [token["id"] for token in head["prompt"]] + [step["token"] for step in steps[:index]]
         return steps[index], spec.text + (steps[index - 1]["written"] if index else ""), ids
 
     async def at_temperature(
