@@ -185,6 +185,96 @@ def test_followers_after_the_end_read_the_kept_steps_and_after_eviction_it_is_wr
     assert tokens(again) == tokens(written) and again[-1] == written[-1]
 
 
+async def followed_as_served(app, url: str, on_step) -> list[str]:
+    """GET `url` of the app as a server calls it (ASGI, the client's leaving listened for), the body's events as
+    they are sent; `on_step(n)` is awaited as the nth step's event is sent, and where it says True the client
+    leaves then (http.disconnect), as a phone closing the page does."""
+    left, asked, sent = asyncio.Event(), False, []
+    scope = {
+        "type": "http",
+        "asgi": {"version": "3.0"},
+        "http_version": "1.1",
+        "method": "GET",
+        "scheme": "http",
+        "path": url,
+        "raw_path": url.encode(),
+        "query_string": b"",
+        "root_path": "",
+        "headers": [(b"host", b"testserver")],
+        "client": ("127.0.0.9", 40001),
+        "server": ("testserver", 80),
+    }
+
+    async def receive() -> dict:
+        nonlocal asked
+        if not asked:
+            asked = True
+            return {"type": "http.request", "body": b"", "more_body": False}
+        await left.wait()
+        return {"type": "http.disconnect"}
+
+    async def send(message: dict) -> None:
+        await asyncio.sleep(0)  # the server's write: the client's leaving is heard here
+        if message["type"] == "http.response.body" and message.get("body"):
+            sent.append(message["body"].decode())
+            if sent[-1].startswith("event: step") and await on_step(sum(e.startswith("event: step") for e in sent)):
+                left.set()
+
+    await app(scope, receive, send)
+    return sent
+
+
+def test_a_kept_writing_is_held_in_the_budget_while_a_follower_reads_it_and_given_back_when_it_leaves(client):
+    """A follower of a writing that ended reads its kept steps as a request reads a run: their bytes held in the
+    lab's budget from its first event to its last, once however many follow at once, still held when the cache
+    lets the writing go meanwhile, and given back when the stream ends, or when the follower leaves halfway."""
+    body = {"text": "Held while the phones read. The cat", "max_new_tokens": 6, **SAMPLED[1]}
+    written = events(client.post("/api/generate/stream", json=body).text)
+    url = f"/api/generate/{written[0][1]['writing_id']}/stream"
+    lab = client.app.state.lab
+    budget, nbytes = lab.budget, lab.runs.get(kept_key(written[0][1]["writing_id"])).nbytes
+    assert budget.reading == 0
+
+    async def follow_two_then_one_who_leaves() -> tuple[list, list, list, list, int]:
+        reading, second = [], []
+
+        async def on_step(count: int) -> bool:
+            reading.append(budget.reading)
+            if count == 2:  # a second phone reads the whole writing meanwhile
+                second.extend(await followed_as_served(client.app, url, lambda _: reading_now(second_reading)))
+            if count == 3:  # the cache lets the writing go meanwhile: still held for this follower
+                while lab.runs.let_go_oldest():
+                    pass
+            return False
+
+        second_reading: list[int] = []
+
+        async def reading_now(into: list) -> bool:
+            into.append(budget.reading)
+            return False
+
+        first = await followed_as_served(client.app, url, on_step)
+        after_first = budget.reading
+        # The cache let it go: rewritten for the next follower; kept again, and this one leaves at its second step.
+        await followed_as_served(client.app, url, lambda _: reading_now([]))
+        left_reading = []
+
+        async def leave_at_two(count: int) -> bool:
+            left_reading.append(budget.reading)
+            return count == 2
+
+        left = await followed_as_served(client.app, url, leave_at_two)
+        return first, second, reading + second_reading, left, [after_first, budget.reading], left_reading
+
+    first, second, reading, left, after, left_reading = client.portal.call(follow_two_then_one_who_leaves)
+    assert reading == [nbytes] * 12 and after == [0, 0]
+    streamed = [f"event: {name}\ndata: {json.dumps(data)}\n\n" for name, data in written]
+    assert first[1:] == streamed and second[1:] == streamed  # after the retry line: every event, as written
+    # The server hears the client leave at its next write: a step or so more may go before the stream ends.
+    assert 2 <= len(left_reading) < 6 and set(left_reading) == {nbytes}
+    assert not any(event.startswith("event: done") for event in left)
+
+
 @pytest.fixture(scope="module")
 def classroom(client) -> tuple[str, dict]:
     """One class for the module's questions (a client starts a few an hour): its URL and the teacher's header."""
