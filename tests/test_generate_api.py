@@ -185,6 +185,96 @@ def test_followers_after_the_end_read_the_kept_steps_and_after_eviction_it_is_wr
     assert tokens(again) == tokens(written) and again[-1] == written[-1]
 
 
+async def followed_as_served(app, url: str, on_step) -> list[str]:
+    """GET `url` of the app as a server calls it (ASGI, the client's leaving listened for), the body's events as
+    they are sent; `on_step(n)` is awaited as the nth step's event is sent, and where it says True the client
+    leaves then (http.disconnect), as a phone closing the page does."""
+    left, asked, sent = asyncio.Event(), False, []
+    scope = {
+        "type": "http",
+        "asgi": {"version": "3.0"},
+        "http_version": "1.1",
+        "method": "GET",
+        "scheme": "http",
+        "path": url,
+        "raw_path": url.encode(),
+        "query_string": b"",
+        "root_path": "",
+        "headers": [(b"host", b"testserver")],
+        "client": ("127.0.0.9", 40001),
+        "server": ("testserver", 80),
+    }
+
+    async def receive() -> dict:
+        nonlocal asked
+        if not asked:
+            asked = True
+            return {"type": "http.request", "body": b"", "more_body": False}
+        await left.wait()
+        return {"type": "http.disconnect"}
+
+    async def send(message: dict) -> None:
+        await asyncio.sleep(0)  # the server's write: the client's leaving is heard here
+        if message["type"] == "http.response.body" and message.get("body"):
+            sent.append(message["body"].decode())
+            if sent[-1].startswith("event: step") and await on_step(sum(e.startswith("event: step") for e in sent)):
+                left.set()
+
+    await app(scope, receive, send)
+    return sent
+
+
+def test_a_kept_writing_is_held_in_the_budget_while_a_follower_reads_it_and_given_back_when_it_leaves(client):
+    """A follower of a writing that ended reads its kept steps as a request reads a run: their bytes held in the
+    lab's budget from its first event to its last, once however many follow at once, still held when the cache
+    lets the writing go meanwhile, and given back when the stream ends, or when the follower leaves halfway."""
+    body = {"text": "Held while the phones read. The cat", "max_new_tokens": 6, **SAMPLED[1]}
+    written = events(client.post("/api/generate/stream", json=body).text)
+    url = f"/api/generate/{written[0][1]['writing_id']}/stream"
+    lab = client.app.state.lab
+    budget, nbytes = lab.budget, lab.runs.get(kept_key(written[0][1]["writing_id"])).nbytes
+    assert budget.reading == 0
+
+    async def follow_two_then_one_who_leaves() -> tuple[list, list, list, list, int]:
+        reading, second = [], []
+
+        async def on_step(count: int) -> bool:
+            reading.append(budget.reading)
+            if count == 2:  # a second phone reads the whole writing meanwhile
+                second.extend(await followed_as_served(client.app, url, lambda _: reading_now(second_reading)))
+            if count == 3:  # the cache lets the writing go meanwhile: still held for this follower
+                while lab.runs.let_go_oldest():
+                    pass
+            return False
+
+        second_reading: list[int] = []
+
+        async def reading_now(into: list) -> bool:
+            into.append(budget.reading)
+            return False
+
+        first = await followed_as_served(client.app, url, on_step)
+        after_first = budget.reading
+        # The cache let it go: rewritten for the next follower; kept again, and this one leaves at its second step.
+        await followed_as_served(client.app, url, lambda _: reading_now([]))
+        left_reading = []
+
+        async def leave_at_two(count: int) -> bool:
+            left_reading.append(budget.reading)
+            return count == 2
+
+        left = await followed_as_served(client.app, url, leave_at_two)
+        return first, second, reading + second_reading, left, [after_first, budget.reading], left_reading
+
+    first, second, reading, left, after, left_reading = client.portal.call(follow_two_then_one_who_leaves)
+    assert reading == [nbytes] * 12 and after == [0, 0]
+    streamed = [f"event: {name}\ndata: {json.dumps(data)}\n\n" for name, data in written]
+    assert first[1:] == streamed and second[1:] == streamed  # after the retry line: every event, as written
+    # The server hears the client leave at its next write: a step or so more may go before the stream ends.
+    assert 2 <= len(left_reading) < 6 and set(left_reading) == {nbytes}
+    assert not any(event.startswith("event: done") for event in left)
+
+
 @pytest.fixture(scope="module")
 def classroom(client) -> tuple[str, dict]:
     """One class for the module's questions (a client starts a few an hour): its URL and the teacher's header."""
@@ -300,6 +390,35 @@ async def collect(writings: Writings, spec, client: Client, into: list) -> None:
             into.append(event)
 
 
+def test_a_step_asked_while_the_writing_is_under_way_is_read_from_it(writings, caplog):
+    """A class asked about step 5 while the teacher's writing has written one token (the gate held meanwhile): the
+    question follows that writing, waits for its step 5 and is answered with it, and no second writing starts."""
+    lab = writings.lab
+
+    async def ask_under_way() -> tuple[list, tuple]:
+        spec = await writings.spec(None, PROMPT, Knobs(max_new_tokens=12, do_sample=True, seed=5))
+        teacher = []
+        async with writings.follow(spec, Client("127.0.0.2")) as events:
+            async for event in events:
+                teacher.append(event)
+                if len(teacher) == 2:  # the first token: the writing waits at the gate while the class asks
+                    async with lab.gate.admit(Client("127.0.0.9")):
+                        live = writings._live[spec.run_id]
+                        asked = asyncio.ensure_future(writings.step_at(spec, 5, Client("127.0.0.3")))
+                        async with asyncio.timeout(30):  # a question that writes again waits for the gate for ever
+                            while live.followers < 2:
+                                await asyncio.sleep(0.01)
+        return teacher, await asked
+
+    with caplog.at_level(logging.INFO, logger="uvicorn.error"):
+        teacher, (step, words, ids) = run_async(ask_under_way())
+    assert started_writings(caplog) == 1
+    steps = [data for name, data in teacher if name == "step"]
+    assert len(steps) == 12 and step == steps[5]
+    assert words == PROMPT + steps[4]["written"]
+    assert ids == [token["id"] for token in teacher[0][1]["prompt"]] + [data["token"] for data in steps[:5]]
+
+
 def test_a_browser_writes_at_once_as_many_as_it_may_have_waiting_and_others_are_untouched(writings):
     lab = writings.lab
     bound = lab.gate.max_waiting_per_client
@@ -359,6 +478,52 @@ def test_a_class_asked_which_token_comes_next_is_answered_by_the_steps_funnel(cl
         f"{classes}/question", json={"kind": "written", "writing": writing, "index": index}, headers=teacher
     )
     assert asking(8).status_code == 404 and "steps are 0 to 7" in asking(8).json()["detail"]
+
+
+def started_writings(caplog) -> int:
+    """The writings the lab has started from a spec (it logs each one)."""
+    return sum(record.getMessage().startswith("writing ") for record in caplog.records)
+
+
+def test_a_class_asked_about_a_kept_writing_reads_its_step_and_after_eviction_writes_it_again(
+    client, classroom, caplog
+):
+    """The teacher's writing ended and is kept: asked which token comes next at its step 4, the class is answered
+    from that step as the stream showed it (its funnel's last stage, the token it drew, the words before it) and
+    the lab writes nothing. Let go as a run is, the step is written again from the spec: the same question."""
+    writing = {"text": "The class asks about the cat. The cat", "max_new_tokens": 9, **SAMPLED[1]}
+    classes, teacher = classroom
+    index = 4
+
+    def asked_and_revealed() -> tuple[dict, dict]:
+        body = {"kind": "written", "writing": writing, "index": index}
+        asked = client.post(f"{classes}/question", json=body, headers=teacher)
+        assert asked.status_code == 201, asked.text
+        return asked.json(), client.post(f"{classes}/question/reveal", headers=teacher).json()
+
+    with caplog.at_level(logging.INFO, logger="uvicorn.error"):
+        written = events(client.post("/api/generate/stream", json=writing).text)
+        assert started_writings(caplog) == 1
+        question, revealed = asked_and_revealed()
+        assert started_writings(caplog) == 1
+        lab = client.app.state.lab
+        while lab.runs.let_go_oldest():  # as the budget lets the cache's oldest entries go where work needs room
+            pass
+        question_again, revealed_again = asked_and_revealed()
+        assert started_writings(caplog) == 2
+    steps = [data for name, data in written if name == "step"]
+    step, last = steps[index], steps[index]["funnel"][-1]
+    assert question["words"] == writing["text"] + steps[index - 1]["written"]
+    # Each choice's value: the token's probability at the last stage (the race's too, where it drew a rarer one).
+    race = zip(step["draw"]["tokens"], step["draw"]["probabilities"], strict=True)
+    last_stage = zip(last["tokens"], last["probabilities"], strict=True)
+    by_label = {shown(token): chance for token, chance in [*race, *last_stage] if chance > 0}
+    labels = [choice["label"] for choice in revealed["choices"]]
+    assert revealed["values"] == [by_label[label] for label in labels]
+    assert revealed["answer"]["value"] == last["probabilities"][0]
+    assert labels[revealed["drawn"]] == shown(step["text"])
+    same = lambda answer: {key: answer[key] for key in ("text", "words", "choices", "values", "answer", "drawn")}  # noqa: E731
+    assert same(question_again) == same(question) and same(revealed_again) == same(revealed)
 
 
 def test_the_shipped_writing_plan_is_asked_and_answered_on_a_tiny_decoder(client, classroom):

@@ -287,20 +287,27 @@ class Budget:
             self.give_back(nbytes, client)
 
     async def hold(self, nbytes: int, client: Client, what: str, key: str) -> None:
-        """`nbytes` of a run (named `key`) the request reads, held until the request ends (HOLDS, app.web.deps):
-        counted once however many requests read the same run at once, by the first of them, until the last
-        has answered; nothing where no request counts its reads (the engine used directly)."""
+        """`nbytes` of a run (named `key`) the request reads, held until the request ends (HOLDS, app.web.deps), as
+        `holding` holds them; nothing where no request counts its reads (the engine used directly)."""
         holds = HOLDS.get()
-        if holds is None:
-            return
+        if holds is not None:
+            await holds.enter_async_context(self.holding(nbytes, client, what, key))
+
+    @asynccontextmanager
+    async def holding(self, nbytes: int, client: Client, what: str, key: str) -> AsyncIterator[None]:
+        """`nbytes` of something kept (named `key`) held as a read until the caller leaves the block: counted once
+        however many read the same key at once, by the first of them, until the last has left."""
         if key not in self._readers:
             await self._ask(nbytes, client, what, reads=True)
-            if key in self._readers:  # another request's read of it was granted meanwhile: one is enough
+            if key in self._readers:  # another read of it was granted meanwhile: one is enough
                 self.give_back(nbytes, client, True)
             else:
                 self._readers[key] = [0, nbytes, client]
         self._readers[key][0] += 1
-        holds.callback(self._read_done, key)
+        try:
+            yield
+        finally:
+            self._read_done(key)
 
     def _read_done(self, key: str) -> None:
         readers = self._readers[key]

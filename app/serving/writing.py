@@ -9,7 +9,8 @@ new one, every step once and in order. The writing runs as one piece of work (ap
 rows it keeps) taken from the budget before its first pass, one step a slice; it is called off at its next step
 once the last of its followers has left. A writing that ended is kept as its stream sent it (Kept) in the lab's run
 cache, its bytes counted and let go as runs' are: a follower who comes after the end (a class's 30 phones) reads
-it at once; where it was let go, or on another worker, it is written again from its spec, the same tokens.
+it at once, its bytes held in the budget while they are sent (as a request holds the run it reads: once however
+many read it); where it was let go, or on another worker, it is written again from its spec, the same tokens.
 
 An address writes at most as many writings at once as it may have requests waiting for the model (a writing waits
 at the gate before each of its steps), and a browser as many as it may: past that it is refused at once (429),
@@ -152,16 +153,28 @@ class Writings:
 
     async def step_at(self, spec: WritingSpec, index: int, client: Client = ANYONE) -> tuple[dict, str, list[int]]:
         """Step `index` of a writing (as the API shows it), the words it continues (the prompt and the tokens
-        written before it) and their ids. Written up to that step only: a writing draws its tokens in order, so a
-        shorter one writes the same first tokens (its last step says it stopped there)."""
+        written before it) and their ids: read from the writing as this worker keeps it, or from the one under way
+        (waiting for that step), so that a class's question reads the steps its teacher's writing showed and
+        nothing is written again. Only where it was let go (or never written here) is it written again from its
+        spec, up to that step alone: a writing draws its tokens in order, so a shorter one writes the same first
+        tokens (its last step says it stopped there)."""
         if index >= spec.max_new_tokens:
             most = spec.max_new_tokens
             raise OutOfRange(f"this writing writes {most} tokens at most: its steps are 0 to {most - 1}")
-        answer = await self.written(replace(spec, max_new_tokens=index + 1), client)
-        steps = answer["steps"]
+        if self.lab.runs.get(kept_key(spec.run_id)) is None and spec.run_id not in self._live:
+            spec = replace(spec, max_new_tokens=index + 1)
+        head, steps = {}, []
+        async with self.follow(spec, client, raising=True) as events:
+            async for name, data in events:
+                if name == "writing":
+                    head = data
+                elif name == "step":
+                    steps.append(data)
+                    if len(steps) > index:
+                        break
         if len(steps) <= index:
             raise OutOfRange(f"this writing ends after {len(steps)} tokens: the model wrote its end-of-text token")
-        ids = [token["id"] for token in answer["prompt"]] + answer["ids"][:index]
+        ids = [token["id"] for token in head["prompt"]] + [step["token"] for step in steps[:index]]
         return steps[index], spec.text + (steps[index - 1]["written"] if index else ""), ids
 
     async def at_temperature(
@@ -182,14 +195,22 @@ class Writings:
     ) -> AsyncIterator[AsyncIterator[tuple]]:
         """The writing of a spec as events, ("writing", its head) first, then ("step", step) for each token
         written, and ("done", its end) last, or ("error", {"detail"}) where it failed (its error raised instead
-        where `raising`): the one kept once it ended (Kept, read at once: nothing is written), the one under way on
-        this worker, or a new one started. Entering waits for its first step: a refusal (the model does not write, a
+        where `raising`): the one kept once it ended (Kept, read at once: nothing is written; its bytes held in the
+        budget until the follower leaves, as a request holds the run it reads), the one under way on this worker, or
+        a new one started. Entering waits for its first step: a refusal (the model does not write, a
         knob or the prompt out of bounds, the lab busy) is raised here, before anything is sent. Leaving, the last
         follower calls the writing off at its next step."""
-        kept = self.lab.runs.get(kept_key(spec.run_id))
+        key = kept_key(spec.run_id)
+        kept = self.lab.runs.get(key)
         if kept is not None:
-            yield kept.events()
-            return
+            holding = self.lab.budget.holding(kept.nbytes, client, f"reading the writing {spec.run_id}", key)
+            del kept  # not held by this follower while it waits for its memory
+            async with holding:  # its bytes held while they are sent, should the cache let them go meanwhile
+                kept = self.lab.runs.get(key)
+                if kept is not None:
+                    yield kept.events()
+            if kept is not None:
+                return
         live = self._live.get(spec.run_id)
         if live is None:
             live = await self._started(spec, client)

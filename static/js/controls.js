@@ -179,28 +179,19 @@ export function patchNotice(run) {
 
 let runCounter = 0;
 
-export async function runPrompt(lab) {
-  const { text, pair, mask, pooling, promptName, patch } = lab.getState();
-  if (!text.trim()) {
-    showError("Type some text first.");
-    return;
-  }
-  if (lab.model.kind === "encoder-decoder") return runPair(lab);
+// One run at a time: the page busy and the status saying so while `work` asks for it; `work` returns what shows
+// the run once it came, done only if no newer run was asked for meanwhile (else the newer one shows), and an error
+// is shown by the latest run alone.
+async function latestRun(working, work) {
   const mine = ++runCounter;
   setBusy(true);
   showError(null);
-  status("Running the model…");
+  status(working);
   try {
-    const first = firstView(lab.getState(), lab.model.layers);
-    const { attention, ...run } = await api.analyze({ text, textPair: pair, mask, pooling, prompt: promptName, attention: first?.options, patch });
-    first?.keep(run.run_id, attention);
+    const show = await work();
     if (mine !== runCounter) return;
-    document.body.dataset.run = run.run_id;
-    const firstContent = run.tokens.find((token) => !token.special)?.index ?? 0;
-    const { token } = lab.getState();
-    lab.setState({ run, token: token !== null && token < run.tokens.length ? token : firstContent });
+    show();
     status("");
-    notice(run.truncated ? cutNotice(run, { text, pair }, lab.model) : run.patch ? patchNotice(run) : "");
   } catch (error) {
     if (mine !== runCounter) return;
     showError(error.message);
@@ -210,29 +201,40 @@ export async function runPrompt(lab) {
   }
 }
 
+export async function runPrompt(lab) {
+  const { text, pair, mask, pooling, promptName, patch } = lab.getState();
+  if (!text.trim()) {
+    showError("Type some text first.");
+    return;
+  }
+  if (lab.model.kind === "encoder-decoder") return runPair(lab);
+  return latestRun("Running the model…", async () => {
+    const first = firstView(lab.getState(), lab.model.layers);
+    const { attention, ...run } = await api.analyze({ text, textPair: pair, mask, pooling, prompt: promptName, attention: first?.options, patch });
+    first?.keep(run.run_id, attention);
+    return () => {
+      document.body.dataset.run = run.run_id;
+      const firstContent = run.tokens.find((token) => !token.special)?.index ?? 0;
+      const { token } = lab.getState();
+      lab.setState({ run, token: token !== null && token < run.tokens.length ? token : firstContent });
+      notice(run.truncated ? cutNotice(run, { text, pair }, lab.model) : run.patch ? patchNotice(run) : "");
+    };
+  });
+}
+
 // An encoder-decoder's run: the source (the prompt) and the target (written by the model when the box is empty).
 // The selected row stays where the new run has it.
 async function runPair(lab) {
   const { text, target, kind, token } = lab.getState();
-  const mine = ++runCounter;
-  setBusy(true);
-  showError(null);
-  status(target ? "Running the model…" : "The model writes the target…");
-  try {
+  return latestRun(target ? "Running the model…" : "The model writes the target…", async () => {
     const run = await api.analyzePair({ source: text, target });
-    if (mine !== runCounter) return;
-    document.body.dataset.run = run.run_id;
-    const rows = rowsOf(run, kind).length;
-    lab.setState({ run, token: token !== null && token < rows ? token : 0 });
-    status("");
-    notice(run.source.truncated ? `The source was cut to its first ${run.source.tokens.length} tokens (${lab.model.max_input_tokens} at most).` : "");
-  } catch (error) {
-    if (mine !== runCounter) return;
-    showError(error.message);
-    status("");
-  } finally {
-    if (mine === runCounter) setBusy(false);
-  }
+    return () => {
+      document.body.dataset.run = run.run_id;
+      const rows = rowsOf(run, kind).length;
+      lab.setState({ run, token: token !== null && token < rows ? token : 0 });
+      notice(run.source.truncated ? `The source was cut to its first ${run.source.tokens.length} tokens (${lab.model.max_input_tokens} at most).` : "");
+    };
+  });
 }
 
 function bindPrompt(lab) {
