@@ -11,6 +11,7 @@ import sys
 import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
@@ -241,6 +242,27 @@ def zygote() -> Zygote:
     started = Zygote()
     atexit.register(started.stop)
     return started
+
+
+@dataclass(frozen=True)
+class Ended:
+    returncode: int
+    output: str  # what it wrote to stdout and stderr, in order
+
+
+def run_app(args: list[str], env: dict, timeout: float = 120) -> Ended:
+    """`python -m app ARGS` run to its end (a start that fails), forked from the suite's zygote as LabProcess's
+    labs are where only the lab's settings differ, else a fresh process."""
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", **env}
+    if zygote().takes(env):
+        log = Path(tempfile.mkstemp(suffix=".log", dir=zygote().folder)[1])
+        returncode = zygote().fork(args, env, log).wait(timeout)
+        return Ended(returncode, log.read_text())
+    command = [sys.executable, "-m", "app", *args]
+    ended = subprocess.run(
+        command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=timeout
+    )
+    return Ended(ended.returncode, ended.stdout)
 
 
 class LabProcess:

@@ -11,27 +11,22 @@ from fastapi.testclient import TestClient
 from app.engine.model import ModelLoadError, load_model
 from app.main import create_app
 from app.settings import get_settings
-from tests.conftest import LAB_PROTOCOL, free_port
-
-
-def start(model_path):
-    env = {**os.environ, "ATTENTION_LAB_MODEL_PATH": str(model_path)}
-    return subprocess.run([sys.executable, "-m", "app"], env=env, capture_output=True, text=True, timeout=120)
+from tests.conftest import LAB_PROTOCOL, free_port, run_app
 
 
 def test_missing_folder_fails_with_one_line_naming_it(tmp_path):
     missing = tmp_path / "no-such-model"
-    result = start(missing)
+    result = run_app([], {"ATTENTION_LAB_MODEL_PATH": str(missing)})
     assert result.returncode != 0
-    assert result.stderr.strip().splitlines() == [f"attention-lab: model folder {missing} does not exist"]
+    assert result.output.strip().splitlines() == [f"attention-lab: model folder {missing} does not exist"]
 
 
 def test_broken_folder_fails_with_one_line_naming_it(tmp_path):
     (tmp_path / "config.json").write_text("{ not json")
-    result = start(tmp_path)
+    result = run_app([], {"ATTENTION_LAB_MODEL_PATH": str(tmp_path)})
     assert result.returncode != 0
-    lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1 and str(tmp_path) in lines[0] and "Traceback" not in result.stderr
+    lines = result.output.strip().splitlines()
+    assert len(lines) == 1 and str(tmp_path) in lines[0] and "Traceback" not in result.output
 
 
 def test_a_non_bert_folder_is_refused(tmp_path):
@@ -74,10 +69,9 @@ def damaged_store(folder):
 
 def test_a_damaged_store_file_stops_python_m_app_with_one_line(tmp_path):
     expected = damaged_store(tmp_path)
-    env = {**os.environ, "ATTENTION_LAB_DATA_DIR": str(tmp_path)}
-    result = subprocess.run([sys.executable, "-m", "app"], env=env, capture_output=True, text=True, timeout=120)
+    result = run_app([], {"ATTENTION_LAB_DATA_DIR": str(tmp_path)})
     assert result.returncode != 0
-    assert result.stderr.strip().splitlines() == [expected]
+    assert result.output.strip().splitlines() == [expected]
 
 
 def test_a_damaged_store_file_stops_uvicorn_with_one_line_not_a_traceback(tmp_path):
@@ -96,15 +90,9 @@ def test_a_damaged_store_file_stops_uvicorn_with_one_line_not_a_traceback(tmp_pa
 
 def test_python_m_app_with_workers_checks_the_model_folder_before_starting_them(tmp_path):
     missing = tmp_path / "no-such-model"
-    result = subprocess.run(
-        [sys.executable, "-m", "app", "--workers", "2", "--port", str(free_port())],
-        env={**os.environ, "ATTENTION_LAB_MODEL_PATH": str(missing)},
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    result = run_app(["--workers", "2", "--port", str(free_port())], {"ATTENTION_LAB_MODEL_PATH": str(missing)})
     assert result.returncode != 0
-    assert result.stderr.strip().splitlines() == [f"attention-lab: model folder {missing} does not exist"]
+    assert result.output.strip().splitlines() == [f"attention-lab: model folder {missing} does not exist"]
 
 
 @pytest.mark.parametrize("broken, workers", [(False, 1), (True, 2)], ids=["missing", "broken-with-workers"])
@@ -116,14 +104,9 @@ def test_a_bad_cross_encoder_folder_stops_python_m_app_with_one_line_before_the_
     if broken:
         folder.mkdir()
         (folder / "config.json").write_text("{ not json")
-    result = subprocess.run(
-        [sys.executable, "-m", "app", "--workers", str(workers), "--port", str(free_port())],
-        env={**os.environ, "ATTENTION_LAB_CROSS_ENCODER": str(folder)},
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    args = ["--workers", str(workers), "--port", str(free_port())]
+    result = run_app(args, {"ATTENTION_LAB_CROSS_ENCODER": str(folder)})
     assert result.returncode != 0
-    lines = result.stderr.strip().splitlines()
+    lines = result.output.strip().splitlines()
     says = str(folder) if broken else f"cross-encoder folder {folder} does not exist"
-    assert len(lines) == 1 and lines[0].startswith("attention-lab: ") and says in lines[0], result.stderr
+    assert len(lines) == 1 and lines[0].startswith("attention-lab: ") and says in lines[0], result.output

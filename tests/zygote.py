@@ -20,6 +20,7 @@ import signal
 import socket
 import sys
 import traceback
+import warnings
 from pathlib import Path
 
 import numpy
@@ -82,6 +83,8 @@ def run_lab(request: dict) -> None:
     random.seed()
     numpy.random.seed()
     signal.signal(signal.SIGINT, signal.default_int_handler)
+    # runpy warns that app.__main__ was imported before it runs as __main__: here, on purpose (above).
+    warnings.filterwarnings("ignore", "'app.__main__' found in sys.modules", RuntimeWarning)
     try:
         runpy.run_module("app", run_name="__main__", alter_sys=True)
         code = 0
