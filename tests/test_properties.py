@@ -9,6 +9,7 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from app.main import create_app
+from app.settings import get_settings
 from tests.float32 import tolerance
 
 # Any Unicode but lone surrogates, which JSON can carry and the API refuses (tested elsewhere).
@@ -41,7 +42,13 @@ def test_any_prompt_gets_an_answer_whose_offsets_slice_the_text(client, minilm, 
 
 @pytest.fixture(scope="module")
 def schema(minilm):
-    return schemathesis.openapi.from_asgi("/openapi.json", create_app(minilm))
+    """The app under a small bound on a patching or scoreboard's passes (heads × keys × tokens): a generated
+    request past it is refused, as the schema says; one within it is answered, and the fuzz stays seconds."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("ATTENTION_LAB_MAX_PATCH_TOKENS", "4096")
+        get_settings.cache_clear()
+        yield schemathesis.openapi.from_asgi("/openapi.json", create_app(minilm))
+    get_settings.cache_clear()
 
 
 def operations():
