@@ -462,7 +462,17 @@ def build(family: str, folder: Path) -> Path:
 
 
 # Encoder-decoders: 2 encoder blocks and 3 decoder blocks, so that a stack read for the other shows.
-SEQ2SEQ = {"d_model": 32, "encoder_layers": 2, "decoder_layers": 3, "encoder_attention_heads": 4}
+# BART's and Marian's shape (T5 names its sizes otherwise).
+SEQ2SEQ = {
+    "d_model": 32,
+    "encoder_layers": 2,
+    "decoder_layers": 3,
+    "encoder_attention_heads": 4,
+    "decoder_attention_heads": 4,
+    "encoder_ffn_dim": 64,
+    "decoder_ffn_dim": 64,
+    "max_position_embeddings": POSITIONS,
+}
 
 
 def metaspace_bpe(special: list[str]) -> Tokenizer:
@@ -513,10 +523,6 @@ def bart(folder: Path) -> None:
     tokenizer.post_processor = processors.RobertaProcessing(("</s>", 2), ("<s>", 0), add_prefix_space=False)
     config = BartConfig(
         vocab_size=tokenizer.get_vocab_size(),
-        decoder_attention_heads=4,
-        encoder_ffn_dim=64,
-        decoder_ffn_dim=64,
-        max_position_embeddings=POSITIONS,
         pad_token_id=1,
         bos_token_id=0,
         eos_token_id=2,
@@ -538,10 +544,6 @@ def marian(folder: Path) -> None:
     tokenizer = metaspace_bpe(["<pad>", "</s>", "<unk>"])
     config = MarianConfig(
         vocab_size=tokenizer.get_vocab_size(),
-        decoder_attention_heads=4,
-        encoder_ffn_dim=64,
-        decoder_ffn_dim=64,
-        max_position_embeddings=POSITIONS,
         pad_token_id=0,
         eos_token_id=1,
         decoder_start_token_id=0,
