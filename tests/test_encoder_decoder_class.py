@@ -3,6 +3,10 @@ through the class API, a teacher and three learners each on its own loopback add
 transformers' eager cross_attentions (and the norm-weighted attention computed from the raw weights); a question of
 the wrong kind for its run refused in a sentence."""
 
+import json
+import re
+from pathlib import Path
+
 import numpy as np
 import pytest
 import torch
@@ -17,6 +21,7 @@ pytestmark = pytest.mark.slow
 
 SOURCE = "The cat sat on the mat."
 TARGET = "A quick brown fox jumps."
+ROOT = Path(__file__).parent.parent
 ATOL = tolerance(5 * 64)  # five blocks (two encoder, three decoder) of 64-wide FFNs, as test_encoder_decoder_api
 
 
@@ -174,3 +179,44 @@ def test_a_question_of_the_other_kind_for_its_run_is_refused_in_a_sentence(lab):
     assert refused.status_code == 404 and "the decoder reads tokens 0 to" in refused.json()["detail"]
     refused = teacher.post(f"{classes}/question", json=outside | {"token": 0, "layer": 3}, headers=secret)
     assert refused.status_code == 404 and "decoder block 3 does not exist" in refused.json()["detail"]
+
+
+def plan_js_list(name: str) -> list[str]:
+    """A list of static/js/class/plan.js, as the planner reads a plan with it."""
+    source = (ROOT / "static" / "js" / "class" / "plan.js").read_text()
+    return re.findall(r'"([^"]+)"', re.search(rf"^(?:export )?const {name} = \[(.*?)\];", source, flags=re.M).group(1))
+
+
+def test_the_alignment_plan_is_asked_on_a_tiny_marian_and_its_absent_model_is_said(lab, eager):
+    """docs/lesson-plans.md's alignment plan: its model, absent here, refused with what to do; each step's view and
+    question as the planner reads them, asked on the tiny Marian (its block cut to the tiny's last), each answer the
+    argmax of transformers' cross-attention row averaged over the heads."""
+    text = (ROOT / "docs" / "lesson-plans.md").read_text()
+    plan = json.loads(re.search(r"## Alignment.*?```json\n(.*?)```", text, flags=re.S).group(1))
+    assert plan["format"] == "attention-lab lesson plan" and plan["requires"]
+    teacher = device("127.0.58.7")
+    absent = teacher.post(f"{lab.url}/api/analyze", json={"text": SOURCE, "model": plan["model"]})
+    assert absent.status_code == 422
+    assert f"`hf download {plan['model']}`" in absent.json()["detail"]
+    assert f"start the lab with ATTENTION_LAB_MODELS={plan['model']}" in absent.json()["detail"]
+
+    code, secret = start_class(teacher, lab.url)
+    classes = f"{lab.url}/api/classes/{code}"
+    run_eager, model = eager
+    last_block, heads = model.config.decoder_layers - 1, model.config.decoder_attention_heads
+    for step in plan["steps"]:
+        view, question = step["view"], step["question"]
+        assert set(view) <= set(plan_js_list("STEP_KEYS")) and question["kind"] in plan_js_list("QUESTION_KINDS")
+        assert view["kind"] == "cross" and question == {"kind": "cross_attends"}
+        body = {"text": view["text"], "target": view["target"], "model": "marian"}
+        run = teacher.post(f"{lab.url}/api/analyze", json=body).json()
+        layer = min(view["layer"], last_block)
+        ask = {"kind": "cross_attends", "run_id": run["run_id"], "token": view["token"], "layer": layer}
+        ask |= {"head": "mean", "heads": list(range(heads)), "step": {"index": 1, "title": step["title"]}}
+        asked = teacher.post(f"{classes}/question", json=ask, headers=secret)
+        assert asked.status_code == 201, asked.text
+        revealed = teacher.post(f"{classes}/question/reveal", headers=secret).json()
+        out = run_eager(*([t["id"] for t in run[side]["tokens"]] for side in ("source", "target")))
+        row = out.cross_attentions[layer][0, :, view["token"]].double().mean(0).numpy()
+        np.testing.assert_allclose(revealed["values"], row, atol=ATOL)
+        assert revealed["answer"]["choice"] == int(np.argmax(row))
