@@ -229,7 +229,12 @@ export function initPlanner(lab, teacher) {
     // A plan whose questions need a model that writes, opened on one that does not, says what to serve.
     const writes = plan.steps.some((step) => ["written", "temperature"].includes(step.question?.kind));
     const needs = writes && lab.model.cannot_write ? ` It needs ${plan.requires ?? "a model that writes"}. ${lab.model.cannot_write}.` : "";
-    said.textContent = `Opened ${from}: ${plan.steps.length} steps.${plan.model && plan.model !== lab.model.name ? ` It was made for ${plan.model}; this page reads ${lab.model.name}.` : ""}${needs}`;
+    // A plan made for another model says how to get to it: its page, or serving it where this lab does not.
+    const elsewhere =
+      plan.model && plan.model !== lab.model.name
+        ? ` It was made for ${plan.model}; this page reads ${lab.model.name}. Choose ${plan.model} in the model picker, or, where this lab does not serve it, download it beforehand (hf download ${plan.model}) and start the lab with ATTENTION_LAB_MODELS=${plan.model}.`
+        : "";
+    said.textContent = `Opened ${from}: ${plan.steps.length} steps.${elsewhere}${needs}`;
   };
   const failed = (error) => (said.textContent = `That plan could not be opened: ${error.message}.`);
 
