@@ -188,11 +188,10 @@ def plan_js_list(name: str) -> list[str]:
 
 
 def test_the_alignment_plan_is_asked_on_a_tiny_marian_and_its_absent_model_is_said(lab, eager):
-    """docs/lesson-plans.md's alignment plan: its model, absent here, refused with what to do; each step's view and
-    question as the planner reads them, asked on the tiny Marian (its block cut to the tiny's last), each answer the
-    argmax of transformers' cross-attention row averaged over the heads."""
-    text = (ROOT / "docs" / "lesson-plans.md").read_text()
-    plan = json.loads(re.search(r"## Alignment.*?```json\n(.*?)```", text, flags=re.S).group(1))
+    """static/lessons/alignment.json: its model, absent here, refused with what to do; each step's view and question
+    as the planner reads them, asked on the tiny Marian (its block cut to the tiny's last), each answer the argmax
+    of transformers' cross-attention row averaged over the heads."""
+    plan = json.loads((ROOT / "static" / "lessons" / "alignment.json").read_text())
     assert plan["format"] == "attention-lab lesson plan" and plan["requires"]
     teacher = device("127.0.58.7")
     absent = teacher.post(f"{lab.url}/api/analyze", json={"text": SOURCE, "model": plan["model"]})

@@ -3,7 +3,7 @@ labelled, cross-attention opened and a target word clicked, and the numbers the 
 eager `cross_attentions` for that row, computed here from the folder. The encoder's and the decoder's
 self-attention label their rows and columns with the right tokens; the exports link to the run's; the target the
 model writes is written; ALTI says the run's sentence why it is not drawn; a class is asked which source token a
-target token reads most. Nothing cut or off-screen at a
+target token reads most, and the alignment plan says how to serve its model. Nothing cut or off-screen at a
 projector's 1024×768 and a 390 px phone; no error in the page."""
 
 import re
@@ -227,6 +227,13 @@ def test_a_class_is_asked_which_source_token_a_target_token_reads_on_the_page(br
     assert max(abs(value - weight) for value, weight in zip(revealed["values"], row, strict=True)) <= bound
     assert revealed["correct"] == [1.0, None]
     screenshot(learner, "encoder-decoder-class-learner-390")
+    # The shipped alignment plan, made for a translation model this lab does not serve: the panel says how to get it.
+    teacher.click("#plan-edit summary")
+    teacher.click("#plan-align")
+    made_for = "It was made for Helsinki-NLP/opus-mt-en-de; this page reads marian."
+    serve = "(hf download Helsinki-NLP/opus-mt-en-de) and start the lab with ATTENTION_LAB_MODELS=Helsinki-NLP/"
+    expect(teacher.locator("#plan-said")).to_contain_text(f"Opened “Alignment in translation”: 4 steps. {made_for}")
+    expect(teacher.locator("#plan-said")).to_contain_text(serve)
     teacher_context.close()
     learner_context.close()
     assert teacher.errors == [] and learner.errors == []

@@ -16,6 +16,7 @@ const READY = [
   ["plan-search", "search.json", "Search with the sentence vector"],
   ["plan-grow", "grow.json", "Grow an induction head"],
   ["plan-write", "write.json", "A decoder writes"],
+  ["plan-align", "alignment.json", "Alignment in translation"],
 ];
 // The choices' words are short: a select cannot wrap, and the panel is 15 rem wide on a 1024×768 projector.
 const KINDS = { attends: "Most attended token", cross_attends: "Most read source token", next_token: "Next token", search: "First document", grown_head: "Grown induction head", loss_drop: "When the loss drops", written: "Next written token", temperature: "Which temperature" };
