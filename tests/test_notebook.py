@@ -18,11 +18,13 @@ import numpy as np
 import pytest
 import torch
 from nbclient import NotebookClient
+from transformers import AutoModelForSeq2SeqLM
 
 from app.engine.engine import Engine
 from app.engine.model import ModelLoadError, adopt
 from app.web.encoding import decode_attention
-from tests.families import gpt2_objects
+from tests.families import build, gpt2_objects
+from tests.float32 import tolerance
 
 ROOT = Path(__file__).resolve().parents[1]
 TEXT = "The animal didn't cross the street because it was too tired"
@@ -303,3 +305,38 @@ def test_a_decoder_writes_in_the_widget_through_the_kernel_token_by_token():
         time.sleep(0.01)
     assert all(message["kind"] in ("answer", "part") for message, _ in sent)
     assert sum(piece.count(b"event: step") for _, piece in sent) < 50
+
+
+def test_an_encoder_decoder_shows_its_source_target_and_three_kinds_of_attention(tmp_path):
+    """A tiny Marian folder in the widget: its source and target, every kind's weights in the run as transformers'
+    eager pass gives them, the selection checked against the kind's own stack and rows, a new target read again."""
+    from attention_lab import show
+
+    folder = build("marian", tmp_path / "marian")
+    target = "A quick brown fox jumps."
+    widget = show(SHORT, str(folder), target=target, kind="cross", block=2, head=1, token=3)
+    run = widget.run
+    assert run["kind"] == "encoder-decoder" and widget.info["decoder_layers"] == 3
+    assert "seq2seq/views.js" in dict(widget._modules)
+    ids = {side: [token["id"] for token in run[side]["tokens"]] for side in ("source", "target")}
+    model = AutoModelForSeq2SeqLM.from_pretrained(folder, attn_implementation="eager").eval()
+    with torch.inference_mode():
+        out = model(
+            input_ids=torch.tensor([ids["source"]]),
+            decoder_input_ids=torch.tensor([ids["target"]]),
+            output_attentions=True,
+        )
+    expected = {"encoder": out.encoder_attentions, "decoder": out.decoder_attentions, "cross": out.cross_attentions}
+    for kind, layers in expected.items():
+        weights = np.array(run["attention"][kind]["weights"])
+        np.testing.assert_allclose(weights, np.stack([layer[0].numpy() for layer in layers]), atol=tolerance(5 * 64))
+    with pytest.raises(Exception, match="block 3 does not exist"):
+        widget.block = 3  # the decoder has 3 blocks
+    widget.kind = "encoder"  # the encoder has 2: block 2 becomes its last, token 3 stays a source token
+    assert (widget.block, widget.token) == (1, 3)
+    with pytest.raises(Exception, match=f"token {len(ids['source'])} does not exist"):
+        widget.token = len(ids["source"])
+    widget.target = "The cat."
+    assert widget.run["target"]["text"] == "The cat." and widget.run["run_id"] != run["run_id"]
+    with pytest.raises(Exception, match="reads one text"):
+        show(SHORT, target="Die Katze.")

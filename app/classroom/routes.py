@@ -24,6 +24,7 @@ from app.classroom.schemas import (
     ClassStarted,
     ClassView,
     Code,
+    CrossAttendsAsk,
     GrownHeadAsk,
     HeadAsk,
     Join,
@@ -42,10 +43,13 @@ from app.classroom.schemas import (
 )
 from app.engine import questions
 from app.engine.errors import InvalidInput
+from app.engine.spec import EncoderDecoderSpec, RunSpec
 from app.engine.training.spec import TrainingSpec
+from app.serving.lab import RunNotFound
 from app.serving.server import is_loopback
 from app.serving.training import TrainingNotFound, Trainings
 from app.web.deps import ClientDep, ExperimentsDep, LabDep, SearchesDep, WritingsDep
+from app.web.encoder_decoder import computed
 from app.web.events import RESPONSES as events_responses
 from app.web.events import EventStream
 from app.web.schemas.common import ValidationErrorResponse
@@ -165,7 +169,20 @@ async def ask(
         view = body.model_dump(exclude={"kind", "step", "text", "test"})
         step = body.step.model_dump() if body.step else None
         return await classes.rounds.ask(code, question, view, step, body.text, body.test, written=words)
-    run = await lab.serve_run(body.run_id, client)
+    if isinstance(body, CrossAttendsAsk):
+        question = await cross_question(lab, body, client)
+        view = body.model_dump(exclude={"kind", "step", "text", "test"})
+        step = body.step.model_dump() if body.step else None
+        return await classes.rounds.ask(code, question, view, step, body.text, body.test)
+    try:
+        run = await lab.serve_run(body.run_id, client)
+    except RunNotFound as missing:
+        if type(missing) is RunNotFound and await is_kept(lab, body.run_id, EncoderDecoderSpec):
+            raise InvalidInput(
+                f"run {body.run_id} is an encoder-decoder's (a source and a target): ask it `cross_attends`, which "
+                "source token a target token reads most"
+            ) from None
+        raise
     engine = await lab.engine_for(run.spec.model, client)
     if isinstance(body, AttendsAsk):
         view = questions.View(
@@ -184,6 +201,39 @@ async def ask(
     view = body.model_dump(exclude={"kind", "step", "text", "test"})
     step = body.step.model_dump() if body.step else None
     return await classes.rounds.ask(code, question, view, step, body.text, body.test)
+
+
+async def cross_question(lab, body: CrossAttendsAsk, client) -> questions.Question:
+    """Which source token a target token reads most, from the encoder-decoder's run recomputed from its spec (as its
+    export is), its cross-attention in the view's measure made on a worker thread holding the bytes it takes."""
+    try:
+        spec = await lab.stored_spec(body.run_id, EncoderDecoderSpec, RunNotFound)
+    except RunNotFound as missing:
+        if type(missing) is RunNotFound and await is_kept(lab, body.run_id, RunSpec):
+            raise InvalidInput(
+                f"run {body.run_id} reads one text: a cross_attends question is asked on an encoder-decoder's run "
+                "(T5, BART, Marian: a source and a target); ask `attends` on this one"
+            ) from None
+        raise
+    engine = await lab.engine_for(spec.model, client)
+    run, _ = await computed(engine, spec, lab, client)
+    view = questions.CrossView(body.layer, body.head, tuple(body.heads), body.block_mean, body.measure, body.sinks)
+    cells = engine.decoder_layers * engine.heads * len(run.target) * len(run.source)
+
+    def ask() -> questions.Question:
+        matrix = run.all_weights("cross") if view.measure == "weights" else engine.all_norms(run, "cross")
+        return questions.cross_attends(matrix, run.source, run.target, view, body.token)
+
+    return await lab.works.on_thread(f"a cross-attention question on {spec.run_id}", 3 * 4 * cells, ask, client)
+
+
+async def is_kept(lab, run_id: str, kind: type) -> bool:
+    """The store keeps a spec of this kind by this id (a question asked of a run of the other kind says so)."""
+    try:
+        await lab.stored_spec(run_id, kind, RunNotFound)
+    except RunNotFound:
+        return False
+    return True
 
 
 async def training_question(code: str, body: GrownHeadAsk | LossDropAsk, classes: Classes, trainings: Trainings):

@@ -6,7 +6,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from app.engine.measures import Measure
-from app.engine.questions import Pattern, Segments, Sinks
+from app.engine.questions import CrossMeasure, Pattern, Segments, Sinks
 from app.web.schemas.writing import GenerateRequest
 
 Code = Annotated[str, Field(pattern=r"^[23456789A-Z]{6}$", description="The class's join code")]
@@ -74,6 +74,25 @@ class AttendsAsk(Ask):
     measure: Measure = "weights"
     sinks: Sinks = "show"
     segments: Segments = "all"
+
+
+class CrossAttendsAsk(Ask):
+    """Which source token does target token `token` read most in an encoder-decoder's cross-attention? The run is an
+    encoder-decoder's (POST /api/analyze with a source and a target); `token` is the decoder's row, as its page
+    selects it: row i reads target token i and chooses token i + 1."""
+
+    kind: Literal["cross_attends"]
+    token: int = Field(ge=0, description="The target token, by its place in what the decoder reads (0: its start)")
+    layer: int = Field(0, ge=0, description="The decoder's block; ignored under block_mean")
+    head: Annotated[int, Field(ge=0)] | Literal["mean"] = Field(0, description='A head, or "mean" of `heads`')
+    heads: list[Annotated[int, Field(ge=0)]] = Field([], max_length=1024)
+    block_mean: bool = False
+    measure: CrossMeasure = "weights"
+    sinks: Sinks = Field(
+        "show",
+        description="The source's added tokens (its end token): shown, hidden, or hidden "
+        "and the rest rescaled to sum to 1",
+    )
 
 
 class HeadAsk(Ask):
@@ -168,6 +187,7 @@ class TemperatureAsk(Asked):
 
 QuestionAsk = Annotated[
     AttendsAsk
+    | CrossAttendsAsk
     | HeadAsk
     | NextTokenAsk
     | PatchAsk
@@ -206,7 +226,16 @@ class QuestionState(BaseModel):
 
     id: str
     kind: Literal[
-        "attends", "head", "next_token", "patch", "search", "grown_head", "loss_drop", "written", "temperature"
+        "attends",
+        "cross_attends",
+        "head",
+        "next_token",
+        "patch",
+        "search",
+        "grown_head",
+        "loss_drop",
+        "written",
+        "temperature",
     ]
     test: Test | None = Field(description="A pre-test or a post-test (one round, closed without its votes shown)")
     text: str

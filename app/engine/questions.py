@@ -176,6 +176,96 @@ def attends(run: Run, blocks: list[torch.Tensor], view: View, token: int) -> Que
     return Question("attends", text, choices, measure=view.measure)
 
 
+CrossMeasure = Literal["weights", "norm"]  # the measures an encoder-decoder's run computes (NOT_MEASURED: the rest)
+
+
+@dataclass(frozen=True)
+class CrossView:
+    """Cross-attention as the encoder-decoder's page draws it: decoder block `layer` (ignored under block_mean), one
+    head or the mean of `heads` ("mean"), weights or norm-weighted, the source's added tokens (its end token </s>)
+    shown, hidden, or hidden and the rest rescaled to sum to 1."""
+
+    layer: int = 0
+    head: int | Literal["mean"] = 0
+    heads: tuple[int, ...] = ()
+    block_mean: bool = False
+    measure: CrossMeasure = "weights"
+    sinks: Sinks = "show"
+
+
+def cross_heads(n_heads: int, view: CrossView) -> list[int]:
+    chosen = sorted(set(view.heads)) if view.head == "mean" else [view.head]
+    if not chosen:
+        raise InvalidInput("a mean of heads needs at least one head in `heads`")
+    for head in chosen:
+        if not 0 <= head < n_heads:
+            raise OutOfRange(f"head {head} does not exist: heads are 0 to {n_heads - 1}")
+    return chosen
+
+
+def cross_row(matrix: torch.Tensor, source: list, view: CrossView, token: int) -> torch.Tensor:
+    """Target row `token` of the cross-attention in the view, float64, NaN for each source token it leaves out.
+    [source_pos]  matrix: the run's cross-attention in the view's measure, [layer, head, target_pos, source_pos];
+    source: the source's tokens."""
+    layers, n_heads, targets = matrix.shape[:3]
+    if not 0 <= token < targets:
+        raise OutOfRange(f"target token {token} does not exist: the decoder reads tokens 0 to {targets - 1}")
+    if not view.block_mean and not 0 <= view.layer < layers:
+        raise OutOfRange(f"decoder block {view.layer} does not exist: blocks are 0 to {layers - 1}")
+    heads = cross_heads(n_heads, view)
+    blocks = [matrix[layer] for layer in (range(layers) if view.block_mean else [view.layer])]
+    (combined,) = mean_view(blocks, heads, view.block_mean)  # [1, target_pos, source_pos], as the page holds it
+    row = combined[0, token].double()
+    if view.sinks != "show":
+        hidden = torch.tensor([t.added for t in source])
+        kept = row[~hidden].sum()
+        if view.sinks == "renormalise" and kept > 0:
+            row = row / kept
+        row[hidden] = math.nan
+    return row
+
+
+def describe_cross(layers: int, n_heads: int, view: CrossView) -> str:
+    """The view in words: "cross-attention, decoder block 1, head 2", "…, all 3 decoder blocks averaged, heads 0, 2
+    averaged", with its measure and the source's hidden end token after it."""
+    where = f"all {count(layers, 'decoder block')} averaged" if view.block_mean else f"decoder block {view.layer}"
+    if view.head != "mean":
+        where += f", head {view.head}"
+    else:
+        heads = cross_heads(n_heads, view)
+        chosen = f"all {count(n_heads, 'head')}" if len(heads) == n_heads else f"heads {', '.join(map(str, heads))}"
+        where += f", {chosen} averaged"
+    notes = [MEASURES[view.measure].short] if MEASURES[view.measure].short else []
+    if view.sinks != "show":
+        notes.append(
+            "the source's added tokens hidden" + (", the rest rescaled" if view.sinks == "renormalise" else "")
+        )
+    return f"cross-attention, {where}" + (f" ({'; '.join(notes)})" if notes else "")
+
+
+def cross_attends(matrix: torch.Tensor, source: list, target: list, view: CrossView, token: int) -> Question:
+    """Which source token does target token `token` read most in cross-attention, in the view? The decoder's row
+    `token` reads target token `token` and chooses the next one: the alignment of that next token, when a model
+    writes it, with the source. Choices: the source tokens the view keeps; values: the row's numbers there.
+    matrix: [layer, head, target_pos, source_pos] in the view's measure; source, target: the run's tokens (the
+    target's from the decoder's start token on)."""
+    row = cross_row(matrix, source, view, token)
+    choices = tuple(
+        Choice(source[key].label, float(value), token=key)
+        for key, value in enumerate(row.tolist())
+        if not math.isnan(value)
+    )
+    if len(choices) < 2:
+        raise InvalidInput(f"this view leaves target token {token} fewer than two source tokens: ask with them shown")
+    reads = target[token].label
+    step = (
+        f"reading “{reads}” to choose “{target[token + 1].label}”" if token + 1 < len(target) else f"reading “{reads}”"
+    )
+    where = describe_cross(matrix.shape[0], matrix.shape[1], view)
+    text = f"The decoder, {step}: which source token does it read most in {where}?"
+    return Question("cross_attends", text, choices, measure=view.measure)
+
+
 PATTERN_WORDS = {
     "previous": "the token before it",
     "next": "the token after it",

@@ -13,7 +13,7 @@ const MODULE_BASE = "https://page.invalid/js/"; // resolves a relative import to
 const IMPORT = /^(import [^;]*? from ")(\.{1,2}\/[^"]+)(")/gm;
 // Traitlet → the page's state key, where the names differ (the page's link says layer, its picker Block).
 const STATE_KEY = { block: "layer", block_mean: "blockMean", all_heads: "allHeads", prompt: "promptName" };
-const TRAITS = ["text", "pair", "mask", "pooling", "prompt", "block", "head", "heads", "block_mean", "token", "also", "measure", "sinks", "segments", "scale", "all_heads", "panel"];
+const TRAITS = ["text", "pair", "mask", "pooling", "prompt", "block", "head", "heads", "block_mean", "token", "also", "measure", "sinks", "segments", "scale", "all_heads", "panel", "target", "kind"];
 const PANELS = { dissection: "Worked example", grid: "Every head", write: "Write" };
 
 // name → blob: URL of each module, made in the order given (a module after those it imports).
@@ -207,6 +207,56 @@ function controls(root, lab, { el }, { MEASURES, VIEW_MEASURES, measureOf, noHea
   show(lab.getState());
 }
 
+// An encoder-decoder's pickers (the page's seq2seq controls): which kind of attention, that kind's own blocks, a
+// head (or the mean of a head set), the measures its run holds; its one panel, every head of the kind.
+function pairControls(root, lab, { el }, { MEASURES, VIEW_MEASURES, measureOf }, { renderHeadSet }, { KINDS, blocksOf, rowsOf }) {
+  const { model } = lab;
+  const picker = (label, options, change) => {
+    const select = el("select", {}, ...options.map(([value, name, disabled]) => Object.assign(new Option(name, String(value)), { disabled: Boolean(disabled), title: disabled || "" })));
+    select.addEventListener("change", () => change(select.value));
+    return { select, label: el("label", {}, `${label} `, select) };
+  };
+  const kinds = picker(
+    "Attention",
+    Object.entries(KINDS).map(([kind, { rows, columns }]) => [kind, `${kind}: ${rows} → ${columns}`]),
+    (next) => {
+      // The kind's own stack and rows: the block and token kept where they fit (as the page's picker keeps them).
+      const { layer, token, kind, run } = lab.getState();
+      const sameRows = KINDS[kind].rows === KINDS[next].rows;
+      lab.setState({ kind: next, layer: Math.min(layer, blocksOf(model, next) - 1), token: sameRows || !run ? token : Math.min(token ?? 0, rowsOf(run, next).length - 1) });
+    },
+  );
+  const blocks = picker("Block", [], (value) => lab.setState({ layer: Number(value) }));
+  const heads = picker("Head", [...[...Array(model.heads).keys()].map((head) => [head, `head ${head}`]), ["mean", `mean of ${model.heads} heads`]], (value) => lab.setState({ head: value === "mean" ? "mean" : Number(value) }));
+  const measures = picker(
+    "Measure",
+    // The measures its run holds; the others listed, not offered, with why (as on the page).
+    VIEW_MEASURES.map((key) => [key, MEASURES[key].name, ["weights", "norm"].includes(key) ? "" : `Not computed for an encoder-decoder: ${model.not_measured[key] ?? "the lab computes the weights and the norm-weighted attention"}`]),
+    (value) => lab.setState({ measure: value }),
+  );
+  const headSet = el("div", { class: "head-set", role: "group", "aria-label": "Heads in the mean", hidden: "" });
+  const tab = el("button", { type: "button", role: "tab", id: "panel-tab-grid", dataset: { panel: "grid" } }, PANELS.grid);
+  tab.addEventListener("click", () => lab.setState({ panel: lab.getState().panel === "grid" ? null : "grid" }));
+  root.getElementById("panel-tabs").replaceChildren(tab);
+  const meaning = el("span", { class: "hint widget-meaning" });
+  root.getElementById("widget-bar").replaceChildren(kinds.label, blocks.label, heads.label, measures.label, meaning, headSet);
+  const show = (state) => {
+    kinds.select.value = state.kind;
+    const count = blocksOf(model, state.kind);
+    if (blocks.select.options.length !== count) blocks.select.replaceChildren(...Array.from({ length: count }, (_, layer) => new Option(`block ${layer}`, String(layer))));
+    blocks.select.value = String(state.layer);
+    heads.select.value = String(state.head);
+    measures.select.value = state.measure;
+    meaning.textContent = measureOf(state.measure).meaning;
+    renderHeadSet(headSet, state, model.heads, (chosen) => lab.setState({ heads: chosen }));
+    root.querySelector(".panels").classList.toggle("open", state.panel === "grid");
+    tab.setAttribute("aria-selected", String(state.panel === "grid"));
+    for (const panel of Object.keys(PANELS)) root.getElementById(`panel-${panel}`).hidden = panel !== "grid" || state.panel !== "grid";
+  };
+  lab.subscribe((state) => show(state));
+  show(lab.getState());
+}
+
 async function render({ model, el }) {
   const root = el.attachShadow({ mode: "open" });
   const config = model.get("config");
@@ -219,8 +269,8 @@ async function render({ model, el }) {
   const urls = moduleURLs(model.get("_modules"));
   const load = (name) => import(urls.get(name));
   (await load("root.js")).drawIn(root); // before any view module reads an element (measures.js reads lab-config)
-  const names = ["api.js", "data.js", "measures.js", "format.js", "views.js", "tokens.js", "attention.js", "attends.js", "grid.js", "dissection.js", "headset.js", "write.js"];
-  const [api, data, measures, format, views, tokens, attention, attends, grid, dissection, headset, write] = await Promise.all(names.map(load));
+  const names = ["api.js", "data.js", "measures.js", "format.js", "views.js", "tokens.js", "attention.js", "attends.js", "grid.js", "dissection.js", "headset.js", "write.js", "seq2seq/views.js", "seq2seq/kinds.js"];
+  const [api, data, measures, format, views, tokens, attention, attends, grid, dissection, headset, write, pair, kinds] = await Promise.all(names.map(load));
   for (const url of urls.values()) URL.revokeObjectURL(url); // every module is loaded: the URLs are no longer needed
   const transport = kernelTransport(model);
   api.sendWith(transport.send);
@@ -234,10 +284,17 @@ async function render({ model, el }) {
   // A written sequence read in the views: its text set, which the kernel runs (LabWidget's text traitlet).
   const readText = (text, token) => store.set({ text, token });
   const lab = { getState: store.get, setState: (patch) => store.set(patch), subscribe: store.subscribe, model: config.model, numbers: () => data.numbersOf(store.get().run.run_id), showError, readText };
-  const heatmap = attention.createAttentionView(lab);
-  views.mountViews([tokens.tokensView, heatmap, attends.attendsView, dissection.dissectionView, grid.gridView], lab);
-  controls(root, lab, format, measures, headset);
-  write.initWrite(lab); // a decoder writes here as on the page: the kernel relays its stream as it comes
+  // An encoder-decoder's run is a source, a target and three kinds of attention: the page's views of it (seq2seq/).
+  const pairRun = config.model.kind === "encoder-decoder";
+  if (pairRun) {
+    views.mountViews([pair.pairTokensView, pair.createPairMapView(lab, attention.stageBounds), pair.pairAttendsView, pair.pairGridView], lab);
+    pairControls(root, lab, format, measures, headset, kinds);
+  } else {
+    const heatmap = attention.createAttentionView(lab);
+    views.mountViews([tokens.tokensView, heatmap, attends.attendsView, dissection.dissectionView, grid.gridView], lab);
+    controls(root, lab, format, measures, headset);
+    write.initWrite(lab); // a decoder writes here as on the page: the kernel relays its stream as it comes
+  }
   root.getElementById("grid-shares").addEventListener("change", () => {
     if (store.get().run) grid.showShares(root.getElementById("grid"), store.get(), lab).catch((error) => showError(error.message));
   });
@@ -250,7 +307,7 @@ async function render({ model, el }) {
       const view = model.get("first_view");
       if (view.measure) data.firstView({ ...patch, ...view, blockMean: false }, config.model.layers)?.keep(run.run_id, run.attention);
       const { attention: _, ...kept } = run;
-      patch.run = kept;
+      patch.run = pairRun ? run : kept; // an encoder-decoder's views draw from its run's whole attention
     }
     store.set(patch, true);
     showError(model.get("error"));

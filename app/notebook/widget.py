@@ -44,6 +44,7 @@ VIEW_MODULES = [
     "dissection.js",
     "headset.js",
     "write.js",
+    "seq2seq/views.js",  # an encoder-decoder's: its source and target, and its three kinds of attention
 ]
 LONG_FROM = 512  # tokens: static/js/data.js's; a longer run's first view comes max-pooled to this many a side
 VIEW_KEYS = {
@@ -65,7 +66,11 @@ VIEW_KEYS = {
     "scale",
     "all_heads",
     "panel",
+    "target",
+    "kind",
 }
+PAIR_KINDS = ("encoder", "decoder", "cross")  # an encoder-decoder's kinds of attention (app.engine.encoder_decoder)
+PAIR_ROWS = {"encoder": "source", "decoder": "target", "cross": "target"}  # whose tokens each kind's rows are
 
 
 def page_modules() -> list[list[str]]:
@@ -118,6 +123,10 @@ class LabWidget(anywidget.AnyWidget):
     panel = Enum(["dissection", "grid", "write"], None, allow_none=True).tag(
         sync=True
     )  # the open panel; None: none, as on the page
+    # An encoder-decoder's: the target read with the source (text), "" for one the model writes greedily, and which
+    # of its three kinds of attention the views draw (their rows: the source's tokens or the target's).
+    target = Unicode("").tag(sync=True)
+    kind = Enum(list(PAIR_KINDS), "cross").tag(sync=True)
 
     def __init__(self, lab: LabClient, model: str | None = None, **view):
         unknown = set(view) - VIEW_KEYS
@@ -130,7 +139,10 @@ class LabWidget(anywidget.AnyWidget):
         info = lab.ask("GET", "/api/model" + (f"?name={quote(model)}" if model else "")).json()
         defaults = {"mask": info["default_mask"], "pooling": info["default_pooling"], "heads": [*range(info["heads"])]}
         config = {**measures_config(), "model": info}
-        super().__init__(_modules=page_modules(), _styles=styles(), config=config, **{**defaults, **view})
+        values = {**defaults, **view}
+        if "kind" in values:  # an encoder-decoder's block is checked against its kind's stack: the kind goes first
+            values = {"kind": values.pop("kind"), **values}
+        super().__init__(_modules=page_modules(), _styles=styles(), config=config, **values)
         self.on_msg(self._on_message)
         self._ready = True
         self._analyze()
@@ -139,8 +151,22 @@ class LabWidget(anywidget.AnyWidget):
     def info(self) -> dict:
         return self.config["model"]
 
+    @property
+    def _pair(self) -> bool:
+        """An encoder-decoder's widget: a source (text) and a target."""
+        return self.info["kind"] == "encoder-decoder"
+
+    def _rows(self) -> int | None:
+        """How many tokens the view's rows have: the run's, or an encoder-decoder's kind's side (None: no run yet)."""
+        if not self.run:
+            return None
+        return len(self.run[PAIR_ROWS[self.kind]]["tokens"] if self._pair else self.run["tokens"])
+
     def _analyze(self) -> None:
-        """The model run on the text (POST /api/analyze, as the page asks it), with the first view's matrix."""
+        """The model run on the text (POST /api/analyze, as the page asks it), with the first view's matrix; an
+        encoder-decoder's on the source and the target, every kind of attention whole (its views draw from it)."""
+        if self._pair:
+            return self._analyze_pair()
         first = self._first_view()
         body = {
             "text": self.text,
@@ -166,6 +192,21 @@ class LabWidget(anywidget.AnyWidget):
             self.run = run
             self.token = self.token if self.token is not None and self.token < n else content
 
+    def _analyze_pair(self) -> None:
+        body = {"text": self.text, "target": self.target or None, "model": self._model}
+        try:
+            run = self._lab.ask("POST", "/api/analyze", json.dumps(body)).json()
+        except LabError as error:
+            self.error = str(error)
+            raise
+        rows = run[PAIR_ROWS[self.kind]]["tokens"]
+        content = next((token["index"] for token in rows if not token["added"]), 0)
+        with self.hold_sync():
+            self.error = ""
+            self.first_view = {}
+            self.run = run
+            self.token = self.token if self.token is not None and self.token < len(rows) else content
+
     def _first_view(self) -> dict | None:
         """The analyze request's `attention` for the view drawn first, as the page asks it (static/js/data.js,
         firstView): one head's weights in float32, pooled past LONG_FROM tokens. None for a mean or another
@@ -174,14 +215,32 @@ class LabWidget(anywidget.AnyWidget):
             return None
         return {"dtype": "float32", "measure": "weights", "layer": self.block, "head": self.head, "size": LONG_FROM}
 
-    @observe("text", "pair", "mask", "pooling", "prompt", "patch")
+    @observe("text", "pair", "mask", "pooling", "prompt", "patch", "target")
     def _text_changed(self, _) -> None:
         if self._ready:
             self._analyze()
 
+    @observe("kind")
+    def _kind_changed(self, _) -> None:
+        """Another kind of attention: its own stack's blocks and its own rows, the selection kept where it fits."""
+        if not self._ready:
+            return
+        blocks = self.info["layers"] if self.kind == "encoder" else self.info["decoder_layers"]
+        with self.hold_sync():
+            self.block = min(self.block, blocks - 1)
+            if self.token is not None and self.token >= self._rows():
+                self.token = self._rows() - 1
+
     @validate("block")
     def _valid_block(self, proposal):
-        return self._within(proposal["value"], self.info["layers"], "block")
+        blocks = self.info["decoder_layers"] if self._pair and self.kind != "encoder" else self.info["layers"]
+        return self._within(proposal["value"], blocks, "block")
+
+    @validate("target")
+    def _valid_target(self, proposal):
+        if proposal["value"] and not self._pair:
+            raise TraitError(f"{self.info['name']} reads one text: a target is read by an encoder-decoder")
+        return proposal["value"]
 
     @validate("head")
     def _valid_head(self, proposal):
@@ -198,11 +257,11 @@ class LabWidget(anywidget.AnyWidget):
     @validate("token")
     def _valid_token(self, proposal):
         value = proposal["value"]
-        return value if value is None or not self.run else self._within(value, len(self.run["tokens"]), "token")
+        return value if value is None or not self.run else self._within(value, self._rows(), "token")
 
     @validate("also")
     def _valid_also(self, proposal):
-        n = len(self.run["tokens"]) if self.run else None
+        n = self._rows()
         return [index if n is None else self._within(index, n, "token") for index in proposal["value"]]
 
     @validate("mask")
@@ -272,7 +331,9 @@ def show(
     it is in memory. run: a link of a running lab (its "Copy link"): that run and view, from the lab at `lab`
     (by default, the link's own address). lab alone: a new run on that running lab, of its model `model` (a
     name it serves; None: its default). view: what the page's link sets: block (or layer), head ("mean" too),
-    heads, block_mean, token, also, measure, mask, pooling, prompt, patch, pair, sinks, segments, scale, panel.
+    heads, block_mean, token, also, measure, mask, pooling, prompt, patch, pair, sinks, segments, scale, panel; an
+    encoder-decoder's (T5, BART, Marian: `text` is its source) target ("" or none: the model writes one) and kind
+    ("encoder", "decoder" or "cross", the attention the views draw; block and token are that kind's).
     """
     if "layer" in view:
         view["block"] = view.pop("layer")

@@ -23,6 +23,7 @@ from app.engine.choices import Placement
 from app.engine.encoder_decoder import EncoderDecoderEngine, make_engine
 from app.engine.engine import Engine
 from app.engine.errors import InvalidInput
+from app.engine.hub import is_hub_id
 from app.engine.model import (
     AUTO,
     LoadedModel,
@@ -161,7 +162,14 @@ class Models:
         if name not in self.folders:
             listed = ", ".join(name for name in self.folders if not is_grown(name))
             grown = f" and {len(self.grown_names())} grown ones (/api/models)" if self.grown_names() else ""
-            raise UnknownModel(f"no model {name!r} here: this lab serves {listed}{grown}")
+            # A Hub id a lesson plan names is served by adding it: said, as nothing downloads at run time.
+            serve = (
+                f"; to serve it, download it beforehand (`hf download {name}`) and start the lab with "
+                f"ATTENTION_LAB_MODELS={name}"
+                if is_hub_id(name)
+                else ""
+            )
+            raise UnknownModel(f"no model {name!r} here: this lab serves {listed}{grown}{serve}")
         if name in self.unreadable:
             raise UnreadableModel(self.unreadable[name])
         return name

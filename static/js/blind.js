@@ -11,9 +11,11 @@ export function blind({ question }) {
   return Boolean(question) && question.phase !== "revealed";
 }
 
+export const BLANK_NOTE = "Hidden while the class votes: the numbers come back at Reveal.";
+
 // A view's blank (views.js): its element holds one line saying why it is empty.
 export function blankNote(id) {
-  return () => byId(id).replaceChildren(el("p", { class: "hint" }, "Hidden while the class votes: the numbers come back at Reveal."));
+  return () => byId(id).replaceChildren(el("p", { class: "hint" }, BLANK_NOTE));
 }
 
 // The key token a revealed "which token does it attend to most" question answers, when the view on screen

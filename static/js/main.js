@@ -55,6 +55,7 @@ if (pairRun) {
   mountViews([pairTokensView, createPairMapView(lab, stageBounds), pairAttendsView, pairGridView], lab);
   initControls(lab, null);
   initPanels(lab, PAIR_PANELS);
+  initClassroom(lab);
 } else {
   const attention = createAttentionView(lab);
   mountViews([tokensView, attention, attendsView, dissectionView, gridView, pipelineView, pooledView, lessonsView], lab);

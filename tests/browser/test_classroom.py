@@ -587,8 +587,8 @@ def test_a_lesson_plan_is_saved_opened_from_its_link_and_played(browser, server,
 
 def test_the_plan_editor_offers_every_question_the_plan_format_takes_and_wraps_long_titles(page, server):
     """plan.js's kinds, head patterns, patch sites and tests, each a choice of the editor (a next-token question
-    only where the model has an LM head, a question about a writing only where it writes: MiniLM does neither); a
-    long step title wraps, never cut."""
+    only where the model has an LM head, a question about a writing only where it writes, a cross-attention question
+    only on an encoder-decoder: MiniLM is none of them); a long step title wraps, never cut."""
     page.goto(server)
     ready(page)
     page.click("#class-start")
@@ -607,7 +607,7 @@ def test_the_plan_editor_offers_every_question_the_plan_format_takes_and_wraps_l
             expected += [f"head:{pattern}" for pattern in declared["patterns"]]
         elif kind == "patch":
             expected += [f"patch:{by}" for by in declared["by"]]
-        elif kind not in ("next_token", "written", "temperature"):
+        elif kind not in ("next_token", "written", "temperature", "cross_attends"):
             expected.append(kind)
     assert values == expected
     assert {"head:sep", "head:self", "head:next"} <= set(values)

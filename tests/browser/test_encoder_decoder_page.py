@@ -2,9 +2,13 @@
 labelled, cross-attention opened and a target word clicked, and the numbers the attends view shows are transformers'
 eager `cross_attentions` for that row, computed here from the folder. The encoder's and the decoder's
 self-attention label their rows and columns with the right tokens; the exports link to the run's; the target the
-model writes is written; ALTI says the run's sentence why it is not drawn. Nothing cut or off-screen at a
+model writes is written; ALTI says the run's sentence why it is not drawn; a class is asked which source token a
+target token reads most, and the alignment plan says how to serve its model. Nothing cut or off-screen at a
 projector's 1024×768 and a 390 px phone; no error in the page."""
 
+import re
+
+import httpx
 import pytest
 import torch
 from playwright.sync_api import expect
@@ -25,6 +29,7 @@ RUN = "() => fetch(`/api/encoder-decoder/${document.body.dataset.run}/export?for
 MAP = "document.getElementById('heatmap').pairMap.shown"
 KEYS = "[...document.querySelectorAll('#attends .attend-keys > li')]"
 STAGE = "header.topbar, main.stage"
+BLANK = "Hidden while the class votes: the numbers come back at Reveal."
 
 
 @pytest.fixture(scope="module")
@@ -175,3 +180,60 @@ def test_an_empty_target_is_written_and_alti_says_why_not(browser, lab):
     wait_until(page, "document.querySelector('#heatmap .hm-title')?.textContent.startsWith('norm-weighted')")
     context.close()
     assert page.errors == []
+
+
+def test_a_class_is_asked_which_source_token_a_target_token_reads_on_the_page(browser, lab, folders):
+    """The teacher's page on Marian asks the class about the clicked target token's cross-attention row; a phone
+    that joined on the lab's default model follows to Marian's page, sees the source tokens as its choices with the
+    views blank, votes, and reads the answer and the whole row at the reveal: transformers' numbers."""
+    teacher_context, teacher = open_page(browser, lab, "marian", (1280, 800), f"text={SOURCE}&target={TARGET}&layer=1")
+    teacher.locator(f'#tokens .pair-chips[data-side="target"] .token[data-index="{CLICKED}"]').click()
+    wait_until(teacher, f"document.getElementById('heatmap').dataset.selectedRow === '{CLICKED}'")
+    teacher.click("#class-start")
+    teacher.click("#class-open")
+    wait_until(teacher, "document.getElementById('class-join').href.includes('?class=')")
+    join = teacher.locator("#class-join").get_attribute("href")
+    learner_context = browser.new_context(viewport={"width": 390, "height": 844})
+    learner = learner_context.new_page()
+    learner.errors = []
+    learner.on("pageerror", lambda error: learner.errors.append(str(error)))
+    learner.goto(join)  # the default model's page: the teacher's view takes it to Marian's, with the target
+    learner.wait_for_url(re.compile(r"model=marian"))
+    wait_until(learner, f"{DRAWN} && document.body.dataset.busy === 'false'")
+    if learner.locator("#class-name-skip").is_visible():
+        learner.click("#class-name-skip")
+    wait_until(teacher, "document.getElementById('class-presence').dataset.following === '1'")
+    expect(teacher.locator("#class-kind option")).to_have_count(1)
+    teacher.click("#class-ask")
+
+    buttons = learner.locator("#class-question .choices button")
+    run = teacher.evaluate(RUN)
+    source = [token["label"] for token in run["source"]["tokens"]]
+    expect(buttons).to_have_text(source)
+    expect(learner.locator("#heatmap .hm-title")).to_have_text(BLANK)  # no numbers while the class votes
+    expect(learner.locator("#attends")).to_have_text(BLANK)
+    out, bound = eager(folders["marian"], SOURCE, [token["id"] for token in run["target"]["tokens"]])
+    row = out.cross_attentions[1][0, 0, CLICKED].tolist()
+    best = row.index(max(row))
+    buttons.nth(best).click()
+    expect(buttons.nth(best)).to_have_attribute("aria-pressed", "true")
+    wait_until(teacher, "document.getElementById('class-stage').textContent.includes('1 vote')")
+    teacher.click("#class-reveal")
+    said = f"The answer: “{source[best]}”, attention weight {row[best]:.4f}. The row: “{source[0]}” {row[0]:.4f}"
+    expect(teacher.locator("#class-phase")).to_contain_text(said)
+    expect(learner.locator("#class-question")).to_contain_text(said)
+    wait_until(learner, "document.getElementById('heatmap').pairMap.shown")  # the numbers come back
+    revealed = httpx.get(f"{lab}/api/classes/{join.split('class=')[1]}").json()["question"]
+    assert max(abs(value - weight) for value, weight in zip(revealed["values"], row, strict=True)) <= bound
+    assert revealed["correct"] == [1.0, None]
+    screenshot(learner, "encoder-decoder-class-learner-390")
+    # The shipped alignment plan, made for a translation model this lab does not serve: the panel says how to get it.
+    teacher.click("#plan-edit summary")
+    teacher.click("#plan-align")
+    made_for = "It was made for Helsinki-NLP/opus-mt-en-de; this page reads marian."
+    serve = "(hf download Helsinki-NLP/opus-mt-en-de) and start the lab with ATTENTION_LAB_MODELS=Helsinki-NLP/"
+    expect(teacher.locator("#plan-said")).to_contain_text(f"Opened “Alignment in translation”: 4 steps. {made_for}")
+    expect(teacher.locator("#plan-said")).to_contain_text(serve)
+    teacher_context.close()
+    learner_context.close()
+    assert teacher.errors == [] and learner.errors == []

@@ -14,12 +14,15 @@ import httpx
 import nbformat
 import numpy as np
 import pytest
+import torch
+from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
 from app.engine.engine import Engine
 from tests.browser import audit
 from tests.browser.conftest import screenshot, wait_until
 from tests.browser.test_grid_switch import SWITCH
 from tests.conftest import free_port
+from tests.float32 import tolerance
 
 ROOT = Path(__file__).resolve().parents[2]
 TEXT = "The animal didn't cross the street because it was too tired"
@@ -30,6 +33,7 @@ WIDGET = (
     ".find((e) => e.shadowRoot?.getElementById('heatmap'))?.shadowRoot"
 )
 WRITE_TEXT = "The cat sat on the mat. The cat"
+PAIR_SOURCE, PAIR_TARGET = "The cat sat on the mat.", "A quick brown fox jumps."
 KNOBS = {"max_new_tokens": 10, "do_sample": True, "temperature": 0.7, "top_k": 5, "top_p": 0.9}
 CELLS = [
     f"from attention_lab import show\nw = show({TEXT!r}, block=2, head=0)\nw",
@@ -41,7 +45,17 @@ CELLS = [
     f"gpt2, tokenizer = gpt2_objects()\ng = show({WRITE_TEXT!r}, gpt2, tokenizer, panel='write')\ng",
     f"prompt = tokenizer({WRITE_TEXT!r}, return_tensors='pt').input_ids\ntorch.manual_seed(3)\n"
     f"print(json.dumps(gpt2.generate(prompt, **{KNOBS!r})[0, prompt.shape[1]:].tolist()))",
+    # An encoder-decoder (a tiny Marian folder built in the kernel): its source, its target and cross-attention.
+    "from pathlib import Path\nfrom tests.families import build\n"
+    "marian = build('marian', Path('marian').resolve())\n"  # in the notebook's folder, which the test removes
+    f"m = show({PAIR_SOURCE!r}, str(marian), target={PAIR_TARGET!r}, block=1, head=2, token=3)\nm",
+    "print(json.dumps([str(marian), m.kind, m.token]))",
 ]
+# The encoder-decoder's widget, in its cell's output.
+PAIR = (
+    "[...document.querySelectorAll('.jp-Notebook .jp-Cell')[6].querySelectorAll('.jp-OutputArea-output *')]"
+    ".find((e) => e.shadowRoot?.getElementById('heatmap'))?.shadowRoot"
+)
 # The decoder's widget, in its cell's output.
 WRITER = (
     "[...document.querySelectorAll('.jp-Notebook .jp-Cell')[4].querySelectorAll('.jp-OutputArea-output *')]"
@@ -272,3 +286,39 @@ def test_the_widget_in_jupyterlab_draws_the_engines_numbers_and_follows_clicks(j
     output = page.locator(".jp-Notebook .jp-Cell").nth(5).locator(".jp-OutputArea-output")
     output.wait_for(timeout=60_000)
     assert written == json.loads(output.inner_text())
+
+    # An encoder-decoder's widget: the source and the target, cross-attention's row of target token 3 (block 1,
+    # head 2) as transformers' eager pass reads the folder; a target token clicked reaches Python; the kind picker
+    # opens the encoder's self-attention.
+    run_cell(page, 6)
+    wait_until(page, f"{PAIR}?.querySelector('#attends .attend-queries li.selected')?.dataset.index === '3'", 120)
+    sides = page.evaluate(f"() => [...{PAIR}.querySelectorAll('#tokens .pair-side-name')].map((e) => e.textContent)")
+    assert sides == ["Source", "Target"]
+    run_cell(page, 7)
+    output = page.locator(".jp-Notebook .jp-Cell").nth(7).locator(".jp-OutputArea-output")
+    output.wait_for(timeout=60_000)
+    folder, kind, token = json.loads(output.inner_text())
+    assert (kind, token) == ("cross", 3)
+    model = AutoModelForSeq2SeqLM.from_pretrained(folder, attn_implementation="eager").eval()
+    tokenizer = AutoTokenizer.from_pretrained(folder)
+    target = [0, *tokenizer(text_target=PAIR_TARGET)["input_ids"]]  # the decoder's start token, then the target
+    with torch.inference_mode():
+        out = model(
+            input_ids=tokenizer(PAIR_SOURCE, return_tensors="pt")["input_ids"],
+            decoder_input_ids=torch.tensor([target]),
+            output_attentions=True,
+        )
+    drawn = page.evaluate(
+        f"() => [...{PAIR}.querySelectorAll('#attends .attend-keys > li')].map((li) => +li.dataset.weight)"
+    )
+    np.testing.assert_allclose(drawn, out.cross_attentions[1][0, 2, 3].numpy(), atol=tolerance(5 * 64))
+    page.locator(".jp-Notebook .jp-Cell").nth(6).locator(
+        '#tokens .pair-chips[data-side="target"] .token[data-index="4"]'
+    ).click()
+    run_cell(page, 7)
+    wait_until(page, "document.querySelectorAll('.jp-Notebook .jp-Cell')[7].innerText.includes('\"cross\", 4]')", 60)
+    page.locator(".jp-Notebook .jp-Cell").nth(6).locator("select").first.select_option("encoder")
+    wait_until(
+        page, f"{PAIR}.querySelector('#heatmap .hm-title').textContent.includes('encoder self-attention, block 1')"
+    )
+    screenshot(page, "notebook-widget-encoder-decoder")

@@ -11,9 +11,10 @@ export const PLAN_FORMAT = "attention-lab lesson plan";
 const MAX_STEPS = 60;
 const LINK = "#plan=";
 // The view's keys a step keeps (a link's parameter names): one person's own ones (presentation, colours,
-// predict-first, the tour, the class) are not part of a lesson's view.
-const STEP_KEYS = ["text", "pair", "segments", "mask", "pooling", "layer", "head", "heads", "token", "with", "blocks", "sinks", "measure", "panel", "lesson"];
-export const QUESTION_KINDS = ["attends", "head", "next_token", "patch", "search", "grown_head", "loss_drop", "written", "temperature"];
+// predict-first, the tour, the class) are not part of a lesson's view. An encoder-decoder's view adds its target
+// and its kind of attention.
+const STEP_KEYS = ["text", "pair", "segments", "mask", "pooling", "layer", "head", "heads", "token", "with", "blocks", "sinks", "measure", "panel", "lesson", "target", "kind"];
+export const QUESTION_KINDS = ["attends", "cross_attends", "head", "next_token", "patch", "search", "grown_head", "loss_drop", "written", "temperature"];
 // What a step does to the lab's induction recipe (the Grow panel's training): a plan names the recipe, never a
 // grown model, whose name is its weights' digest and may differ between CPUs.
 export const TRAINING_MOVES = ["start", "pause", "resume"];

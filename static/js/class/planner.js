@@ -16,9 +16,10 @@ const READY = [
   ["plan-search", "search.json", "Search with the sentence vector"],
   ["plan-grow", "grow.json", "Grow an induction head"],
   ["plan-write", "write.json", "A decoder writes"],
+  ["plan-align", "alignment.json", "Alignment in translation"],
 ];
 // The choices' words are short: a select cannot wrap, and the panel is 15 rem wide on a 1024×768 projector.
-const KINDS = { attends: "Most attended token", next_token: "Next token", search: "First document", grown_head: "Grown induction head", loss_drop: "When the loss drops", written: "Next written token", temperature: "Which temperature" };
+const KINDS = { attends: "Most attended token", cross_attends: "Most read source token", next_token: "Next token", search: "First document", grown_head: "Grown induction head", loss_drop: "When the loss drops", written: "Next written token", temperature: "Which temperature" };
 const PATTERN_WORDS = {
   previous: "previous token",
   cls: "first special",
@@ -36,12 +37,14 @@ const TEST_MEANING = {
 };
 
 // Every question the plan format takes (plan.js), as the editor's choices: [value, label]. A next-token
-// question only for a model with a language-model head, a question about a writing only for a model that writes.
+// question only for a model with a language-model head, a question about a writing only for a model that writes,
+// a cross-attention question only for an encoder-decoder.
 function questionChoices(model) {
   const writes = (kind) => kind === "written" || kind === "temperature";
+  const pair = (kind) => (kind === "cross_attends") === (model.kind === "encoder-decoder");
   return [
     ["", "no question"],
-    ...QUESTION_KINDS.filter((kind) => (kind !== "next_token" || model.next_tokens) && (!writes(kind) || !model.cannot_write)).flatMap((kind) => {
+    ...QUESTION_KINDS.filter((kind) => (kind !== "next_token" || model.next_tokens) && (!writes(kind) || !model.cannot_write) && (writes(kind) || pair(kind))).flatMap((kind) => {
       if (kind === "head") return PATTERNS.map((pattern) => [`head:${pattern}`, `Head: ${PATTERN_WORDS[pattern]}`]);
       if (kind === "patch") return PATCH_BY.map((by) => [`patch:${by}`, PATCH_WORDS[by]]); // B: the ask row's B box
       return [[kind, KINDS[kind]]];
@@ -227,7 +230,12 @@ export function initPlanner(lab, teacher) {
     // A plan whose questions need a model that writes, opened on one that does not, says what to serve.
     const writes = plan.steps.some((step) => ["written", "temperature"].includes(step.question?.kind));
     const needs = writes && lab.model.cannot_write ? ` It needs ${plan.requires ?? "a model that writes"}. ${lab.model.cannot_write}.` : "";
-    said.textContent = `Opened ${from}: ${plan.steps.length} steps.${plan.model && plan.model !== lab.model.name ? ` It was made for ${plan.model}; this page reads ${lab.model.name}.` : ""}${needs}`;
+    // A plan made for another model says how to get to it: its page, or serving it where this lab does not.
+    const elsewhere =
+      plan.model && plan.model !== lab.model.name
+        ? ` It was made for ${plan.model}; this page reads ${lab.model.name}. Choose ${plan.model} in the model picker, or, where this lab does not serve it, download it beforehand (hf download ${plan.model}) and start the lab with ATTENTION_LAB_MODELS=${plan.model}.`
+        : "";
+    said.textContent = `Opened ${from}: ${plan.steps.length} steps.${elsewhere}${needs}`;
   };
   const failed = (error) => (said.textContent = `That plan could not be opened: ${error.message}.`);
 

@@ -65,11 +65,17 @@ export function writtenSoFar(question) {
   ];
 }
 
+// A cross-attention question's reveal: the target token's whole row over the source, not only its largest cell.
+function rowLine(question) {
+  if (question.kind !== "cross_attends" || !question.values) return "";
+  return ` The row: ${question.choices.map((choice) => `“${choice.label}” ${fixed(question.values[choice.index])}`).join(", ")}.`;
+}
+
 export function answerLine(question) {
   const { label, value } = question.answer;
   // A step is a whole number: the one the training's measures mark as its phase change.
   if (question.kind === "loss_drop") return `The answer: “${label}”, the loss dropped at step ${value.toLocaleString("en")} (its phase change).`;
-  const line = `The answer: “${label}”, ${valueName(question)} ${fixed(value)}.${drawnLine(question)}${temperaturesLine(question)}`;
+  const line = `The answer: “${label}”, ${valueName(question)} ${fixed(value)}.${drawnLine(question)}${temperaturesLine(question)}${rowLine(question)}`;
   if (question.kind !== "search" || !question.values) return line;
   // A search question's ranking of the documents offered, by cosine, best first; and where the exact search over
   // the whole index puts each (the first of these four may be far from the first of all).

@@ -5,19 +5,21 @@
 
 import { runPrompt } from "../controls.js";
 
-export const SHARED = ["model", "text", "pair", "mask", "pooling", "layer", "head", "heads", "blockMean", "token", "also", "panel", "tour", "sinks", "segments", "lesson", "measure", "train", "writing"];
-const RUN_INPUTS = ["text", "pair", "mask", "pooling"];
+export const SHARED = ["model", "text", "pair", "mask", "pooling", "layer", "head", "heads", "blockMean", "token", "also", "panel", "tour", "sinks", "segments", "lesson", "measure", "train", "writing", "target", "kind"];
+const RUN_INPUTS = ["text", "pair", "mask", "pooling", "target"];
 
 export function sharedView(state) {
   return Object.fromEntries(SHARED.map((key) => [key, state[key]]));
 }
 
 // A view applied: a new prompt runs the model (resolves once the run is there); the rest only moves the
-// views. A view of another model is another page, opened with the class (and its step) carried along.
+// views. A view of another model is another page, opened with the class (and its step) carried along, and an
+// encoder-decoder's target and kind of attention.
 export async function applyView(lab, view, carried = {}) {
   const before = lab.getState();
   if (view.model && view.model !== before.model) {
-    const params = { model: view.model, text: view.text ?? before.text, ...(before.classCode ? { class: before.classCode } : {}), ...carried };
+    const pair = { ...(view.target ? { target: view.target } : {}), ...(view.kind && view.kind !== "cross" ? { kind: view.kind } : {}) };
+    const params = { model: view.model, text: view.text ?? before.text, ...pair, ...(before.classCode ? { class: before.classCode } : {}), ...carried };
     window.location.assign(`/?${new URLSearchParams(params)}`);
     return false;
   }

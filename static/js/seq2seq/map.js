@@ -59,6 +59,7 @@ export class PairMap {
   draw(shown) {
     if (this.shown?.rows !== shown.rows || this.shown?.columns !== shown.columns) this.cursor = null;
     this.shown = shown;
+    this.body.style.display = "";
     this.zmax = shown.values.reduce((max, value) => Math.max(max, value), 1e-9);
     this.title.textContent = shown.title;
     this.title.title = shown.title;
@@ -67,6 +68,17 @@ export class PairMap {
     this.xTitle.title = `columns are ${shown.columnsName} tokens: the tokens looked at`;
     this.container.setAttribute("aria-label", `${shown.title}: ${shown.rows} ${shown.rowsName} rows by ${shown.columns} ${shown.columnsName} columns, each the ${shown.measure.name} of a query and a key.`);
     this.fit();
+  }
+
+  // Drawn with no numbers (a class votes blind, blind.js): the cells, labels and colour bar put away, the title
+  // saying why; the next draw brings them back.
+  blank(note) {
+    this.shown = null;
+    this.cursor = null;
+    this.body.style.display = "none";
+    this.title.textContent = note;
+    this.title.title = note;
+    this.readout.textContent = "";
   }
 
   // The cells as large as the bounds allow (square, whole pixels), drawn again whenever the bounds change.

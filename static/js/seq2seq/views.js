@@ -2,7 +2,9 @@
 // chosen kind of attention, what the selected token attends to, and every block and head of that kind. The state's
 // `kind` picks the attention; `token` is the selected row: a source token in the encoder's self-attention, a target
 // token in the decoder's self-attention and in cross-attention (row i is the step that chooses target token i + 1).
+// While a class votes, the views that show numbers are drawn blank (blind.js).
 
+import { BLANK_NOTE, blankNote } from "../blind.js";
 import { sequential } from "../colors.js";
 import { count, el, fixed } from "../format.js";
 import { measureOf } from "../measures.js";
@@ -87,6 +89,7 @@ export function createPairMapView(lab, bounds) {
     move(state) {
       map.select(state.token !== null && state.token < map.shown?.rows ? state.token : null);
     },
+    blank: () => map.blank(BLANK_NOTE),
   };
 }
 
@@ -95,6 +98,7 @@ export function createPairMapView(lab, bounds) {
 export const pairAttendsView = {
   id: "attends",
   follows: ["run", "kind", "layer", "head", "heads", "measure", "token"],
+  blank: blankNote("attends"),
   render(state) {
     const container = $("attends");
     const rowTokens = rowsOf(state.run, state.kind);
@@ -162,6 +166,7 @@ export const pairGridView = {
   id: "grid",
   follows: ["run", "kind", "measure", "scale", "layer", "head"],
   shown: (state) => state.panel === "grid",
+  blank: blankNote("grid"),
   render(state, _data, lab) {
     const container = $("grid");
     const blocks = blocksOf(state.run.model, state.kind);
