@@ -439,8 +439,8 @@ def kept_bytes(engine: EncoderDecoderEngine, source: int, target: int) -> int:
     size, heads, width = engine.loaded.model.dtype.itemsize, engine.heads, engine.heads * engine.head_dim
     encoder, decoder = engine.encoder_layers, engine.decoder_layers
     kept = (encoder * 3 * source + decoder * (3 * target + target + 2 * source)) * width * size
-    if engine.family.position_bias:
-        kept += heads * (encoder * source * source + decoder * (target * target + target * source)) * size
+    if engine.family.position_bias:  # T5's first block makes each bias, the later blocks reuse it
+        kept += heads * (source * source + target * target + target * source) * size
     return kept
 
 
