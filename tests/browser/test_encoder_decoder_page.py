@@ -2,12 +2,15 @@
 labelled, cross-attention opened and a target word clicked, and the numbers the attends view shows are transformers'
 eager `cross_attentions` for that row, computed here from the folder. The encoder's and the decoder's
 self-attention label their rows and columns with the right tokens; the exports link to the run's; the target the
-model writes is written; ALTI says the run's sentence why it is not drawn; a class is asked which source token a
-target token reads most, and the alignment plan says how to serve its model. Nothing cut or off-screen at a
-projector's 1024×768 and a 390 px phone; axe-core finds no violation of any impact in each kind's views and the
-every-head grid; no error in the page."""
+model writes is written; the heatmap saved as SVG and PNG names its kind, block and head, the source and the target
+and every token; ALTI says the run's sentence why it is not drawn; a class is asked which source token a target
+token reads most, and the alignment plan says how to serve its model. Nothing cut or off-screen at a projector's
+1024×768 and a 390 px phone; axe-core finds no violation of any impact in each kind's views and the every-head grid;
+no error in the page."""
 
 import re
+from pathlib import Path
+from xml.etree import ElementTree
 
 import httpx
 import pytest
@@ -17,7 +20,7 @@ from playwright.sync_api import expect
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
 from tests.browser import audit
-from tests.browser.conftest import screenshot, wait_until
+from tests.browser.conftest import ARTIFACTS, screenshot, wait_until
 from tests.conftest import LabProcess
 from tests.families import build
 from tests.float32 import tolerance
@@ -32,6 +35,7 @@ MAP = "document.getElementById('heatmap').pairMap.shown"
 KEYS = "[...document.querySelectorAll('#attends .attend-keys > li')]"
 STAGE = "header.topbar, main.stage"
 BLANK = "Hidden while the class votes: the numbers come back at Reveal."
+SVG = "{http://www.w3.org/2000/svg}"
 
 
 @pytest.fixture(scope="module")
@@ -174,9 +178,39 @@ def test_each_kind_labels_its_rows_and_columns_and_the_views_fit(browser, lab, f
         page.locator("#export-menu").click()
         href = page.locator("#export-pair-csv").get_attribute("href")
         assert href == f"/api/encoder-decoder/{run['run_id']}/export?format=csv"
+        if size[0] > 900:
+            saved_pictures(page, run, source, target)
         context.close()
         assert page.errors == []
     assert found == [], "\n".join(found)
+
+
+def saved_pictures(page, run, source: list[str], target: list[str]) -> None:
+    """The heatmap saved as SVG and PNG (the Save… menu open), named for the kind, measure, block and head shown
+    (cross-attention, block 2, head 1): the SVG's title, the source and target texts, target rows and source
+    columns, each token's label; the PNG a PNG as wide as the SVG says."""
+    with page.expect_download() as svg_download:
+        page.locator("#export-pair-svg").click()
+    assert svg_download.value.suggested_filename == "cross-attention-weights-block2-head1.svg"
+    svg = ElementTree.parse(svg_download.value.path()).getroot()
+    texts = lambda kind: [node.text for node in svg.iter(f"{SVG}text") if node.get("class") == kind]  # noqa: E731
+    assert texts("title") == ["cross-attention, block 2, head 1 · Target rows × Source columns"]
+    assert texts("about")[0] == f"Source: “{run['source']['text']}”"
+    assert texts("about")[1].startswith(f"Target: “{run['target']['text']}”")
+    assert texts("row") == target and texts("column") == source  # a short pair: every label
+    assert texts("rows") == ["Target tokens: looking (queries)"]
+    assert texts("columns") == ["Source tokens: looked at (keys)"]
+    page.locator("#export-menu").click()
+    with page.expect_download() as png_download:
+        page.locator("#export-pair-png").click()
+    assert png_download.value.suggested_filename == "cross-attention-weights-block2-head1.png"
+    png_download.value.save_as(ARTIFACTS / "encoder-decoder-saved-heatmap.png")  # to look at
+    png = Path(png_download.value.path()).read_bytes()
+    assert png[:8] == b"\x89PNG\r\n\x1a\n"
+    assert [int.from_bytes(png[at : at + 4], "big") for at in (16, 20)] == [
+        int(svg.get("width")),
+        int(svg.get("height")),
+    ]
 
 
 def test_an_empty_target_is_written_and_alti_says_why_not(browser, lab):
