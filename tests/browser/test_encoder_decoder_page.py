@@ -36,6 +36,10 @@ KEYS = "[...document.querySelectorAll('#attends .attend-keys > li')]"
 STAGE = "header.topbar, main.stage"
 BLANK = "Hidden while the class votes: the numbers come back at Reveal."
 SVG = "{http://www.w3.org/2000/svg}"
+LINES = (
+    "[...document.querySelectorAll('#attends .attend-lines line')]"
+    ".map((l) => ['y1', 'y2', 'stroke-width'].map((a) => Number(l.getAttribute(a))))"
+)
 
 
 @pytest.fixture(scope="module")
@@ -125,6 +129,10 @@ def test_a_clicked_target_word_reads_the_source_as_transformers_cross_attention(
         assert abs(number - weight) <= 5e-5 + bound  # printed to 4 decimals
     exact = page.evaluate(f"() => {KEYS}.map((li) => Number(li.dataset.weight))")
     assert max(abs(a - b) for a, b in zip(exact, expected, strict=True)) <= bound
+    # A line from the clicked row to every source token, as wide as its share of the largest weight.
+    lines = page.evaluate(LINES)
+    assert [(y1, y2) for y1, y2, _ in lines] == [(CLICKED + 0.5, key + 0.5) for key in range(len(exact))]
+    assert [width for _, _, width in lines] == pytest.approx([0.5 + 5 * w / max(exact) for w in exact], abs=1e-5)
     # The heatmap is target rows × source columns, the clicked row outlined.
     heatmap = page.locator("#heatmap")
     expect(heatmap).to_have_attribute("data-selected-row", str(CLICKED))
