@@ -3,6 +3,7 @@ three kinds of attention named by rows and columns and equal to transformers' ea
 given to an encoder, and /api/models and /api/model saying each model's kind."""
 
 import csv
+import logging
 
 import numpy as np
 import pytest
@@ -131,3 +132,36 @@ def test_the_export_names_source_and_target_in_every_row(client):
     )
     missing = client.get("/api/encoder-decoder/aaaaaaaaaaaaaaaaaaaaaaaaaa/export")
     assert missing.status_code == 404
+
+
+def test_the_export_reads_the_kept_run_and_one_let_go_is_computed_again(client, caplog):
+    """An export right after the analyze reads the run the lab keeps (its log says when it computes one from its
+    spec: once here), its bytes counted in the run cache; let go as the budget lets runs go, the export computes it
+    again: the same tokens, and numbers within float32's reach of the first pass's. A one-text view of its id says
+    it holds no such run (404), not a 500."""
+    body = {"text": "The export reads the kept run.", "max_new_tokens": 5, "model": "marian"}
+    passes = lambda run_id: sum(  # noqa: E731
+        record.getMessage() == f"encoder-decoder run {run_id}: a pass from its spec" for record in caplog.records
+    )
+    lab = client.app.state.lab
+    with caplog.at_level(logging.INFO, logger="uvicorn.error"):
+        run = client.post("/api/analyze", json=body).json()
+        run_id = run["run_id"]
+        kept = lab.runs.get(run_id)
+        assert kept is not None and lab.runs.nbytes >= kept.nbytes > 0
+        exported = client.get(f"/api/encoder-decoder/{run_id}/export", params={"format": "json"}).json()
+        assert client.get(f"/api/encoder-decoder/{run_id}/export").status_code == 200
+        assert passes(run_id) == 1 and exported == run
+        assert client.get(f"/api/runs/{run_id}/head-stats").status_code == 404
+        while lab.runs.let_go_oldest():
+            pass
+        again = client.get(f"/api/encoder-decoder/{run_id}/export", params={"format": "json"}).json()
+        assert passes(run_id) == 2 and lab.runs.get(run_id) is not None
+    assert again["source"] == run["source"] and again["target"] == run["target"]
+    config = lab.models.loaded("marian").loaded.model.config
+    terms = (config.encoder_layers + config.decoder_layers) * max(config.d_model, config.encoder_ffn_dim)
+    for kind in ("encoder", "decoder", "cross"):
+        for measure in ("weights", "norm"):
+            first, second = (np.array(answer["attention"][kind][measure]) for answer in (run, again))
+            magnitude = 1.0 if measure == "weights" else float(np.abs(first).max())
+            np.testing.assert_allclose(second, first, rtol=0, atol=tolerance(terms, magnitude))

@@ -433,21 +433,29 @@ class Greedy:
             self.cache = self.encoded = None  # no step reads them again: their memory goes back at once
 
 
+def kept_bytes(engine: EncoderDecoderEngine, source: int, target: int) -> int:
+    """What a run keeps (EncoderDecoderRun.storages), both halves, stated from its shapes before it runs: every
+    attention's q, k and v (a cross-attention's k and v over the source) and, in T5, the position biases."""
+    size, heads, width = engine.loaded.model.dtype.itemsize, engine.heads, engine.heads * engine.head_dim
+    encoder, decoder = engine.encoder_layers, engine.decoder_layers
+    kept = (encoder * 3 * source + decoder * (3 * target + target + 2 * source)) * width * size
+    if engine.family.position_bias:  # T5's first block makes each bias, the later blocks reuse it
+        kept += heads * (source * source + target * target + target * source) * size
+    return kept
+
+
 def run_bytes(engine: EncoderDecoderEngine, source: int, target: int) -> int:
-    """A run's peak memory, stated from its shapes before it runs, both halves counted: what it keeps (every
-    attention's q, k and v; the position biases), the pass's transient rows (each block's hidden states, FFN rows,
-    scores and weights, in the model's dtype), the decoder's logits over the vocabulary at every target row, a
-    written target's cache of keys and values (self and cross), and its three kinds of weights and norm-weighted
-    attention made for an answer."""
+    """A run's peak memory, stated from its shapes before it runs, both halves counted: what it keeps (kept_bytes),
+    the pass's transient rows (each block's hidden states, FFN rows, scores and weights, in the model's dtype), the
+    decoder's logits over the vocabulary at every target row, a written target's cache of keys and values (self and
+    cross), and its three kinds of weights and norm-weighted attention made for an answer."""
     config, size = engine.loaded.model.config, engine.loaded.model.dtype.itemsize
     hidden, heads = config.d_model, engine.heads
     inner = getattr(config, "d_ff", None) or max(config.encoder_ffn_dim, config.decoder_ffn_dim)
     width = heads * engine.head_dim
     encoder, decoder = engine.encoder_layers, engine.decoder_layers
     squares = {"encoder": source * source, "decoder": target * target, "cross": target * source}
-    kept = (encoder * 3 * source + decoder * (3 * target + target + 2 * source)) * width * size
-    if engine.family.position_bias:
-        kept += heads * (encoder * squares["encoder"] + decoder * (squares["decoder"] + squares["cross"])) * size
+    kept = kept_bytes(engine, source, target)
     # the three kinds' weights and norm-weighted attention, float32, made for an answer
     weights = 2 * heads * (encoder * squares["encoder"] + decoder * (squares["decoder"] + squares["cross"])) * 4
     rows = (source + target) * (inner + 8 * hidden) * size + 3 * heads * max(squares.values()) * size

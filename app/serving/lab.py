@@ -11,6 +11,7 @@ and block), within its bound in bytes. The lab's other computations have rooms o
 the head atlas (app.serving.atlas), the experiments (app.serving.experiments) and search (app.serving.search)."""
 
 import asyncio
+import logging
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,10 +22,11 @@ from app.engine import cells, measures
 from app.engine.blocks import BlockCache
 from app.engine.capture import MADE_WEIGHTS_BYTES
 from app.engine.choices import Placement
+from app.engine.encoder_decoder import EncoderDecoderEngine, EncoderDecoderRun, kept_bytes, run_bytes, slices
 from app.engine.engine import BATCH_TOKENS, Engine
 from app.engine.model import LoadedModel
 from app.engine.runs import Run
-from app.engine.spec import RUN_ID, RunSpec
+from app.engine.spec import RUN_ID, EncoderDecoderSpec, RunSpec
 from app.engine.training.model import is_grown
 from app.serving.cache import RunCache
 from app.serving.gate import ANYONE, Client, PassGate
@@ -40,6 +42,8 @@ SHARED_PART = 4  # inputs of at most 1/SHARED_PART of the model's positions shar
 ADDED_TOKENS = 16  # tokens a tokenizer adds around a text or a pair, at most ([CLS], [SEP], <s>, a "▁")
 SHORT_TOKENS = 256  # a text whose bytes bound its tokens below this many is not tokenized to state its pass
 SHORT_PASS_TOKENS = 128  # a pass of at most this many tokens goes before heavy work's slices (PassGate.admit)
+
+log = logging.getLogger("uvicorn.error")  # uvicorn shows its INFO lines
 
 
 class RunNotFound(KeyError):
@@ -373,7 +377,7 @@ class Lab:
         spec in the shared store at a turn of the gate; its bytes held for the request before it reads it
         (Budget.hold)."""
         kept = self.runs.get(run_id)
-        held = kept is not None
+        held = isinstance(kept, Run)  # an encoder-decoder's run is kept under its id too, and is not one
         if held:
             nbytes = sum(kept.storages.values())
             del kept  # not held by this request while it waits for its memory
@@ -392,6 +396,39 @@ class Lab:
         if not held:
             await self.hold(engine, spec, client)
         return await self._computed(spec, client)
+
+    async def serve_pair(
+        self, engine: EncoderDecoderEngine, spec: EncoderDecoderSpec, client: Client = ANYONE
+    ) -> EncoderDecoderRun:
+        """An encoder-decoder's run (POST /api/analyze, its export, a class's question on it), as serve_spec serves
+        a one-text run: kept in the run cache (its bytes, both halves', counted there), or computed once however
+        many ask for it at a time, in turns of the gate (the target written first where none is given), and kept;
+        its bytes held for the request that reads it (Budget.hold)."""
+        kept = self.runs.get(spec.run_id)
+        if isinstance(kept, EncoderDecoderRun):
+            nbytes = kept.nbytes
+            del kept  # not held by this request while it waits for its memory
+            await self.budget.hold(nbytes, client, f"reading run {spec.run_id}", spec.run_id)
+            run = self.runs.get(spec.run_id)
+            if run is not None:
+                return run
+        else:  # refused before its tokens are read: a refusal costs a flood nothing
+            self.budget.check_room(client)
+            self.gate.check_room(client)
+            source, target = engine.source_length(spec.source), engine.target_length(spec)
+            what = f"reading a run of {source:,} source and {target:,} target tokens"
+            await self.budget.hold(kept_bytes(engine, source, target), client, what, spec.run_id)
+        return await self.works.once(spec.run_id, lambda: self._pair_pass(engine, spec, client))
+
+    async def _pair_pass(
+        self, engine: EncoderDecoderEngine, spec: EncoderDecoderSpec, client: Client
+    ) -> EncoderDecoderRun:
+        source, target = engine.source_length(spec.source), engine.target_length(spec)
+        log.info("encoder-decoder run %s: a pass from its spec", spec.run_id)
+        what = f"the encoder-decoder run {spec.run_id}"
+        run = await self.works.run(Work(what, slices(engine, spec), run_bytes(engine, source, target), engine), client)
+        self.runs.put(spec.run_id, run)
+        return run
 
     async def pooled(self, run: Run, client: Client = ANYONE) -> Run:
         """The run with its sentence vector: for an input longer than the model's pooling reads, the

@@ -1,6 +1,6 @@
 """An encoder-decoder's runs (T5, BART, Marian): POST /api/analyze answers one (encoder_decoder_run, called by the
 analyze route when the model is one), and GET /api/encoder-decoder/{run_id}/export sends its numbers as CSV or JSON,
-recomputed from the spec the store keeps under its id."""
+read from the run the lab keeps (Lab.serve_pair), or recomputed from the spec the store keeps under its id."""
 
 import csv
 import io
@@ -16,15 +16,12 @@ from app.engine.encoder_decoder import (
     EncoderDecoderEngine,
     EncoderDecoderRun,
     pair_names,
-    run_bytes,
-    slices,
     target_text,
 )
 from app.engine.errors import InvalidInput
 from app.engine.spec import EncoderDecoderSpec
 from app.serving.gate import Client
 from app.serving.lab import Lab, RunNotFound
-from app.serving.work import Work
 from app.web.deps import ClientDep, LabDep
 from app.web.encoding import NumbersResponse, on_wire
 from app.web.schemas.common import ErrorResponse
@@ -40,7 +37,7 @@ JSON_NUMBER_BYTES = 16  # orjson's float32 and its comma (app.web.api)
 async def encoder_decoder_run(engine: EncoderDecoderEngine, body: AnalyzeRequest, lab: Lab, client: Client):
     """An encoder-decoder's run: the source and the target (written first where none is given), and its three kinds
     of attention, every block and head, as weights and norm-weighted. Its spec goes to the store (its id names it
-    for the export); its pass takes turns of the gate and the memory run_bytes states for both halves; its JSON is
+    for the export); the run is the lab's (Lab.serve_pair: kept, or computed in turns of the gate); its JSON is
     made on a worker thread, holding the bytes it takes."""
     refused = [name for name in SINGLE_TEXT if getattr(body, name) is not None] + (["ablate"] if body.ablate else [])
     if refused:
@@ -57,12 +54,9 @@ async def encoder_decoder_run(engine: EncoderDecoderEngine, body: AnalyzeRequest
 
 
 async def computed(engine: EncoderDecoderEngine, spec: EncoderDecoderSpec, lab: Lab, client: Client):
-    """The run, from its turns of the gate, and the bytes an answer of its numbers takes (its JSON or CSV)."""
-    source, target = engine.source_length(spec.source), engine.target_length(spec)
-    work = Work(
-        f"the encoder-decoder run {spec.run_id}", slices(engine, spec), run_bytes(engine, source, target), engine
-    )
-    run = await lab.works.run(work, client)
+    """The run (kept, or computed: Lab.serve_pair) and the bytes an answer of its numbers takes (its JSON or CSV)."""
+    run = await lab.serve_pair(engine, spec, client)
+    source, target = len(run.source), len(run.target)
     cells = engine.heads * (engine.encoder_layers * source**2 + engine.decoder_layers * (target**2 + target * source))
     return run, 2 * cells * (JSON_NUMBER_BYTES + 4)
 
@@ -150,8 +144,8 @@ async def export(
     ] = "csv",
 ):
     """An encoder-decoder run's numbers to save: CSV, one row per cell of the three kinds of attention naming the
-    query and the key as source or target tokens, or the JSON POST /api/analyze answered. Recomputed from the spec
-    kept under the id, on any worker."""
+    query and the key as source or target tokens, or the JSON POST /api/analyze answered. Read from the run this
+    worker keeps, or recomputed from the spec the store keeps under the id (any worker, or a run let go)."""
     spec = await lab.stored_spec(run_id, EncoderDecoderSpec, RunNotFound)
     engine = await lab.engine_for(spec.model, client)
     run, nbytes = await computed(engine, spec, lab, client)

@@ -12,6 +12,28 @@ import { queries } from "./selection.js";
 
 const MAX_ROWS = 64; // beyond this many keys only the largest are listed: 512 rows help nobody and cost a click
 
+// The lines from a query to the keys it reads, as bertviz draws them, between the list of queries and the list of
+// keys: drawn in rows (one unit a row) and stretched to the lists' height, whatever lab.css makes a row. lines:
+// [{from, to, value, color}], from a query's row to a key's row, each as wide and opaque as its share of `largest`.
+export function attendLines(rowCount, lines, largest) {
+  const svg = document.createElementNS("http://www.w3.org/2000/svg", "svg");
+  svg.setAttribute("class", "attend-lines");
+  svg.setAttribute("viewBox", `0 0 100 ${rowCount}`);
+  svg.setAttribute("preserveAspectRatio", "none");
+  svg.setAttribute("aria-hidden", "true");
+  svg.style.height = `calc(${rowCount} * var(--attend-row))`;
+  for (const { from, to, value, color } of lines) {
+    const line = document.createElementNS("http://www.w3.org/2000/svg", "line");
+    for (const [name, at] of Object.entries({ x1: 0, y1: from + 0.5, x2: 100, y2: to + 0.5 })) line.setAttribute(name, String(at));
+    line.setAttribute("stroke", color);
+    line.setAttribute("stroke-opacity", String(Math.min(1, 0.15 + value / largest)));
+    line.setAttribute("stroke-width", String(0.5 + 5 * (value / largest)));
+    line.setAttribute("vector-effect", "non-scaling-stroke");
+    svg.append(line);
+  }
+  return svg;
+}
+
 // The rows the view draws: for each head shown, the mean of the selected queries' rows of the view's
 // matrix (matrix.js: the same numbers the heatmap draws; a long run's rows fetched alone, data.js), and
 // their sink.
@@ -99,31 +121,14 @@ export function renderAttends(container, { tokens, selected, rows, sinks: mode, 
   const listed = long ? [...candidates].sort((a, b) => strength(b) - strength(a)).slice(0, MAX_ROWS).sort((a, b) => a.index - b.index) : tokens;
   const queries = long ? [tokens[selected]] : listed;
   const queryRow = long ? 0 : selected;
-  // The lines are drawn in rows (one unit a row) and stretched to the lists' height, whatever lab.css makes a row.
-  const rowCount = Math.max(listed.length, 1);
-  const svg = document.createElementNS("http://www.w3.org/2000/svg", "svg");
-  svg.setAttribute("class", "attend-lines");
-  svg.setAttribute("viewBox", `0 0 100 ${rowCount}`);
-  svg.setAttribute("preserveAspectRatio", "none");
-  svg.setAttribute("aria-hidden", "true");
-  svg.style.height = `calc(${rowCount} * var(--attend-row))`;
   const largest = Math.max(...shown.flatMap(({ row }) => row), 1e-9);
-  for (const { color, row } of shown) {
-    listed.forEach((token, position) => {
+  const lines = shown.flatMap(({ color, row }) =>
+    listed.flatMap((token, position) => {
       const value = row[token.index];
-      if (!kept(token) || value < 0.005 * largest) return;
-      const line = document.createElementNS("http://www.w3.org/2000/svg", "line");
-      line.setAttribute("x1", "0");
-      line.setAttribute("y1", String(queryRow + 0.5));
-      line.setAttribute("x2", "100");
-      line.setAttribute("y2", String(position + 0.5));
-      line.setAttribute("stroke", color);
-      line.setAttribute("stroke-opacity", String(Math.min(1, 0.15 + value / largest)));
-      line.setAttribute("stroke-width", String(0.5 + 5 * (value / largest)));
-      line.setAttribute("vector-effect", "non-scaling-stroke");
-      svg.append(line);
-    });
-  }
+      return !kept(token) || value < 0.005 * largest ? [] : [{ from: queryRow, to: position, value, color }];
+    }),
+  );
+  const svg = attendLines(Math.max(listed.length, 1), lines, largest);
   const left = el(
     "ol",
     { class: "attend-queries" },

@@ -11,11 +11,12 @@ import { maskName, viewFileName, viewLayers, viewName } from "./matrix.js";
 import { measureOf, noHead } from "./measures.js";
 import { bindPopup } from "./popup.js";
 import { blocksOf, KINDS, rowsOf } from "./seq2seq/kinds.js";
+import { pairFileName, pairPNG, pairSVG } from "./seq2seq/picture.js";
 
 const $ = (id) => document.getElementById(id);
 
 // lab: {getState, setState, subscribe, model, numbers, showError}; heatmap: the stage's Heatmap (null for an
-// encoder-decoder, whose exports are its run's, saved by the server).
+// encoder-decoder, whose heatmap is the page's PairMap and whose numbers are its run's, saved by the server).
 export function initControls(lab, heatmap) {
   const { getState, setState, model } = lab;
   fillPickers();
@@ -23,7 +24,9 @@ export function initControls(lab, heatmap) {
   showControls(getState(), new Set(["text", "pair", "head", "target", "kind"]), lab);
   bindPrompt(lab);
   bindViewControls(lab, heatmap);
-  if (heatmap) bindExports(lab, heatmap);
+  const save = bindSaveMenu(lab);
+  if (heatmap) bindExports(lab, heatmap, save);
+  else bindPairExports(lab, save);
   bindKeys(lab);
   $("present").addEventListener("click", () => setState({ present: !getState().present }));
   bindPopup($("options-toggle"), $("prompt-options"));
@@ -317,7 +320,30 @@ function longNumbers(heatmap, state, model, name, pooled) {
 }
 
 // Saving what the heatmap draws: the picture as it is, the numbers from the same matrix (matrix.js).
-function bindExports(lab, heatmap) {
+// The Save… menu: Esc closes it wherever the focus is (before the page's own Esc clears the selection). Returns
+// save(id, what): a menu item that closes the menu and saves, an error said on the page.
+function bindSaveMenu(lab) {
+  const menu = $("export-menu-box");
+  document.addEventListener("keydown", (event) => {
+    if (event.key !== "Escape" || !menu.open) return;
+    event.stopImmediatePropagation();
+    const inside = menu.contains(document.activeElement);
+    menu.open = false;
+    if (inside) $("export-menu").focus();
+  });
+  return (id, save) =>
+    $(id).addEventListener("click", async () => {
+      if (!lab.getState().run) return;
+      menu.open = false;
+      try {
+        await save();
+      } catch (error) {
+        lab.showError(error.message);
+      }
+    });
+}
+
+function bindExports(lab, heatmap, action) {
   const { getState, model } = lab;
   const fileName = () => viewFileName(getState(), model);
   const numbers = async () => {
@@ -328,25 +354,6 @@ function bindExports(lab, heatmap) {
     const [{ matrix, sink }, pooled] = await Promise.all([kept.matrix(state, state.run.tokens, model.layers), kept.pooled(state.run.pooled)]);
     return exportedView({ state, model, matrix, sink, pooled, name });
   };
-  const menu = $("export-menu-box");
-  // Esc closes the open menu wherever the focus is (before the page's own Esc clears the selection).
-  document.addEventListener("keydown", (event) => {
-    if (event.key !== "Escape" || !menu.open) return;
-    event.stopImmediatePropagation();
-    const inside = menu.contains(document.activeElement);
-    menu.open = false;
-    if (inside) $("export-menu").focus();
-  });
-  const action = (id, save) =>
-    $(id).addEventListener("click", async () => {
-      if (!getState().run) return;
-      menu.open = false;
-      try {
-        await save();
-      } catch (error) {
-        lab.showError(error.message);
-      }
-    });
   action("export-png", async () => saveImage(await heatmap.toPNG(), fileName(), "png"));
   action("export-svg", async () => saveImage(heatmap.toSVG(), fileName(), "svg"));
   action("export-json", async () => saveJSON(await numbers(), fileName()));
@@ -354,6 +361,15 @@ function bindExports(lab, heatmap) {
   const gridTitle = () => `Every head: “${getState().text.slice(0, 60)}” · ${maskName(getState().run.mask, model, viewLayers({ blockMean: true }, model))} · ${model.name}`;
   $("export-grid-png").addEventListener("click", async () => getState().run && saveImage(await gridPNG($("grid"), gridTitle()), "attention-grid", "png"));
   $("export-grid-svg").addEventListener("click", () => getState().run && saveImage(gridSVG($("grid"), gridTitle()), "attention-grid", "svg"));
+}
+
+// An encoder-decoder's heatmap as PNG or SVG, named for its kind, measure, block and head (its numbers are its
+// run's, saved by the server: export-pair-csv, export-pair-json).
+function bindPairExports(lab, action) {
+  const map = () => $("heatmap").pairMap;
+  const name = () => pairFileName(lab.getState(), lab.model);
+  action("export-pair-png", async () => saveImage(await pairPNG(map(), lab.getState().run), name(), "png"));
+  action("export-pair-svg", async () => saveImage(pairSVG(map(), lab.getState().run), name(), "svg"));
 }
 
 // Keys on the page itself: ← → move the selected token, Esc clears it. Text fields, pickers, tab lists and

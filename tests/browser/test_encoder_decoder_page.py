@@ -2,20 +2,25 @@
 labelled, cross-attention opened and a target word clicked, and the numbers the attends view shows are transformers'
 eager `cross_attentions` for that row, computed here from the folder. The encoder's and the decoder's
 self-attention label their rows and columns with the right tokens; the exports link to the run's; the target the
-model writes is written; ALTI says the run's sentence why it is not drawn; a class is asked which source token a
-target token reads most, and the alignment plan says how to serve its model. Nothing cut or off-screen at a
-projector's 1024×768 and a 390 px phone; no error in the page."""
+model writes is written; the heatmap saved as SVG and PNG names its kind, block and head, the source and the target
+and every token; ALTI says the run's sentence why it is not drawn; a class is asked which source token a target
+token reads most, and the alignment plan says how to serve its model. Nothing cut or off-screen at a projector's
+1024×768 and a 390 px phone; axe-core finds no violation of any impact in each kind's views and the every-head grid;
+no error in the page."""
 
 import re
+from pathlib import Path
+from xml.etree import ElementTree
 
 import httpx
 import pytest
 import torch
+from axe_playwright_python.sync_playwright import Axe
 from playwright.sync_api import expect
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
 from tests.browser import audit
-from tests.browser.conftest import screenshot, wait_until
+from tests.browser.conftest import ARTIFACTS, screenshot, wait_until
 from tests.conftest import LabProcess
 from tests.families import build
 from tests.float32 import tolerance
@@ -30,6 +35,11 @@ MAP = "document.getElementById('heatmap').pairMap.shown"
 KEYS = "[...document.querySelectorAll('#attends .attend-keys > li')]"
 STAGE = "header.topbar, main.stage"
 BLANK = "Hidden while the class votes: the numbers come back at Reveal."
+SVG = "{http://www.w3.org/2000/svg}"
+LINES = (
+    "[...document.querySelectorAll('#attends .attend-lines line')]"
+    ".map((l) => ['y1', 'y2', 'stroke-width'].map((a) => Number(l.getAttribute(a))))"
+)
 
 
 @pytest.fixture(scope="module")
@@ -69,7 +79,10 @@ def eager(folder, source: str, target_ids: list[int]):
 
 
 def open_page(browser, lab, model: str, size, query: str):
-    context = browser.new_context(viewport={"width": size[0], "height": size[1]}, accept_downloads=True)
+    # bypass_csp lets axe-core's script in; the page's own Content-Security-Policy is unchanged.
+    context = browser.new_context(
+        viewport={"width": size[0], "height": size[1]}, accept_downloads=True, bypass_csp=True
+    )
     page = context.new_page()
     page.errors = []
     page.on("pageerror", lambda error: page.errors.append(str(error)))
@@ -77,6 +90,12 @@ def open_page(browser, lab, model: str, size, query: str):
     page.goto(f"{lab}/?model={model}&{query}")
     wait_until(page, f"{DRAWN} && document.querySelector('#attends .attend-keys')")
     return context, page
+
+
+def violations(page) -> list[str]:
+    """axe-core's violations on the page as it is, of any impact."""
+    found = Axe().run(page).response["violations"]
+    return [f"{v['id']} ({v['impact']}): {v['help']} at {[node['target'] for node in v['nodes']]}" for v in found]
 
 
 def shown_row(page) -> list[tuple[str, str, float]]:
@@ -110,6 +129,10 @@ def test_a_clicked_target_word_reads_the_source_as_transformers_cross_attention(
         assert abs(number - weight) <= 5e-5 + bound  # printed to 4 decimals
     exact = page.evaluate(f"() => {KEYS}.map((li) => Number(li.dataset.weight))")
     assert max(abs(a - b) for a, b in zip(exact, expected, strict=True)) <= bound
+    # A line from the clicked row to every source token, as wide as its share of the largest weight.
+    lines = page.evaluate(LINES)
+    assert [(y1, y2) for y1, y2, _ in lines] == [(CLICKED + 0.5, key + 0.5) for key in range(len(exact))]
+    assert [width for _, _, width in lines] == pytest.approx([0.5 + 5 * w / max(exact) for w in exact], abs=1e-5)
     # The heatmap is target rows × source columns, the clicked row outlined.
     heatmap = page.locator("#heatmap")
     expect(heatmap).to_have_attribute("data-selected-row", str(CLICKED))
@@ -146,6 +169,7 @@ def test_each_kind_labels_its_rows_and_columns_and_the_views_fit(browser, lab, f
             found += [
                 f"{size[0]} {kind}: {problem}"
                 for problem in audit.problems(page, 0, 0, STAGE, page_scrolls=size[0] < 900)
+                + (violations(page) if size[0] > 900 else [])  # the phone's page is checked once, below
             ]
             screenshot(page, f"encoder-decoder-{kind}-{size[0]}")
         # Every head of the kind, as many blocks as its stack has (Marian here: 3 decoder blocks × 4 heads).
@@ -155,15 +179,46 @@ def test_each_kind_labels_its_rows_and_columns_and_the_views_fit(browser, lab, f
         page.locator('#grid .grid-cell[data-layer="2"][data-head="1"]').click()
         expect(page.locator("#heatmap .hm-title")).to_contain_text("cross-attention, block 2, head 1")
         found += [
-            f"{size[0]} grid: {problem}" for problem in audit.problems(page, 0, 0, STAGE, page_scrolls=size[0] < 900)
+            f"{size[0]} grid: {problem}"
+            for problem in audit.problems(page, 0, 0, STAGE, page_scrolls=size[0] < 900) + violations(page)
         ]
         screenshot(page, f"encoder-decoder-grid-{size[0]}")
         page.locator("#export-menu").click()
         href = page.locator("#export-pair-csv").get_attribute("href")
         assert href == f"/api/encoder-decoder/{run['run_id']}/export?format=csv"
+        if size[0] > 900:
+            saved_pictures(page, run, source, target)
         context.close()
         assert page.errors == []
-    assert found == []
+    assert found == [], "\n".join(found)
+
+
+def saved_pictures(page, run, source: list[str], target: list[str]) -> None:
+    """The heatmap saved as SVG and PNG (the Save… menu open), named for the kind, measure, block and head shown
+    (cross-attention, block 2, head 1): the SVG's title, the source and target texts, target rows and source
+    columns, each token's label; the PNG a PNG as wide as the SVG says."""
+    with page.expect_download() as svg_download:
+        page.locator("#export-pair-svg").click()
+    assert svg_download.value.suggested_filename == "cross-attention-weights-block2-head1.svg"
+    svg = ElementTree.parse(svg_download.value.path()).getroot()
+    texts = lambda kind: [node.text for node in svg.iter(f"{SVG}text") if node.get("class") == kind]  # noqa: E731
+    assert texts("title") == ["cross-attention, block 2, head 1 · Target rows × Source columns"]
+    assert texts("about")[0] == f"Source: “{run['source']['text']}”"
+    assert texts("about")[1].startswith(f"Target: “{run['target']['text']}”")
+    assert texts("row") == target and texts("column") == source  # a short pair: every label
+    assert texts("rows") == ["Target tokens: looking (queries)"]
+    assert texts("columns") == ["Source tokens: looked at (keys)"]
+    page.locator("#export-menu").click()
+    with page.expect_download() as png_download:
+        page.locator("#export-pair-png").click()
+    assert png_download.value.suggested_filename == "cross-attention-weights-block2-head1.png"
+    png_download.value.save_as(ARTIFACTS / "encoder-decoder-saved-heatmap.png")  # to look at
+    png = Path(png_download.value.path()).read_bytes()
+    assert png[:8] == b"\x89PNG\r\n\x1a\n"
+    assert [int.from_bytes(png[at : at + 4], "big") for at in (16, 20)] == [
+        int(svg.get("width")),
+        int(svg.get("height")),
+    ]
 
 
 def test_an_empty_target_is_written_and_alti_says_why_not(browser, lab):

@@ -14,6 +14,11 @@ from tests.browser.conftest import open_panel, save, screenshot, wait_until
 
 pytestmark = pytest.mark.slow
 DEFAULT_TEXT = "The animal didn't cross the street because it was too tired"
+# The attends view's lines: [y1, y2, stroke-width] each, in rows (a row's middle at index + 0.5).
+LINES = (
+    "[...document.querySelectorAll('#attends .attend-lines line')]"
+    ".map((l) => ['y1', 'y2', 'stroke-width'].map((a) => Number(l.getAttribute(a))))"
+)
 
 
 def run_id(page) -> str:
@@ -89,6 +94,11 @@ def test_clicking_a_token_shows_its_row_and_the_dissection_numbers(page, server,
     bars = page.locator("#attends .attend-row")
     shown = [float(row.get_attribute("data-weight")) for row in bars.all()]
     np.testing.assert_allclose(shown, weights[10], atol=1e-7)
+    # A line from the query's row to each key's it reads (those past 0.5% of the largest), as wide as its weight.
+    lines = np.array(page.evaluate(LINES))
+    drawn = weights[10] >= 0.005 * weights[10].max()
+    assert (lines[:, 0] == 10.5).all() and (lines[:, 1] - 0.5 == np.flatnonzero(drawn)).all()
+    np.testing.assert_allclose(lines[:, 2], 0.5 + 5 * weights[10][drawn] / weights[10].max(), atol=1e-5)
     q = [
         float(v)
         for v in page.locator('#dissection [data-field="q"] .num').evaluate_all("n => n.map(x => x.dataset.value)")

@@ -4,6 +4,7 @@
 // token in the decoder's self-attention and in cross-attention (row i is the step that chooses target token i + 1).
 // While a class votes, the views that show numbers are drawn blank (blind.js).
 
+import { attendLines } from "../attends.js";
 import { BLANK_NOTE, blankNote } from "../blind.js";
 import { sequential } from "../colors.js";
 import { count, el, fixed } from "../format.js";
@@ -122,23 +123,8 @@ export const pairAttendsView = {
       `“${query.label}” (${KINDS[state.kind].rows} token ${token}${step}) in ${viewName(state)}`,
       el("span", { class: "caption-how" }, `: line width and bar length show the ${measure.name} on each ${KINDS[state.kind].columns} token.`),
     );
-    const height = Math.max(rowTokens.length, listed.length);
-    const svg = document.createElementNS("http://www.w3.org/2000/svg", "svg");
-    svg.setAttribute("viewBox", `0 0 100 ${height}`);
-    svg.setAttribute("preserveAspectRatio", "none");
-    svg.setAttribute("class", "attend-lines");
-    svg.setAttribute("aria-hidden", "true");
-    svg.style.height = `calc(${height} * var(--attend-row))`;
-    for (const key of listed) {
-      const value = row[key.index];
-      const line = document.createElementNS("http://www.w3.org/2000/svg", "line");
-      for (const [name, at] of Object.entries({ x1: 0, y1: token + 0.5, x2: 100, y2: key.index + 0.5 })) line.setAttribute(name, String(at));
-      line.setAttribute("stroke", "var(--accent)");
-      line.setAttribute("stroke-opacity", String(Math.min(1, 0.15 + value / largest)));
-      line.setAttribute("stroke-width", String(0.5 + 5 * (value / largest)));
-      line.setAttribute("vector-effect", "non-scaling-stroke");
-      svg.append(line);
-    }
+    const lines = listed.map((key) => ({ from: token, to: key.index, value: row[key.index], color: "var(--accent)" }));
+    const svg = attendLines(Math.max(rowTokens.length, listed.length), lines, largest);
     const left = el(
       "ol",
       { class: "attend-queries" },
