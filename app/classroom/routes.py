@@ -166,23 +166,17 @@ async def ask(
     if isinstance(body, WrittenAsk | TemperatureAsk):
         asking = written_question if isinstance(body, WrittenAsk) else temperature_question
         question, words = await asking(writings, body, client)
-        view = body.model_dump(exclude={"kind", "step", "text", "test"})
-        step = body.step.model_dump() if body.step else None
-        return await classes.rounds.ask(code, question, view, step, body.text, body.test, written=words)
+        return await open_round(classes, code, question, body, written=words)
     if isinstance(body, CrossAttendsAsk):
-        question = await cross_question(lab, body, client)
-        view = body.model_dump(exclude={"kind", "step", "text", "test"})
-        step = body.step.model_dump() if body.step else None
-        return await classes.rounds.ask(code, question, view, step, body.text, body.test)
-    try:
-        run = await lab.serve_run(body.run_id, client)
-    except RunNotFound as missing:
-        if type(missing) is RunNotFound and await is_kept(lab, body.run_id, EncoderDecoderSpec):
-            raise InvalidInput(
-                f"run {body.run_id} is an encoder-decoder's (a source and a target): ask it `cross_attends`, which "
-                "source token a target token reads most"
-            ) from None
-        raise
+        return await open_round(classes, code, await cross_question(lab, body, client), body)
+    run = await of_kind(
+        lab,
+        body.run_id,
+        lambda: lab.serve_run(body.run_id, client),
+        EncoderDecoderSpec,
+        f"run {body.run_id} is an encoder-decoder's (a source and a target): ask it `cross_attends`, which source "
+        "token a target token reads most",
+    )
     engine = await lab.engine_for(run.spec.model, client)
     if isinstance(body, AttendsAsk):
         view = questions.View(
@@ -198,23 +192,27 @@ async def ask(
         question = await search_question(searches, run, body, client)
     else:
         question = await run_in_threadpool(questions.next_token, run, engine.pieces, body.token)
+    return await open_round(classes, code, question, body)
+
+
+async def open_round(classes: Classes, code: str, question: questions.Question, body, written=None):
+    """The question's first round, with the view and the stage step it was asked from as the learners will see them."""
     view = body.model_dump(exclude={"kind", "step", "text", "test"})
     step = body.step.model_dump() if body.step else None
-    return await classes.rounds.ask(code, question, view, step, body.text, body.test)
+    return await classes.rounds.ask(code, question, view, step, body.text, body.test, written=written)
 
 
 async def cross_question(lab, body: CrossAttendsAsk, client) -> questions.Question:
     """Which source token a target token reads most, from the encoder-decoder's run recomputed from its spec (as its
     export is), its cross-attention in the view's measure made on a worker thread holding the bytes it takes."""
-    try:
-        spec = await lab.stored_spec(body.run_id, EncoderDecoderSpec, RunNotFound)
-    except RunNotFound as missing:
-        if type(missing) is RunNotFound and await is_kept(lab, body.run_id, RunSpec):
-            raise InvalidInput(
-                f"run {body.run_id} reads one text: a cross_attends question is asked on an encoder-decoder's run "
-                "(T5, BART, Marian: a source and a target); ask `attends` on this one"
-            ) from None
-        raise
+    spec = await of_kind(
+        lab,
+        body.run_id,
+        lambda: lab.stored_spec(body.run_id, EncoderDecoderSpec, RunNotFound),
+        RunSpec,
+        f"run {body.run_id} reads one text: a cross_attends question is asked on an encoder-decoder's run (T5, BART, "
+        "Marian: a source and a target); ask `attends` on this one",
+    )
     engine = await lab.engine_for(spec.model, client)
     run, _ = await computed(engine, spec, lab, client)
     view = questions.CrossView(body.layer, body.head, tuple(body.heads), body.block_mean, body.measure, body.sinks)
@@ -225,6 +223,17 @@ async def cross_question(lab, body: CrossAttendsAsk, client) -> questions.Questi
         return questions.cross_attends(matrix, run.source, run.target, view, body.token)
 
     return await lab.works.on_thread(f"a cross-attention question on {spec.run_id}", 3 * 4 * cells, ask, client)
+
+
+async def of_kind(lab, run_id: str, fetch, other: type, mistaken: str):
+    """What fetch() finds; where it finds nothing but the store keeps a run of the other kind (an encoder-decoder's
+    or a one-text run) by that id, the refusal says the question was asked of the wrong kind of run."""
+    try:
+        return await fetch()
+    except RunNotFound as missing:
+        if type(missing) is RunNotFound and await is_kept(lab, run_id, other):
+            raise InvalidInput(mistaken) from None
+        raise
 
 
 async def is_kept(lab, run_id: str, kind: type) -> bool:
