@@ -4,6 +4,7 @@
 // as the source, as on the page. Laid out once for both formats.
 
 import { rgb, sequential } from "../colors.js";
+import { framedPicture, pngOf } from "../export.js";
 import { fixed } from "../format.js";
 import { measureOf } from "../measures.js";
 
@@ -54,15 +55,8 @@ function layout(map, run) {
 export function pairPNG(map, run) {
   const picture = layout(map, run);
   const { margin, plotWidth, plotHeight, bar, width, height } = picture;
-  const canvas = Object.assign(document.createElement("canvas"), { width, height });
-  const context = canvas.getContext("2d");
-  context.fillStyle = "#fff";
-  context.fillRect(0, 0, width, height);
-  context.imageSmoothingEnabled = false;
-  context.drawImage(map.canvas, margin.left, margin.top, plotWidth, plotHeight);
-  context.fillStyle = "#111";
-  context.font = "16px sans-serif";
-  context.fillText(picture.title, 10, 22);
+  const at = { x: margin.left, y: margin.top, width: plotWidth, height: plotHeight };
+  const context = framedPicture({ width, height, cells: map.canvas, at, title: picture.title });
   context.font = "13px sans-serif";
   picture.lines.forEach((line, index) => context.fillText(line, 10, 44 + 18 * index));
   context.font = "11px sans-serif";
@@ -102,7 +96,7 @@ export function pairPNG(map, run) {
   context.textAlign = "center";
   context.fillText(picture.legend, 0, 0);
   context.restore();
-  return new Promise((resolve) => canvas.toBlob(resolve, "image/png"));
+  return pngOf(context.canvas);
 }
 
 // The same as an SVG: the cells one embedded image, everything else vectors and text (escaped).
