@@ -8,7 +8,9 @@ token reads most, and the alignment plan says how to serve its model. Nothing cu
 1024×768 and a 390 px phone; axe-core finds no violation of any impact in each kind's views and the every-head grid;
 no error in the page."""
 
+import math
 import re
+import zlib
 from pathlib import Path
 from xml.etree import ElementTree
 
@@ -188,6 +190,10 @@ def test_each_kind_labels_its_rows_and_columns_and_the_views_fit(browser, lab, f
         assert href == f"/api/encoder-decoder/{run['run_id']}/export?format=csv"
         if size[0] > 900:
             saved_pictures(page, run, source, target)
+            saved_grid(page, "marian", "cross", 3, (len(target), len(source)))
+            page.select_option("#kind", "encoder")
+            wait_until(page, "document.querySelectorAll('#grid .grid-cell').length === 8")
+            saved_grid(page, "marian", "encoder", 2, (len(source), len(source)))
         context.close()
         assert page.errors == []
     assert found == [], "\n".join(found)
@@ -219,6 +225,59 @@ def saved_pictures(page, run, source: list[str], target: list[str]) -> None:
         int(svg.get("width")),
         int(svg.get("height")),
     ]
+
+
+def png_size(data: bytes) -> tuple[int, int]:
+    """A PNG's width and height, once its chunks check out and its pixels inflate to exactly that size (8-bit RGB
+    or RGBA, as a canvas saves it)."""
+    assert data[:8] == b"\x89PNG\r\n\x1a\n"
+    at, chunks = 8, {}
+    while at < len(data):
+        length = int.from_bytes(data[at : at + 4], "big")
+        kind, body = data[at + 4 : at + 8], data[at + 8 : at + 8 + length]
+        assert zlib.crc32(kind + body) == int.from_bytes(data[at + 8 + length : at + 12 + length], "big")
+        chunks[kind] = chunks.get(kind, b"") + body
+        at += 12 + length
+    width, height = int.from_bytes(chunks[b"IHDR"][:4], "big"), int.from_bytes(chunks[b"IHDR"][4:8], "big")
+    depth, colour = chunks[b"IHDR"][8], chunks[b"IHDR"][9]
+    assert depth == 8 and colour in (2, 6)
+    assert len(zlib.decompress(chunks[b"IDAT"])) == height * (1 + width * (3 if colour == 2 else 4))
+    return width, height
+
+
+def saved_grid(page, model: str, kind: str, blocks: int, shape: tuple[int, int]) -> None:
+    """The every-head grid saved as PNG and SVG (grid.js's sheet): the file named for the kind, the title naming the
+    kind, the measure and the shape, every block and head labelled, and each head's picture as wide as its columns
+    for its rows (square cells, as on the page); the PNG as large as the SVG."""
+    name = {"encoder": "encoder self-attention", "cross": "cross-attention"}[kind]
+    sides = {"encoder": ("source", "source"), "cross": ("target", "source")}[kind]
+    rows, columns = shape
+    with page.expect_download() as svg_download:
+        page.locator("#export-grid-svg").click()
+    stem = f"{kind}-attention-weights-grid"
+    assert svg_download.value.suggested_filename == f"{stem}.svg"
+    svg = ElementTree.parse(svg_download.value.path()).getroot()
+    texts = [node.text for node in svg.iter(f"{SVG}text")]
+    title = (
+        f"Every head of {name} · attention weight · {blocks} blocks × 4 heads, "
+        f"each {rows} {sides[0]} × {columns} {sides[1]} tokens · {model}"
+    )
+    assert svg.find(f"{SVG}title").text == title and title in texts
+    assert {f"block {block}" for block in range(blocks)} | {f"head {head}" for head in range(4)} <= set(texts)
+    heads = [node for node in svg.iter(f"{SVG}image") if node.get("class") == "head"]
+    assert len(heads) == blocks * 4
+    for head in heads:
+        assert float(head.get("width")) / float(head.get("height")) == pytest.approx(columns / rows)
+        assert head.get("href").startswith("data:image/png;base64,")
+    with page.expect_download() as png_download:
+        page.locator("#export-grid-png").click()
+    assert png_download.value.suggested_filename == f"{stem}.png"
+    png_download.value.save_as(ARTIFACTS / f"encoder-decoder-saved-grid-{kind}.png")  # to look at
+    width, height = png_size(Path(png_download.value.path()).read_bytes())
+    assert (width, height) == (int(svg.get("width")), int(svg.get("height")))
+    # 72 px for a head's longer side, 6 between heads, 50 above the first block: the PNG's height follows the shape.
+    assert height == math.ceil(50 + blocks * (72 * min(1, rows / columns) + 6))
+    assert width >= 70 + 4 * (72 * min(1, columns / rows) + 6)
 
 
 def test_an_empty_target_is_written_and_alti_says_why_not(browser, lab):

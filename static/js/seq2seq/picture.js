@@ -5,19 +5,34 @@
 
 import { rgb, sequential } from "../colors.js";
 import { framedPicture, pngOf } from "../export.js";
-import { fixed } from "../format.js";
+import { count, fixed } from "../format.js";
 import { measureOf } from "../measures.js";
+import { blocksOf, KINDS } from "./kinds.js";
 
 const MAX_SIDE = 560; // px: the longer side of the cells at most
 const MIN_LABEL_GAP = 13; // px between axis labels; beyond that they thin out
 const SIDES = { source: "Source", target: "Target" };
 
+const kindFileName = (kind) => (kind === "cross" ? "cross-attention" : `${kind}-attention`);
+
 // "cross-attention-weights-block1-head2", "decoder-attention-norm-block0-heads-mean": the kind, measure, block and
 // head (or heads) a saved picture shows.
 export function pairFileName({ kind, measure, layer, head, heads }, model) {
   const which = head !== "mean" ? `head${head}` : heads.length === model.heads ? "heads-mean" : `heads-${heads.join("-")}-mean`;
-  const name = kind === "cross" ? "cross-attention" : `${kind}-attention`;
-  return [name, measureOf(measure).key.replace("_", "-"), `block${layer}`, which].join("-");
+  return [kindFileName(kind), measureOf(measure).key.replace("_", "-"), `block${layer}`, which].join("-");
+}
+
+// The every-head grid's picture (grid.js draws it): its title names the kind, the measure and the shape, its file
+// the kind and measure ("cross-attention-weights-grid").
+export function pairGridTitle({ run, kind, measure }) {
+  const { name, rows, columns } = KINDS[kind];
+  const shape = `${run[rows].tokens.length} ${rows} × ${run[columns].tokens.length} ${columns} tokens`;
+  const size = `${count(blocksOf(run.model, kind), "block")} × ${count(run.model.heads, "head")}, each ${shape}`;
+  return `Every head of ${name} · ${measureOf(measure).name} · ${size} · ${run.model.name}`;
+}
+
+export function pairGridFileName({ kind, measure }) {
+  return [kindFileName(kind), measureOf(measure).key.replace("_", "-"), "grid"].join("-");
 }
 
 // map: the page's PairMap, drawn; run: the encoder-decoder's run (its source and target texts).
