@@ -10,7 +10,7 @@ import { renderHeadSet } from "./headset.js";
 import { maskName, viewFileName, viewLayers, viewName } from "./matrix.js";
 import { measureOf, noHead } from "./measures.js";
 import { bindPopup } from "./popup.js";
-import { blocksOf, KINDS, rowsOf } from "./seq2seq/kinds.js";
+import { blocksOf, rowsOf, switchKind } from "./seq2seq/kinds.js";
 import { pairFileName, pairGridFileName, pairGridTitle, pairPNG, pairSVG } from "./seq2seq/picture.js";
 
 const $ = (id) => document.getElementById(id);
@@ -272,12 +272,7 @@ function bindViewControls(lab, heatmap) {
   $("sinks").addEventListener("change", () => setState({ sinks: $("sinks").value }));
   $("measure").addEventListener("change", () => setState({ measure: $("measure").value }));
   // Another kind reads other rows (the source's or the target's) in another stack of blocks.
-  $("kind")?.addEventListener("change", () => {
-    const { kind, layer, token } = getState();
-    const next = $("kind").value;
-    const sameRows = KINDS[kind].rows === KINDS[next].rows;
-    setState({ kind: next, layer: Math.min(layer, blocksOf(lab.model, next) - 1), token: sameRows ? token : 0 });
-  });
+  $("kind")?.addEventListener("change", () => setState(switchKind(getState(), lab.model, $("kind").value)));
   $("segments").addEventListener("change", () => setState({ segments: $("segments").value }));
   $("scale").addEventListener("change", () => setState({ scale: $("scale").value }));
   $("block-mean").addEventListener("change", () => setState({ blockMean: $("block-mean").checked }));
