@@ -3,10 +3,11 @@ labelled, cross-attention opened and a target word clicked, and the numbers the 
 eager `cross_attentions` for that row, computed here from the folder. The encoder's and the decoder's
 self-attention label their rows and columns with the right tokens; the exports link to the run's; the target the
 model writes is written; the heatmap saved as SVG and PNG names its kind, block and head, the source and the target
-and every token; ALTI says the run's sentence why it is not drawn; a class is asked which source token a target
-token reads most, and the alignment plan says how to serve its model. Nothing cut or off-screen at a projector's
-1024×768 and a 390 px phone; axe-core finds no violation of any impact in each kind's views and the every-head grid;
-no error in the page."""
+and every token; the every-head grid saved as SVG and PNG names its kind, measure and shape and keeps each head's
+shape; the tour walks the page with the run's counts; ALTI says the run's sentence why it is not drawn; a class is
+asked which source token a target token reads most, and the alignment plan says how to serve its model. Nothing cut
+or off-screen at a projector's 1024×768 and a 390 px phone; axe-core finds no violation of any impact in each kind's
+views and the every-head grid; no error in the page."""
 
 import math
 import re
@@ -225,6 +226,50 @@ def saved_pictures(page, run, source: list[str], target: list[str]) -> None:
         int(svg.get("width")),
         int(svg.get("height")),
     ]
+
+
+def test_the_tour_walks_the_encoder_decoder_page_with_the_runs_counts(browser, lab):
+    """The tour on T5's page, walked with the keyboard: each step outlines its view, shows its kind of attention and
+    names the run's real counts (source and target tokens, 2 encoder and 2 decoder blocks, 4 heads); nothing in its
+    text is a value the page failed to fill, and nothing on the stage is cut at a projector's 1024×768."""
+    context, page = open_page(browser, lab, "t5", (1024, 768), f"text={SOURCE}&target={TARGET}")
+    run = page.evaluate(RUN)
+    source, target = len(run["source"]["tokens"]), len(run["target"]["tokens"])
+    word = next(token for token in run["target"]["tokens"] if not token["special"])
+    steps = [  # the view outlined, the kind shown, the counts named
+        ("tokens", "cross", [source, target]),
+        ("heatmap", "encoder", [2, 4, f"{source}×{source}"]),
+        ("heatmap", "decoder", [2, 4, f"{target}×{target}"]),
+        ("heatmap", "cross", [2, 4, target, source]),
+        ("attends", "cross", [source, f"“{word['label']}” (target token {word['index']})"]),
+        ("grid", "cross", [2, 4, 4 * (2 + 2 * 2)]),
+    ]
+    found = []
+    page.locator("#tour-start").press("Enter")
+    for number, (view, kind, counts) in enumerate(steps, start=1):
+        expect(page.locator("#tour-counter")).to_have_text(f"Step {number} of {len(steps)}")
+        expect(page.locator(".tour-focus")).to_have_attribute("data-tour-target", view)
+        expect(page.locator("#kind")).to_have_value(kind)
+        said = f"{page.locator('#tour-title').inner_text()}\n{page.locator('#tour-text').inner_text()}\n"
+        said += page.locator("#tour-shape").inner_text()
+        for bad in ["undefined", "NaN", "null", "object at 0x", "[object"]:
+            assert bad not in said, f"step {number}: {said}"
+        for named in counts:  # a count as a whole, not a digit of another number
+            whole = rf"(?<![\d×]){re.escape(str(named))}(?![\d×])"
+            assert re.search(whole, said), f"step {number} names no {named}: {said}"
+        # The box shows its whole text, without a scroll of its own (a box squeezed into the closed panels' bar did).
+        whole = "(box) => box.scrollHeight <= box.clientHeight + 1 && box.getBoundingClientRect().bottom <= innerHeight"
+        assert page.locator("#tour").evaluate(whole), f"step {number}: the tour's box cuts its text"
+        found += [f"step {number}: {problem}" for problem in audit.problems(page, 0, 0, STAGE)]
+        screenshot(page, f"encoder-decoder-tour-{number}-1024")
+        page.locator("#tour-next").press("Enter")
+    # The attends step selected the first target word; the grid step opened the grid of cross-attention.
+    expect(page.locator("#heatmap")).to_have_attribute("data-selected-row", str(word["index"]))
+    expect(page.locator("#grid .grid-cell")).to_have_count(8)
+    expect(page.locator("#tour")).to_be_hidden()
+    context.close()
+    assert page.errors == []
+    assert found == [], "\n".join(found)
 
 
 def png_size(data: bytes) -> tuple[int, int]:
