@@ -287,10 +287,6 @@ function highlight(step) {
   outlined(step).dataset.tourTarget = step.target; // the view it outlines
 }
 
-// The fields of the state a step sets that are not so already.
-function toSet(step, state, model) {
-  return Object.fromEntries(Object.entries(step.sets?.(state, model) ?? {}).filter(([key, value]) => state[key] !== value));
-}
 
 // lab: {getState, setState, subscribe, model}; tour: {steps, facts} (TOUR, or the encoder-decoder's PAIR_TOUR).
 export function initTour(lab, tour) {
@@ -323,12 +319,15 @@ export function initTour(lab, tour) {
       opener.setAttribute("aria-expanded", String(open));
       const step = open ? stepOf(state.tour) : null;
       highlight(step);
-      // A step about a view in a panel opens that panel; a step about a part of the view sets it.
+      // A step about a view in a panel opens that panel.
       if (step?.target in PANELS && state.panel !== step.target) setState({ panel: step.target });
-      if (step && Object.keys(toSet(step, state, model)).length) setState(toSet(step, state, model));
       if (open && !wasOpen) dialog.focus({ preventScroll: true });
       if (!open && hadFocus) opener.focus({ preventScroll: true }); // the page stays where the tour left it
     }
+    // A step sets what it shows (a lesson, a kind of attention, a token) when it opens, and again when a run comes:
+    // a link's step opens before its run.
+    const sets = open && (changed.has("tour") || changed.has("run")) ? stepOf(state.tour).sets : null;
+    if (sets) setState(sets(getState(), model));
     document.body.classList.toggle("touring", open);
     if (!open) document.body.classList.remove("tour-room", "tour-room-below");
     if (open) {

@@ -267,6 +267,11 @@ def test_the_tour_walks_the_encoder_decoder_page_with_the_runs_counts(browser, l
     expect(page.locator("#heatmap")).to_have_attribute("data-selected-row", str(word["index"]))
     expect(page.locator("#grid .grid-cell")).to_have_count(8)
     expect(page.locator("#tour")).to_be_hidden()
+    # A link to the attends step opens it before its run: the run that follows fills it in.
+    page.goto(f"{page.url}&tour=5")
+    wait_until(page, DRAWN)
+    expect(page.locator("#tour-text")).to_contain_text(f"“{word['label']}” (target token {word['index']})")
+    expect(page.locator("#attends .attend-queries li.selected")).to_have_attribute("data-index", str(word["index"]))
     context.close()
     assert page.errors == []
     assert found == [], "\n".join(found)

@@ -9,7 +9,7 @@ import { KINDS, switchKind } from "./kinds.js";
 // The target word the attends step opens: the selected one, unless it is a special token (the start token the rows
 // begin with), else the first word.
 function targetWord({ run, token }) {
-  const tokens = run.target.tokens;
+  const tokens = run?.target.tokens ?? [];
   if (token !== null && token < tokens.length && !tokens[token].special) return token;
   return tokens.find((t) => !t.special)?.index ?? 0;
 }
