@@ -10,8 +10,8 @@ import { renderHeadSet } from "./headset.js";
 import { maskName, viewFileName, viewLayers, viewName } from "./matrix.js";
 import { measureOf, noHead } from "./measures.js";
 import { bindPopup } from "./popup.js";
-import { blocksOf, KINDS, rowsOf } from "./seq2seq/kinds.js";
-import { pairFileName, pairPNG, pairSVG } from "./seq2seq/picture.js";
+import { blocksOf, rowsOf, switchKind } from "./seq2seq/kinds.js";
+import { pairFileName, pairGridFileName, pairGridTitle, pairPNG, pairSVG } from "./seq2seq/picture.js";
 
 const $ = (id) => document.getElementById(id);
 
@@ -272,12 +272,7 @@ function bindViewControls(lab, heatmap) {
   $("sinks").addEventListener("change", () => setState({ sinks: $("sinks").value }));
   $("measure").addEventListener("change", () => setState({ measure: $("measure").value }));
   // Another kind reads other rows (the source's or the target's) in another stack of blocks.
-  $("kind")?.addEventListener("change", () => {
-    const { kind, layer, token } = getState();
-    const next = $("kind").value;
-    const sameRows = KINDS[kind].rows === KINDS[next].rows;
-    setState({ kind: next, layer: Math.min(layer, blocksOf(lab.model, next) - 1), token: sameRows ? token : 0 });
-  });
+  $("kind")?.addEventListener("change", () => setState(switchKind(getState(), lab.model, $("kind").value)));
   $("segments").addEventListener("change", () => setState({ segments: $("segments").value }));
   $("scale").addEventListener("change", () => setState({ scale: $("scale").value }));
   $("block-mean").addEventListener("change", () => setState({ blockMean: $("block-mean").checked }));
@@ -359,17 +354,21 @@ function bindExports(lab, heatmap, action) {
   action("export-json", async () => saveJSON(await numbers(), fileName()));
   action("export-csv", async () => saveCSV(await numbers(), fileName()));
   const gridTitle = () => `Every head: “${getState().text.slice(0, 60)}” · ${maskName(getState().run.mask, model, viewLayers({ blockMean: true }, model))} · ${model.name}`;
-  $("export-grid-png").addEventListener("click", async () => getState().run && saveImage(await gridPNG($("grid"), gridTitle()), "attention-grid", "png"));
-  $("export-grid-svg").addEventListener("click", () => getState().run && saveImage(gridSVG($("grid"), gridTitle()), "attention-grid", "svg"));
+  action("export-grid-png", async () => saveImage(await gridPNG($("grid"), gridTitle()), "attention-grid", "png"));
+  action("export-grid-svg", async () => saveImage(gridSVG($("grid"), gridTitle()), "attention-grid", "svg"));
 }
 
 // An encoder-decoder's heatmap as PNG or SVG, named for its kind, measure, block and head (its numbers are its
-// run's, saved by the server: export-pair-csv, export-pair-json).
+// run's, saved by the server: export-pair-csv, export-pair-json); its every-head grid as grid.js draws the page's,
+// titled and named for its kind.
 function bindPairExports(lab, action) {
   const map = () => $("heatmap").pairMap;
   const name = () => pairFileName(lab.getState(), lab.model);
   action("export-pair-png", async () => saveImage(await pairPNG(map(), lab.getState().run), name(), "png"));
   action("export-pair-svg", async () => saveImage(pairSVG(map(), lab.getState().run), name(), "svg"));
+  const grid = (draw, extension) => async () => saveImage(await draw($("grid"), pairGridTitle(lab.getState())), pairGridFileName(lab.getState()), extension);
+  action("export-grid-png", grid(gridPNG, "png"));
+  action("export-grid-svg", grid(gridSVG, "svg"));
 }
 
 // Keys on the page itself: ← → move the selected token, Esc clears it. Text fields, pickers, tab lists and

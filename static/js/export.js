@@ -7,6 +7,26 @@ export function saveImage(blob, name, extension) {
   download(blob, `${name}.${extension}`);
 }
 
+// A saved heatmap's frame, drawn the same on both pages: a white sheet of width × height, the cells (a canvas of one
+// pixel per cell) scaled into `at` unsmoothed so each cell stays a sharp square, and the title in the top left.
+// Returns the sheet's 2D context for the rest of the picture.
+export function framedPicture({ width, height, cells, at, title }) {
+  const canvas = Object.assign(document.createElement("canvas"), { width, height });
+  const context = canvas.getContext("2d");
+  context.fillStyle = "#fff";
+  context.fillRect(0, 0, width, height);
+  context.imageSmoothingEnabled = false;
+  context.drawImage(cells, at.x, at.y, at.width, at.height);
+  context.fillStyle = "#111";
+  context.font = "16px sans-serif";
+  context.fillText(title, 10, 22);
+  return context;
+}
+
+export function pngOf(canvas) {
+  return new Promise((resolve) => canvas.toBlob(resolve, "image/png"));
+}
+
 function download(content, name, type) {
   const url = URL.createObjectURL(content instanceof Blob ? content : new Blob([content], { type }));
   const link = Object.assign(document.createElement("a"), { href: url, download: name });

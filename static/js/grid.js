@@ -2,6 +2,7 @@
 
 import { blankNote } from "./blind.js";
 import { sequential } from "./colors.js";
+import { pngOf } from "./export.js";
 import { count, el } from "./format.js";
 import { isPerBlock, sinkNames, viewMatrix } from "./matrix.js";
 import { measureOf } from "./measures.js";
@@ -92,54 +93,68 @@ function paint(canvas, matrix, scale) {
   context.putImageData(image, 0, 0);
 }
 
-// The whole overview as one picture, labels included: each head's canvas copied into a sheet.
-const SHEET = { cell: 72, gap: 6, left: 70, top: 50 };
+// The whole overview as one picture, labels included: each head's canvas placed on a sheet, its cells square as on
+// the page (an encoder-decoder's cross-attention head is as wide as the source and as tall as the target), the
+// sheet at least as wide as its title.
+const SHEET = { cell: 72, gap: 6, left: 70, top: 50, font: "15px sans-serif" };
 
-function sheet(container) {
+function sheet(container, title) {
   const cells = [...container.querySelectorAll(".grid-cell")];
+  if (!cells.length) throw new Error("The grid is not drawn (a class is voting, or no run yet): there is nothing to save.");
   const layers = Math.max(...cells.map((cell) => Number(cell.dataset.layer))) + 1;
   const heads = Math.max(...cells.map((cell) => Number(cell.dataset.head))) + 1;
-  const step = SHEET.cell + SHEET.gap;
-  const width = SHEET.left + heads * step;
-  const height = SHEET.top + layers * step;
-  const canvas = el("canvas", { width, height });
-  const context = canvas.getContext("2d");
+  const { width: columns, height: rows } = cells[0].querySelector("canvas");
+  const size = { width: SHEET.cell * Math.min(1, columns / rows), height: SHEET.cell * Math.min(1, rows / columns) };
+  const step = { x: size.width + SHEET.gap, y: size.height + SHEET.gap };
+  const probe = document.createElement("canvas").getContext("2d");
+  probe.font = SHEET.font;
+  const width = Math.ceil(Math.max(SHEET.left + heads * step.x, probe.measureText(title).width + 16));
+  const height = Math.ceil(SHEET.top + layers * step.y);
+  const placed = cells.map((cell) => ({
+    canvas: cell.querySelector("canvas"),
+    x: SHEET.left + Number(cell.dataset.head) * step.x,
+    y: SHEET.top + Number(cell.dataset.layer) * step.y,
+    ...size,
+  }));
+  const labels = [
+    ...Array.from({ length: heads }, (_, head) => ({ text: `head ${head}`, x: SHEET.left + head * step.x + size.width / 2, y: SHEET.top - 8 })),
+    ...Array.from({ length: layers }, (_, layer) => ({ text: `block ${layer}`, x: SHEET.left - 36, y: SHEET.top + layer * step.y + size.height / 2 })),
+  ];
+  return { placed, width, height, labels };
+}
+
+// container: a drawn grid (#grid, either page's); title: what it shows, the first line of the picture.
+export function gridPNG(container, title) {
+  const { placed, width, height, labels } = sheet(container, title);
+  const context = Object.assign(document.createElement("canvas"), { width, height }).getContext("2d");
   context.fillStyle = "#fff";
   context.fillRect(0, 0, width, height);
   context.imageSmoothingEnabled = false;
-  for (const cell of cells) {
-    const x = SHEET.left + Number(cell.dataset.head) * step;
-    const y = SHEET.top + Number(cell.dataset.layer) * step;
-    context.drawImage(cell.querySelector("canvas"), x, y, SHEET.cell, SHEET.cell);
-  }
-  const labels = [
-    ...Array.from({ length: heads }, (_, head) => ({ text: `head ${head}`, x: SHEET.left + head * step + SHEET.cell / 2, y: SHEET.top - 8 })),
-    ...Array.from({ length: layers }, (_, layer) => ({ text: `block ${layer}`, x: SHEET.left - 36, y: SHEET.top + layer * step + SHEET.cell / 2 })),
-  ];
-  return { canvas, width, height, labels };
-}
-
-export function gridPNG(container, title) {
-  const { canvas, labels } = sheet(container);
-  const context = canvas.getContext("2d");
+  for (const { canvas, x, y, width: w, height: h } of placed) context.drawImage(canvas, x, y, w, h);
   context.fillStyle = "#111";
   context.textAlign = "center";
   context.textBaseline = "middle";
   context.font = "12px sans-serif";
   for (const { text, x, y } of labels) context.fillText(text, x, y);
   context.textAlign = "left";
-  context.font = "15px sans-serif";
+  context.font = SHEET.font;
   context.fillText(title, 8, 16);
-  return new Promise((resolve) => canvas.toBlob(resolve, "image/png"));
+  return pngOf(context.canvas);
 }
 
+// The same as an SVG: each head its own embedded image (class "head"), the labels and title text.
 export function gridSVG(container, title) {
-  const { canvas, width, height, labels } = sheet(container);
+  const { placed, width, height, labels } = sheet(container, title);
   const escape = (value) => value.replace(/[&<>"']/g, (c) => `&#${c.charCodeAt(0)};`);
   const svg = [
     `<svg xmlns="http://www.w3.org/2000/svg" width="${width}" height="${height}" viewBox="0 0 ${width} ${height}" font-family="sans-serif">`,
-    `<image x="0" y="0" width="${width}" height="${height}" style="image-rendering:pixelated" href="${canvas.toDataURL("image/png")}"/>`,
-    `<text x="8" y="20" font-size="15">${escape(title)}</text>`,
+    `<title>${escape(title)}</title>`,
+    `<rect width="${width}" height="${height}" fill="#fff"/>`,
+    ...placed.map(
+      ({ canvas, x, y, width: w, height: h }) =>
+        `<image x="${x}" y="${y}" width="${w}" height="${h}" preserveAspectRatio="none" style="image-rendering:pixelated" class="head" href="${canvas.toDataURL("image/png")}"/>`,
+    ),
+    `<text x="8" y="20" font-size="15" class="title">${escape(title)}</text>`,
     ...labels.map(({ text, x, y }) => `<text x="${x}" y="${y}" font-size="12" text-anchor="middle" dominant-baseline="middle">${escape(text)}</text>`),
     "</svg>",
   ];

@@ -9,6 +9,7 @@
 // fetch the query's exact row.
 
 import { diverging, gradient, rgb, sequential } from "./colors.js";
+import { framedPicture, pngOf } from "./export.js";
 import { el, fixed } from "./format.js";
 import { cellSymbol, measureOf } from "./measures.js";
 
@@ -737,15 +738,8 @@ export class Heatmap {
 
   toPNG() {
     const { margin, side, labels, bar, caption, range, legend, width, height } = this.layout();
-    const canvas = el("canvas", { width, height });
-    const context = canvas.getContext("2d");
-    context.fillStyle = "#fff";
-    context.fillRect(0, 0, width, height);
-    context.imageSmoothingEnabled = false;
-    context.drawImage(this.canvas, margin.left, margin.top, side, side);
-    context.fillStyle = "#111";
-    context.font = "16px sans-serif";
-    context.fillText(this.title.textContent, 10, 22);
+    const at = { x: margin.left, y: margin.top, width: side, height: side };
+    const context = framedPicture({ width, height, cells: this.canvas, at, title: this.title.textContent });
     context.font = "13px sans-serif";
     context.fillText(caption, 10, 42);
     context.font = "11px sans-serif";
@@ -783,7 +777,7 @@ export class Heatmap {
     context.textAlign = "center";
     context.fillText(legend.text, 0, 0);
     context.restore();
-    return new Promise((resolve) => canvas.toBlob(resolve, "image/png"));
+    return pngOf(context.canvas);
   }
 
   // An SVG: the cells as one embedded image, the title, prompt, token labels and colour bar as vectors

@@ -14,19 +14,21 @@ import { LESSONS, lessonsView } from "./lessons/lessons.js";
 import { initPanels, PANELS } from "./panels.js";
 import { pipelineView } from "./pipeline.js";
 import { pooledView } from "./pooled.js";
+import { PAIR_TOUR } from "./seq2seq/tour.js";
 import { createPairMapView, pairAttendsView, pairGridView, pairTokensView } from "./seq2seq/views.js";
 import { initPredict } from "./predict.js";
 import { getState, initState, setState, subscribe } from "./state.js";
 import { tokensView } from "./tokens.js";
-import { initTour, TOUR_LENGTH } from "./tour.js";
+import { initTour, TOUR } from "./tour.js";
 import { mountViews } from "./views.js";
 import { initWrite } from "./write.js";
 
 const config = JSON.parse(document.getElementById("lab-config").textContent);
 const model = config.model;
-// An encoder-decoder's run is a source, a target and three kinds of attention: views of their own (seq2seq/).
+// An encoder-decoder's run is a source, a target and three kinds of attention: views and a tour of their own (seq2seq/).
 const pairRun = model.kind === "encoder-decoder";
 const PAIR_PANELS = ["grid"];
+const tour = pairRun ? PAIR_TOUR : TOUR;
 api.useModel(model.name);
 
 await initState(
@@ -38,7 +40,7 @@ await initState(
   },
   {
     defaultModel: config.defaultModel, defaultPrompt: model.default_prompt ?? "", layers: pairRun ? Math.max(model.layers, model.decoder_layers) : model.layers, heads: model.heads, masks: model.masks, poolings: model.poolings,
-    prompts: Object.keys(model.prompts), tourSteps: TOUR_LENGTH, lessons: pairRun ? [] : Object.keys(LESSONS), panels: pairRun ? PAIR_PANELS : Object.keys(PANELS), scales: Object.keys(SCALES),
+    prompts: Object.keys(model.prompts), tourSteps: tour.steps.length, lessons: pairRun ? [] : Object.keys(LESSONS), panels: pairRun ? PAIR_PANELS : Object.keys(PANELS), scales: Object.keys(SCALES),
   },
 );
 
@@ -55,6 +57,7 @@ if (pairRun) {
   mountViews([pairTokensView, createPairMapView(lab, stageBounds), pairAttendsView, pairGridView], lab);
   initControls(lab, null);
   initPanels(lab, PAIR_PANELS);
+  initTour(lab, tour);
   initClassroom(lab);
 } else {
   const attention = createAttentionView(lab);
@@ -63,7 +66,7 @@ if (pairRun) {
   initPanels(lab);
   initPredict(lab);
   initWrite(lab);
-  initTour(lab);
+  initTour(lab, tour);
   initClassroom(lab);
   initGrow(lab);
 }

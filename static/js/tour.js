@@ -1,6 +1,7 @@
 // The guided tour: one box that walks a class through the pipeline, step by step, with the current run's
 // real shapes. Each step outlines the view that shows it, opening its panel, and the box sits where it
-// covers neither the heatmap nor that view.
+// covers neither the heatmap nor that view. A tour is its steps and the facts their texts read: the page's own
+// here (TOUR), an encoder-decoder's in seq2seq/tour.js; the page that composes the views picks one.
 
 import { missing } from "./capabilities.js";
 import { count, fixed } from "./format.js";
@@ -48,7 +49,8 @@ function addedAround(m) {
 }
 
 // target: the id of the element that shows the step; anchor: where in it the step's part is, when the target
-// is a tall panel that scrolls (a selector; the first match). n is the run's token count ("N" before a run);
+// is a tall panel that scrolls (a selector; the first match); sets: the state the step shows, (state, model) →
+// the fields to set on entering it. n is the run's token count ("N" before a run);
 // m is the model's config (layers, heads, hidden_size, head_dim, intermediate_size, vocab_size, ...).
 const STEPS = [
   {
@@ -166,7 +168,7 @@ const STEPS = [
   },
   {
     target: "lessons",
-    lesson: "explain",
+    sets: () => ({ lesson: "explain" }),
     title: () => "Is attention explanation?",
     text: () =>
       "A large weight need not move much: a token's value vector can be short. Here the selected token's keys are ranked by raw weight, by what each weight really carries (‖α·f(x)‖), by each token's share in the block's output (ALTI), and by gradient attribution; the Measure switch redraws every view with these.",
@@ -174,7 +176,6 @@ const STEPS = [
   },
 ];
 
-export const TOUR_LENGTH = STEPS.length;
 // The views a model without an adapter cannot fill (capabilities.js): their steps say why instead.
 const NEEDS = { dissection: "worked_example", pipeline: "pipeline", lessons: "measures" };
 
@@ -196,16 +197,18 @@ function facts(state, model) {
   };
 }
 
-function render(state, model) {
-  const step = STEPS[state.tour - 1];
-  const context = facts(state, model);
-  $("tour-counter").textContent = `Step ${state.tour} of ${STEPS.length}`;
+export const TOUR = { steps: STEPS, facts };
+
+function render(state, model, tour) {
+  const step = tour.steps[state.tour - 1];
+  const context = tour.facts(state, model);
+  $("tour-counter").textContent = `Step ${state.tour} of ${tour.steps.length}`;
   const reason = NEEDS[step.target] && missing(model, NEEDS[step.target]);
   $("tour-title").textContent = step.title(context);
   $("tour-text").textContent = reason ? `This step's view is not available for ${model.name}: ${reason}.` : step.text(context);
   $("tour-shape").textContent = reason ? "" : step.shape(context);
   $("tour-back").disabled = state.tour === 1;
-  $("tour-next").textContent = state.tour === STEPS.length ? "Finish" : "Next";
+  $("tour-next").textContent = state.tour === tour.steps.length ? "Finish" : "Next";
 }
 
 function overlaps(a, b) {
@@ -215,22 +218,23 @@ function overlaps(a, b) {
 // The outlined part of a step's view: the panel's visible area for a view in a panel that scrolls (never the
 // whole of a view taller than the screen), else the view itself.
 function outlined(step) {
-  const target = $(STEPS[step - 1].target);
+  const target = $(step.target);
   return target.closest(".panel-body") ?? target;
 }
 
 // On the stage, the box takes the largest place beside the heatmap that does not hold the step's view:
-// the whole side column, or the attends view when the view is a panel below it. It is as tall as its text:
-// the attends view's place takes that height (--tour-room), the panel the rest (at least PANEL_KEPT).
+// the whole side column, the attends view when the view is a panel below it, or the panels' place below the
+// attends view when the step is about the attends view. It is as tall as its text: its place takes that height
+// (--tour-room), the view beside it in the column the rest (at least PANEL_KEPT).
 // On a phone the box is a sheet along the bottom (lab.css), and the page scrolls the step's view to the top
 // of the screen, above it.
 const PHONE = window.matchMedia("(max-width: 899px)");
 
 function place(dialog, step) {
-  const target = $(STEPS[step - 1].target);
+  const target = $(step.target);
   if (PHONE.matches) {
     dialog.removeAttribute("style");
-    document.body.classList.remove("tour-room");
+    document.body.classList.remove("tour-room", "tour-room-below");
     document.body.style.setProperty("--tour-sheet", `${dialog.offsetHeight}px`);
     return;
   }
@@ -242,12 +246,17 @@ function place(dialog, step) {
   const box = room?.box ?? { left: window.innerWidth / 2, top: GAP, width: window.innerWidth / 2 - GAP, height: window.innerHeight / 3 };
   Object.assign(dialog.style, { left: `${box.left + GAP / 2}px`, top: `${box.top + GAP / 2}px`, width: `${box.width - GAP}px`, maxHeight: "none" });
   const needed = dialog.scrollHeight + 2 * parseFloat(getComputedStyle(dialog).borderTopWidth);
-  const grows = room?.selector === ".attends-panel" && rooms[0].box.height > box.height + 1; // the side column stacks it over the panel
-  document.body.classList.toggle("tour-room", grows); // the attends view's place is the box's, the panel takes the rest
-  // The panel keeps 40% of the column, or PANEL_KEPT where that is less; the box takes the rest it needs.
+  // The side column stacks the attends view over the panels: the box's place grows, the other takes the rest.
+  const grows = [".attends-panel", ".panels"].includes(room?.selector) && rooms[0].box.height > box.height + 1;
+  document.body.classList.toggle("tour-room", grows && room.selector === ".attends-panel");
+  document.body.classList.toggle("tour-room-below", grows && room.selector === ".panels");
+  // The view beside it keeps 40% of the column, or PANEL_KEPT where that is less; the box takes the rest it needs.
   const most = Math.max(rooms[0].box.height * 0.6, rooms[0].box.height - PANEL_KEPT * parseFloat(getComputedStyle(document.documentElement).fontSize));
-  if (grows) document.documentElement.style.setProperty("--tour-room", `${Math.min(needed + GAP, most)}px`);
-  dialog.style.maxHeight = `${(grows ? Math.min(needed + GAP, most) : box.height) - GAP}px`;
+  const height = grows ? Math.min(needed + GAP, most) : box.height;
+  if (grows) document.documentElement.style.setProperty("--tour-room", `${height}px`);
+  // Below the attends view, the grown place ends where the column does: its top moves up as it grows.
+  if (grows && room.selector === ".panels") dialog.style.top = `${rooms[0].box.bottom - height + GAP / 2}px`;
+  dialog.style.maxHeight = `${height - GAP}px`;
 }
 
 // A phone's page scrolled so that the step's view starts at the top of the screen, above the sheet; done when
@@ -260,7 +269,7 @@ function bringIntoSight(step) {
 
 // The step's part of a tall panel, scrolled to the top of the panel's visible area.
 function scrollToPart(step) {
-  const { target, anchor } = STEPS[step - 1];
+  const { target, anchor } = step;
   const view = $(target);
   const scroller = view.closest(".panel-body");
   if (!scroller) return;
@@ -275,28 +284,27 @@ function highlight(step) {
   }
   if (step === null) return;
   outlined(step).classList.add("tour-focus");
-  outlined(step).dataset.tourTarget = STEPS[step - 1].target; // the view it outlines
+  outlined(step).dataset.tourTarget = step.target; // the view it outlines
 }
 
-function go(lab, step) {
-  if (step > STEPS.length) lab.setState({ tour: null });
-  else lab.setState({ tour: Math.max(1, step) });
-}
 
-// lab: {getState, setState, subscribe, model}
-export function initTour(lab) {
+// lab: {getState, setState, subscribe, model}; tour: {steps, facts} (TOUR, or the encoder-decoder's PAIR_TOUR).
+export function initTour(lab, tour) {
   const { getState, setState, model } = lab;
+  const { steps } = tour;
+  const stepOf = (number) => steps[number - 1];
+  const go = (number) => setState({ tour: number > steps.length ? null : Math.max(1, number) });
   const dialog = $("tour");
   const opener = $("tour-start");
   opener.addEventListener("click", () => setState({ tour: getState().tour === null ? 1 : null }));
-  $("tour-back").addEventListener("click", () => go(lab, getState().tour - 1));
-  $("tour-next").addEventListener("click", () => go(lab, getState().tour + 1));
+  $("tour-back").addEventListener("click", () => go(getState().tour - 1));
+  $("tour-next").addEventListener("click", () => go(getState().tour + 1));
   $("tour-close").addEventListener("click", () => setState({ tour: null }));
   // The tour's keys stop here: outside the box the same arrows move the token selection.
   dialog.addEventListener("keydown", (event) => {
     const move = { ArrowRight: 1, ArrowLeft: -1 }[event.key];
     if (event.key === "Escape") setState({ tour: null });
-    else if (move) go(lab, Math.min(STEPS.length, getState().tour + move));
+    else if (move) go(Math.min(steps.length, getState().tour + move));
     else return;
     event.preventDefault();
     event.stopPropagation();
@@ -309,41 +317,44 @@ export function initTour(lab) {
       const hadFocus = dialog.contains(document.activeElement);
       dialog.hidden = !open;
       opener.setAttribute("aria-expanded", String(open));
-      highlight(state.tour);
+      const step = open ? stepOf(state.tour) : null;
+      highlight(step);
       // A step about a view in a panel opens that panel.
-      const step = open ? STEPS[state.tour - 1] : null;
       if (step?.target in PANELS && state.panel !== step.target) setState({ panel: step.target });
-      if (step?.lesson && state.lesson !== step.lesson) setState({ lesson: step.lesson });
       if (open && !wasOpen) dialog.focus({ preventScroll: true });
       if (!open && hadFocus) opener.focus({ preventScroll: true }); // the page stays where the tour left it
     }
+    // A step sets what it shows (a lesson, a kind of attention, a token) when it opens, and again when a run comes:
+    // a link's step opens before its run.
+    const sets = open && (changed.has("tour") || changed.has("run")) ? stepOf(state.tour).sets : null;
+    if (sets) setState(sets(getState(), model));
     document.body.classList.toggle("touring", open);
-    if (!open) document.body.classList.remove("tour-room");
+    if (!open) document.body.classList.remove("tour-room", "tour-room-below");
     if (open) {
-      render(state, model);
-      place(dialog, state.tour);
+      render(getState(), model, tour); // as the step set it
+      place(dialog, stepOf(state.tour));
       if (changed.has("tour") || changed.has("panel")) {
-        bringIntoSight(state.tour);
-        scrollToPart(state.tour);
+        bringIntoSight(stepOf(state.tour));
+        scrollToPart(stepOf(state.tour));
       }
     }
     // A button disabled under the keyboard's focus would drop the focus to the page.
     if (open && document.activeElement?.disabled) dialog.focus({ preventScroll: true });
   };
   lab.subscribe((state, changed) => {
-    if (["tour", "run", "token", "pooling", "panel", "present"].some((key) => changed.has(key))) show(state, changed);
+    if (["tour", "run", "token", "pooling", "panel", "present", "kind"].some((key) => changed.has(key))) show(state, changed);
   });
   // The views around the box move when the window changes size or a panel fills in.
-  const observer = new ResizeObserver(() => getState().tour !== null && place(dialog, getState().tour));
+  const observer = new ResizeObserver(() => getState().tour !== null && place(dialog, stepOf(getState().tour)));
   for (const selector of [".side", ".attends-panel", ".panels"]) observer.observe(document.querySelector(selector));
   // A panel filling in (or drawn again) is scrolled to the step's part once it is there.
   const filled = new ResizeObserver((entries) => {
-    const step = getState().tour;
-    if (step === null || !entries.some((entry) => entry.target === $(STEPS[step - 1].target))) return;
+    const step = getState().tour && stepOf(getState().tour);
+    if (!step || !entries.some((entry) => entry.target === $(step.target))) return;
     bringIntoSight(step);
     scrollToPart(step);
   });
-  for (const target of new Set(STEPS.map((step) => step.target))) filled.observe($(target));
-  window.addEventListener("resize", () => getState().tour !== null && place(dialog, getState().tour));
+  for (const target of new Set(steps.map((step) => step.target))) filled.observe($(target));
+  window.addEventListener("resize", () => getState().tour !== null && place(dialog, stepOf(getState().tour)));
   show(getState(), new Set(["tour"]));
 }

@@ -3,12 +3,15 @@ labelled, cross-attention opened and a target word clicked, and the numbers the 
 eager `cross_attentions` for that row, computed here from the folder. The encoder's and the decoder's
 self-attention label their rows and columns with the right tokens; the exports link to the run's; the target the
 model writes is written; the heatmap saved as SVG and PNG names its kind, block and head, the source and the target
-and every token; ALTI says the run's sentence why it is not drawn; a class is asked which source token a target
-token reads most, and the alignment plan says how to serve its model. Nothing cut or off-screen at a projector's
-1024×768 and a 390 px phone; axe-core finds no violation of any impact in each kind's views and the every-head grid;
-no error in the page."""
+and every token; the every-head grid saved as SVG and PNG names its kind, measure and shape and keeps each head's
+shape; the tour walks the page with the run's counts; ALTI says the run's sentence why it is not drawn; a class is
+asked which source token a target token reads most, and the alignment plan says how to serve its model. Nothing cut
+or off-screen at a projector's 1024×768 and a 390 px phone; axe-core finds no violation of any impact in each kind's
+views and the every-head grid; no error in the page."""
 
+import math
 import re
+import zlib
 from pathlib import Path
 from xml.etree import ElementTree
 
@@ -188,6 +191,10 @@ def test_each_kind_labels_its_rows_and_columns_and_the_views_fit(browser, lab, f
         assert href == f"/api/encoder-decoder/{run['run_id']}/export?format=csv"
         if size[0] > 900:
             saved_pictures(page, run, source, target)
+            saved_grid(page, "marian", "cross", 3, (len(target), len(source)))
+            page.select_option("#kind", "encoder")
+            wait_until(page, "document.querySelectorAll('#grid .grid-cell').length === 8")
+            saved_grid(page, "marian", "encoder", 2, (len(source), len(source)))
         context.close()
         assert page.errors == []
     assert found == [], "\n".join(found)
@@ -219,6 +226,108 @@ def saved_pictures(page, run, source: list[str], target: list[str]) -> None:
         int(svg.get("width")),
         int(svg.get("height")),
     ]
+
+
+def test_the_tour_walks_the_encoder_decoder_page_with_the_runs_counts(browser, lab):
+    """The tour on T5's page, walked with the keyboard: each step outlines its view, shows its kind of attention and
+    names the run's real counts (source and target tokens, 2 encoder and 2 decoder blocks, 4 heads); nothing in its
+    text is a value the page failed to fill, and nothing on the stage is cut at a projector's 1024×768."""
+    context, page = open_page(browser, lab, "t5", (1024, 768), f"text={SOURCE}&target={TARGET}")
+    run = page.evaluate(RUN)
+    source, target = len(run["source"]["tokens"]), len(run["target"]["tokens"])
+    word = next(token for token in run["target"]["tokens"] if not token["special"])
+    steps = [  # the view outlined, the kind shown, the counts named
+        ("tokens", "cross", [source, target]),
+        ("heatmap", "encoder", [2, 4, f"{source}×{source}"]),
+        ("heatmap", "decoder", [2, 4, f"{target}×{target}"]),
+        ("heatmap", "cross", [2, 4, target, source]),
+        ("attends", "cross", [source, f"“{word['label']}” (target token {word['index']})"]),
+        ("grid", "cross", [2, 4, 4 * (2 + 2 * 2)]),
+    ]
+    found = []
+    page.locator("#tour-start").press("Enter")
+    for number, (view, kind, counts) in enumerate(steps, start=1):
+        expect(page.locator("#tour-counter")).to_have_text(f"Step {number} of {len(steps)}")
+        expect(page.locator(".tour-focus")).to_have_attribute("data-tour-target", view)
+        expect(page.locator("#kind")).to_have_value(kind)
+        said = f"{page.locator('#tour-title').inner_text()}\n{page.locator('#tour-text').inner_text()}\n"
+        said += page.locator("#tour-shape").inner_text()
+        for bad in ["undefined", "NaN", "null", "object at 0x", "[object"]:
+            assert bad not in said, f"step {number}: {said}"
+        for named in counts:  # a count as a whole, not a digit of another number
+            whole = rf"(?<![\d×]){re.escape(str(named))}(?![\d×])"
+            assert re.search(whole, said), f"step {number} names no {named}: {said}"
+        # The box shows its whole text, without a scroll of its own (a box squeezed into the closed panels' bar did).
+        whole = "(box) => box.scrollHeight <= box.clientHeight + 1 && box.getBoundingClientRect().bottom <= innerHeight"
+        assert page.locator("#tour").evaluate(whole), f"step {number}: the tour's box cuts its text"
+        found += [f"step {number}: {problem}" for problem in audit.problems(page, 0, 0, STAGE)]
+        screenshot(page, f"encoder-decoder-tour-{number}-1024")
+        page.locator("#tour-next").press("Enter")
+    # The attends step selected the first target word; the grid step opened the grid of cross-attention.
+    expect(page.locator("#heatmap")).to_have_attribute("data-selected-row", str(word["index"]))
+    expect(page.locator("#grid .grid-cell")).to_have_count(8)
+    expect(page.locator("#tour")).to_be_hidden()
+    # A link to the attends step opens it before its run: the run that follows fills it in.
+    page.goto(f"{page.url}&tour=5")
+    wait_until(page, DRAWN)
+    expect(page.locator("#tour-text")).to_contain_text(f"“{word['label']}” (target token {word['index']})")
+    expect(page.locator("#attends .attend-queries li.selected")).to_have_attribute("data-index", str(word["index"]))
+    context.close()
+    assert page.errors == []
+    assert found == [], "\n".join(found)
+
+
+def png_size(data: bytes) -> tuple[int, int]:
+    """A PNG's width and height, once its chunks check out and its pixels inflate to exactly that size (8-bit RGB
+    or RGBA, as a canvas saves it)."""
+    assert data[:8] == b"\x89PNG\r\n\x1a\n"
+    at, chunks = 8, {}
+    while at < len(data):
+        length = int.from_bytes(data[at : at + 4], "big")
+        kind, body = data[at + 4 : at + 8], data[at + 8 : at + 8 + length]
+        assert zlib.crc32(kind + body) == int.from_bytes(data[at + 8 + length : at + 12 + length], "big")
+        chunks[kind] = chunks.get(kind, b"") + body
+        at += 12 + length
+    width, height = int.from_bytes(chunks[b"IHDR"][:4], "big"), int.from_bytes(chunks[b"IHDR"][4:8], "big")
+    depth, colour = chunks[b"IHDR"][8], chunks[b"IHDR"][9]
+    assert depth == 8 and colour in (2, 6)
+    assert len(zlib.decompress(chunks[b"IDAT"])) == height * (1 + width * (3 if colour == 2 else 4))
+    return width, height
+
+
+def saved_grid(page, model: str, kind: str, blocks: int, shape: tuple[int, int]) -> None:
+    """The every-head grid saved as PNG and SVG (grid.js's sheet): the file named for the kind, the title naming the
+    kind, the measure and the shape, every block and head labelled, and each head's picture as wide as its columns
+    for its rows (square cells, as on the page); the PNG as large as the SVG."""
+    name = {"encoder": "encoder self-attention", "cross": "cross-attention"}[kind]
+    sides = {"encoder": ("source", "source"), "cross": ("target", "source")}[kind]
+    rows, columns = shape
+    with page.expect_download() as svg_download:
+        page.locator("#export-grid-svg").click()
+    stem = f"{kind}-attention-weights-grid"
+    assert svg_download.value.suggested_filename == f"{stem}.svg"
+    svg = ElementTree.parse(svg_download.value.path()).getroot()
+    texts = [node.text for node in svg.iter(f"{SVG}text")]
+    title = (
+        f"Every head of {name} · attention weight · {blocks} blocks × 4 heads, "
+        f"each {rows} {sides[0]} × {columns} {sides[1]} tokens · {model}"
+    )
+    assert svg.find(f"{SVG}title").text == title and title in texts
+    assert {f"block {block}" for block in range(blocks)} | {f"head {head}" for head in range(4)} <= set(texts)
+    heads = [node for node in svg.iter(f"{SVG}image") if node.get("class") == "head"]
+    assert len(heads) == blocks * 4
+    for head in heads:
+        assert float(head.get("width")) / float(head.get("height")) == pytest.approx(columns / rows)
+        assert head.get("href").startswith("data:image/png;base64,")
+    with page.expect_download() as png_download:
+        page.locator("#export-grid-png").click()
+    assert png_download.value.suggested_filename == f"{stem}.png"
+    png_download.value.save_as(ARTIFACTS / f"encoder-decoder-saved-grid-{kind}.png")  # to look at
+    width, height = png_size(Path(png_download.value.path()).read_bytes())
+    assert (width, height) == (int(svg.get("width")), int(svg.get("height")))
+    # 72 px for a head's longer side, 6 between heads, 50 above the first block: the PNG's height follows the shape.
+    assert height == math.ceil(50 + blocks * (72 * min(1, rows / columns) + 6))
+    assert width >= 70 + 4 * (72 * min(1, columns / rows) + 6)
 
 
 def test_an_empty_target_is_written_and_alti_says_why_not(browser, lab):

@@ -3,7 +3,9 @@
 import csv
 import io
 import json
+from pathlib import Path
 from urllib.parse import parse_qs, urlparse
+from xml.etree import ElementTree
 
 import numpy as np
 import pytest
@@ -13,6 +15,7 @@ from playwright.sync_api import expect
 from tests.browser.conftest import open_panel, save, screenshot, wait_until
 
 pytestmark = pytest.mark.slow
+SVG = "{http://www.w3.org/2000/svg}"
 DEFAULT_TEXT = "The animal didn't cross the street because it was too tired"
 # The attends view's lines: [y1, y2, stroke-width] each, in rows (a row's middle at index + 0.5).
 LINES = (
@@ -150,6 +153,40 @@ def test_grid_cell_opens_that_head(page, server, api):
     assert page.locator("#grid .grid-cell.current").get_attribute("data-head") == "9"
     np.testing.assert_allclose(heatmap_z(page), api_head(api, run_id(page), 3, 9)["weights"], atol=1e-7)
     screenshot(page, "04-grid", page.locator("#grid"))
+    # Saved (grid.js's sheet): each head its own square picture in the SVG, the PNG as large as the SVG.
+    model = "JSON.parse(document.getElementById('lab-config').textContent).model"
+    layers, heads = page.evaluate(f"(m => [m.layers, m.heads])({model})")
+    with page.expect_download() as svg_download:
+        page.click("#export-grid-svg")
+    assert svg_download.value.suggested_filename == "attention-grid.svg"
+    svg = ElementTree.parse(svg_download.value.path()).getroot()
+    images = [node for node in svg.iter(f"{SVG}image") if node.get("class") == "head"]
+    assert len(images) == layers * heads
+    assert {(node.get("width"), node.get("height")) for node in images} == {("72", "72")}
+    texts = {node.text for node in svg.iter(f"{SVG}text")}
+    assert {f"head {heads - 1}", f"block {layers - 1}"} <= texts and svg.find(f"{SVG}title").text in texts
+    with page.expect_download() as png_download:
+        page.click("#export-grid-png")
+    png = Path(png_download.value.path()).read_bytes()
+    assert png[:8] == b"\x89PNG\r\n\x1a\n"
+    size = [int.from_bytes(png[at : at + 4], "big") for at in (16, 20)]
+    assert size == [int(svg.get("width")), int(svg.get("height"))]
+
+
+def test_the_tour_walks_every_step_and_sets_what_a_step_shows(page, server):
+    """The page's own tour, walked with Next: each step's counter and outlined view, no text the page failed to
+    fill, the last step opening its lesson, Finish closing the box."""
+    open_lab(page, server)
+    page.click("#tour-start")
+    total = int(page.locator("#tour-counter").inner_text().split(" of ")[1])
+    for number in range(1, total + 1):
+        expect(page.locator("#tour-counter")).to_have_text(f"Step {number} of {total}")
+        expect(page.locator(".tour-focus")).to_have_count(1)
+        said = page.locator("#tour").inner_text()
+        assert not any(bad in said for bad in ["undefined", "NaN", "null", "[object"]), f"step {number}: {said}"
+        page.click("#tour-next")
+    assert parse_qs(urlparse(page.url).query).get("lesson") == ["explain"]
+    expect(page.locator("#tour")).to_be_hidden()
 
 
 def test_causal_mask_shows_upper_triangle_zeros(page, server):

@@ -15,6 +15,13 @@ export function blocksOf(model, kind) {
   return kind === "encoder" ? model.layers : model.decoder_layers;
 }
 
+// The state that shows another kind: its block kept where its stack has it, the selected row kept where the rows
+// are the same tokens (the target's, for the decoder's and cross-attention), else the first.
+export function switchKind({ kind, layer, token }, model, next) {
+  const sameRows = KINDS[kind].rows === KINDS[next].rows;
+  return { kind: next, layer: Math.min(layer, blocksOf(model, next) - 1), token: sameRows ? token : 0 };
+}
+
 export function rowsOf(run, kind) {
   return run[KINDS[kind].rows].tokens;
 }

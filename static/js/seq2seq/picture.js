@@ -4,19 +4,35 @@
 // as the source, as on the page. Laid out once for both formats.
 
 import { rgb, sequential } from "../colors.js";
-import { fixed } from "../format.js";
+import { framedPicture, pngOf } from "../export.js";
+import { count, fixed } from "../format.js";
 import { measureOf } from "../measures.js";
+import { blocksOf, KINDS } from "./kinds.js";
 
 const MAX_SIDE = 560; // px: the longer side of the cells at most
 const MIN_LABEL_GAP = 13; // px between axis labels; beyond that they thin out
 const SIDES = { source: "Source", target: "Target" };
 
+const kindFileName = (kind) => (kind === "cross" ? "cross-attention" : `${kind}-attention`);
+
 // "cross-attention-weights-block1-head2", "decoder-attention-norm-block0-heads-mean": the kind, measure, block and
 // head (or heads) a saved picture shows.
 export function pairFileName({ kind, measure, layer, head, heads }, model) {
   const which = head !== "mean" ? `head${head}` : heads.length === model.heads ? "heads-mean" : `heads-${heads.join("-")}-mean`;
-  const name = kind === "cross" ? "cross-attention" : `${kind}-attention`;
-  return [name, measureOf(measure).key.replace("_", "-"), `block${layer}`, which].join("-");
+  return [kindFileName(kind), measureOf(measure).key.replace("_", "-"), `block${layer}`, which].join("-");
+}
+
+// The every-head grid's picture (grid.js draws it): its title names the kind, the measure and the shape, its file
+// the kind and measure ("cross-attention-weights-grid").
+export function pairGridTitle({ run, kind, measure }) {
+  const { name, rows, columns } = KINDS[kind];
+  const shape = `${run[rows].tokens.length} ${rows} × ${run[columns].tokens.length} ${columns} tokens`;
+  const size = `${count(blocksOf(run.model, kind), "block")} × ${count(run.model.heads, "head")}, each ${shape}`;
+  return `Every head of ${name} · ${measureOf(measure).name} · ${size} · ${run.model.name}`;
+}
+
+export function pairGridFileName({ kind, measure }) {
+  return [kindFileName(kind), measureOf(measure).key.replace("_", "-"), "grid"].join("-");
 }
 
 // map: the page's PairMap, drawn; run: the encoder-decoder's run (its source and target texts).
@@ -54,15 +70,8 @@ function layout(map, run) {
 export function pairPNG(map, run) {
   const picture = layout(map, run);
   const { margin, plotWidth, plotHeight, bar, width, height } = picture;
-  const canvas = Object.assign(document.createElement("canvas"), { width, height });
-  const context = canvas.getContext("2d");
-  context.fillStyle = "#fff";
-  context.fillRect(0, 0, width, height);
-  context.imageSmoothingEnabled = false;
-  context.drawImage(map.canvas, margin.left, margin.top, plotWidth, plotHeight);
-  context.fillStyle = "#111";
-  context.font = "16px sans-serif";
-  context.fillText(picture.title, 10, 22);
+  const at = { x: margin.left, y: margin.top, width: plotWidth, height: plotHeight };
+  const context = framedPicture({ width, height, cells: map.canvas, at, title: picture.title });
   context.font = "13px sans-serif";
   picture.lines.forEach((line, index) => context.fillText(line, 10, 44 + 18 * index));
   context.font = "11px sans-serif";
@@ -102,7 +111,7 @@ export function pairPNG(map, run) {
   context.textAlign = "center";
   context.fillText(picture.legend, 0, 0);
   context.restore();
-  return new Promise((resolve) => canvas.toBlob(resolve, "image/png"));
+  return pngOf(context.canvas);
 }
 
 // The same as an SVG: the cells one embedded image, everything else vectors and text (escaped).
