@@ -150,6 +150,20 @@ def test_a_clicked_target_word_reads_the_source_as_transformers_cross_attention(
     assert page.errors == []
 
 
+def test_a_source_word_clicked_in_the_last_decoder_block_opens_an_encoder_block_it_has(browser, lab):
+    """Marian has 2 encoder blocks and 3 decoder blocks: from cross-attention in block 2, a source word's row is
+    the encoder's self-attention, in its last block."""
+    context, page = open_page(browser, lab, "marian", (1280, 800), f"text={SOURCE}&target={TARGET}&layer=2")
+    expect(page.locator("#layer")).to_have_value("2")
+    page.locator('#tokens .pair-chips[data-side="source"] .token[data-index="1"]').click()
+    expect(page.locator("#kind")).to_have_value("encoder")
+    expect(page.locator("#layer")).to_have_value("1")
+    expect(page.locator("#heatmap .hm-title")).to_contain_text("encoder self-attention, block 1")
+    expect(page.locator("#heatmap")).to_have_attribute("data-selected-row", "1")
+    context.close()
+    assert page.errors == []
+
+
 def test_each_kind_labels_its_rows_and_columns_and_the_views_fit(browser, lab, folders):
     found = []
     for size in [(1024, 768), (390, 844)]:

@@ -11,7 +11,7 @@ import { count, el, fixed } from "../format.js";
 import { measureOf } from "../measures.js";
 import { byId } from "../root.js";
 import { renderTokens, showSelection } from "../tokens.js";
-import { blocksOf, columnsOf, KINDS, matrixOf, notMeasured, rowsOf, viewName } from "./kinds.js";
+import { blocksOf, columnsOf, KINDS, matrixOf, notMeasured, rowsOf, switchKind, viewName } from "./kinds.js";
 import { PairMap } from "./map.js";
 
 const $ = byId;
@@ -37,8 +37,9 @@ export const pairTokensView = {
       const selected = KINDS[state.kind].rows === side ? state.token : null;
       renderTokens(chips, state.run[side].tokens, selected, {
         select: (index) => {
-          const now = lab.getState().kind;
-          lab.setState({ kind: side === "source" ? "encoder" : now === "encoder" ? "cross" : now, token: index });
+          const now = lab.getState();
+          const kind = side === "source" ? "encoder" : now.kind === "encoder" ? "cross" : now.kind;
+          lab.setState({ ...switchKind(now, lab.model, kind), token: index });
         },
         preview: () => {},
       });
