@@ -5,9 +5,10 @@
 - the lab: the same spec started with POST /api/train on a lab server of its own, timed by the client from the
   POST to the status that says it is done, its head scores and checkpoints (every 25 steps) included;
 - the recipe's wall time from that POST to the first status whose phase change says an induction head formed;
-- a learner's analyze (a new 15-token text each time) on the idle lab, then while the recipe trains.
+- a learner's analyze (a new 15-token text each time) on the idle lab, then while the recipe trains at another
+  seed.
 
-The bare loop runs here while no lab trains, and the lab's run with no other load from this process."""
+The bare loop runs here while no lab trains, and the lab's timed trainings with nothing else asked of it."""
 
 import harness  # noqa: F401  (first: the environment every scenario runs in)
 
@@ -68,58 +69,59 @@ def analyze_ms(client: httpx.Client, n: int) -> float:
     return (time.perf_counter() - start) * 1000
 
 
+def follow(teacher: httpx.Client, body: dict) -> dict:
+    """One training started with POST /api/train and read every FOLLOW_SECONDS until it ends: its wall time from
+    the POST, and when (and at which step) its phase change said an induction head formed."""
+    start = time.perf_counter()
+    train_id = teacher.post("/api/train", json=body).json()["train_id"]
+    formed_at, formed_step = None, None
+    while True:
+        status = teacher.get(f"/api/train/{train_id}").json()
+        phase = status["phase_change"]
+        if formed_at is None and phase and phase["formed"] is not None:
+            formed_at, formed_step = time.perf_counter() - start, phase["formed"]
+        if status["state"] != "running":
+            break
+        time.sleep(FOLLOW_SECONDS)
+    assert status["state"] == "done", status["state"]
+    return {
+        "wall_s": time.perf_counter() - start,
+        "steps": status["steps"],
+        "checkpoints": len(status["checkpoints"]),
+        "formed_s": formed_at,
+        "formed_step": formed_step,
+    }
+
+
 def measure_training(reps: int = 1) -> dict:
+    """The recipe's steps/s and its time to a head from trainings with nothing else asked of the lab (as the bare
+    loop has nothing beside it), and a learner's analyses beside one more training, at another seed (a training is
+    computed once)."""
     spec = TrainingSpec()
     bare = [bare_loop(spec) for _ in range(reps)]
-    lab_runs = []
     with lab_server({"ATTENTION_LAB_DATA_DIR": tempfile.mkdtemp(prefix="bench-training-")}) as (base, _):
         learner = httpx.Client(base_url=base, timeout=120, transport=httpx.HTTPTransport(local_address="127.0.0.2"))
         teacher = httpx.Client(base_url=base, timeout=120)
         idle = [analyze_ms(learner, n) for n in range(ANALYSES)]
-        for rep in range(reps):
-            # the recipe at another seed each repetition after the first: a training is computed once
-            body = {} if rep == 0 else {"seed": rep}
-            during: list[float] = []
-            stop = threading.Event()
+        lab_runs = [follow(teacher, {} if rep == 0 else {"seed": rep}) for rep in range(reps)]
+        during: list[float] = []
+        stop = threading.Event()
 
-            def ask(rep=rep, during=during, stop=stop):
-                n = 0
-                while not stop.is_set() and n < ANALYSES:
-                    during.append(analyze_ms(learner, 1000 * (rep + 1) + n))
-                    n += 1
-                    time.sleep(0.5)
+        def ask():
+            for n in range(ANALYSES):
+                if stop.is_set():
+                    return
+                during.append(analyze_ms(learner, 1000 + n))
+                time.sleep(0.5)
 
-            start = time.perf_counter()
-            train_id = teacher.post("/api/train", json=body).json()["train_id"]
-            beside = threading.Thread(target=ask)
-            beside.start()
-            formed_at, formed_step = None, None
-            while True:
-                status = teacher.get(f"/api/train/{train_id}").json()
-                phase = status["phase_change"]
-                if formed_at is None and phase and phase["formed"] is not None:
-                    formed_at, formed_step = time.perf_counter() - start, phase["formed"]
-                if status["state"] != "running":
-                    break
-                time.sleep(FOLLOW_SECONDS)
-            wall = time.perf_counter() - start
-            stop.set()
-            beside.join()
-            assert status["state"] == "done", status["state"]
-            lab_runs.append(
-                {
-                    "wall_s": wall,
-                    "steps": status["steps"],
-                    "checkpoints": len(status["checkpoints"]),
-                    "formed_s": formed_at,
-                    "formed_step": formed_step,
-                    "during_ms": during,
-                }
-            )
+        beside = threading.Thread(target=ask)
+        beside.start()
+        follow(teacher, {"seed": reps})
+        stop.set()
+        beside.join()
         learner.close()
         teacher.close()
     lab_wall = statistics.median(run["wall_s"] for run in lab_runs)
-    during = [ms for run in lab_runs for ms in run["during_ms"]]
     return {
         "spec": spec.train_id,
         "steps": spec.steps,
