@@ -1,7 +1,9 @@
 """Builds the ASGI app: the model is loaded and the spec store opened once per server process, in the
 lifespan, and shared by every request of that process."""
 
+import asyncio
 import gc
+import io
 import logging
 import time
 from contextlib import asynccontextmanager
@@ -61,6 +63,25 @@ from app.web.middleware import (
 )
 
 log = logging.getLogger("uvicorn.error")  # uvicorn shows its INFO lines
+CLOSE_SECONDS = 5  # how long a stopping lab waits for a store's connections to close
+
+
+async def ended_within(seconds: float, closing, what: str) -> None:
+    """Awaits `closing` for at most `seconds`, since a stopping lab must stop: a replica on Redis once stayed in
+    its shutdown after SIGTERM, closing the class store's connections. Past the bound the log shows where every
+    task still waits. asyncio.wait, not wait_for, which waits on for a cancelled await that does not end."""
+    task = asyncio.ensure_future(closing)
+    done, _ = await asyncio.wait({task}, timeout=seconds)
+    if done:
+        task.result()
+        return
+    where = io.StringIO()
+    for waiting in asyncio.all_tasks() - {asyncio.current_task()}:
+        waiting.print_stack(file=where)
+    task.cancel()
+    log.warning(
+        "%s took longer than %s s: the lab stops without it. Tasks waiting:\n%s", what, seconds, where.getvalue()
+    )
 
 
 def create_app(
@@ -115,7 +136,7 @@ def create_app(
         yield
         gc.unfreeze()
         await app.state.trainings.close()  # a training under way here saves its state first
-        await classes.close()
+        await ended_within(CLOSE_SECONDS, classes.close(), "closing the class store's connections")
         store.close()
         app.state.lab.close()
         all_threads_back()

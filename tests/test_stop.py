@@ -2,6 +2,8 @@
 ends that work at its next slice, within the shutdown grace, with a 503 its client may retry elsewhere,
 and logs no traceback (issue #45, item 3)."""
 
+import asyncio
+import logging
 import re
 import signal
 import time
@@ -10,6 +12,7 @@ from concurrent.futures import ThreadPoolExecutor
 import httpx
 import pytest
 
+from app.main import ended_within
 from app.settings import Settings
 from tests.conftest import LabProcess
 from tests.floods import cpu_seconds
@@ -51,3 +54,32 @@ def test_sigterm_during_integrated_gradients_at_its_bound_answers_503_and_exits_
     assert re.search(r"Integrated Gradients of 256 steps stopped after \d+ slices: the server is stopping", log), log
     assert "Traceback" not in log and "Exception in ASGI application" not in log, log
     assert exited < GRACE_SECONDS
+
+
+def test_a_close_that_never_ends_holds_the_stop_for_its_bound_and_says_where_it_waited(caplog):
+    """A store's close that, cancelled, waits again in its `finally` on a connection that never closes (as one kept a
+    replica alive after SIGTERM) is left after its bound, and the log shows the await it was stuck in."""
+
+    async def never_ends():
+        try:
+            await asyncio.sleep(3600)  # a subscription's read, cancelled by its close
+        finally:
+            await asyncio.sleep(3600)  # its connection's close, waited on
+
+    async def closing():
+        task = asyncio.create_task(never_ends())
+        await asyncio.sleep(0)
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+
+    async def stop():
+        started = time.monotonic()
+        await ended_within(0.2, closing(), "closing a store")
+        return time.monotonic() - started
+
+    with caplog.at_level(logging.WARNING, logger="uvicorn.error"):
+        waited = asyncio.run(stop())
+    assert 0.2 <= waited < 2
+    said = caplog.records[-1].getMessage()
+    assert said.startswith("closing a store took longer than 0.2 s: the lab stops without it")
+    assert "in never_ends" in said and "await asyncio.sleep(3600)  # its connection's close" in said
