@@ -16,6 +16,7 @@ from safetensors.torch import load_file
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from app.engine.threads import on_cores
+from app.engine.training import trainer as trainer_module
 from app.engine.training.data import Data, conditions, trained_offsets, trained_periods
 from app.engine.training.spec import TrainingSpec
 from app.engine.training.trainer import Trainer
@@ -227,6 +228,22 @@ def test_a_training_paused_and_resumed_from_its_saved_state_is_the_uninterrupted
     for key in moments:
         for part in ("exp_avg", "exp_avg_sq", "step"):
             assert torch.equal(moments[key][part], theirs[key][part])  # bit for bit: same shapes (the same steps)
+
+
+def test_a_slice_goes_on_while_nobody_waits_and_ends_at_the_step_after_someone_comes(monkeypatch, tmp_path):
+    """A server's slice is one step while someone waits for the model; while nobody does it goes on, and it ends
+    at the first step after someone comes (here the third: `alone` says so twice, then not). A slice never runs
+    into a checkpoint due. The clock's longest slice is lifted so that only the waiting decides."""
+    monkeypatch.setattr(trainer_module, "ALONE_SLICE_SECONDS", float("inf"))
+    trainer = Trainer(RECIPE, tmp_path)
+    trainer.advance(seconds=0)  # the checkpoint at step 0
+    answers = iter([True, True, False])
+    trainer.advance(seconds=0, alone=lambda: next(answers))
+    assert trainer.step == 3
+    trainer.advance(seconds=0)
+    assert trainer.step == 4
+    trainer.advance(seconds=0, alone=lambda: True)
+    assert trainer.step == 25 and len(trainer.checkpoints) == 1  # the checkpoint due is the next slice's
 
 
 def test_a_notebook_grows_the_same_model_and_shows_it_with_the_labs_widget(grown, tmp_path):

@@ -318,7 +318,8 @@ class Trainings:
         """The trainer's slices, each followed (on the model's thread) by its progress written for every worker,
         and, where it kept a checkpoint, the training's state and what resumes it."""
         said = 0.0
-        for piece in trainer.slices():
+        gate = self.lab.gate
+        for piece in trainer.slices(alone=lambda: gate.waiting == 0):
 
             def run(piece=piece) -> dict:
                 nonlocal said

@@ -18,6 +18,9 @@ from app.engine.training.scores import head_scores, phase_change
 from app.engine.training.spec import TrainingSpec
 
 SLICE_SECONDS = 0.05  # a slice's steps end once this has passed (a learner's analyze waits for one slice at most)
+# ... or, while nobody waits for the model, once this has: each slice costs the server a turn of its gate and two
+# hops between threads, about 2 ms, 4% of a slice of one step; a learner who comes meanwhile waits one step.
+ALONE_SLICE_SECONDS = 0.25
 # A grown model's operations are too small to share out: a second core's team only adds its wake-ups to every one
 # of a step's few hundred operations, many times the step's own time on a busy machine (bench/README.md).
 CORES = 1
@@ -96,30 +99,36 @@ class Trainer:
         self.checkpoints.append(entry)
         return entry
 
-    def advance(self, seconds: float = SLICE_SECONDS) -> dict:
-        """One slice: the checkpoint due, or whole steps until `seconds` have passed, a checkpoint is due or the
-        training is done. Its progress, for the page."""
+    def advance(self, seconds: float = SLICE_SECONDS, alone: Callable[[], bool] = lambda: False) -> dict:
+        """One slice: the checkpoint due, or whole steps until `seconds` have passed (ALONE_SLICE_SECONDS while
+        `alone()` says nobody waits for the model), a checkpoint is due or the training is done. Its progress, for
+        the page."""
         started = time.perf_counter()
         try:
             with on_cores(CORES):
-                self._advance(started, seconds)
+                self._advance(started, seconds, alone)
             return self.progress()
         finally:
             self.seconds += time.perf_counter() - started
 
-    def _advance(self, started: float, seconds: float) -> None:
+    def _advance(self, started: float, seconds: float, alone: Callable[[], bool]) -> None:
         if not self._checkpointed:
             self.checkpoint()
             return
         while self.step < self.spec.steps:
             self.train_step()
-            if not self._checkpointed or time.perf_counter() - started >= seconds:
+            if not self._checkpointed:
                 return  # a checkpoint due is the next slice's: a slice of steps and a checkpoint was twice as long
+            spent = time.perf_counter() - started
+            if spent >= seconds and (spent >= ALONE_SLICE_SECONDS or not alone()):
+                return
 
-    def slices(self, seconds: float = SLICE_SECONDS) -> Iterator[Callable[[], dict]]:
+    def slices(
+        self, seconds: float = SLICE_SECONDS, alone: Callable[[], bool] = lambda: False
+    ) -> Iterator[Callable[[], dict]]:
         """The rest of the training, a slice at a time (advance)."""
         while not self.done:
-            yield lambda: self.advance(seconds)
+            yield lambda: self.advance(seconds, alone)
 
     def run(self) -> "Trainer":
         """The whole rest of the training at once (a notebook's, a test's)."""
