@@ -135,7 +135,10 @@ def create_app(
         gc.freeze()
         yield
         gc.unfreeze()
-        await app.state.trainings.close()  # a training under way here saves its state first
+        # Stopped without a signal (an ASGI server that ends the lifespan alone, a test's client), the gate is
+        # told here, so that a training under way ends at its next slice and saves its state first.
+        app.state.lab.gate.stop()
+        await app.state.trainings.close()
         await ended_within(CLOSE_SECONDS, classes.close(), "closing the class store's connections")
         store.close()
         app.state.lab.close()
