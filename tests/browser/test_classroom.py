@@ -22,7 +22,7 @@ from app.engine import labels as token_labels
 from tests.browser import audit
 from tests.browser.conftest import ARTIFACTS, wait_until
 from tests.class_client import device
-from tests.conftest import LabProcess, start_together
+from tests.conftest import LabProcess
 from tests.families import build
 
 pytestmark = pytest.mark.slow
@@ -32,20 +32,33 @@ TEXT = "I sat on the bank of the river and the bank was wet"  # "the" at 4, 7, 1
 LEARNER_SIZES = [(390, 844), (360, 740), (1280, 720)]
 
 
+@pytest.fixture(scope="module")
+def redis_labs(tmp_path_factory, redis_server):
+    """Two lab processes sharing classes over Redis, launched (not waited for) as the module's first class flow
+    begins: they start while the one-process flow runs, and the flow over Redis waits for them."""
+    env = {"ATTENTION_LAB_STORE": redis_server.url}
+    folder = tmp_path_factory.mktemp("redis-labs")
+    processes = []
+    for name in "ab":
+        (folder / name).mkdir()
+        processes.append(LabProcess(folder / name, env=env))
+    launched = [(process, process.launch()) for process in processes]
+    yield launched
+    for process in processes:
+        process.stop()
+
+
 @pytest.fixture(params=["one process", "two processes over redis"])
-def labs(request, server, tmp_path, redis_server):
+def labs(request, server):
     """(the teacher's lab, the learners' lab): the same one, or two processes sharing a class over Redis."""
+    launched = request.getfixturevalue("redis_labs")
     if request.param == "one process":
         yield server, server
         return
-    env = {"ATTENTION_LAB_STORE": redis_server.url}
-    processes = []
-    for name in "ab":
-        (tmp_path / name).mkdir()
-        processes.append(LabProcess(tmp_path / name, env=env))
-    start_together(*processes)
-    yield processes[0].url, processes[1].url
-    for process in processes:
+    for process, seen in launched:
+        process.wait_started(seen)
+    yield launched[0][0].url, launched[1][0].url
+    for process, _ in launched:  # done with: stopped now rather than at the module's end
         process.stop()
 
 
@@ -977,30 +990,36 @@ def test_a_joining_phone_asks_the_name_up_front_one_tap_skips_it_and_the_bar_cha
         end_class(server, started)
 
 
-@pytest.mark.parametrize(("width", "height"), [(360, 740), (390, 844)])
-def test_a_following_phone_shows_the_views_first(browser, server, width, height):
-    with a_class(browser, server, server, "layer=3&head=2&token=4", sizes=[(width, height)]) as (teacher, learners, _):
-        phone = learners[0]
-        wait_until(phone, "document.querySelector('#heatmap')?.dataset.view?.endsWith(':3:2:4')")
-        boxes = phone.evaluate(
-            """() => Object.fromEntries(['#heatmap .hm-canvas', '#attends', '#prompt', '.toolbar'].map((s) => {
-                 const node = document.querySelector(s); const b = node.getBoundingClientRect();
-                 return [s, { top: b.top, bottom: b.bottom, height: b.height, shown: node.checkVisibility() }];
-               }))"""
-        )
-        canvas, attends = boxes["#heatmap .hm-canvas"], boxes["#attends"]
-        assert canvas["top"] >= 0 and canvas["bottom"] <= height, canvas  # the whole heatmap on the first screen
-        assert attends["top"] < height - 60, attends  # the attends view starts on it too
-        assert not boxes["#prompt"]["shown"] and not boxes[".toolbar"]["shown"]  # the controls fold away
+def test_a_following_phone_shows_the_views_first(browser, server):
+    """A phone of each size follows the same class: each loads at its own size, and each explores alone on its own."""
+    phones = [(360, 740), (390, 844)]
+    with a_class(browser, server, server, "layer=3&head=2&token=4", sizes=phones) as (teacher, learners, _):
+        for phone, (width, height) in zip(learners, phones, strict=True):
+            follows_first(phone, width, height)
+
+
+def follows_first(phone, width: int, height: int):
+    """A following phone shows the heatmap and the start of the attends view first, its controls folded away."""
+    wait_until(phone, "document.querySelector('#heatmap')?.dataset.view?.endsWith(':3:2:4')")
+    boxes = phone.evaluate(
+        """() => Object.fromEntries(['#heatmap .hm-canvas', '#attends', '#prompt', '.toolbar'].map((s) => {
+             const node = document.querySelector(s); const b = node.getBoundingClientRect();
+             return [s, { top: b.top, bottom: b.bottom, height: b.height, shown: node.checkVisibility() }];
+           }))"""
+    )
+    canvas, attends = boxes["#heatmap .hm-canvas"], boxes["#attends"]
+    assert canvas["top"] >= 0 and canvas["bottom"] <= height, canvas  # the whole heatmap on the first screen
+    assert attends["top"] < height - 60, attends  # the attends view starts on it too
+    assert not boxes["#prompt"]["shown"] and not boxes[".toolbar"]["shown"]  # the controls fold away
+    phone.click("#class-controls")
+    expect(phone.locator("#prompt")).to_be_visible()
+    expect(phone.locator("#class-controls")).to_have_attribute("aria-expanded", "true")
+    phone.click("#class-follow")  # exploring alone: the controls are there
+    expect(phone.locator(".toolbar")).to_be_visible()
+    if (width, height) == (390, 844):
+        phone.click("#class-follow")
         phone.click("#class-controls")
-        expect(phone.locator("#prompt")).to_be_visible()
-        expect(phone.locator("#class-controls")).to_have_attribute("aria-expanded", "true")
-        phone.click("#class-follow")  # exploring alone: the controls are there
-        expect(phone.locator(".toolbar")).to_be_visible()
-        if (width, height) == (390, 844):
-            phone.click("#class-follow")
-            phone.click("#class-controls")
-            viewport_shot(phone, "class-phone-following-390")
+        viewport_shot(phone, "class-phone-following-390")
 
 
 def test_which_token_comes_next_at_a_step_of_a_writing(browser, gpt2_lab):
