@@ -30,13 +30,16 @@ pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parents[2]
 TEXT = "I sat on the bank of the river and the bank was wet"  # "the" at 4, 7, 10; "bank" at 5 and 11
 LEARNER_SIZES = [(390, 844), (360, 740), (1280, 720)]
+# The module's own labs keep no memory free for runs at start (1 GiB touched page by page, seconds on a busy
+# machine): their class flows ask for small runs, and the memory bound has tests of its own.
+NO_RESERVE = {"ATTENTION_LAB_RESERVE_BYTES": "0"}
 
 
 @pytest.fixture(scope="module")
 def redis_labs(tmp_path_factory, redis_server):
     """Two lab processes sharing classes over Redis, launched (not waited for) as the module's first class flow
     begins: they start while the one-process flow runs, and the flow over Redis waits for them."""
-    env = {"ATTENTION_LAB_STORE": redis_server.url}
+    env = {"ATTENTION_LAB_STORE": redis_server.url, **NO_RESERVE}
     folder = tmp_path_factory.mktemp("redis-labs")
     processes = []
     for name in "ab":
@@ -57,20 +60,28 @@ def labs(request, server):
         return
     for process, seen in launched:
         process.wait_started(seen)
+    request.getfixturevalue("gpt2_launched")  # the next flow's lab starts while this one runs
     yield launched[0][0].url, launched[1][0].url
     for process, _ in launched:  # done with: stopped now rather than at the module's end
         process.stop()
 
 
 @pytest.fixture(scope="module")
-def gpt2_lab(tmp_path_factory):
-    """The tiny GPT-2 (tests/families.py, seeded: the same weights for every test) on a lab of its own, started
-    once for the module's questions about a model with an LM head."""
+def gpt2_launched(tmp_path_factory):
+    """The tiny GPT-2 (tests/families.py, seeded: the same weights for every test) on a lab of its own, launched
+    once for the module's questions about a model with an LM head: (the lab, where its log was)."""
     folder = build("gpt2", tmp_path_factory.mktemp("gpt2") / "tiny-gpt2")
-    lab = LabProcess(folder.parent, env={"ATTENTION_LAB_MODEL_PATH": str(folder)})
-    lab.start()
-    yield lab
+    lab = LabProcess(folder.parent, env={"ATTENTION_LAB_MODEL_PATH": str(folder), **NO_RESERVE})
+    yield lab, lab.launch()
     lab.stop()
+
+
+@pytest.fixture(scope="module")
+def gpt2_lab(gpt2_launched):
+    """That lab, once it has started."""
+    lab, seen = gpt2_launched
+    lab.wait_started(seen)
+    return lab
 
 
 # --- pages ---------------------------------------------------------------------------------------------------
