@@ -33,6 +33,65 @@ SEGMENTS = ["all", "AA", "AB", "BA", "BB"]
 ATOL = 1e-6
 
 
+@pytest.fixture(scope="module")
+def context(browser):
+    """One 1280×720 browser context for the module: its pages share one HTTP cache, so the lab's immutable
+    scripts (plotly.js and the ES modules) are fetched and compiled once a module rather than once a test."""
+    context = browser.new_context(viewport={"width": 1280, "height": 720}, accept_downloads=True)
+    yield context
+    context.close()
+
+
+@pytest.fixture
+def page(context):
+    """A fresh page for each test, as tests/browser/conftest.py's `page` is, in the module's context; fails the
+    test if any request leaves 127.0.0.1 or the page raises."""
+    page = context.new_page()
+    requests, errors = [], []
+    page.on("request", lambda request: requests.append(request.url))
+    page.on("pageerror", lambda error: errors.append(str(error)))
+    page.on("console", lambda message: message.type == "error" and errors.append(f"console: {message.text}"))
+    page.on("dialog", lambda dialog: errors.append(f"dialog opened: {dialog.message}") or dialog.dismiss())
+    page.requests = requests
+    yield page
+    page.close()
+    outside = [
+        url for url in requests if urlparse(url).hostname != "127.0.0.1" and not url.startswith(("blob:", "data:"))
+    ]
+    assert outside == [], f"requests left 127.0.0.1: {outside}"
+    assert errors == [], f"the page raised: {errors}"
+
+
+@pytest.fixture(scope="module")
+def module_page(context, server):
+    """One page of the lab for the module's tests of the pure ES modules (matrix.js on arrays they pass in): what
+    they compute does not depend on a fresh load, so the page is loaded once. Its errors and requests are kept,
+    for the `modules` fixture to check after each test."""
+    page = context.new_page()
+    page.requests, page.errors = [], []
+    page.on("request", lambda request: page.requests.append(request.url))
+    page.on("pageerror", lambda error: page.errors.append(str(error)))
+    page.on("console", lambda message: message.type == "error" and page.errors.append(f"console: {message.text}"))
+    page.on("dialog", lambda dialog: page.errors.append(f"dialog opened: {dialog.message}") or dialog.dismiss())
+    page.goto(f"{server}/")
+    yield page
+    page.close()
+
+
+@pytest.fixture
+def modules(module_page):
+    """The module's one lab page; fails the test if, while it ran, a request left 127.0.0.1 or the page raised."""
+    requests, errors = len(module_page.requests), len(module_page.errors)
+    yield module_page
+    outside = [
+        url
+        for url in module_page.requests[requests:]
+        if urlparse(url).hostname != "127.0.0.1" and not url.startswith(("blob:", "data:"))
+    ]
+    assert outside == [], f"requests left 127.0.0.1: {outside}"
+    assert module_page.errors[errors:] == [], f"the page raised: {module_page.errors[errors:]}"
+
+
 # --- the server's numbers --------------------------------------------------------------------------------------
 
 
@@ -148,7 +207,7 @@ def every_view(n_layers: int, pair: bool):
 
 @pytest.mark.parametrize("mask", ["bidirectional", "causal"])
 @pytest.mark.parametrize("pair", [False, True], ids=["sentence", "pair"])
-def test_every_view_of_a_run_equals_numpy(page, server, api, mask, pair):
+def test_every_view_of_a_run_equals_numpy(modules, server, api, mask, pair):
     run = analyze(api, *(PAIR if pair else (DEFAULT_TEXT,)), mask=mask)
     weights = attention(api, run["run_id"])
     tokens = run["tokens"]
@@ -156,7 +215,7 @@ def test_every_view_of_a_run_equals_numpy(page, server, api, mask, pair):
         assert {token["segment"] for token in tokens} == {"A", "B"}
     views = list(every_view(weights.shape[0], pair))
     got = in_chromium(
-        page,
+        modules,
         server,
         "const blocks = await load(args.run); return args.views.map((view) => shown(blocks, args.tokens, view));",
         {"run": run["run_id"], "tokens": tokens, "views": views},
@@ -174,7 +233,7 @@ def test_every_view_of_a_run_equals_numpy(page, server, api, mask, pair):
             assert np.all((np.abs(kept - 1) < 1e-5) | (kept == 0)), v
 
 
-def test_a_row_that_keeps_almost_nothing_renormalises_to_its_own_sum(page, server):
+def test_a_row_that_keeps_almost_nothing_renormalises_to_its_own_sum(modules, server):
     """The issue's synthetic row: 0.99998 on [CLS]/[SEP], 1e-5 on each of a and b. Dividing by 1 − sink in
     float32 gave a = 0.50081; the kept cells divided by their own sum give 0.5 and 0.5."""
     tokens = [
@@ -186,7 +245,7 @@ def test_a_row_that_keeps_almost_nothing_renormalises_to_its_own_sum(page, serve
     row = [0.6, 1e-5, 1e-5, 0.39998]
     matrix = [[0.25] * 4, row, [0.1, 0.2, 0.3, 0.4], row]  # one block, one head, [query, key]
     got = in_chromium(
-        page,
+        modules,
         server,
         """const blocks = [Float32Array.from(args.matrix.flat())];
            const view = { layer: 0, head: 0, heads: [0], blockMean: false, segments: 'all' };
@@ -202,7 +261,7 @@ def test_a_row_that_keeps_almost_nothing_renormalises_to_its_own_sum(page, serve
     np.testing.assert_allclose(got[1]["sink"], [0.5, 0.99998, 0.5, 0.99998], atol=ATOL)
 
 
-def test_the_near_empty_row_of_block_0_head_2(page, server, api):
+def test_the_near_empty_row_of_block_0_head_2(modules, server, api):
     """Block 0, head 2, query "the" keeps about 5e-6 outside [CLS]/[SEP]: its renormalised weight on itself is
     the kept weights' own ratio, not the old heatmap's division by the float32 1 − sink (0.9512)."""
     run = analyze(api)
@@ -216,7 +275,7 @@ def test_the_near_empty_row_of_block_0_head_2(page, server, api):
     old = kept[0] / (np.float32(1) - (weights[0, 2, 1, 0] + weights[0, 2, 1, -1]))  # the old, wrong number
     assert abs(expected - old) > 1e-3  # so this test tells the two apart
     got = in_chromium(
-        page,
+        modules,
         server,
         "const blocks = await load(args.run); return shown(blocks, args.tokens, args.view);",
         {"run": run["run_id"], "tokens": tokens, "view": view(0, 2, sinks="renormalise")},
@@ -228,7 +287,7 @@ def test_the_near_empty_row_of_block_0_head_2(page, server, api):
     assert got["sink"][1] == pytest.approx(row[[0, -1]].sum(), abs=ATOL)
 
 
-def test_a_causal_first_query_keeps_all_of_its_weight_on_itself(page, server, api):
+def test_a_causal_first_query_keeps_all_of_its_weight_on_itself(modules, server, api):
     """Under the causal mask query 1 sees [CLS] and itself: hiding [CLS] and renormalising leaves exactly 1 on
     itself in every block and head, in every head mean and in the mean over blocks (the old heatmap: 0.9988)."""
     run = analyze(api, mask="causal")
@@ -236,7 +295,7 @@ def test_a_causal_first_query_keeps_all_of_its_weight_on_itself(page, server, ap
     views += [view(layer, "mean", heads, sinks="renormalise") for layer in range(6) for heads in (ALL_HEADS, HEAD_SET)]
     views += [view(0, 5, block_mean=True, sinks="renormalise"), view(0, "mean", HEAD_SET, True, "renormalise")]
     got = in_chromium(
-        page,
+        modules,
         server,
         """const blocks = await load(args.run), n = args.tokens.length;
            return args.views.map((view) => m.viewMatrix(blocks, args.tokens, view).matrix[1 * n + 1]);""",
@@ -245,7 +304,7 @@ def test_a_causal_first_query_keeps_all_of_its_weight_on_itself(page, server, ap
     np.testing.assert_allclose(got, 1, atol=ATOL)
 
 
-def test_a_difference_with_a_head_set_and_a_block_mean(page, server, api):
+def test_a_difference_with_a_head_set_and_a_block_mean(modules, server, api):
     """A − B of two runs, each view computed by viewMatrix with the chosen heads (and blocks): the old
     difference view took every head of one block whatever was chosen."""
     a, b = analyze(api), analyze(api, mask="causal")
@@ -257,7 +316,7 @@ def test_a_difference_with_a_head_set_and_a_block_mean(page, server, api):
         view(2, "mean", HEAD_SET, True, "hide"),
     ]
     got = in_chromium(
-        page,
+        modules,
         server,
         """const [a, b] = [await load(args.a), await load(args.b)];
            return args.views.map((view) => {
@@ -275,12 +334,12 @@ def test_a_difference_with_a_head_set_and_a_block_mean(page, server, api):
     assert np.abs(np.array(got[1], dtype=float).reshape(one_block.shape) - one_block).max() > 0.01
 
 
-def test_predict_first_judges_a_block_mean_on_the_block_mean(page, server, api):
+def test_predict_first_judges_a_block_mean_on_the_block_mean(modules, server, api):
     run = analyze(api)
     weights = attention(api, run["run_id"])
     v = view(0, 5, block_mean=True)
     got = in_chromium(
-        page,
+        modules,
         server,
         """const blocks = await load(args.run), n = args.tokens.length;
            const { matrix } = m.viewMatrix(blocks, args.tokens, args.view);
@@ -292,14 +351,14 @@ def test_predict_first_judges_a_block_mean_on_the_block_mean(page, server, api):
     assert int(np.argmax(got)) == int(np.argmax(expected)) != int(np.argmax(weights[0, 5, 3]))  # block 0 alone differs
 
 
-def test_mean_of_selected_rows(page, server, api):
+def test_mean_of_selected_rows(modules, server, api):
     run = analyze(api, *PAIR)
     weights = attention(api, run["run_id"])
     views = [view(3, 4), view(3, "mean", HEAD_SET, sinks="hide"), view(3, 4, block_mean=True, sinks="renormalise")]
     views.append(view(3, 4, sinks="renormalise", segments="AB"))
     rows = [2, 5, 11]
     got = in_chromium(
-        page,
+        modules,
         server,
         """const blocks = await load(args.run), n = args.tokens.length;
            return args.views.map((view) => {
@@ -341,9 +400,9 @@ NAMES = [
 ]
 
 
-def test_view_names_say_the_head_set_and_the_block_mean(page, server):
+def test_view_names_say_the_head_set_and_the_block_mean(modules, server):
     got = in_chromium(
-        page,
+        modules,
         server,
         "return args.views.map((view) => [m.viewName(view, args.model), m.viewFileName(view, args.model)]);",
         {"views": [v for v, *_ in NAMES], "model": MODEL},

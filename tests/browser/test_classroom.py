@@ -22,7 +22,7 @@ from app.engine import labels as token_labels
 from tests.browser import audit
 from tests.browser.conftest import ARTIFACTS, wait_until
 from tests.class_client import device
-from tests.conftest import LabProcess, start_together
+from tests.conftest import LabProcess
 from tests.families import build
 
 pytestmark = pytest.mark.slow
@@ -30,23 +30,58 @@ pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parents[2]
 TEXT = "I sat on the bank of the river and the bank was wet"  # "the" at 4, 7, 10; "bank" at 5 and 11
 LEARNER_SIZES = [(390, 844), (360, 740), (1280, 720)]
+# The module's own labs keep no memory free for runs at start (1 GiB touched page by page, seconds on a busy
+# machine): their class flows ask for small runs, and the memory bound has tests of its own.
+NO_RESERVE = {"ATTENTION_LAB_RESERVE_BYTES": "0"}
+
+
+@pytest.fixture(scope="module")
+def redis_labs(tmp_path_factory, redis_server):
+    """Two lab processes sharing classes over Redis, launched (not waited for) as the module's first class flow
+    begins: they start while the one-process flow runs, and the flow over Redis waits for them."""
+    env = {"ATTENTION_LAB_STORE": redis_server.url, **NO_RESERVE}
+    folder = tmp_path_factory.mktemp("redis-labs")
+    processes = []
+    for name in "ab":
+        (folder / name).mkdir()
+        processes.append(LabProcess(folder / name, env=env))
+    launched = [(process, process.launch()) for process in processes]
+    yield launched
+    for process in processes:
+        process.stop()
 
 
 @pytest.fixture(params=["one process", "two processes over redis"])
-def labs(request, server, tmp_path, redis_server):
+def labs(request, server):
     """(the teacher's lab, the learners' lab): the same one, or two processes sharing a class over Redis."""
+    launched = request.getfixturevalue("redis_labs")
     if request.param == "one process":
         yield server, server
         return
-    env = {"ATTENTION_LAB_STORE": redis_server.url}
-    processes = []
-    for name in "ab":
-        (tmp_path / name).mkdir()
-        processes.append(LabProcess(tmp_path / name, env=env))
-    start_together(*processes)
-    yield processes[0].url, processes[1].url
-    for process in processes:
+    for process, seen in launched:
+        process.wait_started(seen)
+    request.getfixturevalue("gpt2_launched")  # the next flow's lab starts while this one runs
+    yield launched[0][0].url, launched[1][0].url
+    for process, _ in launched:  # done with: stopped now rather than at the module's end
         process.stop()
+
+
+@pytest.fixture(scope="module")
+def gpt2_launched(tmp_path_factory):
+    """The tiny GPT-2 (tests/families.py, seeded: the same weights for every test) on a lab of its own, launched
+    once for the module's questions about a model with an LM head: (the lab, where its log was)."""
+    folder = build("gpt2", tmp_path_factory.mktemp("gpt2") / "tiny-gpt2")
+    lab = LabProcess(folder.parent, env={"ATTENTION_LAB_MODEL_PATH": str(folder), **NO_RESERVE})
+    yield lab, lab.launch()
+    lab.stop()
+
+
+@pytest.fixture(scope="module")
+def gpt2_lab(gpt2_launched):
+    """That lab, once it has started."""
+    lab, seen = gpt2_launched
+    lab.wait_started(seen)
+    return lab
 
 
 # --- pages ---------------------------------------------------------------------------------------------------
@@ -411,37 +446,32 @@ def test_peer_instruction_blind_votes_two_rounds_and_a_reveal_for_each_kind(brow
         assert httpx.get(f"{learner_lab}/api/classes/{code}").status_code == 404
 
 
-def test_a_next_token_question_on_a_model_with_an_lm_head(browser, tmp_path_factory):
+def test_a_next_token_question_on_a_model_with_an_lm_head(browser, gpt2_lab):
     """The tiny GPT-2 (tests/families.py): the reveal names the LM head's most probable candidate."""
-    folder = build("gpt2", tmp_path_factory.mktemp("next") / "tiny-gpt2")
-    lab = LabProcess(folder.parent, env={"ATTENTION_LAB_MODEL_PATH": str(folder)})
-    lab.start()
-    try:
-        with a_class(browser, lab.url, lab.url, "text=The+river+bank+was+steep&token=2", sizes=[(390, 844)]) as (
-            teacher,
-            learners,
-            started,
-        ):
-            assert teacher.locator('#class-kind option[value="next_token"]').count() == 1
-            run = teacher.evaluate("document.body.dataset.run")
-            candidates = httpx.get(f"{lab.url}/api/runs/{run}/tokens/2/next", params={"k": 6}).json()["candidates"]
-            best = max(candidates, key=lambda candidate: candidate["probability"])
-            teacher.select_option("#class-kind", "next_token")
-            teacher.click("#class-ask")
-            offered = choice_labels(learners[0])
-            assert sorted(offered) == sorted(token_labels.shown(candidate["token"]) for candidate in candidates)
-            vote_on(learners[0], offered[0])
-            counted(teacher, 1)
-            assert_blind(learners[0], best["probability"], "phone, next-token question open")
-            teacher.click("#class-reveal")
-            state = revealed(lab.url, started["code"])
-            assert abs(state["answer"]["value"] - best["probability"]) < 1e-6
-            assert state["answer"]["label"] == token_labels.shown(best["token"])
-            expect(learners[0].locator('#class-question [data-field="reveal"]')).to_contain_text(
-                f"probability {best['probability']:.4f}"
-            )
-    finally:
-        lab.stop()
+    lab = gpt2_lab
+    with a_class(browser, lab.url, lab.url, "text=The+river+bank+was+steep&token=2", sizes=[(390, 844)]) as (
+        teacher,
+        learners,
+        started,
+    ):
+        assert teacher.locator('#class-kind option[value="next_token"]').count() == 1
+        run = teacher.evaluate("document.body.dataset.run")
+        candidates = httpx.get(f"{lab.url}/api/runs/{run}/tokens/2/next", params={"k": 6}).json()["candidates"]
+        best = max(candidates, key=lambda candidate: candidate["probability"])
+        teacher.select_option("#class-kind", "next_token")
+        teacher.click("#class-ask")
+        offered = choice_labels(learners[0])
+        assert sorted(offered) == sorted(token_labels.shown(candidate["token"]) for candidate in candidates)
+        vote_on(learners[0], offered[0])
+        counted(teacher, 1)
+        assert_blind(learners[0], best["probability"], "phone, next-token question open")
+        teacher.click("#class-reveal")
+        state = revealed(lab.url, started["code"])
+        assert abs(state["answer"]["value"] - best["probability"]) < 1e-6
+        assert state["answer"]["label"] == token_labels.shown(best["token"])
+        expect(learners[0].locator('#class-question [data-field="reveal"]')).to_contain_text(
+            f"probability {best['probability']:.4f}"
+        )
 
 
 def test_a_patch_question_asks_which_head_matters_most_when_patched(browser, server):
@@ -971,123 +1001,124 @@ def test_a_joining_phone_asks_the_name_up_front_one_tap_skips_it_and_the_bar_cha
         end_class(server, started)
 
 
-@pytest.mark.parametrize(("width", "height"), [(360, 740), (390, 844)])
-def test_a_following_phone_shows_the_views_first(browser, server, width, height):
-    with a_class(browser, server, server, "layer=3&head=2&token=4", sizes=[(width, height)]) as (teacher, learners, _):
-        phone = learners[0]
-        wait_until(phone, "document.querySelector('#heatmap')?.dataset.view?.endsWith(':3:2:4')")
-        boxes = phone.evaluate(
-            """() => Object.fromEntries(['#heatmap .hm-canvas', '#attends', '#prompt', '.toolbar'].map((s) => {
-                 const node = document.querySelector(s); const b = node.getBoundingClientRect();
-                 return [s, { top: b.top, bottom: b.bottom, height: b.height, shown: node.checkVisibility() }];
-               }))"""
-        )
-        canvas, attends = boxes["#heatmap .hm-canvas"], boxes["#attends"]
-        assert canvas["top"] >= 0 and canvas["bottom"] <= height, canvas  # the whole heatmap on the first screen
-        assert attends["top"] < height - 60, attends  # the attends view starts on it too
-        assert not boxes["#prompt"]["shown"] and not boxes[".toolbar"]["shown"]  # the controls fold away
+def test_a_following_phone_shows_the_views_first(browser, server):
+    """A phone of each size follows the same class: each loads at its own size, and each explores alone on its own."""
+    phones = [(360, 740), (390, 844)]
+    with a_class(browser, server, server, "layer=3&head=2&token=4", sizes=phones) as (teacher, learners, _):
+        for phone, (width, height) in zip(learners, phones, strict=True):
+            follows_first(phone, width, height)
+
+
+def follows_first(phone, width: int, height: int):
+    """A following phone shows the heatmap and the start of the attends view first, its controls folded away."""
+    wait_until(phone, "document.querySelector('#heatmap')?.dataset.view?.endsWith(':3:2:4')")
+    boxes = phone.evaluate(
+        """() => Object.fromEntries(['#heatmap .hm-canvas', '#attends', '#prompt', '.toolbar'].map((s) => {
+             const node = document.querySelector(s); const b = node.getBoundingClientRect();
+             return [s, { top: b.top, bottom: b.bottom, height: b.height, shown: node.checkVisibility() }];
+           }))"""
+    )
+    canvas, attends = boxes["#heatmap .hm-canvas"], boxes["#attends"]
+    assert canvas["top"] >= 0 and canvas["bottom"] <= height, canvas  # the whole heatmap on the first screen
+    assert attends["top"] < height - 60, attends  # the attends view starts on it too
+    assert not boxes["#prompt"]["shown"] and not boxes[".toolbar"]["shown"]  # the controls fold away
+    phone.click("#class-controls")
+    expect(phone.locator("#prompt")).to_be_visible()
+    expect(phone.locator("#class-controls")).to_have_attribute("aria-expanded", "true")
+    phone.click("#class-follow")  # exploring alone: the controls are there
+    expect(phone.locator(".toolbar")).to_be_visible()
+    if (width, height) == (390, 844):
+        phone.click("#class-follow")
         phone.click("#class-controls")
-        expect(phone.locator("#prompt")).to_be_visible()
-        expect(phone.locator("#class-controls")).to_have_attribute("aria-expanded", "true")
-        phone.click("#class-follow")  # exploring alone: the controls are there
-        expect(phone.locator(".toolbar")).to_be_visible()
-        if (width, height) == (390, 844):
-            phone.click("#class-follow")
-            phone.click("#class-controls")
-            viewport_shot(phone, "class-phone-following-390")
+        viewport_shot(phone, "class-phone-following-390")
 
 
-def test_which_token_comes_next_at_a_step_of_a_writing(browser, tmp_path_factory):
+def test_which_token_comes_next_at_a_step_of_a_writing(browser, gpt2_lab):
     """The shipped plan "A decoder writes" on a tiny GPT-2 (the lab ships no decoder): its second step asks the
     class which token the greedy writing writes second; three learners see the words so far and vote; the reveal
     gives the step's own probabilities (POST /api/generate's funnel, held to transformers' by test_writing) and the
     token written, on every screen; then whether temperature 0.2 or 1.5 makes the likeliest first token likelier.
     Audited at 1024×768 (the teacher's projector) and on a 390 phone."""
-    folder = build("gpt2", tmp_path_factory.mktemp("write") / "tiny-gpt2")
-    lab = LabProcess(folder.parent, env={"ATTENTION_LAB_MODEL_PATH": str(folder)})
-    lab.start()
+    lab = gpt2_lab
     plan = json.loads((ROOT / "static" / "lessons" / "write.json").read_text())
     second = plan["steps"][1]
     text = second["view"]["text"]
-    try:
-        query = f"text={text.replace(' ', '+')}"
-        with a_class(browser, lab.url, lab.url, query, present=True) as (teacher, learners, started):
-            teacher.set_viewport_size({"width": 1024, "height": 768})
-            teacher.click("#plan-edit summary")
-            for kind in ("written", "temperature"):  # the editor offers them on a model that writes
-                assert teacher.locator(f'#plan-step-question option[value="{kind}"]').count() == 1
-            teacher.click("#plan-write")
-            expect(teacher.locator("#plan-said")).to_contain_text("6 steps")
-            teacher.click("#plan-next")  # Start: the first token
-            wait_until(teacher, "document.getElementById('class-stage').dataset.phase === 'open'")
-            teacher.click("#plan-next")  # the second
-            deadline = time.monotonic() + 10
-            while (asked := class_question(lab.url, started["code"]))["view"]["index"] != 1:
-                assert time.monotonic() < deadline, asked
-                time.sleep(0.05)
-            steps = httpx.post(f"{lab.url}/api/generate", json={"text": text, **second["question"]["writing"]}).json()
-            words = text + steps["steps"][0]["written"]
-            assert asked["words"] == words
-            so_far = f"Written so far: {words} …"
-            expect(teacher.locator("#class-stage [data-field=written-so-far]")).to_have_text(so_far)
-            offered = choice_labels(learners[0])
-            for learner in learners:
-                expect(learner.locator("#class-question [data-field=written-so-far]")).to_have_text(so_far)
-                assert sorted(choice_labels(learner)) == sorted(offered)
-            for learner, label in zip(learners, [offered[0], offered[1], offered[0]], strict=True):
-                vote_on(learner, label)
-            counted(teacher, 3)
-            found = audit.problems(teacher, 16, 16, "header.topbar, main.stage, #class-panel", page_scrolls=True)
-            viewport_shot(teacher, "class-written-open-1024x768")
-            found += [f"390: {p}" for p in audit.problems(learners[0], 0, 0, "header.topbar, #class-bar", True)]
-            viewport_shot(learners[0], "class-written-open-phone-390")
+    query = f"text={text.replace(' ', '+')}"
+    with a_class(browser, lab.url, lab.url, query, present=True) as (teacher, learners, started):
+        teacher.set_viewport_size({"width": 1024, "height": 768})
+        teacher.click("#plan-edit summary")
+        for kind in ("written", "temperature"):  # the editor offers them on a model that writes
+            assert teacher.locator(f'#plan-step-question option[value="{kind}"]').count() == 1
+        teacher.click("#plan-write")
+        expect(teacher.locator("#plan-said")).to_contain_text("6 steps")
+        teacher.click("#plan-next")  # Start: the first token
+        wait_until(teacher, "document.getElementById('class-stage').dataset.phase === 'open'")
+        teacher.click("#plan-next")  # the second
+        deadline = time.monotonic() + 10
+        while (asked := class_question(lab.url, started["code"]))["view"]["index"] != 1:
+            assert time.monotonic() < deadline, asked
+            time.sleep(0.05)
+        steps = httpx.post(f"{lab.url}/api/generate", json={"text": text, **second["question"]["writing"]}).json()
+        words = text + steps["steps"][0]["written"]
+        assert asked["words"] == words
+        so_far = f"Written so far: {words} …"
+        expect(teacher.locator("#class-stage [data-field=written-so-far]")).to_have_text(so_far)
+        offered = choice_labels(learners[0])
+        for learner in learners:
+            expect(learner.locator("#class-question [data-field=written-so-far]")).to_have_text(so_far)
+            assert sorted(choice_labels(learner)) == sorted(offered)
+        for learner, label in zip(learners, [offered[0], offered[1], offered[0]], strict=True):
+            vote_on(learner, label)
+        counted(teacher, 3)
+        found = audit.problems(teacher, 16, 16, "header.topbar, main.stage, #class-panel", page_scrolls=True)
+        viewport_shot(teacher, "class-written-open-1024x768")
+        found += [f"390: {p}" for p in audit.problems(learners[0], 0, 0, "header.topbar, #class-bar", True)]
+        viewport_shot(learners[0], "class-written-open-phone-390")
 
-            teacher.click("#class-reveal")
-            state = revealed(lab.url, started["code"])
-            step = steps["steps"][1]
-            last = step["funnel"][-1]
-            chances = dict(zip(map(token_labels.shown, last["tokens"]), last["probabilities"], strict=True))
-            labels = [choice["label"] for choice in state["choices"]]
-            assert state["values"] == [chances[label] for label in labels]
-            assert state["answer"]["value"] == last["probabilities"][0]
-            drawn = labels[state["drawn"]]
-            assert drawn == token_labels.shown(step["text"]) and state["drawn"] == state["answer"]["choice"]  # greedy
-            probability = f"probability {last['probabilities'][0]:.4f}"
-            for learner in learners:
-                line = learner.locator('#class-question [data-field="reveal"]')
-                expect(line).to_contain_text(probability)
-                expect(line).to_contain_text(f"The writing drew “{drawn}”")
-                expect(learner.locator("#class-question [data-field=written-drawn]")).to_have_text(drawn)
-            expect(teacher.locator("#class-verdict")).to_contain_text(probability)
-            found += audit.problems(teacher, 16, 16, "header.topbar, main.stage, #class-panel", page_scrolls=True)
-            viewport_shot(teacher, "class-written-revealed-1024x768")
-            found += [f"390: {p}" for p in audit.problems(learners[0], 0, 0, "header.topbar, #class-bar", True)]
-            viewport_shot(learners[0], "class-written-revealed-phone-390")
+        teacher.click("#class-reveal")
+        state = revealed(lab.url, started["code"])
+        step = steps["steps"][1]
+        last = step["funnel"][-1]
+        chances = dict(zip(map(token_labels.shown, last["tokens"]), last["probabilities"], strict=True))
+        labels = [choice["label"] for choice in state["choices"]]
+        assert state["values"] == [chances[label] for label in labels]
+        assert state["answer"]["value"] == last["probabilities"][0]
+        drawn = labels[state["drawn"]]
+        assert drawn == token_labels.shown(step["text"]) and state["drawn"] == state["answer"]["choice"]  # greedy
+        probability = f"probability {last['probabilities'][0]:.4f}"
+        for learner in learners:
+            line = learner.locator('#class-question [data-field="reveal"]')
+            expect(line).to_contain_text(probability)
+            expect(line).to_contain_text(f"The writing drew “{drawn}”")
+            expect(learner.locator("#class-question [data-field=written-drawn]")).to_have_text(drawn)
+        expect(teacher.locator("#class-verdict")).to_contain_text(probability)
+        found += audit.problems(teacher, 16, 16, "header.topbar, main.stage, #class-panel", page_scrolls=True)
+        viewport_shot(teacher, "class-written-revealed-1024x768")
+        found += [f"390: {p}" for p in audit.problems(learners[0], 0, 0, "header.topbar, #class-bar", True)]
+        viewport_shot(learners[0], "class-written-revealed-phone-390")
 
-            # Step 4: with temperature 0.2 or 1.5, which makes the likeliest first token likelier?
-            teacher.click("#plan-next")
-            wait_until(teacher, "document.getElementById('plan-now').dataset.step === '3'")
-            teacher.click("#plan-next")
-            deadline = time.monotonic() + 10
-            while (asked := class_question(lab.url, started["code"]))["kind"] != "temperature":
-                assert time.monotonic() < deadline, asked
-                time.sleep(0.05)
-            assert sorted(choice_labels(learners[0])) == ["temperature 0.2", "temperature 1.5"]
-            for learner in learners:
-                vote_on(learner, "temperature 1.5")
-            counted(teacher, 3)
-            found += [f"390: {p}" for p in audit.problems(learners[0], 0, 0, "header.topbar, #class-bar", True)]
-            teacher.click("#class-reveal")
-            state = revealed(lab.url, started["code"])
-            assert state["answer"]["label"] == "temperature 0.2"
-            line = learners[0].locator('#class-question [data-field="reveal"]')
-            expect(line).to_contain_text(f"“temperature 0.2”, probability {state['answer']['value']:.4f}")
-            at_hot = state["values"][[choice["label"] for choice in state["choices"]].index("temperature 1.5")]
-            expect(line).to_contain_text(f"{at_hot:.4f} at temperature 1.5")
-            found += [f"390: {p}" for p in audit.problems(learners[0], 0, 0, "header.topbar, #class-bar", True)]
-            viewport_shot(learners[0], "class-temperature-revealed-phone-390")
-            found += audit.problems(teacher, 16, 16, "header.topbar, main.stage, #class-panel", page_scrolls=True)
-            viewport_shot(teacher, "class-temperature-revealed-1024x768")
-            assert found == [], "\n".join(found)
-    finally:
-        lab.stop()
+        # Step 4: with temperature 0.2 or 1.5, which makes the likeliest first token likelier?
+        teacher.click("#plan-next")
+        wait_until(teacher, "document.getElementById('plan-now').dataset.step === '3'")
+        teacher.click("#plan-next")
+        deadline = time.monotonic() + 10
+        while (asked := class_question(lab.url, started["code"]))["kind"] != "temperature":
+            assert time.monotonic() < deadline, asked
+            time.sleep(0.05)
+        assert sorted(choice_labels(learners[0])) == ["temperature 0.2", "temperature 1.5"]
+        for learner in learners:
+            vote_on(learner, "temperature 1.5")
+        counted(teacher, 3)
+        found += [f"390: {p}" for p in audit.problems(learners[0], 0, 0, "header.topbar, #class-bar", True)]
+        teacher.click("#class-reveal")
+        state = revealed(lab.url, started["code"])
+        assert state["answer"]["label"] == "temperature 0.2"
+        line = learners[0].locator('#class-question [data-field="reveal"]')
+        expect(line).to_contain_text(f"“temperature 0.2”, probability {state['answer']['value']:.4f}")
+        at_hot = state["values"][[choice["label"] for choice in state["choices"]].index("temperature 1.5")]
+        expect(line).to_contain_text(f"{at_hot:.4f} at temperature 1.5")
+        found += [f"390: {p}" for p in audit.problems(learners[0], 0, 0, "header.topbar, #class-bar", True)]
+        viewport_shot(learners[0], "class-temperature-revealed-phone-390")
+        found += audit.problems(teacher, 16, 16, "header.topbar, main.stage, #class-panel", page_scrolls=True)
+        viewport_shot(teacher, "class-temperature-revealed-1024x768")
+        assert found == [], "\n".join(found)

@@ -116,11 +116,12 @@ def test_a_class_is_asked_when_the_loss_will_drop_from_the_grow_panel_before_any
 def test_a_teacher_grows_the_recipe_watches_its_phase_change_and_opens_its_checkpoints(
     browser, server, grow_lab, grown_recipe
 ):
-    """Start goes on from the recipe's first 25 steps (of the 275 its head takes to form), the session's, put in
-    the lab's data folder just before as the lab keeps a training paused there: still on its plateau. The plan's
-    pause comes as soon as the teacher's page has started the training, before the head forms however fast this
-    machine trains; the learners' pages are read then, paused, and seen to follow the training live once it is
-    resumed."""
+    """Start goes on from the recipe's last checkpoint on its plateau (step 175 of the 275 its head takes to form,
+    the drop starting at 200), the session's, put in the lab's data folder just before as the lab keeps a training
+    paused there: the drop and the head's forming still to come, live, with no plateau steps grown again first.
+    The plan's pause comes as soon as the teacher's page has started the training, before the head forms however
+    fast this machine trains; the learners' pages are read then, paused, and seen to follow the training live once
+    it is resumed."""
     errors = []
     context = browser.new_context(viewport={"width": 1024, "height": 768}, bypass_csp=True)
     page = context.new_page()
@@ -150,7 +151,7 @@ def test_a_teacher_grows_the_recipe_watches_its_phase_change_and_opens_its_check
     step(1)
     assert choice_labels(learner) == ["head 0.0", "head 0.1", "head 1.0", "head 1.1"]
     vote_on(learner, "head 1.1")
-    grown_recipe.in_lab(grow_lab.data, 25, "paused")
+    grown_recipe.in_lab(grow_lab.data, grown_recipe.plateau_step, "paused")
     step(2)  # starts growing the recipe
     wait_until(page, "new URLSearchParams(location.search).get('train')")
     train_id = train_id_of(page)
