@@ -3,11 +3,13 @@ them, checkpoints saved in bfloat16 and sharded, and the lab's numbers against t
 the same dtype."""
 
 import copy
+import functools
 import json
 import os
 import shutil
 import subprocess
 import sys
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
@@ -102,9 +104,21 @@ def bfloat16_shards(family: str, folder: Path) -> Path:
     return folder
 
 
+@pytest.fixture(scope="module")
+def shards(tmp_path_factory) -> Callable[[str], Path]:
+    """A family's bfloat16 sharded checkpoint, built once for the module: the tests read it and never change it
+    (one that deletes a folder deletes its own copy)."""
+
+    @functools.cache
+    def of(family: str) -> Path:
+        return bfloat16_shards(family, tmp_path_factory.mktemp(family))
+
+    return of
+
+
 @pytest.fixture(scope="module", params=CHECKPOINT_FAMILIES)
-def sharded(request, tmp_path_factory) -> tuple[str, Path]:
-    return request.param, bfloat16_shards(request.param, tmp_path_factory.mktemp(request.param))
+def sharded(request, shards) -> tuple[str, Path]:
+    return request.param, shards(request.param)
 
 
 def eager(folder: Path, dtype: torch.dtype, input_ids: torch.Tensor, device: str = "cpu"):
@@ -325,10 +339,10 @@ def float32_of(folder: Path, into: Path) -> Path:
 
 
 @pytest.fixture(scope="module", params=UPCAST_FAMILIES)
-def half_and_float32(request, tmp_path_factory):
+def half_and_float32(request, shards, tmp_path_factory):
     """A lab serving the bfloat16 checkpoint in bfloat16, and one serving its upcast weights in float32."""
     family = request.param
-    folder = bfloat16_shards(family, tmp_path_factory.mktemp(family))
+    folder = shards(family)
     upcast = float32_of(folder, tmp_path_factory.mktemp(f"{family}-float32") / family)
     half = load_model(folder, placement=Placement(dtype="bfloat16"))
     full = load_model(upcast, placement=Placement(dtype="float32"))
@@ -419,10 +433,10 @@ def assert_same_scoreboards(config, ours: dict, theirs: dict) -> None:
 
 
 @pytest.mark.parametrize("family", [*CHECKPOINT_FAMILIES, "gpt2"])  # GPT-2: an LM head tied to its embedding
-def test_the_float32_copy_is_the_folder_read_again_and_upcast_bit_for_bit(family, tmp_path):
+def test_the_float32_copy_is_the_folder_read_again_and_upcast_bit_for_bit(family, shards):
     """upcast builds its copy from the served model itself: the same weights and buffers (RoPE's inv_freq, not in
     the state_dict) as the folder read again in bfloat16 and upcast, the same pass, and its config its own."""
-    folder = bfloat16_shards(family, tmp_path / family)
+    folder = shards(family)
     loaded = load_model(folder, placement=Placement(dtype="bfloat16"))
     ours = upcast(loaded)
     read_again = type(loaded.model).from_pretrained(folder, attn_implementation="eager", dtype=torch.bfloat16)
