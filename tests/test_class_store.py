@@ -4,6 +4,7 @@ a 503 with no traceback, and three workers without Redis refusing class mode in 
 
 import signal
 import time
+from pathlib import Path
 
 import pytest
 import redis
@@ -23,16 +24,33 @@ def store():
     server.stop()
 
 
+def three_workers_without_redis(folder: Path, model: Path) -> LabProcess:
+    return LabProcess(
+        folder, command=("-m", "app", "--workers", "3"), env={"ATTENTION_LAB_MODEL_PATH": str(model)}, workers=3
+    )
+
+
 @pytest.fixture(scope="module")
-def labs(tmp_path_factory, tiny_model_dir, store):
+def all_labs(tmp_path_factory, tiny_model_dir, store) -> tuple[list[LabProcess], LabProcess]:
+    """The two labs sharing the store, and the last test's three workers without one, started together: the three
+    workers' start (their own imports, in processes of their own) is the longest, and the two labs' forks take
+    their time beside it rather than before it."""
     env = {"ATTENTION_LAB_MODEL_PATH": str(tiny_model_dir), "ATTENTION_LAB_STORE": store.url}
     labs = [LabProcess(tmp_path_factory.mktemp(f"class-{name}"), env=env) for name in "ab"]
-    start_together(*labs)
-    yield labs
+    three = three_workers_without_redis(tmp_path_factory.mktemp("three-workers"), tiny_model_dir)
+    start_together(*labs, three)
+    yield labs, three
+    for lab in (*labs, three):
+        if lab.process.poll() is None:
+            lab.stop()
     for lab in labs:
-        lab.stop()
         log = lab.log.read_text()
         assert "Traceback" not in log, log
+
+
+@pytest.fixture(scope="module")
+def labs(all_labs) -> list[LabProcess]:
+    return all_labs[0]
 
 
 def seen(listener: Listener, view: dict, timeout: float) -> float:
@@ -148,14 +166,8 @@ def test_a_stopping_lab_tells_its_streams_to_reconnect_while_the_class_lives_on(
     Listener(f"{first.url}/api/classes/{code}/events", "127.0.18.2").wait_ready().close()
 
 
-def test_three_workers_without_redis_refuse_class_mode_in_one_line(tmp_path, tiny_model_dir):
-    lab = LabProcess(
-        tmp_path,
-        command=("-m", "app", "--workers", "3"),
-        env={"ATTENTION_LAB_MODEL_PATH": str(tiny_model_dir)},
-        workers=3,
-    )
-    lab.start()
+def test_three_workers_without_redis_refuse_class_mode_in_one_line(all_labs):
+    _, lab = all_labs
     try:
         client = device("127.0.14.1")
         answers = [client.post(f"{lab.url}/api/classes") for _ in range(6)]

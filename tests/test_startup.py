@@ -4,6 +4,9 @@ import gc
 import os
 import subprocess
 import sys
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+from pathlib import Path
 
 import pytest
 from fastapi.testclient import TestClient
@@ -11,22 +14,93 @@ from fastapi.testclient import TestClient
 from app.engine.model import ModelLoadError, load_model
 from app.main import create_app
 from app.settings import get_settings
-from tests.conftest import LAB_PROTOCOL, free_port, run_app
+from tests.conftest import LAB_PROTOCOL, Ended, free_port, run_app, zygote
 
 
-def test_missing_folder_fails_with_one_line_naming_it(tmp_path):
-    missing = tmp_path / "no-such-model"
-    result = run_app([], {"ATTENTION_LAB_MODEL_PATH": str(missing)})
+def broken(folder: Path) -> Path:
+    folder.mkdir()
+    (folder / "config.json").write_text("{ not json")
+    return folder
+
+
+def damaged_store(folder: Path) -> Path:
+    (folder / "runs.sqlite3").write_text("not a database " * 100)
+    return folder
+
+
+def store_refusal(folder: Path) -> str:
+    return (
+        f"attention-lab: the run store (sqlite {folder / 'runs.sqlite3'}) could not be opened: file is not a database"
+    )
+
+
+def uvicorn_run(data: Path) -> subprocess.CompletedProcess:
+    """`uvicorn app.main:app` as an operator runs it: a fresh process."""
+    return subprocess.run(
+        [sys.executable, "-m", "uvicorn", "app.main:app", "--http", LAB_PROTOCOL, "--port", str(free_port())],
+        env={**os.environ, "ATTENTION_LAB_DATA_DIR": str(data)},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def with_workers(count: int) -> list[str]:
+    return ["--workers", str(count), "--port", str(free_port())]
+
+
+Start = Callable[[Path], Ended | subprocess.CompletedProcess]
+STARTS: dict[str, tuple[Callable[[Path], Path], Start]] = {  # a start's name: (its folder made, the start)
+    "missing": (
+        lambda folder: folder / "no-such-model",
+        lambda missing: run_app([], {"ATTENTION_LAB_MODEL_PATH": str(missing)}),
+    ),
+    "broken": (
+        lambda folder: broken(folder / "model"),
+        lambda model: run_app([], {"ATTENTION_LAB_MODEL_PATH": str(model)}),
+    ),
+    "damaged-store": (damaged_store, lambda data: run_app([], {"ATTENTION_LAB_DATA_DIR": str(data)})),
+    "damaged-store-uvicorn": (damaged_store, uvicorn_run),
+    "missing-with-workers": (
+        lambda folder: folder / "no-such-model",
+        lambda missing: run_app(with_workers(2), {"ATTENTION_LAB_MODEL_PATH": str(missing)}),
+    ),
+    "cross-encoder-missing": (
+        lambda folder: folder / "no-such-cross-encoder",
+        lambda missing: run_app(with_workers(1), {"ATTENTION_LAB_CROSS_ENCODER": str(missing)}),
+    ),
+    "cross-encoder-broken-with-workers": (
+        lambda folder: broken(folder / "broken"),
+        lambda model: run_app(with_workers(2), {"ATTENTION_LAB_CROSS_ENCODER": str(model)}),
+    ),
+}
+
+
+@pytest.fixture(scope="module")
+def starts(tmp_path_factory) -> dict[str, tuple[Path, Future]]:
+    """The module's failing starts, each with the folder it was given, all begun as the module begins. Each is a
+    process of its own that ends once it has said why, mostly one core's work (imports, reading MiniLM, ending
+    the interpreter): begun together they share the two cores, and the tests below run beside them, rather than
+    each start waiting for the one before it."""
+    folders = {name: made(tmp_path_factory.mktemp(name)) for name, (made, _) in STARTS.items()}
+    zygote()  # started before the threads ask it for forks
+    with ThreadPoolExecutor(len(STARTS)) as pool:
+        yield {name: (folders[name], pool.submit(start, folders[name])) for name, (_, start) in STARTS.items()}
+
+
+def test_missing_folder_fails_with_one_line_naming_it(starts):
+    missing, result = starts["missing"]
+    result = result.result()
     assert result.returncode != 0
     assert result.output.strip().splitlines() == [f"attention-lab: model folder {missing} does not exist"]
 
 
-def test_broken_folder_fails_with_one_line_naming_it(tmp_path):
-    (tmp_path / "config.json").write_text("{ not json")
-    result = run_app([], {"ATTENTION_LAB_MODEL_PATH": str(tmp_path)})
+def test_broken_folder_fails_with_one_line_naming_it(starts):
+    folder, result = starts["broken"]
+    result = result.result()
     assert result.returncode != 0
     lines = result.output.strip().splitlines()
-    assert len(lines) == 1 and str(tmp_path) in lines[0] and "Traceback" not in result.output
+    assert len(lines) == 1 and str(folder) in lines[0] and "Traceback" not in result.output
 
 
 def test_a_non_bert_folder_is_refused(tmp_path):
@@ -60,53 +134,37 @@ def test_what_the_lab_holds_from_its_start_is_out_of_the_cycle_collectors_way(ti
     assert gc.get_freeze_count() == 0
 
 
-def damaged_store(folder):
-    (folder / "runs.sqlite3").write_text("not a database " * 100)
-    return (
-        f"attention-lab: the run store (sqlite {folder / 'runs.sqlite3'}) could not be opened: file is not a database"
-    )
-
-
-def test_a_damaged_store_file_stops_python_m_app_with_one_line(tmp_path):
-    expected = damaged_store(tmp_path)
-    result = run_app([], {"ATTENTION_LAB_DATA_DIR": str(tmp_path)})
+def test_a_damaged_store_file_stops_python_m_app_with_one_line(starts):
+    folder, result = starts["damaged-store"]
+    result = result.result()
     assert result.returncode != 0
-    assert result.output.strip().splitlines() == [expected]
+    assert result.output.strip().splitlines() == [store_refusal(folder)]
 
 
-def test_a_damaged_store_file_stops_uvicorn_with_one_line_not_a_traceback(tmp_path):
-    expected = damaged_store(tmp_path)
-    result = subprocess.run(
-        [sys.executable, "-m", "uvicorn", "app.main:app", "--http", LAB_PROTOCOL, "--port", str(free_port())],
-        env={**os.environ, "ATTENTION_LAB_DATA_DIR": str(tmp_path)},
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+def test_a_damaged_store_file_stops_uvicorn_with_one_line_not_a_traceback(starts):
+    folder, result = starts["damaged-store-uvicorn"]
+    result = result.result()
     assert result.returncode != 0
-    assert [line for line in result.stderr.splitlines() if "attention-lab" in line] == [f"ERROR:    {expected}"]
+    assert [line for line in result.stderr.splitlines() if "attention-lab" in line] == [
+        f"ERROR:    {store_refusal(folder)}"
+    ]
     assert "Traceback" not in result.stderr
 
 
-def test_python_m_app_with_workers_checks_the_model_folder_before_starting_them(tmp_path):
-    missing = tmp_path / "no-such-model"
-    result = run_app(["--workers", "2", "--port", str(free_port())], {"ATTENTION_LAB_MODEL_PATH": str(missing)})
+def test_python_m_app_with_workers_checks_the_model_folder_before_starting_them(starts):
+    missing, result = starts["missing-with-workers"]
+    result = result.result()
     assert result.returncode != 0
     assert result.output.strip().splitlines() == [f"attention-lab: model folder {missing} does not exist"]
 
 
-@pytest.mark.parametrize("broken, workers", [(False, 1), (True, 2)], ids=["missing", "broken-with-workers"])
-def test_a_bad_cross_encoder_folder_stops_python_m_app_with_one_line_before_the_server_starts(
-    tmp_path, broken, workers
-):
-    """As a bad model folder: said in one line before uvicorn's start-up lines, whatever the workers."""
-    folder = tmp_path / ("broken" if broken else "no-such-cross-encoder")
-    if broken:
-        folder.mkdir()
-        (folder / "config.json").write_text("{ not json")
-    args = ["--workers", str(workers), "--port", str(free_port())]
-    result = run_app(args, {"ATTENTION_LAB_CROSS_ENCODER": str(folder)})
+@pytest.mark.parametrize("kind", ["missing", "broken-with-workers"])
+def test_a_bad_cross_encoder_folder_stops_python_m_app_with_one_line_before_the_server_starts(starts, kind):
+    """As a bad model folder: said in one line before uvicorn's start-up lines, whatever the workers (1 and 2: the
+    starts' --workers in STARTS)."""
+    folder, result = starts[f"cross-encoder-{kind}"]
+    result = result.result()
     assert result.returncode != 0
     lines = result.output.strip().splitlines()
-    says = str(folder) if broken else f"cross-encoder folder {folder} does not exist"
+    says = str(folder) if kind.startswith("broken") else f"cross-encoder folder {folder} does not exist"
     assert len(lines) == 1 and lines[0].startswith("attention-lab: ") and says in lines[0], result.output
