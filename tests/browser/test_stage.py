@@ -8,7 +8,6 @@ or what its step explains. axe-core finds no serious or critical violation.
 """
 
 import re
-import time
 from contextlib import contextmanager
 from urllib.parse import urlparse
 
@@ -96,9 +95,40 @@ MEASURE = """(selectors) => {
   };
 }"""
 
-
-def measure(page, selectors=CORE) -> dict:
-    return page.evaluate(MEASURE, selectors)
+# Waited for in the page, frame by frame, until `timeout` ms: the fonts loaded, nothing the page says it is
+# computing (a run: body[data-busy]; a view waiting for its numbers: aria-busy), no CSS transition or finite
+# animation running, every shown Plotly chart laid out for its box (`responsive` redraws 100 ms after a resize),
+# the heatmap's canvas drawn for its size (the ResizeObserver has run), and the same measurement over `frames`
+# frames running. Returns that measurement, or the last one taken when the time is up.
+SETTLE = f"""async ({{ selectors, frames, timeout }}) => {{
+  const measure = {MEASURE};
+  const frame = () => new Promise((resolve) => requestAnimationFrame(() => resolve()));
+  const shown = (node) => node.checkVisibility();
+  const computing = () =>
+    document.body.dataset.busy === 'true' || [...document.querySelectorAll('[aria-busy="true"]')].some(shown);
+  const moving = () => document.getAnimations().some(
+    (a) => a.playState === 'running' && a.effect?.getComputedTiming().iterations !== Infinity);
+  const chartsFit = () => [...document.querySelectorAll('.js-plotly-plot')].filter(shown).every((chart) => {{
+    const svg = chart.querySelector('.main-svg');
+    return !svg || Math.abs(svg.getBoundingClientRect().width - chart.clientWidth) <= 1;
+  }});
+  const crisp = (m) => m.blind || !(m.canvas && m.canvas.width)
+    || Math.abs(m.backing[0] - Math.round(m.canvas.width * m.dpr)) <= 1;
+  const deadline = performance.now() + timeout;
+  await document.fonts.ready;
+  let m = measure(selectors);
+  let seen = JSON.stringify(m);
+  let same = 1;
+  while (performance.now() < deadline) {{
+    await frame();
+    m = measure(selectors);
+    const now = JSON.stringify(m);
+    same = now === seen ? same + 1 : 1;
+    seen = now;
+    if (same >= frames && !computing() && !moving() && chartsFit() && crisp(m)) return m;
+  }}
+  return m;
+}}"""
 
 
 def crisp(m: dict) -> bool:
@@ -111,16 +141,9 @@ def crisp(m: dict) -> bool:
 
 
 def settle(page, selectors=CORE, timeout=8.0) -> dict:
-    """Waits for the layout after a load or a resize: the same boxes three times running, 100 ms apart, and
-    the canvas redrawn for its size (the ResizeObserver has run)."""
-    deadline = time.monotonic() + timeout
-    history = [measure(page, selectors)]
-    while time.monotonic() < deadline:
-        page.wait_for_timeout(100)
-        history.append(measure(page, selectors))
-        if len(history) >= 3 and history[-1] == history[-2] == history[-3] and crisp(history[-1]):
-            break
-    return history[-1]
+    """Waits for the layout after a load or a resize, in the page (SETTLE): a quiet page measured the same over
+    three frames running, a frame or two after it is drawn rather than three round trips 100 ms apart."""
+    return page.evaluate(SETTLE, {"selectors": selectors, "frames": 3, "timeout": timeout * 1000})
 
 
 def off_screen(box, m) -> bool:
