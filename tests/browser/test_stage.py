@@ -48,7 +48,20 @@ def lab_page(browser, width: int, height: int, **options):
     """A page in a context of its own (a size, a pixel ratio, a phone, CSP bypassed for axe), with the `page`
     fixture's guarantees: no request leaves 127.0.0.1 and the page raises nothing."""
     context = browser.new_context(viewport={"width": width, "height": height}, **options)
+    try:
+        with page_in(context) as page:
+            yield page
+    finally:
+        context.close()
+
+
+@contextmanager
+def page_in(context, width: int | None = None, height: int | None = None):
+    """A new page (tab) of a context that tests share (its options, its HTTP cache), sized `width`×`height` if
+    given, with the `page` fixture's guarantees: no request leaves 127.0.0.1 and the page raises nothing."""
     page = context.new_page()
+    if width:
+        page.set_viewport_size({"width": width, "height": height})
     requests, errors = [], []
     page.on("request", lambda request: requests.append(request.url))
     page.on("pageerror", lambda error: errors.append(str(error)))
@@ -56,7 +69,7 @@ def lab_page(browser, width: int, height: int, **options):
     try:
         yield page
     finally:
-        context.close()
+        page.close()
     outside = [
         url for url in requests if urlparse(url).hostname != "127.0.0.1" and not url.startswith(("blob:", "data:"))
     ]
@@ -219,8 +232,9 @@ def test_the_core_views_fill_the_first_screen_at_every_size(browser, server, mod
 def test_a_fresh_load_at_each_size_fits_too(browser, server, mode):
     """Loaded at its size (not resized to it): the layout a class gets when the projector is already on."""
     problems = []
-    for width, height in [(1024, 768), (1280, 720), (1920, 1080)]:
-        with lab_page(browser, width, height) as page:
+    with lab_page(browser, 1024, 768) as page:  # one tab, loading the page afresh at each size
+        for width, height in [(1024, 768), (1280, 720), (1920, 1080)]:
+            page.set_viewport_size({"width": width, "height": height})
             open_stage(page, server, MODES[mode])
             problems += stage_problems(settle(page), f"{width}×{height} {mode}, loaded")
     assert not problems, "\n".join(problems)
@@ -287,9 +301,17 @@ def test_a_high_density_screen_gets_a_high_density_canvas(browser, server):
 PHONE_PARTS = ["#prompt", "#tokens", "#heatmap", CANVAS, "#attends", "[role=tablist]"]
 
 
+@pytest.fixture(scope="module")
+def phone(browser):
+    """A phone's context (touch, 3× pixels) the phone tests share: each opens a tab of its own in it."""
+    context = browser.new_context(is_mobile=True, has_touch=True, device_scale_factor=3)
+    yield context
+    context.close()
+
+
 @pytest.mark.parametrize(("width", "height"), PHONES, ids=[f"{w}x{h}" for w, h in PHONES])
-def test_a_phone_gets_one_column_that_never_scrolls_sideways(browser, server, width, height):
-    with lab_page(browser, width, height, is_mobile=True, has_touch=True, device_scale_factor=3) as page:
+def test_a_phone_gets_one_column_that_never_scrolls_sideways(phone, server, width, height):
+    with page_in(phone, width, height) as page:
         open_stage(page, server)
         m = settle(page, PHONE_PARTS)
         assert m["scrollWidth"] <= m["width"], f"scrolls sideways: {m['scrollWidth']} > {m['width']}"
