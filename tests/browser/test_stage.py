@@ -77,6 +77,14 @@ def page_in(context, width: int | None = None, height: int | None = None):
     assert errors == [], f"the page raised: {errors}"
 
 
+@pytest.fixture(scope="module")
+def desktop(browser):
+    """A projector's or a laptop's context the desktop tests share: each opens a tab of its own in it, at its size."""
+    context = browser.new_context()
+    yield context
+    context.close()
+
+
 def open_stage(page, server, *query: str):
     page.goto(f"{server}/?{'&'.join(q for q in query if q)}")
     run_id(page)
@@ -213,9 +221,9 @@ def overlap(a, b) -> bool:
 
 
 @pytest.mark.parametrize("mode", MODES)
-def test_the_core_views_fill_the_first_screen_at_every_size(browser, server, mode):
+def test_the_core_views_fill_the_first_screen_at_every_size(desktop, server, mode):
     problems = []
-    with lab_page(browser, *DESKTOPS[0]) as page:
+    with page_in(desktop, *DESKTOPS[0]) as page:
         open_stage(page, server, MODES[mode])
         assert ("present" in page.evaluate("document.body.className")) == (mode == "present")
         for width, height in DESKTOPS:
@@ -229,10 +237,10 @@ def test_the_core_views_fill_the_first_screen_at_every_size(browser, server, mod
 
 
 @pytest.mark.parametrize("mode", MODES)
-def test_a_fresh_load_at_each_size_fits_too(browser, server, mode):
+def test_a_fresh_load_at_each_size_fits_too(desktop, server, mode):
     """Loaded at its size (not resized to it): the layout a class gets when the projector is already on."""
     problems = []
-    with lab_page(browser, 1024, 768) as page:  # one tab, loading the page afresh at each size
+    with page_in(desktop, 1024, 768) as page:  # one tab, loading the page afresh at each size
         for width, height in [(1024, 768), (1280, 720), (1920, 1080)]:
             page.set_viewport_size({"width": width, "height": height})
             open_stage(page, server, MODES[mode])
@@ -241,10 +249,10 @@ def test_a_fresh_load_at_each_size_fits_too(browser, server, mode):
 
 
 @pytest.mark.parametrize("mode", MODES)
-def test_an_open_panel_leaves_the_core_views_on_screen(browser, server, mode):
+def test_an_open_panel_leaves_the_core_views_on_screen(desktop, server, mode):
     problems = []
     selectors = [*CORE, "#grid"]
-    with lab_page(browser, 1024, 768) as page:
+    with page_in(desktop, 1024, 768) as page:
         open_stage(page, server, MODES[mode], "panel=grid")
         expect(page.locator("#panel-tab-grid")).to_have_attribute("aria-selected", "true")
         for width, height in [(1024, 768), (1280, 720), (1920, 1080)]:
@@ -257,8 +265,8 @@ def test_an_open_panel_leaves_the_core_views_on_screen(browser, server, mode):
     assert not problems, "\n".join(problems)
 
 
-def test_the_panels_are_tabs_and_the_open_one_is_in_the_url(browser, server):
-    with lab_page(browser, 1280, 720) as page:
+def test_the_panels_are_tabs_and_the_open_one_is_in_the_url(desktop, server):
+    with page_in(desktop, 1280, 720) as page:
         open_stage(page, server)
         assert page.locator("[role=tablist]").count() >= 1
         for panel in PANELS:
@@ -274,8 +282,8 @@ def test_the_panels_are_tabs_and_the_open_one_is_in_the_url(browser, server):
             assert stage_problems(settle(page), f"panel={panel}") == []
 
 
-def test_the_heatmap_redraws_crisply_when_the_window_shrinks(browser, server):
-    with lab_page(browser, 1280, 720) as page:
+def test_the_heatmap_redraws_crisply_when_the_window_shrinks(desktop, server):
+    with page_in(desktop, 1280, 720) as page:
         open_stage(page, server)
         before = settle(page)
         assert stage_problems(before, "1280×720") == []
@@ -412,16 +420,16 @@ def tour_problems(page, step: int, label: str, m: dict | None = None) -> list[st
     return problems
 
 
-def test_a_tour_link_opens_the_panel_of_its_step(browser, server):
-    with lab_page(browser, 1280, 720) as page:
+def test_a_tour_link_opens_the_panel_of_its_step(desktop, server):
+    with page_in(desktop, 1280, 720) as page:
         open_stage(page, server, "tour=13")
         expect(page.locator("#tour-counter")).to_have_text("Step 13 of 16")
         expect(page.locator("#panel-tab-grid")).to_have_attribute("aria-selected", "true")
         assert tour_problems(page, 13, "?tour=13") == []
 
 
-def test_long_tour_text_scrolls_inside_the_box(browser, server):
-    with lab_page(browser, 1024, 768) as page:
+def test_long_tour_text_scrolls_inside_the_box(desktop, server):
+    with page_in(desktop, 1024, 768) as page:
         open_stage(page, server, "present=1", "tour=6")
         page.evaluate("document.getElementById('tour-text').textContent = 'A long explanation. '.repeat(400)")
         m = settle(page, ["#tour", CANVAS])
