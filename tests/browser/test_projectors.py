@@ -505,52 +505,61 @@ SHEET = """() => {
     sideways: document.scrollingElement.scrollWidth > innerWidth, atBottom: Math.abs(box.bottom - innerHeight) < 1 };
 }"""
 
-TOURS = [(w, h, present) for w, h in PROJECTORS for present in (True, False)] + [(w, h, False) for w, h in PHONES]
+# One page per kind of screen (a phone's context is a phone's), each size loading the tour's link afresh in it.
+TOURS = {"projectors-present": (PROJECTORS, True), "projectors": (PROJECTORS, False), "phones": (PHONES, False)}
 
 
-@pytest.mark.parametrize(
-    ("width", "height", "present"), TOURS, ids=[f"{w}x{h}{'-present' if p else ''}" for w, h, p in TOURS]
-)
-def test_the_tour_keeps_its_text_whole_and_each_view_in_sight(browser, server, width, height, present):
+@pytest.mark.parametrize("screens", TOURS)
+def test_the_tour_keeps_its_text_whole_and_each_view_in_sight(browser, server, screens):
     """Every step at every size: the tour's text whole (never cut, never scrolling), its box in the window, and
     the view it explains in sight, its panel opened and scrolled to the step's part. On a projector the box
     covers neither that view nor the heatmap; on a phone the sheet along the bottom leaves the view in sight
     above it (below, at 360×740, it may cover the heatmap's top while a step explains the tokens)."""
-    phone = width < 900
+    sizes, present = TOURS[screens]
+    phone = sizes is PHONES
     options = {"is_mobile": True, "has_touch": True} if phone else {}
     problems = []
-    with lab_page(browser, width, height, **options) as page:
-        open_stage(page, server, "present=1" if present else "", "tour=1", "token=5")
-        for step in range(1, 17):
-            expect(page.locator("#tour-counter")).to_have_text(f"Step {step} of 16")
-            label = f"{width}×{height}{' present' if present else ''} step {step}"
-            if step in PARTS:
-                wait_until(page, f"document.querySelector('{PARTS[step]}')")
-            targets = tour_selectors(step) if step in TOUR_TARGETS else []
-            m = settle(page, ["#tour", ".tour-focus", CANVAS, *targets, *([PARTS[step]] if step in PARTS else [])])
-            if phone:
-                seen = page.evaluate(SHEET)
-                if seen["scrolls"] or seen["sideways"] or not seen["atBottom"]:
-                    problems.append(f"{label}: the sheet's text is cut or the page scrolls sideways: {seen}")
-                if seen["seen"] < seen["need"] - 1:
-                    problems.append(f"{label}: {seen['seen']:.0f} px of the step's view in sight above the sheet")
-                sheet = m["boxes"]["#tour"]
-                if off_screen(sheet, m) or (TOUR_TARGETS.get(step) == "heatmap" and overlap(sheet, m["boxes"][CANVAS])):
-                    problems.append(f"{label}: the sheet leaves the window or covers the heatmap: {rounded(sheet)}")
-            else:
-                seen = page.evaluate(TOUR, PARTS.get(step))
-                if seen["cut"] or seen["scrolls"] or not seen["inWindow"]:
-                    problems.append(f"{label}: text cut {seen['cut']}, box scrolls {seen['scrolls']}")
-                if not seen["visible"] or seen["covers"]:
-                    problems.append(f"{label}: the view is out of sight ({seen['visible']}) or covered")
-                if not seen["partShown"]:
-                    problems.append(f"{label}: the panel is not scrolled to {PARTS[step]}")
-                if targets:
-                    problems += tour_problems(page, step, label, m)
-            if phone and step == 8:
-                viewport_shot(page, f"tour-step-8-phone-{width}")
-            if (width, height, present, step) == (1280, 720, True, 3):
-                viewport_shot(page, "tour-step-3-present-1280x720")
-            if step < 16:
-                page.click("#tour-next")
+    with lab_page(browser, *sizes[0], **options) as page:
+        for width, height in sizes:
+            page.set_viewport_size({"width": width, "height": height})
+            open_stage(page, server, "present=1" if present else "", "tour=1", "token=5")
+            problems += walk_the_tour(page, width, height, present, phone)
     assert not problems, "\n".join(problems)
+
+
+def walk_the_tour(page, width: int, height: int, present: bool, phone: bool) -> list[str]:
+    """The tour opened at step 1, walked with Next to its end: what is wrong at each step, in words."""
+    problems = []
+    for step in range(1, 17):
+        expect(page.locator("#tour-counter")).to_have_text(f"Step {step} of 16")
+        label = f"{width}×{height}{' present' if present else ''} step {step}"
+        if step in PARTS:
+            wait_until(page, f"document.querySelector('{PARTS[step]}')")
+        targets = tour_selectors(step) if step in TOUR_TARGETS else []
+        m = settle(page, ["#tour", ".tour-focus", CANVAS, *targets, *([PARTS[step]] if step in PARTS else [])])
+        if phone:
+            seen = page.evaluate(SHEET)
+            if seen["scrolls"] or seen["sideways"] or not seen["atBottom"]:
+                problems.append(f"{label}: the sheet's text is cut or the page scrolls sideways: {seen}")
+            if seen["seen"] < seen["need"] - 1:
+                problems.append(f"{label}: {seen['seen']:.0f} px of the step's view in sight above the sheet")
+            sheet = m["boxes"]["#tour"]
+            if off_screen(sheet, m) or (TOUR_TARGETS.get(step) == "heatmap" and overlap(sheet, m["boxes"][CANVAS])):
+                problems.append(f"{label}: the sheet leaves the window or covers the heatmap: {rounded(sheet)}")
+        else:
+            seen = page.evaluate(TOUR, PARTS.get(step))
+            if seen["cut"] or seen["scrolls"] or not seen["inWindow"]:
+                problems.append(f"{label}: text cut {seen['cut']}, box scrolls {seen['scrolls']}")
+            if not seen["visible"] or seen["covers"]:
+                problems.append(f"{label}: the view is out of sight ({seen['visible']}) or covered")
+            if not seen["partShown"]:
+                problems.append(f"{label}: the panel is not scrolled to {PARTS[step]}")
+            if targets:
+                problems += tour_problems(page, step, label, m)
+        if phone and step == 8:
+            viewport_shot(page, f"tour-step-8-phone-{width}")
+        if (width, height, present, step) == (1280, 720, True, 3):
+            viewport_shot(page, "tour-step-3-present-1280x720")
+        if step < 16:
+            page.click("#tour-next")
+    return problems

@@ -8,7 +8,6 @@ or what its step explains. axe-core finds no serious or critical violation.
 """
 
 import re
-import time
 from contextlib import contextmanager
 from urllib.parse import urlparse
 
@@ -49,7 +48,20 @@ def lab_page(browser, width: int, height: int, **options):
     """A page in a context of its own (a size, a pixel ratio, a phone, CSP bypassed for axe), with the `page`
     fixture's guarantees: no request leaves 127.0.0.1 and the page raises nothing."""
     context = browser.new_context(viewport={"width": width, "height": height}, **options)
+    try:
+        with page_in(context) as page:
+            yield page
+    finally:
+        context.close()
+
+
+@contextmanager
+def page_in(context, width: int | None = None, height: int | None = None):
+    """A new page (tab) of a context that tests share (its options, its HTTP cache), sized `width`×`height` if
+    given, with the `page` fixture's guarantees: no request leaves 127.0.0.1 and the page raises nothing."""
     page = context.new_page()
+    if width:
+        page.set_viewport_size({"width": width, "height": height})
     requests, errors = [], []
     page.on("request", lambda request: requests.append(request.url))
     page.on("pageerror", lambda error: errors.append(str(error)))
@@ -57,12 +69,20 @@ def lab_page(browser, width: int, height: int, **options):
     try:
         yield page
     finally:
-        context.close()
+        page.close()
     outside = [
         url for url in requests if urlparse(url).hostname != "127.0.0.1" and not url.startswith(("blob:", "data:"))
     ]
     assert outside == [], f"requests left 127.0.0.1: {outside}"
     assert errors == [], f"the page raised: {errors}"
+
+
+@pytest.fixture(scope="module")
+def desktop(browser):
+    """A projector's or a laptop's context the desktop tests share: each opens a tab of its own in it, at its size."""
+    context = browser.new_context()
+    yield context
+    context.close()
 
 
 def open_stage(page, server, *query: str):
@@ -96,9 +116,40 @@ MEASURE = """(selectors) => {
   };
 }"""
 
-
-def measure(page, selectors=CORE) -> dict:
-    return page.evaluate(MEASURE, selectors)
+# Waited for in the page, frame by frame, until `timeout` ms: the fonts loaded, nothing the page says it is
+# computing (a run: body[data-busy]; a view waiting for its numbers: aria-busy), no CSS transition or finite
+# animation running, every shown Plotly chart laid out for its box (`responsive` redraws 100 ms after a resize),
+# the heatmap's canvas drawn for its size (the ResizeObserver has run), and the same measurement over `frames`
+# frames running. Returns that measurement, or the last one taken when the time is up.
+SETTLE = f"""async ({{ selectors, frames, timeout }}) => {{
+  const measure = {MEASURE};
+  const frame = () => new Promise((resolve) => requestAnimationFrame(() => resolve()));
+  const shown = (node) => node.checkVisibility();
+  const computing = () =>
+    document.body.dataset.busy === 'true' || [...document.querySelectorAll('[aria-busy="true"]')].some(shown);
+  const moving = () => document.getAnimations().some(
+    (a) => a.playState === 'running' && a.effect?.getComputedTiming().iterations !== Infinity);
+  const chartsFit = () => [...document.querySelectorAll('.js-plotly-plot')].filter(shown).every((chart) => {{
+    const svg = chart.querySelector('.main-svg');
+    return !svg || Math.abs(svg.getBoundingClientRect().width - chart.clientWidth) <= 1;
+  }});
+  const crisp = (m) => m.blind || !(m.canvas && m.canvas.width)
+    || Math.abs(m.backing[0] - Math.round(m.canvas.width * m.dpr)) <= 1;
+  const deadline = performance.now() + timeout;
+  await document.fonts.ready;
+  let m = measure(selectors);
+  let seen = JSON.stringify(m);
+  let same = 1;
+  while (performance.now() < deadline) {{
+    await frame();
+    m = measure(selectors);
+    const now = JSON.stringify(m);
+    same = now === seen ? same + 1 : 1;
+    seen = now;
+    if (same >= frames && !computing() && !moving() && chartsFit() && crisp(m)) return m;
+  }}
+  return m;
+}}"""
 
 
 def crisp(m: dict) -> bool:
@@ -111,16 +162,9 @@ def crisp(m: dict) -> bool:
 
 
 def settle(page, selectors=CORE, timeout=8.0) -> dict:
-    """Waits for the layout after a load or a resize: the same boxes three times running, 100 ms apart, and
-    the canvas redrawn for its size (the ResizeObserver has run)."""
-    deadline = time.monotonic() + timeout
-    history = [measure(page, selectors)]
-    while time.monotonic() < deadline:
-        page.wait_for_timeout(100)
-        history.append(measure(page, selectors))
-        if len(history) >= 3 and history[-1] == history[-2] == history[-3] and crisp(history[-1]):
-            break
-    return history[-1]
+    """Waits for the layout after a load or a resize, in the page (SETTLE): a quiet page measured the same over
+    three frames running, a frame or two after it is drawn rather than three round trips 100 ms apart."""
+    return page.evaluate(SETTLE, {"selectors": selectors, "frames": 3, "timeout": timeout * 1000})
 
 
 def off_screen(box, m) -> bool:
@@ -177,9 +221,9 @@ def overlap(a, b) -> bool:
 
 
 @pytest.mark.parametrize("mode", MODES)
-def test_the_core_views_fill_the_first_screen_at_every_size(browser, server, mode):
+def test_the_core_views_fill_the_first_screen_at_every_size(desktop, server, mode):
     problems = []
-    with lab_page(browser, *DESKTOPS[0]) as page:
+    with page_in(desktop, *DESKTOPS[0]) as page:
         open_stage(page, server, MODES[mode])
         assert ("present" in page.evaluate("document.body.className")) == (mode == "present")
         for width, height in DESKTOPS:
@@ -193,21 +237,22 @@ def test_the_core_views_fill_the_first_screen_at_every_size(browser, server, mod
 
 
 @pytest.mark.parametrize("mode", MODES)
-def test_a_fresh_load_at_each_size_fits_too(browser, server, mode):
+def test_a_fresh_load_at_each_size_fits_too(desktop, server, mode):
     """Loaded at its size (not resized to it): the layout a class gets when the projector is already on."""
     problems = []
-    for width, height in [(1024, 768), (1280, 720), (1920, 1080)]:
-        with lab_page(browser, width, height) as page:
+    with page_in(desktop, 1024, 768) as page:  # one tab, loading the page afresh at each size
+        for width, height in [(1024, 768), (1280, 720), (1920, 1080)]:
+            page.set_viewport_size({"width": width, "height": height})
             open_stage(page, server, MODES[mode])
             problems += stage_problems(settle(page), f"{width}×{height} {mode}, loaded")
     assert not problems, "\n".join(problems)
 
 
 @pytest.mark.parametrize("mode", MODES)
-def test_an_open_panel_leaves_the_core_views_on_screen(browser, server, mode):
+def test_an_open_panel_leaves_the_core_views_on_screen(desktop, server, mode):
     problems = []
     selectors = [*CORE, "#grid"]
-    with lab_page(browser, 1024, 768) as page:
+    with page_in(desktop, 1024, 768) as page:
         open_stage(page, server, MODES[mode], "panel=grid")
         expect(page.locator("#panel-tab-grid")).to_have_attribute("aria-selected", "true")
         for width, height in [(1024, 768), (1280, 720), (1920, 1080)]:
@@ -220,8 +265,8 @@ def test_an_open_panel_leaves_the_core_views_on_screen(browser, server, mode):
     assert not problems, "\n".join(problems)
 
 
-def test_the_panels_are_tabs_and_the_open_one_is_in_the_url(browser, server):
-    with lab_page(browser, 1280, 720) as page:
+def test_the_panels_are_tabs_and_the_open_one_is_in_the_url(desktop, server):
+    with page_in(desktop, 1280, 720) as page:
         open_stage(page, server)
         assert page.locator("[role=tablist]").count() >= 1
         for panel in PANELS:
@@ -237,8 +282,8 @@ def test_the_panels_are_tabs_and_the_open_one_is_in_the_url(browser, server):
             assert stage_problems(settle(page), f"panel={panel}") == []
 
 
-def test_the_heatmap_redraws_crisply_when_the_window_shrinks(browser, server):
-    with lab_page(browser, 1280, 720) as page:
+def test_the_heatmap_redraws_crisply_when_the_window_shrinks(desktop, server):
+    with page_in(desktop, 1280, 720) as page:
         open_stage(page, server)
         before = settle(page)
         assert stage_problems(before, "1280×720") == []
@@ -264,9 +309,17 @@ def test_a_high_density_screen_gets_a_high_density_canvas(browser, server):
 PHONE_PARTS = ["#prompt", "#tokens", "#heatmap", CANVAS, "#attends", "[role=tablist]"]
 
 
+@pytest.fixture(scope="module")
+def phone(browser):
+    """A phone's context (touch, 3× pixels) the phone tests share: each opens a tab of its own in it."""
+    context = browser.new_context(is_mobile=True, has_touch=True, device_scale_factor=3)
+    yield context
+    context.close()
+
+
 @pytest.mark.parametrize(("width", "height"), PHONES, ids=[f"{w}x{h}" for w, h in PHONES])
-def test_a_phone_gets_one_column_that_never_scrolls_sideways(browser, server, width, height):
-    with lab_page(browser, width, height, is_mobile=True, has_touch=True, device_scale_factor=3) as page:
+def test_a_phone_gets_one_column_that_never_scrolls_sideways(phone, server, width, height):
+    with page_in(phone, width, height) as page:
         open_stage(page, server)
         m = settle(page, PHONE_PARTS)
         assert m["scrollWidth"] <= m["width"], f"scrolls sideways: {m['scrollWidth']} > {m['width']}"
@@ -367,16 +420,16 @@ def tour_problems(page, step: int, label: str, m: dict | None = None) -> list[st
     return problems
 
 
-def test_a_tour_link_opens_the_panel_of_its_step(browser, server):
-    with lab_page(browser, 1280, 720) as page:
+def test_a_tour_link_opens_the_panel_of_its_step(desktop, server):
+    with page_in(desktop, 1280, 720) as page:
         open_stage(page, server, "tour=13")
         expect(page.locator("#tour-counter")).to_have_text("Step 13 of 16")
         expect(page.locator("#panel-tab-grid")).to_have_attribute("aria-selected", "true")
         assert tour_problems(page, 13, "?tour=13") == []
 
 
-def test_long_tour_text_scrolls_inside_the_box(browser, server):
-    with lab_page(browser, 1024, 768) as page:
+def test_long_tour_text_scrolls_inside_the_box(desktop, server):
+    with page_in(desktop, 1024, 768) as page:
         open_stage(page, server, "present=1", "tour=6")
         page.evaluate("document.getElementById('tour-text').textContent = 'A long explanation. '.repeat(400)")
         m = settle(page, ["#tour", CANVAS])
