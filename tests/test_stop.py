@@ -14,7 +14,7 @@ import pytest
 
 from app.main import ended_within
 from app.settings import Settings
-from tests.conftest import LabProcess
+from tests.conftest import LabProcess, run_async
 from tests.floods import cpu_seconds
 
 pytestmark = pytest.mark.slow
@@ -78,7 +78,7 @@ def test_a_close_that_never_ends_holds_the_stop_for_its_bound_and_says_where_it_
         return time.monotonic() - started
 
     with caplog.at_level(logging.WARNING, logger="uvicorn.error"):
-        waited = asyncio.run(stop())
+        waited = run_async(stop())
     assert 0.2 <= waited < 2
     said = caplog.records[-1].getMessage()
     assert said.startswith("closing a store took longer than 0.2 s: the lab stops without it")
