@@ -27,24 +27,37 @@ def browser():
         browser.close()
 
 
+def watched(page):
+    """The page, keeping every request it makes (page.requests) and everything it raises (page.errors): an
+    uncaught error, a console error, a dialog (dismissed)."""
+    page.requests, page.errors = [], []
+    page.on("request", lambda request: page.requests.append(request.url))
+    page.on("pageerror", lambda error: page.errors.append(str(error)))
+    page.on("console", lambda message: message.type == "error" and page.errors.append(f"console: {message.text}"))
+    page.on("dialog", lambda dialog: page.errors.append(f"dialog opened: {dialog.message}") or dialog.dismiss())
+    return page
+
+
+def check_local(page, requests: int = 0, errors: int = 0) -> None:
+    """Fails the test if a watched page's requests from the `requests`th on left 127.0.0.1, or it raised anything
+    from its `errors`th on."""
+    outside = [
+        url
+        for url in page.requests[requests:]
+        if urlparse(url).hostname != "127.0.0.1" and not url.startswith(("blob:", "data:"))
+    ]
+    assert outside == [], f"requests left 127.0.0.1: {outside}"
+    assert page.errors[errors:] == [], f"the page raised: {page.errors[errors:]}"
+
+
 @pytest.fixture
 def page(browser, server):
     """A fresh 1280×720 page (a projector's size); fails the test if any request leaves 127.0.0.1."""
     context = browser.new_context(viewport={"width": 1280, "height": 720}, accept_downloads=True)
-    page = context.new_page()
-    requests, errors = [], []
-    page.on("request", lambda request: requests.append(request.url))
-    page.on("pageerror", lambda error: errors.append(str(error)))
-    page.on("console", lambda message: message.type == "error" and errors.append(f"console: {message.text}"))
-    page.on("dialog", lambda dialog: errors.append(f"dialog opened: {dialog.message}") or dialog.dismiss())
-    page.requests = requests
+    page = watched(context.new_page())
     yield page
     context.close()
-    outside = [
-        url for url in requests if urlparse(url).hostname != "127.0.0.1" and not url.startswith(("blob:", "data:"))
-    ]
-    assert outside == [], f"requests left 127.0.0.1: {outside}"
-    assert errors == [], f"the page raised: {errors}"
+    check_local(page)
 
 
 def wait_until(page, condition: str, timeout: float = 30):

@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 from playwright.sync_api import expect
 
-from tests.browser.conftest import wait_until
+from tests.browser.conftest import check_local, wait_until, watched
 from tests.browser.test_page import DEFAULT_TEXT, open_lab, run_id, wait_view
 
 pytestmark = pytest.mark.slow
@@ -46,20 +46,10 @@ def context(browser):
 def page(context):
     """A fresh page for each test, as tests/browser/conftest.py's `page` is, in the module's context; fails the
     test if any request leaves 127.0.0.1 or the page raises."""
-    page = context.new_page()
-    requests, errors = [], []
-    page.on("request", lambda request: requests.append(request.url))
-    page.on("pageerror", lambda error: errors.append(str(error)))
-    page.on("console", lambda message: message.type == "error" and errors.append(f"console: {message.text}"))
-    page.on("dialog", lambda dialog: errors.append(f"dialog opened: {dialog.message}") or dialog.dismiss())
-    page.requests = requests
+    page = watched(context.new_page())
     yield page
     page.close()
-    outside = [
-        url for url in requests if urlparse(url).hostname != "127.0.0.1" and not url.startswith(("blob:", "data:"))
-    ]
-    assert outside == [], f"requests left 127.0.0.1: {outside}"
-    assert errors == [], f"the page raised: {errors}"
+    check_local(page)
 
 
 @pytest.fixture(scope="module")
@@ -67,12 +57,7 @@ def module_page(context, server):
     """One page of the lab for the module's tests of the pure ES modules (matrix.js on arrays they pass in): what
     they compute does not depend on a fresh load, so the page is loaded once. Its errors and requests are kept,
     for the `modules` fixture to check after each test."""
-    page = context.new_page()
-    page.requests, page.errors = [], []
-    page.on("request", lambda request: page.requests.append(request.url))
-    page.on("pageerror", lambda error: page.errors.append(str(error)))
-    page.on("console", lambda message: message.type == "error" and page.errors.append(f"console: {message.text}"))
-    page.on("dialog", lambda dialog: page.errors.append(f"dialog opened: {dialog.message}") or dialog.dismiss())
+    page = watched(context.new_page())
     page.goto(f"{server}/")
     yield page
     page.close()
@@ -83,13 +68,7 @@ def modules(module_page):
     """The module's one lab page; fails the test if, while it ran, a request left 127.0.0.1 or the page raised."""
     requests, errors = len(module_page.requests), len(module_page.errors)
     yield module_page
-    outside = [
-        url
-        for url in module_page.requests[requests:]
-        if urlparse(url).hostname != "127.0.0.1" and not url.startswith(("blob:", "data:"))
-    ]
-    assert outside == [], f"requests left 127.0.0.1: {outside}"
-    assert module_page.errors[errors:] == [], f"the page raised: {module_page.errors[errors:]}"
+    check_local(module_page, requests, errors)
 
 
 # --- the server's numbers --------------------------------------------------------------------------------------

@@ -9,14 +9,13 @@ or what its step explains. axe-core finds no serious or critical violation.
 
 import re
 from contextlib import contextmanager
-from urllib.parse import urlparse
 
 import numpy as np
 import pytest
 from axe_playwright_python.sync_playwright import Axe
 from playwright.sync_api import expect
 
-from tests.browser.conftest import ARTIFACTS, screenshot, wait_until
+from tests.browser.conftest import ARTIFACTS, check_local, screenshot, wait_until, watched
 from tests.browser.test_page import DEFAULT_TEXT, cell_centre, run_id
 
 pytestmark = pytest.mark.slow
@@ -62,19 +61,12 @@ def page_in(context, width: int | None = None, height: int | None = None):
     page = context.new_page()
     if width:
         page.set_viewport_size({"width": width, "height": height})
-    requests, errors = [], []
-    page.on("request", lambda request: requests.append(request.url))
-    page.on("pageerror", lambda error: errors.append(str(error)))
-    page.on("console", lambda message: message.type == "error" and errors.append(f"console: {message.text}"))
+    watched(page)
     try:
         yield page
     finally:
         page.close()
-    outside = [
-        url for url in requests if urlparse(url).hostname != "127.0.0.1" and not url.startswith(("blob:", "data:"))
-    ]
-    assert outside == [], f"requests left 127.0.0.1: {outside}"
-    assert errors == [], f"the page raised: {errors}"
+    check_local(page)
 
 
 @pytest.fixture(scope="module")
