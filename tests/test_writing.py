@@ -108,10 +108,12 @@ def test_multinomial_draws_one_token_by_an_exponential_race():
         logits = torch.randn(1, 50, generator=generator) * (seed % 5)
         logits[0, seed % 7 :: 7] = float("-inf")  # tokens a processor removed: probability 0, never drawn
         probabilities = torch.softmax(logits, dim=-1)
-        state = generator.get_state()
+        race = torch.Generator().set_state(generator.get_state())
         token = int(torch.multinomial(probabilities, 1, generator=generator))
-        waits = torch.empty_like(probabilities).exponential_(1, generator=torch.Generator().set_state(state))
+        waits = torch.empty_like(probabilities).exponential_(1, generator=race)
         assert token == int((waits / probabilities).argmin()) and probabilities[0, token] > 0
+        # the race takes from the generator what multinomial takes: the draws after it are multinomial's too
+        assert torch.equal(race.get_state(), generator.get_state())  # bit for bit: a generator's state is bytes
 
 
 def test_each_draw_is_shown_as_its_race(engine):

@@ -2,13 +2,13 @@
 opened: the candidates through the sampling funnel, the draw, the new row of every head's attention, and the
 cache of keys and values the step reused.
 
-Exact by construction: the logits processors are the very list `generate` builds from the same knobs and the
-model's own generation_config (GenerationMixin._get_logits_processor), applied in its order to the same float32
-logits of the same cached passes; a sampled token is drawn with `torch.multinomial(softmax(scores), 1)` as
-`generate` draws it, from a torch.Generator of the request's own, seeded with its seed. On the CPU a generator
-seeded with `seed` starts in the state the global one is in after `torch.manual_seed(seed)` (tests/test_writing.py
-checks it), so the lab writes what `generate` writes after `torch.manual_seed(seed)`, and the process's global RNG
-is never touched. (On a GPU the device's own generator is seeded the same way; that is not checked here.)
+Exact by construction: the logits processors are the very list `generate` builds from the same knobs and the model's
+own generation_config (GenerationMixin._get_logits_processor), applied in its order to the same float32 logits of
+the same cached passes; a sampled token is drawn as `torch.multinomial(softmax(scores), 1)` draws it for `generate`
+(Writing._draw), from a torch.Generator of the request's own, seeded with its seed. On the CPU a generator seeded
+with `seed` starts in the state the global one is in after `torch.manual_seed(seed)` (tests/test_writing.py checks
+it), so the lab writes what `generate` writes after `torch.manual_seed(seed)`, and the process's global RNG is never
+touched. (On a GPU the device's own generator is seeded the same way; that is not checked here.)
 
 A step, one token (Writing.step):
     logits = model(last token read, cache of every earlier token's keys and values)     # [vocab], float32
@@ -83,8 +83,7 @@ class Draw:
     """How the token was chosen. Greedy: the argmax of the last stage's scores. Sampling: torch.multinomial with
     one sample runs an exponential race (the Gumbel-max trick in its exp form): every token i draws a waiting
     time wᵢ ~ Exp(1) from the generator and arrives at tᵢ = wᵢ / pᵢ; the first to arrive is drawn, which token i
-    is with probability exactly pᵢ. The waits are read again from a copy of the generator taken before the draw,
-    and the race is checked to pick the token multinomial picked."""
+    is with probability exactly pᵢ. The lab runs that race itself, with the waits multinomial would draw."""
 
     how: str  # "argmax" or "race"
     token: int
@@ -271,22 +270,18 @@ class Writing:
         return funnel(names, torch.cat(stages)), stages[-1]
 
     def _draw(self, scores: Tensor) -> Draw:
-        """The token: generate's argmax of the scores, or its multinomial draw from their softmax with this
-        writing's generator; and the race that draw ran, read again from a copy of the generator taken before it."""
+        """The token: generate's argmax of the scores, or the token its multinomial draw from their softmax would
+        give with this writing's generator, drawn as multinomial draws one sample: an exponential race, its waits
+        taken from the generator as multinomial takes them (tests/test_writing.py checks both against
+        torch.multinomial), so that the race shown is the draw itself, drawn once."""
         if not self.config.do_sample:
             return Draw("argmax", int(scores.argmax(dim=-1)), [], [], [], [])
         probabilities = torch.softmax(scores, dim=-1)  # as generate takes them: this one row alone
-        before = self.generator.get_state()
-        token = int(torch.multinomial(probabilities, num_samples=1, generator=self.generator))
-        again = torch.Generator(self.generator.device)
-        again.set_state(before)
-        # multinomial's one-sample draw, step by step: a wait ~ Exp(1) for every token, then the largest p / wait.
-        waits = torch.empty_like(probabilities).exponential_(1, generator=again)
+        waits = torch.empty_like(probabilities).exponential_(1, generator=self.generator)
         pace = (probabilities / waits)[0]  # 1 / arrival; a token with no chance has 0 and never arrives
+        token = int(pace.argmax())  # multinomial's own pick, ties included
         first = pace.topk(min(RACE, pace.numel())).indices
         first = first[pace[first] > 0]
-        if pace[first[0]] != pace[token] or not torch.equal(again.get_state(), self.generator.get_state()):
-            raise RuntimeError("the race read again does not draw multinomial's token: this torch draws otherwise")
         waits, chances = waits[0, first].double(), probabilities[0, first].double()
         return Draw("race", token, first.tolist(), chances.tolist(), waits.tolist(), (waits / chances).tolist())
 

@@ -1,25 +1,27 @@
-"""Serving writings (app.engine.writing): a decoder continues a prompt one token per turn of the gate, each step
-streamed as it comes to every client following the writing.
+"""Serving writings (app.engine.writing): a decoder continues a prompt token by token at turns of the gate, each
+step streamed as it comes to every client following the writing.
 
-A writing is named by its spec (app.engine.spec.WritingSpec): the same spec writes the same tokens on any worker,
-so its hash is the writing id, kept in the spec store for a follower on another worker. On this worker, requests
-for a writing under way follow that one writing (Writings.follow): each gets the steps written so far, then each
-new one, every step once and in order. The writing runs as one piece of work (app.serving.work): its memory
-(Writing.nbytes: its cache of keys and values for every token it may read, its first pass, its funnels and the
-rows it keeps) taken from the budget before its first pass, one step a slice; it is called off at its next step
-once the last of its followers has left. A writing that ended is kept as its stream sent it (Kept) in the lab's run
-cache, its bytes counted and let go as runs' are: a follower who comes after the end (a class's 30 phones) reads
-it at once, its bytes held in the budget while they are sent (as a request holds the run it reads: once however
-many read it); where it was let go, or on another worker, it is written again from its spec, the same tokens.
+A writing is named by its spec (app.engine.spec.WritingSpec): the same spec writes the same tokens on any worker, so
+its hash is the writing id, kept in the spec store for a follower on another worker. On this worker, requests for a
+writing under way follow that one writing (Writings.follow): each gets the steps written so far, then each new one,
+every step once and in order. The writing runs as one piece of work (app.serving.work): its memory (Writing.nbytes:
+its cache of keys and values for every token it may read, its first pass, its funnels and the rows it keeps) taken
+from the budget before its first pass, its steps taken while nobody else waits for the model; it is called off at
+its next step once the last of its followers has left. A writing that ended is kept as its stream sent it (Kept) in
+the lab's run cache, its bytes counted and let go as runs' are: a follower who comes after the end (a class's 30
+phones) reads it at once, its bytes held in the budget while they are sent (as a request holds the run it reads:
+once however many read it); where it was let go, or on another worker, it is written again from its spec, the same
+tokens.
 
 An address writes at most as many writings at once as it may have requests waiting for the model (a writing waits
-at the gate before each of its steps), and a browser as many as it may: past that it is refused at once (429),
+at the gate for its turns), and a browser as many as it may: past that it is refused at once (429),
 before any pass, never in the middle of a writing."""
 
 import asyncio
 import base64
 import logging
 import sys
+import time
 from collections import Counter
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -37,6 +39,9 @@ from app.serving.work import Work
 from app.settings import ENV_PREFIX
 
 log = logging.getLogger("uvicorn.error")  # uvicorn shows its INFO lines
+# A writing's turn at the model goes on, step after step, while nobody else waits for it, for at most this long:
+# a turn of the gate costs two hops between threads a token (as a training's slice, app.engine.training.trainer).
+ALONE_SECONDS = 0.25
 
 
 class WritingNotFound(RunNotFound):
@@ -56,6 +61,7 @@ class Live:
     over: bool = False
     error: Exception | None = None
     followers: int = 0
+    called_off: bool = False  # the last follower left: the model's thread writes no step after the one under way
     nbytes: int = 0  # the steps' bytes as kept (sized)
     task: asyncio.Task | None = None
     changed: asyncio.Event = field(default_factory=asyncio.Event)
@@ -64,6 +70,11 @@ class Live:
         """Wakes every follower: a step came, or the writing is over."""
         self.changed.set()
         self.changed = asyncio.Event()
+
+    def told(self, step: dict) -> None:
+        """A step written, on the event loop."""
+        self.steps.append(step)
+        self.said()
 
 
 @dataclass(eq=False)
@@ -224,6 +235,7 @@ class Writings:
         finally:
             live.followers -= 1
             if not live.followers and live.task is not None and not live.task.done():
+                live.called_off = True
                 live.task.cancel()
                 if self._live.get(spec.run_id) is live:
                     del self._live[spec.run_id]  # a request from now on starts the writing anew
@@ -268,24 +280,31 @@ class Writings:
             )
 
     async def _write(self, live: Live) -> None:
-        """The writing's steps, one a turn of the gate, each shown on the model's thread as it is written (one
-        hop of a thread fewer a token than showing it after, for every follower at once) and told to the
-        followers. Its memory: the writing's, and its rows again as the steps show them (base64, 4/3 of their
-        bytes). Once it has ended it is kept (Kept), its steps sized on the model's thread as they are shown."""
-        writer, engine = live.writer, live.engine
+        """The writing's steps on the model's thread at a turn of the gate, one after another while nobody else
+        waits for the model (ALONE_SECONDS at most), each shown there as it is written and told to the followers
+        at once: the thread does not wait for the event loop between two tokens, and the loop sends a step while
+        the next one is written. Its memory: the writing's, and its rows again as the steps show them (base64, 4/3
+        of their bytes). Once it has ended it is kept (Kept), its steps sized on the model's thread as they are
+        shown."""
+        writer, engine, gate = live.writer, live.engine, self.lab.gate
+        loop = asyncio.get_running_loop()
 
-        def next_shown() -> dict:
-            shown = shown_step(engine, writer.step(), writer.new_ids)
-            live.nbytes += sized(shown)
-            return shown
+        def steps_while_alone() -> None:
+            began = time.monotonic()
+            while True:
+                shown = shown_step(engine, writer.step(), writer.new_ids)
+                live.nbytes += sized(shown)
+                loop.call_soon_threadsafe(live.told, shown)
+                alone = not gate.waiting and not live.called_off and time.monotonic() - began < ALONE_SECONDS
+                if writer.done or not alone:
+                    return
 
-        slices = (next_shown for _ in writer.slices())
+        slices = (steps_while_alone for _ in writer.slices())
         shown = rows_bytes(engine, len(writer.prompt), writer.knobs.max_new_tokens) * 4 // 3
         work = Work(f"the writing {live.spec.run_id}", slices, writer.nbytes + shown, on=engine)
         try:
-            async for step in self.lab.works.stream(work, live.client):
-                live.steps.append(step)
-                live.said()
+            await self.lab.works.run(work, live.client)
+            # the steps told from the thread came into the loop before the end of their slice did
             self.lab.runs.put(kept_key(live.spec.run_id), Kept(head(live), live.steps, end(live), live.nbytes), False)
         except asyncio.CancelledError:
             raise
