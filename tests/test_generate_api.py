@@ -9,6 +9,7 @@ import asyncio
 import base64
 import json
 import logging
+import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -22,7 +23,7 @@ from transformers import TemperatureLogitsWarper
 
 from app.engine.labels import shown
 from app.engine.model import load_model, packaged_model_path
-from app.engine.writing import Knobs
+from app.engine.writing import Knobs, Writing
 from app.main import create_app
 from app.serving.gate import Client, TooManyWaiting
 from app.serving.writing import Writings, kept_key
@@ -382,6 +383,37 @@ def test_a_follower_joins_the_writing_under_way_and_the_last_to_leave_calls_it_o
 
     steps, cancelled = run_async(leave())
     assert cancelled and 1 <= steps < MOST and not writings._live
+
+
+def test_a_writing_gives_the_model_up_after_its_step_under_way_when_someone_waits(writings, monkeypatch):
+    """A writing's steps follow one another on the model's thread while nobody else waits for it: a learner who
+    comes to the gate meanwhile gets the model once the step under way has ended, not at the end of the writing's
+    turn (ALONE_SECONDS). Each step is slowed to 20 ms, so a turn left at its time bound would be a dozen steps."""
+    lab, step = writings.lab, Writing.step
+
+    def slow_step(writer):
+        time.sleep(0.02)
+        return step(writer)
+
+    monkeypatch.setattr(Writing, "step", slow_step)
+
+    async def a_learner_during_the_writing() -> tuple[int, int, int]:
+        spec = await writings.spec(None, PROMPT, Knobs(max_new_tokens=MOST, do_sample=False))
+        async with writings.follow(spec, Client("127.0.0.2")) as events:
+            async for name, _ in events:
+                if name == "step":
+                    break
+            live = writings._live[spec.run_id]
+            asked = len(live.writer.steps)
+            async with lab.gate.admit(Client("127.0.0.8")):
+                admitted = len(live.writer.steps)
+            async for _ in events:
+                pass
+        return asked, admitted, len(live.writer.steps)
+
+    asked, admitted, written = run_async(a_learner_during_the_writing())
+    assert written == MOST and admitted < MOST
+    assert admitted - asked <= 1, f"the learner waited for {admitted - asked} steps"
 
 
 async def collect(writings: Writings, spec, client: Client, into: list) -> None:

@@ -64,6 +64,7 @@ class Live:
     called_off: bool = False  # the last follower left: the model's thread writes no step after the one under way
     nbytes: int = 0  # the steps' bytes as kept (sized)
     task: asyncio.Task | None = None
+    stored: asyncio.Future | None = None  # the spec put in the shared store
     changed: asyncio.Event = field(default_factory=asyncio.Event)
 
     def said(self) -> None:
@@ -229,6 +230,7 @@ class Writings:
         try:
             while not live.steps and not live.over:
                 await live.changed.wait()
+            await live.stored  # its spec in the shared store before its id goes out (StoreError: 503)
             if not live.steps and live.error is not None:
                 raise live.error
             yield self._events(live, raising)
@@ -242,7 +244,7 @@ class Writings:
 
     async def _started(self, spec: WritingSpec, client: Client) -> Live:
         """A new writing of the spec, checked (Writing's checks, the client's bound) and started as a piece of
-        work, with its spec in the shared store for followers on other workers."""
+        work, its spec put in the shared store meanwhile for followers on other workers."""
         engine = await self.lab.engine_for(spec.model, client)
         if spec.model_digest != engine.loaded.digest:
             raise ForeignRun(spec.run_id, spec, engine.loaded)
@@ -250,13 +252,14 @@ class Writings:
         knobs = Knobs(spec.max_new_tokens, spec.do_sample, spec.temperature, spec.top_k, spec.top_p, spec.seed)
         # The prompt tokenized, the knobs checked and generate's processors built off the event loop.
         writer = await asyncio.to_thread(writing, engine, spec.text, knobs, self.max_new_tokens)
-        await self.lab.store(spec)
         live = self._live.get(spec.run_id)  # another request may have started it meanwhile
         if live is not None:
             return live
         self._check_bound(client)
         log.info("writing %s: %d new tokens at most, from its spec", spec.run_id, spec.max_new_tokens)
         live = self._live[spec.run_id] = Live(spec, engine, writer, client)
+        # Stored while the first step is written: a follower elsewhere learns the id from the events after it.
+        live.stored = asyncio.ensure_future(self.lab.store(spec))
         self._by_client[client] += 1
         self._by_address[client.address] += 1
         live.task = asyncio.ensure_future(self._write(live))
@@ -307,6 +310,8 @@ class Writings:
             # the steps told from the thread came into the loop before the end of their slice did
             self.lab.runs.put(kept_key(live.spec.run_id), Kept(head(live), live.steps, end(live), live.nbytes), False)
         except asyncio.CancelledError:
+            written, most = len(writer.steps), writer.knobs.max_new_tokens
+            log.info("the writing %s wrote %d of its %d tokens at most: called off", live.spec.run_id, written, most)
             raise
         except Exception as error:  # the followers are told; the writing is over
             live.error = error
