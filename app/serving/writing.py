@@ -296,8 +296,8 @@ class Writings:
             began = time.monotonic()
             while True:
                 shown = shown_step(engine, writer.step(), writer.new_ids)
-                live.nbytes += sized(shown)
                 loop.call_soon_threadsafe(live.told, shown)
+                live.nbytes += sized(shown)  # read once the writing has ended
                 alone = not gate.waiting and not live.called_off and time.monotonic() - began < ALONE_SECONDS
                 if writer.done or not alone:
                     return
