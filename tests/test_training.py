@@ -16,7 +16,6 @@ from safetensors.torch import load_file
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from app.engine.threads import on_cores
-from app.engine.training import trainer as trainer_module
 from app.engine.training.data import Data, conditions, trained_offsets, trained_periods
 from app.engine.training.spec import TrainingSpec
 from app.engine.training.trainer import Trainer
@@ -209,12 +208,14 @@ def test_the_same_spec_grows_the_same_weights_again(grown, tmp_path):
 
 
 def test_a_training_paused_and_resumed_from_its_saved_state_is_the_uninterrupted_one(grown_recipe, tmp_path):
-    """Stopped after 12 steps (between checkpoints), its state saved as a server saves it and read back by a new
-    trainer: at step 25 the weights, AdamW's moments and the curve are the uninterrupted run's (the session's)."""
+    """Stopped after 12 steps and step 13's forward pass (between checkpoints), its state saved as a server saves
+    it and read back by a new trainer: at step 25 the weights, AdamW's moments and the curve are the uninterrupted
+    run's (the session's)."""
     trainer = grown_recipe.trainer
     first = Trainer(RECIPE, tmp_path)
     while first.step < 12:
-        first.advance(seconds=0)  # a step a slice, and the checkpoints due
+        first.advance(seconds=0)  # a phase of a step a slice, and the checkpoints due
+    first.advance(seconds=0)  # step 13's forward pass: its state is still step 12's
     resumed = Trainer(RECIPE, tmp_path, saved_and_read(first.state()))
     while len(resumed.checkpoints) < 2:
         resumed.advance(seconds=float("inf"))
@@ -230,19 +231,21 @@ def test_a_training_paused_and_resumed_from_its_saved_state_is_the_uninterrupted
             assert torch.equal(moments[key][part], theirs[key][part])  # bit for bit: same shapes (the same steps)
 
 
-def test_a_slice_goes_on_while_nobody_waits_and_ends_at_the_step_after_someone_comes(monkeypatch, tmp_path):
-    """A server's slice is one step while someone waits for the model; while nobody does it goes on, and it ends
-    at the first step after someone comes (here the third: `alone` says so twice, then not). A slice never runs
-    into a checkpoint due. The clock's longest slice is lifted so that only the waiting decides."""
-    monkeypatch.setattr(trainer_module, "ALONE_SLICE_SECONDS", float("inf"))
-    trainer = Trainer(RECIPE, tmp_path)
-    trainer.advance(seconds=0)  # the checkpoint at step 0
-    answers = iter([True, True, False])
-    trainer.advance(seconds=0, alone=lambda: next(answers))
+def test_a_slice_goes_on_while_nobody_waits_and_ends_at_the_phase_after_someone_comes(tmp_path):
+    """A server's slice is one phase of a step (its forward pass, its backward pass, its optimizer step) while
+    someone waits for the model; while nobody does it goes on, and it ends at the first phase after someone comes
+    (here the seventh: `waited_for` says no six times). A slice never runs into a checkpoint due. The clock's
+    longest slice is lifted so that only the waiting decides."""
+    trainer, endless = Trainer(RECIPE, tmp_path), float("inf")
+    trainer.advance(endless)  # the checkpoint at step 0
+    answers = iter([False] * 6 + [True])
+    trainer.advance(endless, waited_for=lambda: next(answers))
+    assert trainer.step == 2 and len(trainer.losses) == 2  # and step 3's forward pass run
+    trainer.advance(endless, waited_for=lambda: True)  # its backward pass
+    assert trainer.step == 2
+    trainer.advance(endless, waited_for=lambda: True)  # its optimizer step
     assert trainer.step == 3
-    trainer.advance(seconds=0)
-    assert trainer.step == 4
-    trainer.advance(seconds=0, alone=lambda: True)
+    trainer.advance(endless)
     assert trainer.step == 25 and len(trainer.checkpoints) == 1  # the checkpoint due is the next slice's
 
 

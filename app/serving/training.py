@@ -319,7 +319,7 @@ class Trainings:
         and, where it kept a checkpoint, the training's state and what resumes it."""
         said = 0.0
         gate = self.lab.gate
-        for piece in trainer.slices(alone=lambda: gate.waiting == 0):
+        for piece in trainer.slices(waited_for=lambda: gate.waiting > 0):
 
             def run(piece=piece) -> dict:
                 nonlocal said

@@ -1,8 +1,10 @@
 """A training, step by step and in slices, as nanoGPT's train.py reads: a batch, the forward pass, the loss,
 backward, a clipped AdamW step; every checkpoint_every steps the heads scored on held-out sequences and the model
-kept as a folder the lab serves. Slices are whole steps (a server runs one per turn of its gate) and never change
-the numbers: a step's batch comes from the spec's seed and the step alone, and a training resumed from its saved
-state (its weights, AdamW's moments and the step) goes on exactly as one never stopped."""
+kept as a folder the lab serves. A server runs a slice per turn of its gate: a step's phases (its forward pass, its
+backward pass, its optimizer step) while nobody else waits for the model, so that a learner who comes waits for one
+phase. Slices never change the numbers: the same operations in the same order, a step's batch from the spec's seed
+and the step alone, and a training resumed from its saved state (its weights, AdamW's moments and the step, as
+they were before a step under way) goes on exactly as one never stopped."""
 
 import time
 from collections.abc import Callable, Iterator
@@ -17,10 +19,10 @@ from app.engine.training.model import build, model_card, parameter_count, save_c
 from app.engine.training.scores import head_scores, phase_change
 from app.engine.training.spec import TrainingSpec
 
-SLICE_SECONDS = 0.05  # a slice's steps end once this has passed (a learner's analyze waits for one slice at most)
-# ... or, while nobody waits for the model, once this has: each slice costs the server a turn of its gate and two
-# hops between threads, about 2 ms, 4% of a slice of one step; a learner who comes meanwhile waits one step.
-ALONE_SLICE_SECONDS = 0.25
+# A slice's phases (a step's forward pass, its backward pass, its optimizer step) go on while nobody waits for
+# the model, for at most this long: each slice costs the server a turn of its gate and two hops between threads,
+# about 2 ms, 4% of a slice of one step. A learner who comes meanwhile waits for the phase under way.
+SLICE_SECONDS = 0.25
 # A grown model's operations are too small to share out: a second core's team only adds its wake-ups to every one
 # of a step's few hundred operations, many times the step's own time on a busy machine (bench/README.md).
 CORES = 1
@@ -49,6 +51,7 @@ class Trainer:
         self.losses: list[float] = []  # the training loss at each step
         self.checkpoints: list[dict] = []  # {"step", "model", "bytes", "scores"} each
         self.seconds = 0.0  # spent in steps and checkpoints
+        self._under_way: Iterator[str] | None = None  # the step whose phases a slice ended between
         if resumed is not None:
             self.model.load_state_dict(resumed["model"])
             self.optimizer.load_state_dict(resumed["optimizer"])
@@ -73,21 +76,25 @@ class Trainer:
             return self.spec.lr * (step + 1) / self.spec.warmup
         return self.spec.lr
 
-    def train_step(self) -> float:
+    def step_phases(self) -> Iterator[str]:
+        """One step, paused after its forward pass and after its backward pass (a slice may end there): a batch,
+        the forward pass and the loss; backward; the clipped AdamW step. Its state (Trainer.state) is the step's
+        before until the last phase has run."""
         tokens, targets = self.data.batch(self.step)
         for group in self.optimizer.param_groups:
             group["lr"] = self.learning_rate(self.step)
         logits = self.model(input_ids=tokens).logits  # [batch, position, vocab]
         # position i predicts the token at i + 1; targets of -100 (a repeat's unpredictable tokens) count for nothing
         loss = cross_entropy(logits[:, :-1].flatten(0, 1), targets[:, 1:].flatten(), ignore_index=-100)
+        yield "forward"
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
+        yield "backward"
         if self.spec.clip:
             torch.nn.utils.clip_grad_norm_(self.parameters, self.spec.clip)
         self.optimizer.step()
         self.step += 1
         self.losses.append(round(loss.item(), 5))
-        return self.losses[-1]
 
     def checkpoint(self) -> dict:
         """The heads scored and the model kept as a folder (app.engine.training.model.save_checkpoint)."""
@@ -99,36 +106,38 @@ class Trainer:
         self.checkpoints.append(entry)
         return entry
 
-    def advance(self, seconds: float = SLICE_SECONDS, alone: Callable[[], bool] = lambda: False) -> dict:
-        """One slice: the checkpoint due, or whole steps until `seconds` have passed (ALONE_SLICE_SECONDS while
-        `alone()` says nobody waits for the model), a checkpoint is due or the training is done. Its progress, for
-        the page."""
+    def advance(self, seconds: float = SLICE_SECONDS, waited_for: Callable[[], bool] = lambda: False) -> dict:
+        """One slice: the checkpoint due, or the steps' phases (step_phases) until `seconds` have passed, someone
+        waits for the model (`waited_for()`), a checkpoint is due or the training is done. Its progress, for the
+        page."""
         started = time.perf_counter()
         try:
             with on_cores(CORES):
-                self._advance(started, seconds, alone)
+                self._advance(started, seconds, waited_for)
             return self.progress()
         finally:
             self.seconds += time.perf_counter() - started
 
-    def _advance(self, started: float, seconds: float, alone: Callable[[], bool]) -> None:
+    def _advance(self, started: float, seconds: float, waited_for: Callable[[], bool]) -> None:
         if not self._checkpointed:
             self.checkpoint()
             return
         while self.step < self.spec.steps:
-            self.train_step()
-            if not self._checkpointed:
-                return  # a checkpoint due is the next slice's: a slice of steps and a checkpoint was twice as long
-            spent = time.perf_counter() - started
-            if spent >= seconds and (spent >= ALONE_SLICE_SECONDS or not alone()):
+            if self._under_way is None:
+                self._under_way = self.step_phases()
+            if next(self._under_way, None) is None:  # the step's last phase ran
+                self._under_way = None
+                if not self._checkpointed:
+                    return  # a checkpoint due is the next slice's: a slice of steps and a checkpoint was twice as long
+            if waited_for() or time.perf_counter() - started >= seconds:
                 return
 
     def slices(
-        self, seconds: float = SLICE_SECONDS, alone: Callable[[], bool] = lambda: False
+        self, seconds: float = SLICE_SECONDS, waited_for: Callable[[], bool] = lambda: False
     ) -> Iterator[Callable[[], dict]]:
         """The rest of the training, a slice at a time (advance)."""
         while not self.done:
-            yield lambda: self.advance(seconds, alone)
+            yield lambda: self.advance(seconds, waited_for)
 
     def run(self) -> "Trainer":
         """The whole rest of the training at once (a notebook's, a test's)."""
