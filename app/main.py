@@ -64,6 +64,7 @@ from app.web.middleware import (
 
 log = logging.getLogger("uvicorn.error")  # uvicorn shows its INFO lines
 CLOSE_SECONDS = 5  # how long a stopping lab waits for a store's connections to close
+TRAINING_CLOSE_SECONDS = 10  # ... and for a training's last slice and its state saved
 
 
 async def ended_within(seconds: float, closing, what: str) -> None:
@@ -138,7 +139,7 @@ def create_app(
         # Stopped without a signal (an ASGI server that ends the lifespan alone, a test's client), the gate is
         # told here, so that a training under way ends at its next slice and saves its state first.
         app.state.lab.gate.stop()
-        await app.state.trainings.close()
+        await ended_within(TRAINING_CLOSE_SECONDS, app.state.trainings.close(), "a training saving its last state")
         await ended_within(CLOSE_SECONDS, classes.close(), "closing the class store's connections")
         store.close()
         app.state.lab.close()

@@ -113,7 +113,7 @@ def test_multinomial_draws_one_token_by_an_exponential_race():
         waits = torch.empty_like(probabilities).exponential_(1, generator=race)
         assert token == int((waits / probabilities).argmin()) and probabilities[0, token] > 0
         # the race takes from the generator what multinomial takes: the draws after it are multinomial's too
-        assert torch.equal(race.get_state(), generator.get_state())  # bit for bit: a generator's state is bytes
+        assert torch.equal(race.get_state(), generator.get_state())  # bit for bit: no rounding (a generator's state)
 
 
 def test_each_draw_is_shown_as_its_race(engine):

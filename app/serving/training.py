@@ -381,7 +381,7 @@ class Trainings:
         saves its state and gives its place back."""
         if self._task is not None and not self._task.done():
             with contextlib.suppress(Exception, asyncio.CancelledError):
-                await asyncio.wait_for(asyncio.shield(self._task), timeout=10)
+                await asyncio.shield(self._task)  # its failure is in its state already
 
     # Reading it
 
