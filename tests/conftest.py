@@ -272,13 +272,14 @@ class LabProcess:
     def __init__(self, folder: Path, command: tuple[str, ...] = ("-m", "app"), env=None, workers: int = 1, fresh=False):
         """fresh: a process of its own from the start, as an operator's is; otherwise, where only the lab's
         settings differ from the suite's environment, forked from the suite's zygote (tests/zygote.py), which
-        has done the imports already. A lab whose memory a test measures is fresh."""
+        has done the imports already. A lab whose memory a test measures is fresh. With --workers, what is
+        forked is the supervisor: uvicorn spawns the workers as fresh processes either way."""
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.command = [sys.executable, *command, "--host", "127.0.0.1", "--port", str(self.port)]
         self.env = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
         self.workers = workers
-        self.forkable = not fresh and command == ("-m", "app") and workers == 1
+        self.forkable = not fresh and command[:2] == ("-m", "app")
         self.log = folder / "server.log"
         self.log.touch()
         self.process: subprocess.Popen | Forked | None = None
