@@ -168,7 +168,9 @@ def free_port() -> int:
 
 
 def without_lab_settings(env) -> dict:
-    return {key: value for key, value in env.items() if not key.startswith(ENV_PREFIX)}
+    """env less the lab's settings and pytest's PYTEST_CURRENT_TEST, which names the test phase under way: kept, it
+    made every lab started after the phase that started the zygote start fresh, with all the imports."""
+    return {key: value for key, value in env.items() if not key.startswith(ENV_PREFIX) and key != "PYTEST_CURRENT_TEST"}
 
 
 class Forked:
