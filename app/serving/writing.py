@@ -57,6 +57,9 @@ class Live:
     engine: Engine
     writer: Writing
     client: Client  # whose writing it is: the client that started it
+    # Its spec put in the shared store while the first step is written: a follower elsewhere learns the id from the
+    # events after it.
+    stored: asyncio.Future
     steps: list[dict] = field(default_factory=list)  # each as the API shows it (shown_step), once for all
     over: bool = False
     error: Exception | None = None
@@ -64,7 +67,6 @@ class Live:
     called_off: bool = False  # the last follower left: the model's thread writes no step after the one under way
     nbytes: int = 0  # the steps' bytes as kept (sized)
     task: asyncio.Task | None = None
-    stored: asyncio.Future | None = None  # the spec put in the shared store
     changed: asyncio.Event = field(default_factory=asyncio.Event)
 
     def said(self) -> None:
@@ -257,9 +259,8 @@ class Writings:
             return live
         self._check_bound(client)
         log.info("writing %s: %d new tokens at most, from its spec", spec.run_id, spec.max_new_tokens)
-        live = self._live[spec.run_id] = Live(spec, engine, writer, client)
-        # Stored while the first step is written: a follower elsewhere learns the id from the events after it.
-        live.stored = asyncio.ensure_future(self.lab.store(spec))
+        stored = asyncio.ensure_future(self.lab.store(spec))
+        live = self._live[spec.run_id] = Live(spec, engine, writer, client, stored)
         self._by_client[client] += 1
         self._by_address[client.address] += 1
         live.task = asyncio.ensure_future(self._write(live))
